@@ -1,0 +1,121 @@
+"""How hyperparameters are declared, defaulted and sampled (DomainBed semantics).
+
+Each algorithm, dataset and network family declares its own hyperparameters beside
+itself in a class attribute ``HPARAMS``: a dict ``name -> Hparam`` or
+``name -> callable(dataset_cls) -> Hparam`` for dataset-dependent ones.
+``hparams_seed=0`` gives the defaults; another seed gives a deterministic draw per
+(algorithm, dataset, hparams_seed, trial_seed), each name from its own RandomState
+seeded by ``seed_hash(seed_hash(hparams_seed, trial_seed), name)`` exactly as DomainBed,
+so our draws equal DomainBed's for the names both declare.
+"""
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from domainbed.errors import UserError
+
+
+def seed_hash(*args):
+    """DomainBed's misc.seed_hash: a stable 31-bit integer from any printable arguments."""
+    args_str = str(args)
+    return int(hashlib.md5(args_str.encode("utf-8")).hexdigest(), 16) % (2 ** 31)
+
+
+@dataclass(frozen=True)
+class Hparam:
+    default: Any
+    sample: Callable[[np.random.RandomState], Any]
+    doc: str = ""
+
+
+def small_or_large(small, large):
+    """A dataset-dependent declaration: `small` for small-image datasets (MNIST family)."""
+    def pick(dataset_cls):
+        return small if getattr(dataset_cls, "SMALL_IMAGES", False) else large
+    return pick
+
+
+def declared_space(cls, dataset_cls):
+    """Merge the HPARAMS of `cls` and its bases (subclasses override), resolved for a dataset."""
+    space = {}
+    for klass in reversed(cls.__mro__):
+        own = klass.__dict__.get("HPARAMS")
+        if not own:
+            continue
+        for name, decl in own.items():
+            if decl is None:  # a subclass may remove an inherited hyperparameter
+                space.pop(name, None)
+                continue
+            space[name] = decl if isinstance(decl, Hparam) else decl(dataset_cls)
+    return space
+
+
+def hparam_space(algorithm_cls, dataset_cls):
+    """Everything a run of `algorithm_cls` on `dataset_cls` reads: network, dataset, algorithm."""
+    from domainbed import networks
+    space = {}
+    space.update(declared_space(networks.Networks, dataset_cls))
+    space.update(declared_space(dataset_cls, dataset_cls))
+    space.update(declared_space(algorithm_cls, dataset_cls))
+    return space
+
+
+def _to_builtin(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def draw(space, seed):
+    """hparams_seed 0 -> defaults; else DomainBed's per-name seeded random draw."""
+    if seed == 0:
+        return {name: _to_builtin(h.default) for name, h in sorted(space.items())}
+    out = {}
+    for name, h in sorted(space.items()):
+        rs = np.random.RandomState(seed_hash(seed, name))
+        out[name] = _to_builtin(h.sample(rs))
+    return out
+
+
+def default_hparams(algorithm, dataset):
+    from domainbed.registry import get_algorithm_class, get_dataset_class
+    return draw(hparam_space(get_algorithm_class(algorithm), get_dataset_class(dataset)), 0)
+
+
+def random_hparams(algorithm, dataset, seed):
+    """DomainBed's random_hparams(algorithm, dataset, seed); seed 0 still means random here."""
+    from domainbed.registry import get_algorithm_class, get_dataset_class
+    space = hparam_space(get_algorithm_class(algorithm), get_dataset_class(dataset))
+    return {name: _to_builtin(h.sample(np.random.RandomState(seed_hash(seed, name))))
+            for name, h in sorted(space.items())}
+
+
+def names_declared_elsewhere(dataset_cls):
+    """Names any registered algorithm declares (a sweep passes one JSON to all algorithms)."""
+    from domainbed.registry import ALGORITHMS
+    names = set()
+    for algo in ALGORITHMS.names():
+        names.update(declared_space(ALGORITHMS.get(algo), dataset_cls))
+    return names
+
+
+def resolve(algorithm, dataset, hparams_seed=0, trial_seed=0, overrides=None, notify=print):
+    """The hyperparameters of one run: default or seeded draw, then the user's overrides."""
+    from domainbed.registry import get_algorithm_class, get_dataset_class
+    algorithm_cls, dataset_cls = get_algorithm_class(algorithm), get_dataset_class(dataset)
+    space = hparam_space(algorithm_cls, dataset_cls)
+    if hparams_seed == 0:
+        hparams = draw(space, 0)
+    else:
+        hparams = draw(space, seed_hash(hparams_seed, trial_seed))
+    for name, value in (overrides or {}).items():
+        if name in space:
+            hparams[name] = value
+        elif name in names_declared_elsewhere(dataset_cls):
+            notify(f"notice: hyperparameter {name!r} is not used by {algorithm}; ignored")
+        else:
+            raise UserError(f"unknown hyperparameter {name!r} for {algorithm} on {dataset}; "
+                            f"valid names: {', '.join(sorted(space))}")
+    return hparams
