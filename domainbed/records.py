@@ -1,0 +1,234 @@
+"""Reading run records: results.jsonl lines, one per checkpoint, and per-example predictions.
+
+Reads both our run directories and DomainBed's (no ``data_*`` keys, no groups). A run
+directory is any directory holding a ``results.jsonl``, at any depth under the input.
+
+    records = load_records("sweep_out")        # Records
+    records.records                           # list of dicts, one per checkpoint
+    frame = records_to_frame(records)          # pandas.DataFrame, one row per checkpoint
+
+Corrupt or truncated lines, and (with ``require_done=True``) runs without a ``done``
+marker, are skipped and counted, with one warning on stderr; they never stop the read.
+"""
+import json
+import os
+import re
+import sys
+import zipfile
+
+import numpy as np
+
+from domainbed.errors import UserError
+
+RESULTS_FILE = "results.jsonl"
+DONE_FILE = "done"
+PREDICTIONS_DIR = "predictions"
+_STEP_FILE = re.compile(r"^step_(\d+)\.npz$")
+
+
+class Records:
+    """The records read from one or more input directories.
+
+    Attributes:
+        records: list of dicts, each a results.jsonl line plus ``"run_dir"``.
+        skipped_lines: number of corrupt or truncated results.jsonl lines skipped.
+        skipped_runs: number of run directories skipped (no ``done`` marker, or an
+            unreadable results.jsonl).
+        run_dirs: the run directories whose records were kept, in reading order.
+        input_dirs: the directories that were searched.
+    """
+
+    def __init__(self, records, skipped_lines=0, skipped_runs=0, run_dirs=(),
+                 input_dirs=()):
+        self.records = list(records)
+        self.skipped_lines = int(skipped_lines)
+        self.skipped_runs = int(skipped_runs)
+        self.run_dirs = list(run_dirs)
+        self.input_dirs = list(input_dirs)
+
+    def __len__(self):
+        return len(self.records)
+
+    def __iter__(self):
+        return iter(self.records)
+
+    def __getitem__(self, index):
+        return self.records[index]
+
+    def __repr__(self):
+        return (f"Records({len(self.records)} records from {len(self.run_dirs)} runs, "
+                f"skipped_lines={self.skipped_lines}, skipped_runs={self.skipped_runs})")
+
+    def warning(self):
+        """The one-line skip warning, or None when nothing was skipped."""
+        parts = []
+        if self.skipped_lines:
+            parts.append(f"{self.skipped_lines} corrupt or truncated results.jsonl "
+                         f"line{'s' if self.skipped_lines != 1 else ''}")
+        if self.skipped_runs:
+            parts.append(f"{self.skipped_runs} run{'s' if self.skipped_runs != 1 else ''}"
+                         f" without a '{DONE_FILE}' marker or with an unreadable "
+                         f"{RESULTS_FILE}")
+        if not parts:
+            return None
+        where = ", ".join(self.input_dirs)
+        return f"warning: skipped {' and '.join(parts)} under {where}"
+
+
+def _as_dir_list(input_dir):
+    if isinstance(input_dir, (str, bytes, os.PathLike)):
+        return [os.fspath(input_dir)]
+    dirs = [os.fspath(d) for d in input_dir]
+    if not dirs:
+        raise UserError("no input directory given")
+    return dirs
+
+
+def find_run_dirs(input_dir):
+    """Every directory holding a results.jsonl under `input_dir` (itself included),
+    sorted by path. Raises UserError when `input_dir` is not a directory."""
+    found = []
+    for top in _as_dir_list(input_dir):
+        if not os.path.isdir(top):
+            what = "does not exist" if not os.path.exists(top) else "is not a directory"
+            raise UserError(f"input directory {top!r} {what}")
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames.sort()
+            dirnames[:] = [d for d in dirnames if d != PREDICTIONS_DIR]
+            if RESULTS_FILE in filenames:
+                found.append(dirpath)
+    return found
+
+
+def _parse_line(line):
+    """One results.jsonl line -> dict, or None when it is corrupt or not a record."""
+    try:
+        record = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("args"), dict):
+        return None
+    return record
+
+
+def read_run(run_dir):
+    """(records, skipped_lines) of one run directory; raises OSError when unreadable."""
+    records, skipped = [], 0
+    with open(os.path.join(run_dir, RESULTS_FILE), "rb") as f:
+        for raw in f:
+            if not raw.strip():
+                continue
+            record = _parse_line(raw)
+            if record is None:
+                skipped += 1
+                continue
+            record["run_dir"] = run_dir
+            records.append(record)
+    return records, skipped
+
+
+def load_records(input_dir, require_done=True, quiet=False):
+    """Read every run under `input_dir` (a path, or a list of paths) into a Records.
+
+    require_done: skip runs without a ``done`` marker (still running, or killed).
+    quiet: do not print the skip warning (it stays available as ``Records.warning()``).
+    Raises UserError when an input directory is missing.
+    """
+    dirs = _as_dir_list(input_dir)
+    records, kept_dirs = [], []
+    skipped_lines = skipped_runs = 0
+    for run_dir in find_run_dirs(dirs):
+        if require_done and not os.path.exists(os.path.join(run_dir, DONE_FILE)):
+            skipped_runs += 1
+            continue
+        try:
+            run_records, bad = read_run(run_dir)
+        except OSError:
+            skipped_runs += 1
+            continue
+        skipped_lines += bad
+        records.extend(run_records)
+        kept_dirs.append(run_dir)
+    result = Records(records, skipped_lines, skipped_runs, kept_dirs, dirs)
+    message = result.warning()
+    if message and not quiet:
+        print(message, file=sys.stderr)
+    return result
+
+
+def _hashable(value):
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value
+
+
+def records_to_frame(records):
+    """One row per checkpoint (a Records, or a list of record dicts).
+
+    Columns: ``run_dir``, ``dataset``, ``algorithm``, ``test_envs`` (tuple),
+    ``trial_seed``, ``hparams_seed`` (shortcuts for the args), then every arg as
+    ``args.<name>``, every hyperparameter as ``hparams.<name>``, then the record's own
+    keys as they are (``step``, ``epoch``, ``env0_in_acc``, ``loss``, ...). Lists become
+    tuples so that every column can be grouped on.
+    """
+    import pandas as pd
+
+    rows = []
+    for record in getattr(records, "records", records):
+        args = record.get("args") or {}
+        hparams = record.get("hparams") or {}
+        row = {
+            "run_dir": record.get("run_dir"),
+            "dataset": args.get("dataset"),
+            "algorithm": args.get("algorithm"),
+            "test_envs": _hashable(args.get("test_envs")),
+            "trial_seed": args.get("trial_seed"),
+            "hparams_seed": args.get("hparams_seed"),
+        }
+        for key, value in args.items():
+            row[f"args.{key}"] = _hashable(value)
+        for key, value in hparams.items():
+            row[f"hparams.{key}"] = _hashable(value)
+        for key, value in record.items():
+            if key not in ("args", "hparams", "run_dir"):
+                row[key] = _hashable(value)
+        rows.append(row)
+    if not rows:
+        return pd.DataFrame(columns=["run_dir", "dataset", "algorithm", "test_envs",
+                                     "trial_seed", "hparams_seed"])
+    return pd.DataFrame(rows)
+
+
+def prediction_path(run_dir, step):
+    return os.path.join(os.fspath(run_dir), PREDICTIONS_DIR, f"step_{int(step):07d}.npz")
+
+
+def list_prediction_steps(run_dir):
+    """The checkpoint steps that have a predictions file in `run_dir`, ascending."""
+    directory = os.path.join(os.fspath(run_dir), PREDICTIONS_DIR)
+    if not os.path.isdir(directory):
+        return []
+    steps = []
+    for name in os.listdir(directory):
+        match = _STEP_FILE.match(name)
+        if match:
+            steps.append(int(match.group(1)))
+    return sorted(steps)
+
+
+def load_predictions(run_dir, step):
+    """The predictions of one checkpoint: a dict of arrays (id, env, split, label, pred,
+    correct, group, and logits when saved). Raises UserError when missing or corrupt."""
+    path = prediction_path(run_dir, step)
+    if not os.path.exists(path):
+        steps = list_prediction_steps(run_dir)
+        have = (f"steps with predictions: {', '.join(map(str, steps))}" if steps
+                else "this run has no predictions")
+        raise UserError(f"no predictions for step {step} in {os.fspath(run_dir)} ({have})")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+        raise UserError(f"corrupt predictions file {path}: {e}") from None
