@@ -1,0 +1,98 @@
+"""Feature-distribution alignment across training environments: MMD (Li et al. 2018) with a
+multi-bandwidth Gaussian kernel, and Deep CORAL (Sun & Saenko 2016) as mean + covariance
+matching, both as DomainBed implements them."""
+import torch
+import torch.nn.functional as F
+
+from domainbed.algorithms.erm import ERM
+from domainbed.hparams import Hparam
+from domainbed.registry import register_algorithm
+
+GAUSSIAN_GAMMAS = (0.001, 0.01, 0.1, 1, 10, 100, 1000)
+
+
+def squared_distances(x1, x2):
+    """Pairwise squared Euclidean distances via the expanded form (cheap on GPU, and the same
+    arithmetic as DomainBed), clamped away from 0 so the kernel's gradient stays finite."""
+    x1_norm = x1.pow(2).sum(dim=-1, keepdim=True)
+    x2_norm = x2.pow(2).sum(dim=-1, keepdim=True)
+    d = torch.addmm(x2_norm.transpose(-2, -1), x1, x2.transpose(-2, -1), alpha=-2)
+    return d.add_(x1_norm).clamp_min_(1e-30)
+
+
+def gaussian_kernel(x, y, gammas=GAUSSIAN_GAMMAS):
+    """Sum of exp(-gamma * |x - y|^2) over several bandwidths, so no single scale must fit."""
+    d = squared_distances(x, y)
+    k = torch.zeros_like(d)
+    for gamma in gammas:
+        k.add_(torch.exp(d.mul(-gamma)))
+    return k
+
+
+def mmd_gaussian(x, y, gammas=GAUSSIAN_GAMMAS):
+    """Biased estimate of the squared MMD between the samples x and y."""
+    kxx = gaussian_kernel(x, x, gammas).mean()
+    kyy = gaussian_kernel(y, y, gammas).mean()
+    kxy = gaussian_kernel(x, y, gammas).mean()
+    return kxx + kyy - 2 * kxy
+
+
+def mean_cov_distance(x, y):
+    """CORAL's discrepancy: mean squared difference of the means plus of the covariances."""
+    mean_x, mean_y = x.mean(0, keepdim=True), y.mean(0, keepdim=True)
+    cent_x, cent_y = x - mean_x, y - mean_y
+    cov_x = (cent_x.t() @ cent_x) / (len(x) - 1)
+    cov_y = (cent_y.t() @ cent_y) / (len(y) - 1)
+    return (mean_x - mean_y).pow(2).mean() + (cov_x - cov_y).pow(2).mean()
+
+
+class AbstractMMD(ERM):
+    """ERM plus `mmd_gamma` times the average discrepancy between the features of every pair
+    of training environments. Subclasses choose the discrepancy (gaussian or mean_cov)."""
+    HPARAMS = {
+        "mmd_gamma": Hparam(1.0, lambda r: 10 ** r.uniform(-1, 1)),
+    }
+
+    def __init__(self, input_shape, num_classes, num_domains, hparams, gaussian):
+        super().__init__(input_shape, num_classes, num_domains, hparams)
+        self.kernel_type = "gaussian" if gaussian else "mean_cov"
+
+    def gaussian_kernel(self, x, y, gamma=GAUSSIAN_GAMMAS):
+        return gaussian_kernel(x, y, gamma)
+
+    def mmd(self, x, y):
+        if self.kernel_type == "gaussian":
+            return mmd_gaussian(x, y)
+        return mean_cov_distance(x, y)
+
+    def update(self, minibatches, unlabeled=None):
+        n = len(minibatches)
+        features = [self.featurizer(x) for x, _ in minibatches]
+        objective, penalty = 0.0, 0.0
+        for i in range(n):
+            objective = objective + F.cross_entropy(self.classifier(features[i]),
+                                                    minibatches[i][1])
+            for j in range(i + 1, n):
+                penalty = penalty + self.mmd(features[i], features[j])
+        objective = objective / n
+        if n > 1:
+            penalty = penalty / (n * (n - 1) / 2)
+        self.optimizer_step(objective + self.hparams["mmd_gamma"] * penalty)
+        penalty = penalty.item() if torch.is_tensor(penalty) else float(penalty)
+        return {"loss": objective.item(), "penalty": penalty}
+
+
+@register_algorithm("MMD")
+class MMD(AbstractMMD):
+    """Match feature distributions with the multi-bandwidth Gaussian-kernel MMD."""
+
+    def __init__(self, input_shape, num_classes, num_domains, hparams):
+        super().__init__(input_shape, num_classes, num_domains, hparams, gaussian=True)
+
+
+@register_algorithm("CORAL")
+class CORAL(AbstractMMD):
+    """Match feature means and covariances (Deep CORAL)."""
+
+    def __init__(self, input_shape, num_classes, num_domains, hparams):
+        super().__init__(input_shape, num_classes, num_domains, hparams, gaussian=False)

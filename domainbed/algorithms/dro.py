@@ -1,0 +1,44 @@
+"""Group distributionally robust optimization over training environments
+(Sagawa et al. 2020, Algorithm 1, https://arxiv.org/abs/1911.08731)."""
+import torch
+import torch.nn.functional as F
+
+from domainbed.algorithms.erm import ERM
+from domainbed.hparams import Hparam
+from domainbed.registry import register_algorithm
+
+
+@register_algorithm("GroupDRO")
+class GroupDRO(ERM):
+    """Minimize a q-weighted sum of environment risks, where q rises exponentially (step
+    `groupdro_eta`) on the environments with high loss, approximating the worst environment.
+
+    `q` is a buffer so it is checkpointed; it starts as ones over the environments, as in
+    DomainBed, whose fresh state dicts hold an empty `q` (accepted when loading, see below).
+    """
+    HPARAMS = {
+        "groupdro_eta": Hparam(1e-2, lambda r: 10 ** r.uniform(-3, -1)),
+    }
+
+    def __init__(self, input_shape, num_classes, num_domains, hparams):
+        super().__init__(input_shape, num_classes, num_domains, hparams)
+        self.register_buffer("q", torch.ones(num_domains))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # q's length is that of the state being loaded (DomainBed saves an empty q before the
+        # first step), so adopt its shape instead of failing on a size mismatch.
+        saved = state_dict.get(prefix + "q")
+        if saved is not None and saved.shape != self.q.shape:
+            self.q = torch.empty_like(saved, device=self.q.device)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def update(self, minibatches, unlabeled=None):
+        device = minibatches[0][0].device
+        if len(self.q) != len(minibatches):
+            self.q = torch.ones(len(minibatches), device=device)
+        losses = torch.stack([F.cross_entropy(self.predict(x), y) for x, y in minibatches])
+        self.q *= (self.hparams["groupdro_eta"] * losses.detach()).exp()
+        self.q /= self.q.sum()
+        loss = torch.dot(losses, self.q)
+        self.optimizer_step(loss)
+        return {"loss": loss.item()}

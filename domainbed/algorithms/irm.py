@@ -1,0 +1,83 @@
+"""Invariant Risk Minimization (Arjovsky et al. 2019), as DomainBed implements it."""
+import torch
+import torch.autograd as autograd
+import torch.nn.functional as F
+
+from domainbed.algorithms.erm import ERM
+from domainbed.hparams import Hparam
+from domainbed.registry import register_algorithm
+
+
+def split_logits(all_logits, minibatches):
+    """The per-environment slices of logits computed in one pass over the concatenated batch."""
+    out, start = [], 0
+    for x, y in minibatches:
+        out.append((all_logits[start:start + x.shape[0]], y))
+        start += x.shape[0]
+    return out
+
+
+def irm_penalty(logits, y):
+    """IRMv1 penalty: the squared gradient of the risk w.r.t. a dummy scale on the logits,
+    estimated without bias as the product of the gradients on the even and odd halves."""
+    scale = torch.tensor(1.0, device=logits.device, requires_grad=True)
+    loss_1 = F.cross_entropy(logits[::2] * scale, y[::2])
+    loss_2 = F.cross_entropy(logits[1::2] * scale, y[1::2])
+    grad_1 = autograd.grad(loss_1, [scale], create_graph=True)[0]
+    grad_2 = autograd.grad(loss_2, [scale], create_graph=True)[0]
+    return torch.sum(grad_1 * grad_2)
+
+
+class AnnealedPenalty(ERM):
+    """ERM plus a penalty whose weight is 1 for the first `<prefix>_penalty_anneal_iters` steps
+    and `<prefix>_lambda` after; Adam is rebuilt at the switch because the sudden jump in
+    gradient scale would otherwise be smoothed by stale moment estimates.
+
+    `update_count` is a buffer (shape [1], as DomainBed) so it is saved in state dicts and a
+    resumed run anneals at the same step.
+    """
+    PREFIX = None
+
+    def __init__(self, input_shape, num_classes, num_domains, hparams):
+        super().__init__(input_shape, num_classes, num_domains, hparams)
+        self.register_buffer("update_count", torch.tensor([0]))
+
+    @property
+    def anneal_iters(self):
+        return self.hparams[f"{self.PREFIX}_penalty_anneal_iters"]
+
+    def penalty_weight(self):
+        if int(self.update_count.item()) >= self.anneal_iters:
+            return self.hparams[f"{self.PREFIX}_lambda"]
+        return 1.0
+
+    def optimizer_step(self, loss):
+        if int(self.update_count.item()) == self.anneal_iters:
+            self.optimizer = self.new_optimizer()
+        super().optimizer_step(loss)
+        self.update_count += 1
+
+
+@register_algorithm("IRM")
+class IRM(AnnealedPenalty):
+    """Invariant Risk Minimization: average risk plus the IRMv1 penalty per environment."""
+    PREFIX = "irm"
+    HPARAMS = {
+        "irm_lambda": Hparam(1e2, lambda r: 10 ** r.uniform(-1, 5)),
+        "irm_penalty_anneal_iters": Hparam(500, lambda r: int(10 ** r.uniform(0, 4))),
+    }
+
+    _irm_penalty = staticmethod(irm_penalty)  # DomainBed's name, for ported subclasses
+
+    def update(self, minibatches, unlabeled=None):
+        weight = self.penalty_weight()
+        all_logits = self.network(torch.cat([x for x, _ in minibatches]))
+        nll, penalty = 0.0, 0.0
+        for logits, y in split_logits(all_logits, minibatches):
+            nll = nll + F.cross_entropy(logits, y)
+            penalty = penalty + irm_penalty(logits, y)
+        nll = nll / len(minibatches)
+        penalty = penalty / len(minibatches)
+        loss = nll + weight * penalty
+        self.optimizer_step(loss)
+        return {"loss": loss.item(), "nll": nll.item(), "penalty": penalty.item()}
