@@ -1,0 +1,321 @@
+"""Model selection over hyperparameters and checkpoints, with DomainBed's semantics.
+
+Records (dicts, as read by ``domainbed.records``) are grouped as DomainBed groups them:
+by (trial_seed, dataset, algorithm, test_env), a run with two test envs belonging to
+both groups (leave-one-domain-out needs those runs). Inside a group the runs of one
+hyperparameter setting (same ``hparams_seed`` and hyperparameter values) form a candidate;
+a method gives each candidate a validation and a test accuracy and the sweep keeps the
+test accuracy of the candidate with the best validation accuracy.
+
+Beyond DomainBed, runs on different data (data source, fingerprint, data seed,
+precision in their args) are never pooled: such variants of one dataset get their own
+label, e.g. ``ColoredMNIST[data_seed=1]``.
+
+Methods: IIDAccuracySelectionMethod (training-domain validation set),
+LeaveOneOutSelectionMethod (leave-one-domain-out cross-validation),
+OracleSelectionMethod (test-domain validation set, last checkpoint) and
+WorstGroupSelectionMethod (best mean worst-group accuracy on the training domains'
+validation splits, reporting worst-group accuracy on the test domain).
+"""
+import collections
+import itertools
+import json
+import math
+import re
+
+import numpy as np
+
+from domainbed.errors import UserError
+
+DATA_KEYS = ("data_source", "data_fingerprint", "data_seed", "precision")
+_WGA_KEY = re.compile(r"^env\d+_(in|out)_wga$")
+
+GroupKey = collections.namedtuple("GroupKey", "trial_seed dataset algorithm test_env")
+
+
+def _value(record, key):
+    """record[key] as a finite float, or None."""
+    value = record.get(key)
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _test_envs(record):
+    return list(record["args"].get("test_envs") or [])
+
+
+def num_envs(record):
+    """Number of environments in a record: env0_out_acc, env1_out_acc, ... (as DomainBed)."""
+    for i in itertools.count():
+        if f"env{i}_out_acc" not in record:
+            return i
+
+
+def single_test_env_records(records):
+    """The records with exactly one test env (DomainBed's get_test_records)."""
+    return [r for r in records if len(_test_envs(r)) == 1]
+
+
+def data_key(args):
+    """What identifies a run's data (None for DomainBed's own records)."""
+    return tuple(args.get(k) for k in DATA_KEYS)
+
+
+def hparams_key(record):
+    """Identifies one hyperparameter setting inside a (trial_seed, dataset, algorithm)."""
+    args = record["args"]
+    return (str(args.get("hparams_seed")),
+            json.dumps(record.get("hparams"), sort_keys=True, default=str))
+
+
+def has_worst_group(records):
+    """Whether any record carries worst-group accuracies (env{i}_{in,out}_wga)."""
+    return any(_WGA_KEY.match(k) for r in records for k in r)
+
+
+def dataset_labels(records):
+    """{(dataset, data_key): label}: the dataset's name, or where one dataset was run on
+    several data variants, the name plus the args that tell the variants apart."""
+    variants = collections.defaultdict(set)
+    for r in records:
+        args = r["args"]
+        variants[args.get("dataset")].add(data_key(args))
+    labels = {}
+    for dataset, keys in variants.items():
+        if len(keys) == 1:
+            labels[(dataset, next(iter(keys)))] = str(dataset)
+            continue
+        keys = sorted(keys, key=repr)
+        differing = [i for i, name in enumerate(DATA_KEYS)
+                     if len({k[i] for k in keys}) > 1]
+        for k in keys:
+            parts = []
+            for i in differing:
+                value = k[i]
+                if DATA_KEYS[i] == "data_fingerprint" and isinstance(value, str):
+                    value = value[:8]
+                parts.append(f"{DATA_KEYS[i]}={value}")
+            labels[(dataset, k)] = f"{dataset}[{','.join(parts)}]"
+    return labels
+
+
+def dataset_label(record, labels):
+    args = record["args"]
+    return labels[(args.get("dataset"), data_key(args))]
+
+
+def group_records(records, labels=None):
+    """{GroupKey: [records]}; a record with several test envs is in each of their groups.
+    Records whose args lack dataset/algorithm/trial_seed/test_envs are left out."""
+    labels = dataset_labels(records) if labels is None else labels
+    groups = collections.defaultdict(list)
+    for r in records:
+        args = r["args"]
+        if any(args.get(k) is None for k in ("dataset", "algorithm", "trial_seed")):
+            continue
+        for test_env in _test_envs(r):
+            groups[GroupKey(args["trial_seed"], dataset_label(r, labels),
+                            args["algorithm"], test_env)].append(r)
+    return dict(groups)
+
+
+def _hparams_sort_key(key):
+    seed = key[0]
+    return (0, int(seed), key[1]) if seed.lstrip("-").isdigit() else (1, seed, key[1])
+
+
+class SelectionMethod:
+    """Strategy for choosing hyperparameters and checkpoint. Class-level, as DomainBed."""
+    name = None       # as printed in table headers
+    key = None        # as spelled on the command line
+    metric = "accuracy"
+
+    def __init__(self):
+        raise TypeError("selection methods are used through their class methods")
+
+    @classmethod
+    def run_acc(cls, run_records):
+        """Records of one hyperparameter setting (one group) -> {val_acc, test_acc,
+        step, run_dir} of the chosen checkpoint, or None when none can be chosen."""
+        raise NotImplementedError
+
+    @classmethod
+    def hparams_accs(cls, records):
+        """Records of one group -> [(run_acc, run_records)], best val_acc first."""
+        by_hparams = collections.defaultdict(list)
+        for r in records:
+            by_hparams[hparams_key(r)].append(r)
+        accs = []
+        for key in sorted(by_hparams, key=_hparams_sort_key):
+            acc = cls.run_acc(by_hparams[key])
+            if acc is not None:
+                accs.append((acc, by_hparams[key]))
+        return sorted(accs, key=lambda a: a[0]["val_acc"], reverse=True)
+
+    @classmethod
+    def sweep_acc(cls, records):
+        """Records of one group -> test accuracy of the selected model, or None."""
+        accs = cls.hparams_accs(records)
+        return accs[0][0]["test_acc"] if accs else None
+
+    @classmethod
+    def _choice(cls, val_acc, test_acc, record):
+        if val_acc is None or test_acc is None:
+            return None
+        return {"val_acc": float(val_acc), "test_acc": float(test_acc),
+                "step": record.get("step"), "run_dir": record.get("run_dir")}
+
+
+class _TrainingDomainMethod(SelectionMethod):
+    """Argmax over all checkpoints of a mean over the training envs' `out` splits."""
+    val_suffix = "out_acc"
+    test_suffix = "in_acc"
+
+    @classmethod
+    def _step_acc(cls, record):
+        test_env = _test_envs(record)[0]
+        vals = [_value(record, f"env{i}_{cls.val_suffix}")
+                for i in range(num_envs(record)) if i != test_env]
+        vals = [v for v in vals if v is not None]
+        if not vals:
+            return None
+        return cls._choice(float(np.mean(vals)),
+                           _value(record, f"env{test_env}_{cls.test_suffix}"), record)
+
+    @classmethod
+    def run_acc(cls, run_records):
+        best = None
+        for record in single_test_env_records(run_records):
+            acc = cls._step_acc(record)
+            if acc is not None and (best is None or acc["val_acc"] > best["val_acc"]):
+                best = acc
+        return best
+
+
+class IIDAccuracySelectionMethod(_TrainingDomainMethod):
+    """Picks argmax(mean(env_out_acc for env in train_envs))."""
+    name = "training-domain validation set"
+    key = "training_domain"
+
+
+class WorstGroupSelectionMethod(_TrainingDomainMethod):
+    """Picks argmax(mean(env_out_wga for env in train_envs)); reports the test env's
+    worst-group accuracy (env{test}_in_wga)."""
+    name = "training-domain worst-group validation (worst-group test accuracy)"
+    key = "worst_group"
+    metric = "worst-group accuracy"
+    val_suffix = "out_wga"
+    test_suffix = "in_wga"
+
+
+class OracleSelectionMethod(SelectionMethod):
+    """Best test-env `out` accuracy over hyperparameters, at the last checkpoint only
+    (no early stopping)."""
+    name = "test-domain validation set (oracle)"
+    key = "oracle"
+
+    @classmethod
+    def run_acc(cls, run_records):
+        run_records = single_test_env_records(run_records)
+        if not run_records:
+            return None
+        test_env = _test_envs(run_records[0])[0]
+        last = sorted(run_records, key=lambda r: r.get("step", 0))[-1]
+        return cls._choice(_value(last, f"env{test_env}_out_acc"),
+                           _value(last, f"env{test_env}_in_acc"), last)
+
+
+class LeaveOneOutSelectionMethod(SelectionMethod):
+    """Picks (hparams, step) by leave-one-domain-out cross-validation: the validation
+    accuracy of a step is the mean, over training envs v, of env{v}_in_acc in the run
+    whose test envs are {test_env, v}. Needs those two-test-env runs."""
+    name = "leave-one-domain-out cross-validation"
+    key = "leave_one_out"
+
+    @classmethod
+    def _step_acc(cls, records):
+        tests = single_test_env_records(records)
+        if len(tests) != 1:
+            return None
+        test = tests[0]
+        test_env = _test_envs(test)[0]
+        n_envs = num_envs(records[0])
+        if n_envs < 2:
+            return None
+        val_accs = [None] * n_envs
+        for r in records:
+            envs = _test_envs(r)
+            if len(envs) != 2 or test_env not in envs:
+                continue
+            val_env = (set(envs) - {test_env}).pop()
+            if 0 <= val_env < n_envs:
+                val_accs[val_env] = _value(r, f"env{val_env}_in_acc")
+        val_accs = val_accs[:test_env] + val_accs[test_env + 1:]
+        if any(v is None for v in val_accs):
+            return None
+        return cls._choice(sum(val_accs) / (n_envs - 1),
+                           _value(test, f"env{test_env}_in_acc"), test)
+
+    @classmethod
+    def run_acc(cls, run_records):
+        by_step = collections.defaultdict(list)
+        for r in run_records:
+            by_step[r.get("step")].append(r)
+        best = None
+        for step in by_step:
+            acc = cls._step_acc(by_step[step])
+            if acc is not None and (best is None or acc["val_acc"] > best["val_acc"]):
+                best = acc
+        return best
+
+
+SELECTION_METHODS = {
+    m.key: m for m in (IIDAccuracySelectionMethod, LeaveOneOutSelectionMethod,
+                       OracleSelectionMethod, WorstGroupSelectionMethod)
+}
+ALIASES = {"iid": "training_domain", "training_domain_validation": "training_domain",
+           "loo": "leave_one_out", "test_domain": "oracle", "wga": "worst_group",
+           "worst_group_accuracy": "worst_group"}
+DOMAINBED_METHODS = (IIDAccuracySelectionMethod, LeaveOneOutSelectionMethod,
+                     OracleSelectionMethod)
+
+
+def get_selection_method(name):
+    """A selection method class by its command-line name (or class name)."""
+    key = ALIASES.get(name.lower().replace("-", "_"), name.lower().replace("-", "_"))
+    if key in SELECTION_METHODS:
+        return SELECTION_METHODS[key]
+    for method in SELECTION_METHODS.values():
+        if name == method.__name__:
+            return method
+    raise UserError(f"unknown selection method {name!r}; valid selection methods: "
+                    f"{', '.join(SELECTION_METHODS)}")
+
+
+def select(records, method, labels=None):
+    """Run `method` on every group: a pandas DataFrame with one row per
+    (trial_seed, dataset, algorithm, test_env) where a model could be selected, columns
+    trial_seed, dataset, algorithm, test_env, val_acc, test_acc (= DomainBed's sweep
+    accuracy), step, run_dir, hparams_seed, n_candidates."""
+    import pandas as pd
+
+    records = getattr(records, "records", records)
+    rows = []
+    for key, group in group_records(records, labels).items():
+        accs = method.hparams_accs(group)
+        if not accs:
+            continue
+        best, run_records = accs[0]
+        rows.append({**key._asdict(), "val_acc": best["val_acc"],
+                     "test_acc": best["test_acc"], "step": best["step"],
+                     "run_dir": best["run_dir"],
+                     "hparams_seed": run_records[0]["args"].get("hparams_seed"),
+                     "n_candidates": len(accs)})
+    columns = list(GroupKey._fields) + ["val_acc", "test_acc", "step", "run_dir",
+                                        "hparams_seed", "n_candidates"]
+    return pd.DataFrame(rows, columns=columns)
