@@ -1,0 +1,202 @@
+"""Results tables of a sweep, as DomainBed's collect_results prints them.
+
+    python -m domainbed.scripts.collect_results --input_dir SWEEP_DIR
+        [--latex | --format text|markdown|latex|csv]
+        [--selection_methods training_domain leave_one_out oracle worst_group]
+
+For each model selection method: one table per dataset (rows: algorithms, columns: test
+environments, cells: mean +/- standard error over trials of the selected model's test
+accuracy, 'X' where missing, and their Avg), then a table of averages over datasets.
+Datasets whose records carry worst-group accuracies also get a worst-group section.
+Works from the records alone; the tables are also saved as results.<txt|md|tex|csv> in
+the input directory, as DomainBed does (unless --no_save).
+"""
+import argparse
+import collections
+import os
+import sys
+
+from domainbed import model_selection, reporting
+from domainbed.errors import UnknownNameError, UserError, run_cli
+from domainbed.records import load_records
+
+# DomainBed's own orders for its datasets and algorithms; other names follow, sorted.
+DOMAINBED_DATASETS = [
+    "Debug28", "Debug224", "ColoredMNIST", "RotatedMNIST", "VLCS", "PACS", "OfficeHome",
+    "TerraIncognita", "DomainNet", "SVIRO", "WILDSCamelyon", "WILDSFMoW", "CMNISTMod",
+    "SpawriousO2O_easy", "SpawriousO2O_medium", "SpawriousO2O_hard",
+    "SpawriousM2M_easy", "SpawriousM2M_medium", "SpawriousM2M_hard"]
+DOMAINBED_ALGORITHMS = [
+    "ERM", "ERMPlusPlus", "Fish", "IRM", "GroupDRO", "Mixup", "MLDG", "CORAL", "MMD", "DANN",
+    "CDANN", "MTL", "SagNet", "ARM", "VREx", "RSC", "SD", "ANDMask", "SANDMask", "IGA",
+    "SelfReg", "Fishr", "TRM", "IB_ERM", "IB_IRM", "CAD", "CondCAD", "Transfer",
+    "CausIRL_CORAL", "CausIRL_MMD", "EQRM", "RDM", "ADRMX", "URM"]
+
+
+def order_names(names, canonical):
+    names = set(names)
+    known = [n for n in canonical if n in names]
+    return known + sorted((n for n in names if n not in canonical), key=str)
+
+
+def registered_environments(dataset):
+    """ENVIRONMENTS of a registered dataset class, or None (unknown, or not importable)."""
+    try:
+        from domainbed.registry import get_dataset_class
+        return list(get_dataset_class(dataset).ENVIRONMENTS or [])
+    except (UnknownNameError, ImportError):
+        return None
+
+
+class DatasetInfo:
+    """What the tables need to know about one dataset (label) from its records."""
+
+    def __init__(self, label, records):
+        self.label = label
+        self.name = records[0]["args"].get("dataset")
+        self.n_envs = max(model_selection.num_envs(r) for r in records)
+        self.has_worst_group = model_selection.has_worst_group(records)
+        self.env_names = self._env_names(records)
+
+    def _env_names(self, records):
+        for r in records:
+            names = r["args"].get("env_names")
+            if isinstance(names, list) and len(names) == self.n_envs:
+                return [str(n) for n in names]
+        names = registered_environments(self.name)
+        if names and len(names) == self.n_envs:
+            return [str(n) for n in names]
+        return [str(i) for i in range(self.n_envs)]
+
+
+def dataset_infos(records, labels):
+    by_label = collections.defaultdict(list)
+    for r in records:
+        if r["args"].get("dataset") is not None:
+            by_label[model_selection.dataset_label(r, labels)].append(r)
+    infos = {label: DatasetInfo(label, rs) for label, rs in by_label.items()}
+    base_order = order_names({i.name for i in infos.values()}, DOMAINBED_DATASETS)
+    ordered = sorted(infos.values(), key=lambda i: (base_order.index(i.name), i.label))
+    return {i.label: i for i in ordered}
+
+
+def build_section(records, method, infos, algorithms, labels):
+    """One Section: a table per dataset in `infos`, then the averages table."""
+    selected = model_selection.select(records, method, labels)
+    accs = collections.defaultdict(list)       # (dataset, algorithm, test_env) -> accs
+    for row in selected.itertuples(index=False):
+        accs[(row.dataset, row.algorithm, row.test_env)].append((row.trial_seed,
+                                                                  row.test_acc))
+    tables = []
+    for info in infos.values():
+        envs = list(range(info.n_envs))
+        cells = [[reporting.summarize(a for _, a in accs[(info.label, alg, e)])
+                  for e in envs] for alg in algorithms]
+        tables.append(reporting.Table(
+            title=f"Dataset: {info.label}, model selection method: {method.name}",
+            heading=info.label, columns=info.env_names, rows=list(algorithms),
+            cells=cells, avg=[reporting.row_average(c) for c in cells],
+            colwidth=20, env_indices=envs))
+
+    avg_cells = []
+    for alg in algorithms:
+        row = []
+        for info in infos.values():
+            by_trial = collections.defaultdict(list)
+            for e in range(info.n_envs):
+                for trial_seed, acc in accs[(info.label, alg, e)]:
+                    by_trial[trial_seed].append(acc)
+            row.append(reporting.summarize(
+                sum(v) / len(v) for v in by_trial.values()))
+        avg_cells.append(row)
+    tables.append(reporting.Table(
+        title=f"Averages, model selection method: {method.name}", heading="Averages",
+        columns=list(infos), rows=list(algorithms), cells=avg_cells,
+        avg=[reporting.row_average(c) for c in avg_cells], colwidth=25))
+    return reporting.Section(method.name, tables, method.key)
+
+
+def build_report(records, methods=None):
+    """Records -> reporting.Report. `methods`: selection method classes; default
+    DomainBed's three, plus worst-group selection when any record has worst-group
+    accuracies. Worst-group tables cover only the datasets that have them."""
+    records = getattr(records, "records", records)
+    labels = model_selection.dataset_labels(records)
+    infos = dataset_infos(records, labels)
+    if methods is None:
+        methods = list(model_selection.DOMAINBED_METHODS)
+        if any(i.has_worst_group for i in infos.values()):
+            methods.append(model_selection.WorstGroupSelectionMethod)
+    sections = []
+    for method in methods:
+        section_infos, section_records = infos, records
+        if method is model_selection.WorstGroupSelectionMethod:
+            section_infos = {k: i for k, i in infos.items() if i.has_worst_group}
+            if not section_infos:
+                print("warning: no records carry worst-group accuracies (env*_wga); "
+                      "no worst-group tables", file=sys.stderr)
+                continue
+            section_records = [r for r in records
+                               if model_selection.dataset_label(r, labels) in section_infos]
+        algorithms = order_names({r["args"].get("algorithm") for r in section_records
+                                  if r["args"].get("algorithm") is not None},
+                                 DOMAINBED_ALGORITHMS)
+        sections.append(build_section(section_records, method, section_infos, algorithms,
+                                      labels))
+    return reporting.Report(len(records), sections)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description="Results tables of a sweep (DomainBed's collect_results)")
+    parser.add_argument("--input_dir", required=True, nargs="+",
+                        help="sweep output directory (or several)")
+    parser.add_argument("--latex", action="store_true", help="same as --format latex")
+    parser.add_argument("--format", choices=reporting.FORMATS, default=None)
+    parser.add_argument("--selection_methods", nargs="+", default=None,
+                        metavar="METHOD",
+                        help="any of: " + ", ".join(model_selection.SELECTION_METHODS) +
+                        " (default: the first three, plus worst_group where records have "
+                        "worst-group accuracies)")
+    parser.add_argument("--include_unfinished", action="store_true",
+                        help="also read runs without a 'done' marker")
+    parser.add_argument("--no_save", action="store_true",
+                        help="do not write results.<ext> into the input directory")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.latex and args.format not in (None, "latex"):
+        raise UserError(f"--latex conflicts with --format {args.format}")
+    fmt = "latex" if args.latex else (args.format or "text")
+    methods = None
+    if args.selection_methods:
+        methods = [model_selection.get_selection_method(n) for n in args.selection_methods]
+
+    loaded = load_records(args.input_dir, require_done=not args.include_unfinished,
+                          quiet=True)
+    where = ", ".join(args.input_dir)
+    if not loaded.records:
+        skipped = loaded.warning()
+        detail = f" ({skipped.split(': ', 1)[1].rsplit(' under ', 1)[0]})" if skipped \
+            else ""
+        raise UserError(f"no records found under {where}{detail}")
+    if loaded.warning():
+        print(loaded.warning(), file=sys.stderr)
+
+    text = reporting.render(build_report(loaded, methods), fmt)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    if not args.no_save and len(args.input_dir) == 1:
+        path = os.path.join(args.input_dir[0], f"results.{reporting.SUFFIXES[fmt]}")
+        try:
+            from domainbed.fileio import atomic_write_text
+            atomic_write_text(path, text)
+        except OSError as e:
+            print(f"warning: could not save {path}: {e}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)
