@@ -1,0 +1,154 @@
+"""domainbed.records: reading run directories (ours and DomainBed's), skip-and-count of
+corrupt lines and unfinished runs, the DataFrame view, per-example predictions."""
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from domainbed.errors import UserError
+from domainbed.fileio import atomic_savez
+from domainbed.records import (list_prediction_steps, load_predictions, load_records,
+                               records_to_frame)
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SWEEP = SHARED / "domainbed_test_sweep" / "test_sweep_data"
+
+
+def record(step, test_envs=(0,), trial_seed=0, hparams_seed=0, **extra):
+    rec = {"args": {"dataset": "Toy", "algorithm": "ERM", "test_envs": list(test_envs),
+                    "trial_seed": trial_seed, "hparams_seed": hparams_seed},
+           "hparams": {"lr": 0.001}, "step": step, "epoch": step / 10,
+           "env0_in_acc": 0.5, "env0_out_acc": 0.5, "env1_in_acc": 0.7,
+           "env1_out_acc": 0.6}
+    rec.update(extra)
+    return rec
+
+
+def write_run(run_dir, records, done=True, tail=""):
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps(r) + "\n" for r in records) + tail
+    (run_dir / "results.jsonl").write_text(text)
+    if done:
+        (run_dir / "done").write_text("done")
+    return run_dir
+
+
+def test_reads_runs_at_any_depth_and_adds_run_dir(tmp_path, capsys):
+    a = write_run(tmp_path / "a", [record(0), record(100)])
+    b = write_run(tmp_path / "sweep2" / "nested" / "b", [record(0, trial_seed=1)])
+    loaded = load_records(tmp_path)
+    assert len(loaded) == 3 and len(loaded.records) == 3
+    assert loaded.skipped_lines == 0 and loaded.skipped_runs == 0
+    assert sorted({r["run_dir"] for r in loaded}) == sorted([str(a), str(b)])
+    assert capsys.readouterr().err == ""   # nothing skipped, nothing said
+
+
+def test_corrupt_lines_and_unfinished_runs_are_skipped_and_counted_once(tmp_path, capsys):
+    write_run(tmp_path / "good", [record(0), record(100)],
+              tail='{"args": {"dataset": "Toy"}, "env0_in')          # truncated last line
+    bad = write_run(tmp_path / "bad", [record(0)])
+    with open(bad / "results.jsonl", "a") as f:
+        f.write("not json at all\n[1, 2, 3]\n\n" + json.dumps(record(200)) + "\n")
+    write_run(tmp_path / "running", [record(0)], done=False)
+    write_run(tmp_path / "killed", [], done=False, tail='{"args": {')
+    loaded = load_records(tmp_path)
+    assert loaded.skipped_lines == 3       # truncated, not json, not a record
+    assert loaded.skipped_runs == 2        # no done marker
+    assert len(loaded) == 4
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1
+    assert "3 corrupt or truncated" in err and "2 runs without" in err
+
+
+def test_require_done_false_reads_unfinished_runs(tmp_path, capsys):
+    write_run(tmp_path / "running", [record(0), record(100)], done=False)
+    assert len(load_records(tmp_path)) == 0
+    loaded = load_records(tmp_path, require_done=False)
+    assert len(loaded) == 2 and loaded.skipped_runs == 0
+
+
+def test_quiet_keeps_the_warning_available(tmp_path, capsys):
+    write_run(tmp_path / "running", [record(0)], done=False)
+    loaded = load_records(tmp_path, quiet=True)
+    assert capsys.readouterr().err == ""
+    assert "1 run without" in loaded.warning()
+
+
+def test_missing_input_dir_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        load_records(tmp_path / "nope")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match="not a directory"):
+        load_records(tmp_path / "file")
+
+
+def test_several_input_dirs(tmp_path):
+    write_run(tmp_path / "one" / "r", [record(0)])
+    write_run(tmp_path / "two" / "r", [record(0), record(1)])
+    assert len(load_records([tmp_path / "one", tmp_path / "two"])) == 3
+
+
+def test_records_to_frame(tmp_path):
+    write_run(tmp_path / "a", [record(0, test_envs=(0, 1), loss=0.3), record(100)])
+    frame = records_to_frame(load_records(tmp_path))
+    assert len(frame) == 2
+    for column in ["run_dir", "dataset", "algorithm", "test_envs", "trial_seed",
+                   "hparams_seed", "args.dataset", "hparams.lr", "step", "env1_in_acc",
+                   "loss"]:
+        assert column in frame.columns, column
+    assert frame["test_envs"].tolist() == [(0, 1), (0,)]
+    assert frame.groupby("test_envs").size().to_dict() == {(0,): 1, (0, 1): 1}
+    assert frame["loss"].isna().tolist() == [False, True]
+    # A plain list of dicts works too, and no records give an empty frame.
+    assert len(records_to_frame([record(5)])) == 1
+    assert len(records_to_frame([])) == 0
+
+
+def test_predictions_round_trip(tmp_path):
+    run = write_run(tmp_path / "run", [record(0), record(100)])
+    assert list_prediction_steps(run) == []
+    n = 6
+    arrays = {"id": np.arange(n, dtype=np.int64), "env": np.zeros(n, np.int16),
+              "split": np.array([0, 0, 1, 1, 2, 2], np.int8),
+              "label": np.ones(n, np.int64), "pred": np.ones(n, np.int64),
+              "correct": np.ones(n, np.uint8), "group": -np.ones(n, np.int64)}
+    for step in (100, 0):
+        atomic_savez(run / "predictions" / f"step_{step:07d}.npz", **arrays)
+    (run / "predictions" / "notes.txt").write_text("ignored")
+    assert list_prediction_steps(run) == [0, 100]
+    loaded = load_predictions(run, 100)
+    assert set(loaded) == set(arrays)
+    np.testing.assert_array_equal(loaded["split"], arrays["split"])
+    assert loaded["env"].dtype == np.int16
+    with pytest.raises(UserError, match="no predictions for step 5.*0, 100"):
+        load_predictions(run, 5)
+    (run / "predictions" / "step_0000200.npz").write_bytes(b"PK\x03\x04garbage")
+    with pytest.raises(UserError, match="corrupt predictions"):
+        load_predictions(run, 200)
+    # The predictions folder is not mistaken for a run directory.
+    assert len(load_records(tmp_path).run_dirs) == 1
+
+
+def test_reads_domainbed_published_sweep(tmp_path):
+    if not SWEEP.is_dir():
+        pytest.skip(f"DomainBed's test sweep is not available at {SWEEP}")
+    loaded = load_records(SWEEP)
+    assert len(loaded) == 200
+    assert loaded.skipped_lines == 0 and loaded.skipped_runs == 0
+    assert {r["args"]["dataset"] for r in loaded} == {"VLCS"}
+    frame = records_to_frame(loaded)
+    assert len(frame) == 200 and frame["run_dir"].nunique() == len(loaded.run_dirs)
+    # A copy with one run unfinished and one line cut short still loads.
+    copy = tmp_path / "sweep"
+    shutil.copytree(SWEEP, copy)
+    runs = sorted(p.parent for p in copy.glob("*/results.jsonl"))
+    (runs[0] / "done").unlink()
+    lines = (runs[1] / "results.jsonl").read_text().splitlines(keepends=True)
+    (runs[1] / "results.jsonl").write_text("".join(lines[:-1]) + lines[-1][:40])
+    partial = load_records(copy, quiet=True)
+    assert partial.skipped_runs == 1 and partial.skipped_lines == 1
+    n_first = sum(1 for _ in open(runs[0] / "results.jsonl"))
+    assert len(partial) == 200 - n_first - 1
