@@ -1,0 +1,342 @@
+"""Sweep and launchers: job construction (as DomainBed), states, launch / resume /
+delete, launchers. Jobs run a tiny fake train script unless the real one is tested."""
+import fcntl
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from domainbed import launchers
+from domainbed.errors import UnknownNameError, UserError
+from domainbed.hparams import seed_hash
+from domainbed.registry import ALGORITHMS, DATASETS
+from domainbed.scripts import sweep
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATASET, ALGORITHM = "_SweepTest3", "_SweepTestAlg"
+
+FAKE_TRAIN = textwrap.dedent("""
+    import json, os, sys, time
+    argv = sys.argv[1:]
+    out = argv[argv.index("--output_dir") + 1]
+    test_env = argv[argv.index("--test_envs") + 1]
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "runs.txt"), "a") as f:
+        f.write(json.dumps({"argv": argv,
+                            "cuda": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\\n")
+    print("training", out)
+    if os.environ.get("FAKE_FAIL_ENV") == test_env:
+        with open(os.path.join(out, "err.txt"), "w") as f:
+            f.write("Traceback (most recent call last):\\nValueError: boom\\n")
+        sys.exit(3)
+    if os.environ.get("FAKE_HANG_ENV") == test_env:
+        time.sleep(120)
+    open(os.path.join(out, "done"), "w").close()
+""")
+
+
+@pytest.fixture
+def fake_names():
+    """A registered 3-env dataset and an algorithm, removed afterwards."""
+    class Data:
+        ENVIRONMENTS = ["a", "b", "c"]
+
+    class Alg:
+        pass
+    DATASETS._load()
+    ALGORITHMS._load()
+    DATASETS.register(DATASET)(Data)
+    ALGORITHMS.register(ALGORITHM)(Alg)
+    yield
+    DATASETS._classes.pop(DATASET, None)
+    ALGORITHMS._classes.pop(ALGORITHM, None)
+
+
+@pytest.fixture
+def fake_train(tmp_path, monkeypatch, fake_names):
+    script = tmp_path / "fake_train.py"
+    script.write_text(FAKE_TRAIN)
+    monkeypatch.setattr(sweep, "TRAIN_COMMAND", [sys.executable, str(script)])
+    monkeypatch.delenv("FAKE_FAIL_ENV", raising=False)
+    monkeypatch.delenv("FAKE_HANG_ENV", raising=False)
+    return [sys.executable, str(script)]
+
+
+def flags(out, *extra, launcher="local"):
+    return ["--datasets", DATASET, "--algorithms", ALGORITHM, "--data_dir", "/data",
+            "--output_dir", str(out), "--command_launcher", launcher, "--n_trials", "1",
+            "--n_hparams", "1", "--single_test_envs", "--skip_confirmation", *extra]
+
+
+def jobs_for(out, *extra):
+    args = sweep.build_parser().parse_args(["status"] + flags(out, *extra))
+    args_list = sweep.make_args_list(
+        args.n_trials, args.datasets, args.algorithms, args.n_hparams_from, args.n_hparams,
+        args.steps, args.data_dir, args.task, args.holdout_fraction, args.single_test_envs,
+        args.hparams, {n: getattr(args, n) for n in sweep.PASS_THROUGH})
+    return [sweep.Job(a, str(out)) for a in args_list]
+
+
+def runs(job):
+    path = os.path.join(job.output_dir, "runs.txt")
+    if not os.path.exists(path):
+        return []
+    return [json.loads(line) for line in open(path)]
+
+
+# ------------------------------------------------------------------ job construction
+def test_make_args_list_matches_domainbed(fake_names):
+    args_list = sweep.make_args_list(
+        n_trials=2, dataset_names=[DATASET], algorithms=[ALGORITHM], n_hparams_from=0,
+        n_hparams=2, steps=None, data_dir="/d", task="domain_generalization",
+        holdout_fraction=0.2, single_test_envs=False, hparams=None)
+    assert len(args_list) == 2 * 6 * 2
+    envs = [a["test_envs"] for a in args_list if a["trial_seed"] == 0 and
+            a["hparams_seed"] == 0]
+    assert envs == [[0], [0, 1], [0, 2], [1], [1, 2], [2]]
+    first = args_list[0]
+    assert first == {"dataset": DATASET, "algorithm": ALGORITHM, "test_envs": [0],
+                     "holdout_fraction": 0.2, "hparams_seed": 0, "data_dir": "/d",
+                     "task": "domain_generalization", "trial_seed": 0,
+                     "seed": seed_hash(DATASET, ALGORITHM, [0], 0, 0)}
+    job = sweep.Job(first, "/sweep")
+    digest = hashlib.md5(json.dumps(first, sort_keys=True).encode()).hexdigest()
+    assert job.output_dir == os.path.join("/sweep", digest)
+    assert job.state == launchers.NOT_LAUNCHED
+
+
+def test_unset_pass_through_flags_keep_domainbed_hashes(tmp_path, fake_names):
+    plain = jobs_for(tmp_path)
+    extra = jobs_for(tmp_path, "--steps", "5", "--hparams", '{"lr": 0.1}',
+                     "--data_seed", "3", "--save_logits")
+    assert "data_seed" not in plain[0].train_args and "save_logits" not in plain[0].argv
+    assert {j.output_dir for j in plain}.isdisjoint(j.output_dir for j in extra)
+    argv = extra[0].argv
+    assert argv[:len(sweep.TRAIN_COMMAND)] == sweep.TRAIN_COMMAND
+    assert argv[argv.index("--hparams") + 1] == '{"lr": 0.1}'
+    assert argv[argv.index("--data_seed") + 1] == "3"
+    assert "--save_logits" in argv and argv[argv.index("--save_logits") + 1].startswith("--")
+    assert argv[argv.index("--output_dir") + 1] == extra[0].output_dir
+
+
+def test_train_argv_lists_and_flags():
+    assert sweep.train_argv({"test_envs": [0, 2], "b": True, "c": False, "d": None,
+                             "e": "a b"}) == ["--b", "--e", "a b", "--test_envs", "0", "2"]
+
+
+def test_two_env_dataset_gets_no_pairs():
+    assert list(sweep.all_test_env_combinations(2)) == [[0], [1]]
+
+
+# ------------------------------------------------------------------ user errors
+def test_unknown_names_list_valid_ones(tmp_path, fake_names):
+    with pytest.raises(UnknownNameError, match=DATASET):
+        sweep.main(["status"] + flags(tmp_path)[2:] + ["--datasets", "NoSuchData"])
+    with pytest.raises(UnknownNameError, match="valid algorithms: .*" + ALGORITHM):
+        sweep.main(["status", "--algorithms", "NoSuchAlg"] + flags(tmp_path)[:2] +
+                   flags(tmp_path)[4:])
+    with pytest.raises(UnknownNameError, match="dummy, local"):
+        sweep.main(["status"] + flags(tmp_path, launcher="nope"))
+
+
+def test_cli_error_is_one_line_exit_2(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "domainbed.scripts.sweep", "status", "--datasets", "NoSuch",
+         "--algorithms", "ERM", "--data_dir", "/d", "--output_dir", str(tmp_path),
+         "--command_launcher", "dummy"], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: unknown dataset 'NoSuch'"), proc.stderr
+
+
+@pytest.mark.parametrize("extra,match", [
+    (["--hparams", "{bad"], "not valid JSON"), (["--hparams", "[1]"], "JSON object"),
+    (["--max_workers", "0"], "max_workers"), (["--n_hparams", "0"], "n_hparams")])
+def test_bad_flags(tmp_path, fake_names, extra, match):
+    with pytest.raises(UserError, match=match):
+        sweep.main(["status"] + flags(tmp_path, *extra))
+
+
+def test_confirmation_without_terminal_requires_skip(tmp_path, fake_train, monkeypatch):
+    argv = [a for a in flags(tmp_path) if a != "--skip_confirmation"]
+    with pytest.raises(UserError, match="--skip_confirmation"):
+        sweep.main(["launch"] + argv)
+    assert not any(os.path.exists(j.output_dir) for j in jobs_for(tmp_path))
+
+    class TTY:
+        closed = False
+
+        def isatty(self):
+            return True
+    monkeypatch.setattr(sys, "stdin", TTY())
+    monkeypatch.setattr("builtins.input", lambda prompt: "n")
+    assert sweep.main(["launch"] + argv) == 0
+    assert not any(os.path.exists(j.output_dir) for j in jobs_for(tmp_path))
+
+
+# ------------------------------------------------------------------ launchers
+def test_dummy_launcher_prints_and_runs_nothing(tmp_path, fake_train, capsys):
+    assert sweep.main(["launch"] + flags(tmp_path, launcher="dummy")) == 0
+    out = capsys.readouterr().out
+    assert out.count("Dummy launcher: ") == 3
+    assert "--test_envs 0" in out and "--output_dir" in out
+    assert not any(os.path.exists(j.output_dir) for j in jobs_for(tmp_path))
+
+
+def test_local_launcher_two_workers_then_status_done(tmp_path, fake_train, capsys):
+    assert sweep.main(["launch"] + flags(tmp_path, "--max_workers", "2")) == 0
+    jobs = jobs_for(tmp_path)
+    assert [j.state for j in jobs] == [launchers.DONE] * 3
+    for j in jobs:
+        log = open(os.path.join(j.output_dir, launchers.LOG_FILE)).read()
+        assert "training" in log and "exit code 0" in log
+        assert len(runs(j)) == 1
+    capsys.readouterr()
+    sweep.main(["status"] + flags(tmp_path))
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 4 and all(line.startswith("done ") for line in lines[:3])
+    assert lines[3] == "3 jobs: 3 done, 0 running, 0 failed/incomplete, 0 not launched."
+
+
+def test_failed_job_status_shows_last_error(tmp_path, fake_train, monkeypatch, capsys):
+    monkeypatch.setenv("FAKE_FAIL_ENV", "1")
+    assert sweep.main(["launch"] + flags(tmp_path)) == 1
+    capsys.readouterr()
+    sweep.main(["status"] + flags(tmp_path))
+    out = capsys.readouterr().out
+    failed = [line for line in out.splitlines() if line.startswith("failed")]
+    assert len(failed) == 1 and "test_envs=[1]" in failed[0]
+    assert failed[0].endswith("ValueError: boom (exit code 3)")
+
+
+def test_relaunch_resumes_incomplete_and_leaves_done_alone(tmp_path, fake_train,
+                                                           monkeypatch):
+    monkeypatch.setenv("FAKE_FAIL_ENV", "2")
+    sweep.main(["launch"] + flags(tmp_path))
+    jobs = jobs_for(tmp_path)
+    states = [j.state for j in jobs]
+    assert states == [launchers.DONE, launchers.DONE, launchers.FAILED]
+    done_mtimes = [os.stat(os.path.join(j.output_dir, "done")).st_mtime_ns
+                   for j in jobs[:2]]
+    monkeypatch.delenv("FAKE_FAIL_ENV")
+    assert sweep.main(["launch"] + flags(tmp_path)) == 0
+    jobs = jobs_for(tmp_path)
+    assert [j.state for j in jobs] == [launchers.DONE] * 3
+    assert [len(runs(j)) for j in jobs] == [1, 1, 2]   # resumed in the same directory
+    assert done_mtimes == [os.stat(os.path.join(j.output_dir, "done")).st_mtime_ns
+                           for j in jobs[:2]]
+
+
+def test_running_job_is_left_alone(tmp_path, fake_train, capsys):
+    job = jobs_for(tmp_path)[0]
+    os.makedirs(job.output_dir)
+    fd = os.open(os.path.join(job.output_dir, launchers.LOCK_FILE), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        assert jobs_for(tmp_path)[0].state == launchers.RUNNING
+        assert sweep.main(["delete_incomplete"] + flags(tmp_path)) == 0
+        assert os.path.isdir(job.output_dir)
+        assert sweep.main(["launch"] + flags(tmp_path)) == 0
+        assert "Leaving alone 1 jobs" in capsys.readouterr().out
+        assert runs(job) == [] and jobs_for(tmp_path)[0].state == launchers.RUNNING
+        # a launcher handed the job anyway skips it
+        outcome = launchers.run_command(job.command)
+        assert outcome.status == "skipped_running"
+    finally:
+        os.close(fd)
+    assert jobs_for(tmp_path)[0].state == launchers.FAILED   # incomplete, no live lock
+
+
+def test_delete_incomplete_and_delete_all(tmp_path, fake_train, monkeypatch):
+    monkeypatch.setenv("FAKE_FAIL_ENV", "0")
+    sweep.main(["launch"] + flags(tmp_path))
+    jobs = jobs_for(tmp_path)
+    assert [j.state for j in jobs] == [launchers.FAILED, launchers.DONE, launchers.DONE]
+    other = tmp_path / "not_a_job"
+    other.mkdir()
+    assert sweep.main(["delete_incomplete"] + flags(tmp_path)) == 0
+    assert [j.refresh() for j in jobs] == [launchers.NOT_LAUNCHED] + [launchers.DONE] * 2
+    assert sweep.main(["delete_all"] + flags(tmp_path)) == 0
+    assert [j.refresh() for j in jobs] == [launchers.NOT_LAUNCHED] * 3
+    assert other.is_dir()
+
+
+def test_sigkill_of_sweep_then_relaunch(tmp_path, fake_train):
+    """Kill the sweep mid-way: the orphaned job still counts as running while it lives,
+    as failed once it is gone; `launch` then resumes it and runs the rest."""
+    code = textwrap.dedent(f"""
+        import sys
+        from domainbed.registry import register_algorithm, register_dataset
+        import domainbed.scripts.sweep as s
+        register_dataset({DATASET!r})(type("D", (), {{"ENVIRONMENTS": ["a", "b", "c"]}}))
+        register_algorithm({ALGORITHM!r})(type("A", (), {{}}))
+        s.TRAIN_COMMAND = {fake_train!r}
+        sys.exit(s.main(sys.argv[1:]))
+    """)
+    argv = [sys.executable, "-c", code, "launch"] + flags(tmp_path)
+    env = dict(os.environ, FAKE_HANG_ENV="1")
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    jobs = jobs_for(tmp_path)
+    hung = jobs[1]
+    lock = os.path.join(hung.output_dir, launchers.LOCK_FILE)
+    child = None
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not runs(hung):
+            time.sleep(0.1)
+        assert runs(hung), "the hanging job never started"
+        proc.kill()
+        proc.wait()
+        child = int(open(lock).read())
+        assert jobs_for(tmp_path)[1].state == launchers.RUNNING
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if child is not None:
+            os.kill(child, signal.SIGKILL)
+    deadline = time.time() + 10
+    while time.time() < deadline and launchers.is_running(hung.output_dir):
+        time.sleep(0.1)
+    states = [j.refresh() for j in jobs]
+    assert states[1] == launchers.FAILED
+    assert sweep.main(["launch"] + flags(tmp_path)) == 0
+    assert [j.refresh() for j in jobs] == [launchers.DONE] * 3
+    assert len(runs(hung)) == 2
+
+
+def test_multi_gpu_one_job_per_gpu(tmp_path, fake_train, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,")
+    assert sweep.main(["launch"] + flags(tmp_path, launcher="multi_gpu")) == 0
+    seen = {runs(j)[0]["cuda"] for j in jobs_for(tmp_path)}
+    assert seen <= {"3", "5"} and seen
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(UserError, match="no GPU"):
+        launchers.get_launcher("multi_gpu")([])
+
+
+@pytest.mark.parametrize("name,module", [("slurm", "submitit"), ("ray", "ray")])
+def test_optional_launchers_need_their_package(monkeypatch, name, module):
+    monkeypatch.setitem(sys.modules, module, None)   # import raises ImportError
+    with pytest.raises(UserError, match=f"pip install {module}"):
+        launchers.get_launcher(name)([launchers.Command(["true"], "/nonexistent")])
+
+
+def test_launcher_registry():
+    assert {"dummy", "local", "multi_gpu", "slurm", "ray"} <= set(launchers.LAUNCHERS)
+    with pytest.raises(UnknownNameError, match="valid command launchers"):
+        launchers.get_launcher("nope")
+
+
+def test_missing_executable_is_a_failed_job(tmp_path):
+    cmd = launchers.Command([str(tmp_path / "no-such-program")], str(tmp_path / "job"))
+    outcome = launchers.run_command(cmd)
+    assert outcome.failed and outcome.returncode == 127
+    assert launchers.job_state(cmd.output_dir) == launchers.FAILED
+    assert "exit code 127" in launchers.last_error(cmd.output_dir)
