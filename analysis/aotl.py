@@ -1,0 +1,612 @@
+"""Accuracy on the line (seed 000: "Are Domain Generalization Benchmarks with Accuracy on
+the Line Misspecified?").
+
+For each leave-one-domain-out split, fit a line between the ID and the OOD accuracies of
+many classifiers on a probit scale, ``scipy.stats.linregress(probit(ID), probit(OOD))``
+with ``probit(a) = Phi^-1(clip(a, 0.01, 0.99))``, and call the split well-specified when
+the correlation is weak or negative (R < 0.3). Tables:
+
+- ``per-ood``: x = mean accuracy over the ID environments (all by default; ``--id-envs``
+  chooses the set, always without the OOD environment; the paper's 4+-environment tables
+  use ``--id-envs 0 1 2``), y = OOD accuracy.
+- ``pairwise``: x = accuracy on one ID environment, for each ID environment.
+- ``group-average`` / ``group-pairwise``: OOD group accuracy against the mean ID accuracy or
+  an ID group's accuracy (datasets with groups; the paper's Waterbirds tables).
+- ``regime``: separate fits below / above an ID-accuracy threshold.
+- ``changepoints``: PELT change points of a piecewise-linear fit on the sorted scatter.
+- ``n-classifiers``: the paper's Table 3 heuristic (how many classifiers until R is stable).
+
+Command line::
+
+    python -m analysis.aotl PATH [PATH ...] --table pairwise|per-ood [--id-envs 0 1 2]
+        [--clip 0.01] [--format text|markdown|latex|csv|html] [--plot DIR] ...
+
+PATH: a sweep directory (read with ``domainbed.records``) or accuracy CSV files (plain or
+.gz; or directories of them) in the schema of ``shared/data/aotl_reference``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import special, stats
+
+from domainbed.errors import UnknownNameError, UserError, run_cli
+
+from .aotl_inputs import (CHECKPOINTS, SPLITS, Accuracies, acc_col, export_csv,
+                          load_accuracies, read_accuracy_csvs, warn)
+
+SCALES = ("probit", "logit", "identity")
+VERDICTS = ("inverse line", "weak", "on the line")
+RESAMPLE = ("runs", "models")
+TABLES = ("per-ood", "pairwise", "group-average", "group-pairwise", "regime", "changepoints",
+          "n-classifiers")
+FIT_COLUMNS = ["n", "slope", "intercept", "r", "r2", "p", "stderr", "intercept_stderr",
+               "spearman"]
+
+__all__ = ["transform", "probit", "logit", "fit_line", "bootstrap_r", "classify",
+           "per_ood_table", "pairwise_table", "group_table", "regime_table",
+           "changepoint_table", "changepoints", "classifier_count", "classifier_count_table",
+           "load_accuracies", "read_accuracy_csvs", "main"]
+
+
+# ---------------------------------------------------------------------------- statistics
+
+def _check_clip(clip):
+    if not (0 <= clip < 0.5):
+        raise UserError(f"--clip must lie in [0, 0.5), got {clip}")
+
+
+def transform(acc, scale="probit", clip=0.01):
+    """Accuracies -> the fitting scale: ``probit`` Phi^-1, ``logit`` or ``identity``.
+
+    Probit and logit clip accuracies to [clip, 1 - clip] first (identity never clips).
+    """
+    a = np.asarray(acc, dtype=float)
+    if scale == "identity":
+        return a.copy()
+    if scale not in SCALES:
+        raise UnknownNameError("scale", scale, SCALES)
+    _check_clip(clip)
+    if clip > 0:
+        a = np.clip(a, clip, 1 - clip)
+    return special.ndtri(a) if scale == "probit" else special.logit(a)
+
+
+def probit(acc, clip=0.01):
+    return transform(acc, "probit", clip)
+
+
+def logit(acc, clip=0.01):
+    return transform(acc, "logit", clip)
+
+
+def inverse_transform(t, scale="probit"):
+    t = np.asarray(t, dtype=float)
+    if scale == "probit":
+        return special.ndtr(t)
+    if scale == "logit":
+        return special.expit(t)
+    return t
+
+
+def fit_line(x, y, scale="probit", clip=0.01, where="fit"):
+    """Fit OOD accuracy ``y`` on ID accuracy ``x`` on the chosen scale.
+
+    Returns a dict with ``scipy.stats.linregress`` semantics: n, slope, intercept, r, r2,
+    p (two-sided, slope = 0), stderr (of the slope), intercept_stderr, and the Spearman rank
+    correlation of the raw accuracies. Raises UserError (never returns NaN) when the points
+    cannot give a line: fewer than 3, or all x (or all y) equal after clipping.
+    """
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.shape != y.shape or x.ndim != 1:
+        raise UserError(f"{where}: x and y must be 1-d arrays of the same length")
+    if len(x) < 3:
+        raise UserError(f"{where}: {len(x)} classifier(s); a line needs at least 3")
+    tx, ty = transform(x, scale, clip), transform(y, scale, clip)
+    if not (np.isfinite(tx).all() and np.isfinite(ty).all()):
+        raise UserError(f"{where}: accuracies of exactly 0 or 1 are infinite on the {scale} "
+                        "scale; use --clip > 0")
+    for t, name in ((tx, "ID"), (ty, "OOD")):
+        if np.ptp(t) == 0:
+            raise UserError(f"{where}: all {len(t)} {name} accuracies are equal"
+                            + (f" after clipping to [{clip}, {1 - clip}]" if clip and
+                               scale != "identity" else "") + "; no line can be fitted")
+    res = stats.linregress(tx, ty)
+    rho = stats.spearmanr(x, y)[0]
+    return {"n": int(len(x)), "slope": float(res.slope), "intercept": float(res.intercept),
+            "r": float(res.rvalue), "r2": float(res.rvalue ** 2), "p": float(res.pvalue),
+            "stderr": float(res.stderr), "intercept_stderr": float(res.intercept_stderr),
+            "spearman": float(rho) if np.isfinite(rho) else 0.0}
+
+
+def classify(r, threshold=0.3):
+    """(verdict, well_specified) for a Pearson R.
+
+    ``R <= -threshold``: "inverse line"; ``|R| < threshold``: "weak";
+    ``R >= threshold``: "on the line". Well-specified iff ``R < threshold`` (signed: any
+    negative or weak correlation), the paper's criterion with threshold 0.3.
+    """
+    if not (0 < threshold <= 1):
+        raise UserError(f"--threshold must lie in (0, 1], got {threshold}")
+    verdict = VERDICTS[0] if r <= -threshold else VERDICTS[1] if r < threshold else VERDICTS[2]
+    return verdict, bool(r < threshold)
+
+
+def _unit_stats(tx, ty, groups):
+    """Per resampling unit: count and sums of x, y, xx, yy, xy (centred), unit count."""
+    tx, ty = tx - tx.mean(), ty - ty.mean()
+    if groups is None:
+        codes, n_units = np.arange(len(tx)), len(tx)
+    else:
+        codes, uniques = pd.factorize(np.asarray(groups), sort=False)
+        n_units = len(uniques)
+    cols = [np.ones_like(tx), tx, ty, tx * tx, ty * ty, tx * ty]
+    s = np.stack([np.bincount(codes, weights=c, minlength=n_units) for c in cols], axis=1)
+    return s
+
+
+def _r_from_sums(s):
+    n, sx, sy, sxx, syy, sxy = np.moveaxis(s, -1, 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cxx, cyy, cxy = sxx - sx * sx / n, syy - sy * sy / n, sxy - sx * sy / n
+        return cxy / np.sqrt(cxx * cyy)
+
+
+def bootstrap_r(tx, ty, groups=None, n_boot=1000, ci=0.95, seed=0):
+    """Percentile bootstrap CI of Pearson R on already transformed points.
+
+    ``groups`` (e.g. run ids): resample whole groups, since the checkpoints of one run are
+    not independent models. Returns (low, high).
+    """
+    s = _unit_stats(np.asarray(tx, float), np.asarray(ty, float), groups)
+    n_units = len(s)
+    rng = np.random.default_rng(seed)
+    rs = []
+    for start in range(0, n_boot, 100):
+        b = min(100, n_boot - start)
+        counts = rng.multinomial(n_units, np.full(n_units, 1.0 / n_units), size=b)
+        rs.append(_r_from_sums(counts @ s))
+    rs = np.concatenate(rs)
+    alpha = (1 - ci) / 2
+    lo, hi = np.nanquantile(rs, [alpha, 1 - alpha])
+    return float(lo), float(hi)
+
+
+def classifier_count(tx, ty, groups=None, n_boot=1000, conf=0.95, tol=0.01, step=100,
+                     start=10, seed=0):
+    """The paper's "number of classifiers" heuristic (Table 3).
+
+    Each bootstrap resample is a sequence of units (classifiers, or whole runs when
+    ``groups`` is given) drawn with replacement; R is computed on its first k units for
+    k = start, start+step, ... . The minimum count is the first k at which adding ``step``
+    more units changes R by less than ``tol`` (relative: |R(k+step) - R(k)| / |R(k)|) in a
+    ``conf`` fraction of the resamples. Returns (min_units or None, total_units).
+    """
+    s = _unit_stats(np.asarray(tx, float), np.asarray(ty, float), groups)
+    n_units = len(s)
+    grid = np.arange(start, n_units + 1, step)
+    if len(grid) < 2:
+        return None, n_units
+    rng = np.random.default_rng(seed)
+    chunk = max(1, min(n_boot, int(2e7 // (6 * n_units))))
+    deltas = []
+    for b0 in range(0, n_boot, chunk):
+        b = min(chunk, n_boot - b0)
+        idx = rng.integers(0, n_units, size=(b, grid[-1]))
+        cs = np.cumsum(s[idx], axis=1)[:, grid - 1, :]      # (b, len(grid), 6)
+        r = _r_from_sums(cs)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            deltas.append(np.abs(np.diff(r, axis=1)) / np.abs(r[:, :-1]))
+    d = np.concatenate(deltas)
+    q = np.quantile(np.where(np.isfinite(d), d, np.inf), conf, axis=0)
+    ok = np.flatnonzero(q < tol)
+    return (int(grid[ok[0]]) if len(ok) else None), n_units
+
+
+# ---------------------------------------------------------------------------- tables
+
+def _ordered_splits(acc: Accuracies):
+    order = {d: i for i, d in enumerate(acc.datasets())}
+    return sorted(acc.splits(), key=lambda de: (order[de[0]], de[1]))
+
+
+def _id_envs_for(acc, dataset, ood, id_envs):
+    envs = acc.envs(dataset)
+    if id_envs is None:
+        return [e for e in envs if e != ood]
+    missing = [e for e in id_envs if e not in envs]
+    if missing:
+        raise UserError(f"--id-envs {' '.join(map(str, missing))}: no such environment in "
+                        f"{dataset} (environments: {' '.join(map(str, envs))})")
+    return [e for e in dict.fromkeys(id_envs) if e != ood]
+
+
+def _split_frame(acc, dataset, ood, cols):
+    sub = acc.subset(dataset, ood)
+    missing = [c for c in cols if c not in sub]
+    if missing:
+        raise UserError(f"{dataset}, OOD env {ood}: no accuracies for "
+                        f"{', '.join(c.replace('acc', 'env') for c in missing)}")
+    ok = sub[cols].notna().all(axis=1)
+    if not ok.all():
+        acc.notice(f"{dataset}, OOD env {ood}: left out {int((~ok).sum())} classifier(s) "
+                   "with missing accuracies")
+    return sub[ok]
+
+
+def _fit_row(meta, x, y, runs, opts, where):
+    row = dict(meta)
+    row.update(fit_line(x, y, opts["scale"], opts["clip"], where))
+    row["verdict"], row["well_specified"] = classify(row["r"], opts["threshold"])
+    if opts["n_boot"]:
+        tx, ty = transform(x, opts["scale"], opts["clip"]), transform(y, opts["scale"],
+                                                                      opts["clip"])
+        groups = runs if opts["resample"] == "runs" else None
+        row["r_ci_low"], row["r_ci_high"] = bootstrap_r(tx, ty, groups, opts["n_boot"],
+                                                        opts["ci"], opts["seed"])
+    return row
+
+
+def _options(scale="probit", clip=0.01, threshold=0.3, n_boot=0, resample="runs", ci=0.95,
+             seed=0):
+    if resample not in RESAMPLE:
+        raise UnknownNameError("resampling unit", resample, RESAMPLE)
+    transform([0.5], scale, clip)
+    classify(0.0, threshold)
+    if n_boot < 0 or not (0 < ci < 1):
+        raise UserError("--bootstrap must be >= 0 and --ci in (0, 1)")
+    return dict(scale=scale, clip=clip, threshold=threshold, n_boot=n_boot,
+                resample=resample, ci=ci, seed=seed)
+
+
+def _table(rows, what):
+    if not rows:
+        raise UserError(f"no {what} could be computed from the input")
+    return pd.DataFrame(rows)
+
+
+def per_ood_table(acc: Accuracies, id_envs=None, **options) -> pd.DataFrame:
+    """One fit per leave-one-domain-out split: mean ID accuracy vs OOD accuracy."""
+    opts = _options(**options)
+    rows = []
+    for dataset, ood in _ordered_splits(acc):
+        ids = _id_envs_for(acc, dataset, ood, id_envs)
+        if not ids:
+            acc.notice(f"{dataset}, OOD env {ood}: no ID environment left; skipped")
+            continue
+        sub = _split_frame(acc, dataset, ood, [acc_col(e) for e in ids] + [acc_col(ood)])
+        x = sub[[acc_col(e) for e in ids]].to_numpy().mean(axis=1)
+        meta = {"dataset": dataset, "ood_env": ood, "id_envs": " ".join(map(str, ids))}
+        rows.append(_fit_row(meta, x, sub[acc_col(ood)].to_numpy(), sub["run"].to_numpy(),
+                             opts, f"{dataset}, OOD env {ood}"))
+    return _table(rows, "per-OOD fit")
+
+
+def pairwise_table(acc: Accuracies, id_envs=None, **options) -> pd.DataFrame:
+    """One fit per (OOD env, ID env): accuracy on that ID env vs OOD accuracy."""
+    opts = _options(**options)
+    rows = []
+    for dataset, ood in _ordered_splits(acc):
+        for e in _id_envs_for(acc, dataset, ood, id_envs):
+            sub = _split_frame(acc, dataset, ood, [acc_col(e), acc_col(ood)])
+            meta = {"dataset": dataset, "ood_env": ood, "id_envs": str(e)}
+            rows.append(_fit_row(meta, sub[acc_col(e)].to_numpy(),
+                                 sub[acc_col(ood)].to_numpy(), sub["run"].to_numpy(), opts,
+                                 f"{dataset}, OOD env {ood} <- ID env {e}"))
+    return _table(rows, "pairwise fit")
+
+
+def group_table(acc: Accuracies, mode="average", id_envs=None, **options) -> pd.DataFrame:
+    """Group-level lines (paper Tables 25/26): OOD group accuracy against the mean ID
+    accuracy (``mode="average"``) or against each ID group's accuracy (``"pairwise"``)."""
+    if mode not in ("average", "pairwise"):
+        raise UnknownNameError("group mode", mode, ("average", "pairwise"))
+    opts = _options(**options)
+    rows = []
+    for dataset, ood in _ordered_splits(acc):
+        groups = acc.groups(dataset)
+        if not groups:
+            continue
+        ids = _id_envs_for(acc, dataset, ood, id_envs)
+        sub_all = acc.subset(dataset, ood)
+        for g in groups:
+            ycol = acc_col(ood, g)
+            if ycol not in sub_all:
+                continue
+            if mode == "average":
+                xs = [("avg", [acc_col(e) for e in ids], " ".join(map(str, ids)))]
+            else:
+                xs = [(acc.group_label(dataset, h), [acc_col(e, h)], str(e))
+                      for e in ids for h in groups if acc_col(e, h) in sub_all]
+            for id_group, xcols, id_label in xs:
+                if not xcols:
+                    continue
+                sub = _split_frame(acc, dataset, ood, xcols + [ycol])
+                meta = {"dataset": dataset, "ood_env": ood,
+                        "ood_group": acc.group_label(dataset, g), "id_envs": id_label,
+                        "id_group": id_group}
+                rows.append(_fit_row(meta, sub[xcols].to_numpy().mean(axis=1),
+                                     sub[ycol].to_numpy(), sub["run"].to_numpy(), opts,
+                                     f"{dataset}, OOD env {ood} group {g} <- {id_group}"))
+    if not rows:
+        raise UserError("no per-group accuracies in the input (env{i}_out_acc_g{g} record "
+                        "keys); group tables need a sweep of a dataset with groups")
+    return pd.DataFrame(rows)
+
+
+def _mean_id(acc, dataset, ood, id_envs):
+    ids = _id_envs_for(acc, dataset, ood, id_envs)
+    if not ids:
+        return None
+    sub = _split_frame(acc, dataset, ood, [acc_col(e) for e in ids] + [acc_col(ood)])
+    x = sub[[acc_col(e) for e in ids]].to_numpy().mean(axis=1)
+    return ids, x, sub[acc_col(ood)].to_numpy(), sub["run"].to_numpy()
+
+
+def regime_table(acc: Accuracies, id_envs=None, acc_threshold=0.9, **options) -> pd.DataFrame:
+    """Separate fits for classifiers below / at-or-above an ID accuracy threshold (the paper
+    notes Camelyon's high-accuracy classifiers show a negative trend)."""
+    opts = _options(**options)
+    rows = []
+    for dataset, ood in _ordered_splits(acc):
+        got = _mean_id(acc, dataset, ood, id_envs)
+        if got is None:
+            continue
+        ids, x, y, runs = got
+        for name, keep in ((f"id < {acc_threshold:g}", x < acc_threshold),
+                           (f"id >= {acc_threshold:g}", x >= acc_threshold)):
+            meta = {"dataset": dataset, "ood_env": ood, "id_envs": " ".join(map(str, ids)),
+                    "regime": name}
+            try:
+                rows.append(_fit_row(meta, x[keep], y[keep], runs[keep], opts,
+                                     f"{dataset}, OOD env {ood}, {name}"))
+            except UserError as e:
+                acc.notice(f"{e}; regime skipped")
+    return _table(rows, "regime fit")
+
+
+class _LinearCost:
+    """Segment cost for ruptures: residual sum of squares of a least-squares line, O(1)
+    per segment from cumulative sums (ruptures' CostLinear solves a lstsq per call)."""
+    model = "linear_cumsum"
+    min_size = 3
+
+    def fit(self, signal):
+        x, y = signal[:, 0] - signal[:, 0].mean(), signal[:, 1] - signal[:, 1].mean()
+        self.c = np.vstack([np.zeros(6), np.cumsum(
+            np.stack([np.ones_like(x), x, y, x * x, y * y, x * y], axis=1), axis=0)])
+        return self
+
+    def error(self, start, end):
+        n, sx, sy, sxx, syy, sxy = self.c[end] - self.c[start]
+        cxx, cyy, cxy = sxx - sx * sx / n, syy - sy * sy / n, sxy - sx * sy / n
+        return max(cyy - (cxy * cxy / cxx if cxx > 1e-12 else 0.0), 0.0)
+
+
+def changepoints(tx, ty, pen=None, min_size=None, jump=None):
+    """Change points of a piecewise-linear fit of ty on tx, points sorted by tx (PELT).
+
+    ``pen``: penalty per extra segment in squared residual units; default a BIC penalty
+    3 * sigma^2 * ln(n) with the noise sigma estimated robustly from successive differences.
+    Returns (order, end indices of the segments in the sorted order, pen used).
+    """
+    import ruptures as rpt
+    from ruptures.base import BaseCost
+    order = np.argsort(tx, kind="stable")
+    sig = np.column_stack([tx[order], ty[order]])
+    n = len(sig)
+    if pen is None:
+        d = np.diff(sig[:, 1])
+        sigma = 1.4826 * np.median(np.abs(d - np.median(d))) / np.sqrt(2) if n > 2 else 0.0
+        pen = 3 * max(sigma, 1e-6) ** 2 * np.log(n)
+    min_size = max(3, min_size or max(10, n // 20))
+    jump = jump or max(1, n // 500)
+    cost = type("CostLinearCumsum", (_LinearCost, BaseCost), {})()
+    if n < 2 * min_size:
+        return order, [n], pen
+    algo = rpt.Pelt(custom_cost=cost, min_size=min_size, jump=jump).fit(sig)
+    return order, list(algo.predict(pen=pen)), pen
+
+
+def changepoint_table(acc: Accuracies, id_envs=None, pen=None, min_size=None, jump=None,
+                      **options) -> pd.DataFrame:
+    """Segments of the mean-ID vs OOD scatter found by PELT, each with its own fit. The
+    paper found change-point detection noise-sensitive: look at the plots too."""
+    opts = _options(**options)
+    rows = []
+    for dataset, ood in _ordered_splits(acc):
+        got = _mean_id(acc, dataset, ood, id_envs)
+        if got is None:
+            continue
+        ids, x, y, runs = got
+        tx, ty = transform(x, opts["scale"], opts["clip"]), transform(y, opts["scale"],
+                                                                      opts["clip"])
+        order, ends, used_pen = changepoints(tx, ty, pen, min_size, jump)
+        start = 0
+        for k, end in enumerate(ends):
+            sel = order[start:end]
+            meta = {"dataset": dataset, "ood_env": ood, "id_envs": " ".join(map(str, ids)),
+                    "segment": k, "id_acc_from": float(x[sel].min()),
+                    "id_acc_to": float(x[sel].max())}
+            try:
+                row = _fit_row(meta, x[sel], y[sel], runs[sel], opts,
+                               f"{dataset}, OOD env {ood}, segment {k}")
+                row["pen"] = used_pen
+                rows.append(row)
+            except UserError as e:
+                acc.notice(f"{e}; segment skipped")
+            start = end
+    return _table(rows, "segment fit")
+
+
+def classifier_count_table(acc: Accuracies, id_envs=None, pooled=True, n_boot=1000,
+                           conf=0.95, tol=0.01, step=100, start=10, resample="models",
+                           scale="probit", clip=0.01, seed=0) -> pd.DataFrame:
+    """Table-3 style: minimum number of classifiers for a stable R, per split.
+
+    ``pooled`` (the paper's Table 3): every (classifier, ID env) row is a point, x its ID
+    env accuracy, so the totals count models x ID environments; otherwise x is the mean ID
+    accuracy. ``resample="runs"`` draws whole runs instead of single rows.
+    """
+    if resample not in RESAMPLE:
+        raise UnknownNameError("resampling unit", resample, RESAMPLE)
+    rows = []
+    for dataset, ood in _ordered_splits(acc):
+        ids = _id_envs_for(acc, dataset, ood, id_envs)
+        if not ids:
+            continue
+        sub = _split_frame(acc, dataset, ood, [acc_col(e) for e in ids] + [acc_col(ood)])
+        if pooled:
+            x = np.concatenate([sub[acc_col(e)].to_numpy() for e in ids])
+            y = np.tile(sub[acc_col(ood)].to_numpy(), len(ids))
+            runs = np.tile(sub["run"].to_numpy(), len(ids))
+        else:
+            x = sub[[acc_col(e) for e in ids]].to_numpy().mean(axis=1)
+            y, runs = sub[acc_col(ood)].to_numpy(), sub["run"].to_numpy()
+        fit = fit_line(x, y, scale, clip, f"{dataset}, OOD env {ood}")
+        tx, ty = transform(x, scale, clip), transform(y, scale, clip)
+        groups = runs if resample == "runs" else None
+        k, total = classifier_count(tx, ty, groups, n_boot, conf, tol, step, start, seed)
+        if k is None:
+            acc.notice(f"{dataset}, OOD env {ood}: R did not stabilise within {total} "
+                       f"{'runs' if groups is not None else 'classifiers'}")
+        rows.append({"dataset": dataset, "ood_env": ood, "id_envs": " ".join(map(str, ids)),
+                     "r": fit["r"], "min_samples": k, "total_samples": total,
+                     "unit": "runs" if groups is not None else
+                     ("rows" if pooled else "classifiers"), "converged": k is not None})
+    df = _table(rows, "classifier count")
+    df["min_samples"] = df["min_samples"].astype("Int64")
+    return df
+
+
+# ---------------------------------------------------------------------------- plots
+
+def plot_split(acc: Accuracies, dataset, ood, path, id_envs=None, scale="probit", clip=0.01):
+    """Probit-axis scatter of one split: per-ID-env points and fit lines, the overall fit
+    (mean ID accuracy), y = x; slope and R in the legend."""
+    from . import plots
+    ids = _id_envs_for(acc, dataset, ood, id_envs)
+    sub = _split_frame(acc, dataset, ood, [acc_col(e) for e in ids] + [acc_col(ood)])
+    y = sub[acc_col(ood)].to_numpy()
+    names = acc.env_names.get(dataset) or []
+    series = []
+    for e in ids:
+        fit = fit_line(sub[acc_col(e)].to_numpy(), y, scale, clip, f"{dataset} {ood}<-{e}")
+        label = f"ID env {e}" + (f" ({names[e]})" if e < len(names) else "")
+        series.append((label, sub[acc_col(e)].to_numpy(), y, fit))
+    x = sub[[acc_col(e) for e in ids]].to_numpy().mean(axis=1)
+    overall = fit_line(x, y, scale, clip, f"{dataset} {ood}")
+    title = f"{dataset}: OOD env {ood}" + (f" ({names[ood]})" if ood < len(names) else "")
+    return plots.aotl_scatter(series, ("mean ID", x, y, overall), path, scale=scale,
+                              clip=clip, title=title, transform=transform)
+
+
+# ---------------------------------------------------------------------------- CLI
+
+def build_parser():
+    p = argparse.ArgumentParser(
+        prog="python -m analysis.aotl",
+        description="Accuracy-on-the-line fits per leave-one-domain-out split.")
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="sweep directory, or accuracy CSV files (.csv/.csv.gz) or folders of them")
+    p.add_argument("--table", choices=TABLES, default=None,
+                   help="which table (default per-ood)")
+    p.add_argument("--id-envs", type=int, nargs="+", default=None, metavar="ENV",
+                   help="ID environments to use (the OOD env is always removed); default all")
+    p.add_argument("--scale", choices=SCALES, default="probit")
+    p.add_argument("--clip", type=float, default=0.01,
+                   help="clip accuracies to [clip, 1-clip] before probit/logit (default 0.01)")
+    p.add_argument("--threshold", type=float, default=0.3,
+                   help="well-specified iff R < threshold (default 0.3)")
+    p.add_argument("--split", choices=SPLITS, default="out",
+                   help="sweeps: which split's accuracies (default out)")
+    p.add_argument("--checkpoints", choices=CHECKPOINTS, default="all",
+                   help="sweeps: every checkpoint, each run's last, or its best by "
+                        "training-domain validation (default all)")
+    p.add_argument("--algorithms", nargs="+", default=None, help="keep only these algorithms")
+    p.add_argument("--bootstrap", type=int, default=0, metavar="N",
+                   help="bootstrap resamples for a CI of R (default 0: none; "
+                        "n-classifiers uses 1000 when 0)")
+    p.add_argument("--resample", choices=RESAMPLE, default=None,
+                   help="bootstrap unit: whole runs or single classifiers (default runs; "
+                        "n-classifiers: models, as the paper)")
+    p.add_argument("--ci", type=float, default=0.95)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--acc-threshold", type=float, default=0.9,
+                   help="regime table: ID accuracy separating the regimes (default 0.9)")
+    p.add_argument("--pen", type=float, default=None, help="changepoints: PELT penalty")
+    p.add_argument("--min-size", type=int, default=None,
+                   help="changepoints: minimum segment length")
+    p.add_argument("--tol", type=float, default=0.01,
+                   help="n-classifiers: relative change in R counted as stable (default 0.01)")
+    p.add_argument("--step", type=int, default=100, help="n-classifiers: step (default 100)")
+    p.add_argument("--mean-id", action="store_true",
+                   help="n-classifiers: x = mean ID accuracy instead of pooled ID rows")
+    p.add_argument("--format", choices=("text", "markdown", "latex", "csv", "html"),
+                   default="text")
+    p.add_argument("--digits", type=int, default=2)
+    p.add_argument("--output", type=Path, default=None, help="write the table here")
+    p.add_argument("--plot", type=Path, default=None, metavar="DIR",
+                   help="write a probit-axis scatter PNG per split into DIR")
+    p.add_argument("--export-csv", type=Path, default=None, metavar="DIR",
+                   help="write the accuracies in the shared CSV schema into DIR "
+                        "(then print the table only if --table is given)")
+    return p
+
+
+def make_table(acc, args):
+    common = dict(scale=args.scale, clip=args.clip)
+    fit_opts = dict(common, threshold=args.threshold, n_boot=args.bootstrap,
+                    resample=args.resample or "runs", ci=args.ci, seed=args.seed)
+    table = args.table or "per-ood"
+    if table == "per-ood":
+        return per_ood_table(acc, args.id_envs, **fit_opts)
+    if table == "pairwise":
+        return pairwise_table(acc, args.id_envs, **fit_opts)
+    if table in ("group-average", "group-pairwise"):
+        return group_table(acc, table.split("-")[1], args.id_envs, **fit_opts)
+    if table == "regime":
+        return regime_table(acc, args.id_envs, args.acc_threshold, **fit_opts)
+    if table == "changepoints":
+        return changepoint_table(acc, args.id_envs, args.pen, args.min_size, **fit_opts)
+    return classifier_count_table(acc, args.id_envs, pooled=not args.mean_id,
+                                  n_boot=args.bootstrap or 1000, conf=args.ci, tol=args.tol,
+                                  step=args.step, resample=args.resample or "models",
+                                  seed=args.seed, **common)
+
+
+def main(argv=None):
+    from . import report
+    args = build_parser().parse_args(argv)
+    acc = load_accuracies(args.paths, split=args.split, checkpoints=args.checkpoints,
+                          algorithms=args.algorithms)
+    if args.export_csv is not None:
+        written = export_csv(acc, args.export_csv, args.split)
+        print(f"wrote {len(written)} accuracy CSV file(s) under {args.export_csv}",
+              file=sys.stderr)
+    if args.export_csv is None or args.table is not None:
+        df = make_table(acc, args)
+        text = report.render(df, args.format, args.digits)
+        if args.output:
+            report.write(df, args.output, args.format, args.digits)
+        else:
+            sys.stdout.write(text)
+    if args.plot is not None:
+        for dataset, ood in _ordered_splits(acc):
+            plot_split(acc, dataset, ood, args.plot / f"{_safe(dataset)}_env{ood}.png",
+                       args.id_envs, args.scale, args.clip)
+    for message in dict.fromkeys(acc.notices):
+        warn(message)
+    return 0
+
+
+def _safe(name):
+    return "".join(ch if ch.isalnum() or ch in "._-@" else "_" for ch in name)
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))
