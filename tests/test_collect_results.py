@@ -1,0 +1,290 @@
+"""Model selection and collect_results: DomainBed's published test sweep gives DomainBed's
+published numbers; selection semantics on hand-made records; formats; worst-group
+tables; bad input; list_top_hparams."""
+import io
+import json
+import re
+import shutil
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from domainbed import model_selection as ms
+from domainbed.errors import run_cli
+from domainbed.scripts import collect_results, list_top_hparams
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SWEEP_ROOT = SHARED / "domainbed_test_sweep"
+SWEEP = SWEEP_ROOT / "test_sweep_data"
+EXPECTED = SWEEP_ROOT / "test_sweep_results.txt"
+
+
+def run_main(module, argv):
+    out = io.StringIO()
+    with redirect_stdout(out):
+        module.main(argv)
+    return out.getvalue()
+
+
+def parse_text_tables(text):
+    """{table header: (column labels, {algorithm: [cells]})} from the text format."""
+    tables, current = {}, None
+    for line in text.splitlines():
+        if line.startswith("-------- "):
+            current = line[len("-------- "):].strip()
+            tables[current] = (None, {})
+        elif current and line.strip():
+            cells = re.split(r"\s{2,}", line.strip())
+            if tables[current][0] is None:
+                tables[current] = (cells[1:], {})
+            else:
+                tables[current][1][cells[0]] = cells[1:]
+        elif not line.strip():
+            current = None
+    return tables
+
+
+def sweep_copy(tmp_path):
+    if not SWEEP.is_dir() or not EXPECTED.is_file():
+        pytest.skip(f"DomainBed's published test sweep is not available at {SWEEP_ROOT}")
+    copy = tmp_path / "sweep"
+    shutil.copytree(SWEEP, copy, ignore=shutil.ignore_patterns("results.txt"))
+    return copy
+
+
+def assert_same_numbers(text, expected_text):
+    got, want = parse_text_tables(text), parse_text_tables(expected_text)
+    assert list(got) == list(want)          # same tables, same order, same method names
+    for header, (want_cols, want_rows) in want.items():
+        got_cols, got_rows = got[header]
+        if header.startswith("Dataset: VLCS"):
+            assert got_cols in (want_cols, ["0", "1", "2", "3", "Avg"]), got_cols
+        else:
+            assert got_cols == want_cols
+        assert got_rows == want_rows, header
+
+
+def test_domainbed_test_sweep_gives_domainbed_numbers(tmp_path, capsys):
+    copy = sweep_copy(tmp_path)
+    text = run_main(collect_results, ["--input_dir", str(copy)])
+    expected = EXPECTED.read_text()
+    assert text.splitlines()[0] == "Total records: 200"
+    assert_same_numbers(text, expected)
+    # Apart from the environment headers (names once VLCS is registered), byte for byte.
+    header = re.compile(r"^Algorithm +(0|C) ")
+    strip = [ln for ln in text.splitlines() if not header.match(ln)]
+    assert strip == [ln for ln in expected.splitlines() if not header.match(ln)]
+    assert (copy / "results.txt").read_text() == text          # saved, as DomainBed
+    assert capsys.readouterr().err == ""
+
+
+def test_corrupt_line_and_unfinished_run_are_skipped_with_one_warning(tmp_path, capsys):
+    copy = sweep_copy(tmp_path)
+    runs = sorted(p.parent for p in copy.glob("*/results.jsonl"))
+    with open(runs[0] / "results.jsonl", "a") as f:       # a truncated extra line
+        f.write('{"args": {"algorithm": "ERM", "dataset": "VLC')
+    extra = copy / "unfinished"                           # a run that never finished
+    shutil.copytree(runs[1], extra)
+    (extra / "done").unlink()
+    text = run_main(collect_results, ["--input_dir", str(copy), "--no_save"])
+    assert_same_numbers(text, EXPECTED.read_text())
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1
+    assert "1 corrupt or truncated results.jsonl line " in err and "1 run without" in err
+    assert not (copy / "results.txt").exists()
+
+
+@pytest.mark.parametrize("fmt", ["markdown", "latex", "csv"])
+def test_other_formats_carry_the_same_numbers(tmp_path, fmt):
+    copy = sweep_copy(tmp_path)
+    argv = ["--input_dir", str(copy), "--no_save"]
+    text = run_main(collect_results, argv + (["--latex"] if fmt == "latex" else
+                                             ["--format", fmt]))
+    want = parse_text_tables(EXPECTED.read_text())
+    cells = [c for _, rows in want.values() for row in rows.values() for c in row]
+    if fmt == "csv":
+        import pandas as pd
+        frame = pd.read_csv(io.StringIO(text))
+        assert set(frame["selection_method"]) == {m.name for m in ms.DOMAINBED_METHODS}
+        for method in ms.DOMAINBED_METHODS:
+            _, rows = want[f"Dataset: VLCS, model selection method: {method.name}"]
+            got = frame[(frame.selection_method == method.name) & (frame.table == "VLCS")
+                        & (frame.algorithm == "ERM")]
+            cells_got = [f"{m:.1f} +/- {e:.1f}" for m, e in
+                         zip(got["mean"][:-1], got["stderr"][:-1])]
+            assert cells_got + [f"{got['mean'].iloc[-1]:.1f}"] == rows["ERM"]
+        assert (frame["n_trials"].dropna() == 2).all()
+    else:
+        sep = "$\\pm$" if fmt == "latex" else "±"
+        for cell in cells:
+            assert cell.replace("+/-", sep) in text
+        if fmt == "latex":
+            assert text.startswith("\\documentclass{article}")
+            assert text.rstrip().endswith("\\end{document}")
+            assert text.count("\\begin{tabular}") == 6
+
+
+def test_selection_methods_option(tmp_path):
+    copy = sweep_copy(tmp_path)
+    text = run_main(collect_results, ["--input_dir", str(copy), "--no_save",
+                                      "--selection_methods", "oracle"])
+    assert list(parse_text_tables(text)) == [
+        "Dataset: VLCS, model selection method: test-domain validation set (oracle)",
+        "Averages, model selection method: test-domain validation set (oracle)"]
+
+
+def test_bad_input_is_one_error_line(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    for argv in (["--input_dir", str(tmp_path / "missing")],
+                 ["--input_dir", str(tmp_path / "empty")],
+                 ["--input_dir", str(tmp_path / "empty"), "--selection_methods", "nope"]):
+        with pytest.raises(SystemExit) as exit_info:
+            run_cli(collect_results.main, argv)
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: "), err
+
+
+# --- hand-made records ------------------------------------------------------------------
+
+def rec(test_envs, step, accs, hparams_seed=0, trial_seed=0, algorithm="ERM",
+        dataset="Toy3", wga=None, **args):
+    """accs: {env: (in_acc, out_acc)} for envs 0..n-1; wga likewise for *_wga keys.
+    Standard errors below: np.std(ddof=0) / sqrt(n), e.g. [0.6, 0.7] -> 3.5 points."""
+    r = {"args": {"dataset": dataset, "algorithm": algorithm, "test_envs": list(test_envs),
+                  "trial_seed": trial_seed, "hparams_seed": hparams_seed, **args},
+         "hparams": {"lr": 10.0 ** -hparams_seed}, "step": step}
+    for e, (acc_in, acc_out) in sorted(accs.items()):
+        r[f"env{e}_in_acc"], r[f"env{e}_out_acc"] = acc_in, acc_out
+    for e, (wga_in, wga_out) in sorted((wga or {}).items()):
+        r[f"env{e}_in_wga"], r[f"env{e}_out_wga"] = wga_in, wga_out
+    return r
+
+
+def test_training_domain_validation_picks_best_checkpoint_over_hparams():
+    records = [
+        rec([0], 0, {0: (0.5, 0.5), 1: (0, 0.6), 2: (0, 0.6)}, hparams_seed=0),
+        rec([0], 100, {0: (0.4, 0.9), 1: (0, 0.8), 2: (0, 0.8)}, hparams_seed=0),
+        rec([0], 0, {0: (0.9, 0.1), 1: (0, 0.7), 2: (0, 0.7)}, hparams_seed=1),
+        rec([0, 1], 0, {0: (1.0, 1.0), 1: (1, 1.0), 2: (0, 1.0)}, hparams_seed=2),
+    ]
+    accs = ms.IIDAccuracySelectionMethod.hparams_accs(records)
+    assert [a["val_acc"] for a, _ in accs] == pytest.approx([0.8, 0.7])
+    assert ms.IIDAccuracySelectionMethod.sweep_acc(records) == 0.4
+    assert accs[0][0]["step"] == 100
+    # Oracle: last checkpoint only, best test-env out accuracy across hparams.
+    assert ms.OracleSelectionMethod.sweep_acc(records) == 0.4      # out 0.9 beats 0.1
+    records[1]["env0_out_acc"] = 0.05
+    assert ms.OracleSelectionMethod.sweep_acc(records) == 0.9
+    # Leave-one-out needs the runs with two test envs.
+    assert ms.LeaveOneOutSelectionMethod.sweep_acc(records) is None
+
+
+def test_leave_one_domain_out():
+    def runs(hp, val1, val2, test_in):
+        return [rec([0], 0, {0: (test_in, 0), 1: (0, 0), 2: (0, 0)}, hparams_seed=hp),
+                rec([0, 1], 0, {0: (0, 0), 1: (val1, 0), 2: (0, 0)}, hparams_seed=hp),
+                rec([0, 2], 0, {0: (0, 0), 1: (0, 0), 2: (val2, 0)}, hparams_seed=hp)]
+    records = runs(0, 0.6, 0.8, 0.3) + runs(1, 0.9, 0.9, 0.7) + runs(2, 1.0, 0.1, 0.2)
+    accs = ms.LeaveOneOutSelectionMethod.hparams_accs(records)
+    assert [a["val_acc"] for a, _ in accs] == pytest.approx([0.9, 0.7, 0.55])
+    assert ms.LeaveOneOutSelectionMethod.sweep_acc(records) == 0.7
+    # A run with two test envs belongs to both test envs' groups.
+    groups = ms.group_records(records)
+    assert {k.test_env for k in groups} == {0, 1, 2}
+    assert len(groups[ms.GroupKey(0, "Toy3", "ERM", 1)]) == 3
+
+
+def test_worst_group_selection():
+    records = [
+        rec([2], 0, {0: (0, 0.9), 1: (0, 0.9), 2: (0.9, 0)},
+            wga={0: (0, 0.2), 1: (0, 0.4), 2: (0.1, 0)}, hparams_seed=0),
+        rec([2], 0, {0: (0, 0.8), 1: (0, 0.8), 2: (0.8, 0)},
+            wga={0: (0, 0.6), 1: (0, 0.6), 2: (0.5, 0)}, hparams_seed=1),
+    ]
+    assert ms.has_worst_group(records)
+    assert ms.IIDAccuracySelectionMethod.sweep_acc(records) == 0.9
+    assert ms.WorstGroupSelectionMethod.sweep_acc(records) == 0.5
+
+
+def test_data_variants_are_not_pooled():
+    a = rec([0], 0, {0: (0.5, 0.5), 1: (0, 0.9)}, data_seed=0, dataset="CMN")
+    b = rec([0], 0, {0: (0.1, 0.5), 1: (0, 0.8)}, data_seed=1, dataset="CMN")
+    labels = ms.dataset_labels([a, b])
+    assert sorted(labels.values()) == ["CMN[data_seed=0]", "CMN[data_seed=1]"]
+    selected = ms.select([a, b], ms.IIDAccuracySelectionMethod)
+    assert sorted(selected["test_acc"]) == [0.1, 0.5]
+
+
+def write_runs(root, records):
+    by_run = {}
+    for r in records:
+        key = json.dumps(r["args"], sort_keys=True)
+        by_run.setdefault(key, []).append(r)
+    for i, rs in enumerate(by_run.values()):
+        run = root / f"run{i:03d}"
+        run.mkdir(parents=True)
+        (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rs))
+        (run / "done").write_text("done")
+
+
+def test_tables_with_groups_missing_cells_and_env_names(tmp_path):
+    records = []
+    for trial in (0, 1):
+        for test_env in (0, 1, 2):
+            accs = {e: (0.6 + 0.1 * trial, 0.7) for e in range(3)}
+            wga = {e: (0.3 + 0.1 * trial, 0.4) for e in range(3)}
+            records.append(rec([test_env], 0, accs, trial_seed=trial, dataset="Birds3",
+                               wga=wga, env_names=["a", "b", "c"]))
+            records.append(rec([test_env], 0, accs, trial_seed=trial, dataset="NoNames"))
+    # An algorithm that only ran test env 0 of one dataset: 'X' elsewhere.
+    records.append(rec([0], 0, {0: (0.5, 0.5), 1: (0, 0.5), 2: (0, 0.5)},
+                       algorithm="Zed", dataset="NoNames"))
+    write_runs(tmp_path / "sweep", records)
+    text = run_main(collect_results, ["--input_dir", str(tmp_path / "sweep"), "--no_save"])
+    tables = parse_text_tables(text)
+    iid = "model selection method: training-domain validation set"
+    cols, rows = tables[f"Dataset: Birds3, {iid}"]
+    assert cols == ["a", "b", "c", "Avg"]                  # env names from the records
+    assert rows["ERM"] == ["65.0 +/- 3.5"] * 3 + ["65.0"]
+    assert rows["Zed"] == ["X"] * 4
+    cols, rows = tables[f"Dataset: NoNames, {iid}"]
+    assert cols == ["0", "1", "2", "Avg"]                  # unregistered: indices
+    assert rows["Zed"] == ["50.0 +/- 0.0", "X", "X", "X"]
+    cols, rows = tables[f"Averages, {iid}"]
+    assert cols == ["Birds3", "NoNames", "Avg"]
+    assert rows["Zed"] == ["X", "50.0 +/- 0.0", "X"]
+    wg = "model selection method: " + ms.WorstGroupSelectionMethod.name
+    assert f"Dataset: NoNames, {wg}" not in tables         # only datasets with groups
+    cols, rows = tables[f"Dataset: Birds3, {wg}"]
+    assert rows == {"ERM": ["35.0 +/- 3.5"] * 3 + ["35.0"]}
+    assert tables[f"Averages, {wg}"][0] == ["Birds3", "Avg"]
+
+
+def test_list_top_hparams_on_test_sweep(tmp_path, capsys):
+    copy = sweep_copy(tmp_path)
+    text = run_main(list_top_hparams, ["--input_dir", str(copy), "--dataset", "VLCS",
+                                       "--algorithm", "ERM", "--test_env", "0"])
+    lines = text.splitlines()
+    assert lines[0] == "Total records: 200"
+    assert [ln for ln in lines if ln.startswith("Model selection:")] == [
+        f"Model selection: {m.name}" for m in ms.DOMAINBED_METHODS]
+    assert text.count("trial_seed: 0") == 3 and text.count("trial_seed: 1") == 3
+    # The first listed setting under training-domain validation is the selected one.
+    first = next(ln for ln in lines if ln.startswith("\t{"))
+    assert "'val_acc'" in first and "'test_acc'" in first
+    assert "\t\thparams:" in lines and "\t\toutput_dirs:" in lines
+    with pytest.raises(SystemExit):
+        run_cli(list_top_hparams.main, ["--input_dir", str(copy), "--dataset", "PACS",
+                                        "--test_env", "0"])
+    assert capsys.readouterr().err.startswith("error: no records for dataset 'PACS'")
+
+
+def test_registered_environment_names_give_domainbed_output_byte_for_byte(tmp_path,
+                                                                         monkeypatch):
+    copy = sweep_copy(tmp_path)
+    monkeypatch.setattr(collect_results, "registered_environments",
+                        lambda name: ["C", "L", "S", "V"] if name == "VLCS" else None)
+    text = run_main(collect_results, ["--input_dir", str(copy), "--no_save"])
+    assert text == EXPECTED.read_text()
