@@ -59,8 +59,9 @@ class Records:
         return (f"Records({len(self.records)} records from {len(self.run_dirs)} runs, "
                 f"skipped_lines={self.skipped_lines}, skipped_runs={self.skipped_runs})")
 
-    def warning(self):
-        """The one-line skip warning, or None when nothing was skipped."""
+    def skip_summary(self):
+        """What was skipped, in words ("2 corrupt ... lines and 1 run without ..."), or
+        None when nothing was."""
         parts = []
         if self.skipped_lines:
             parts.append(f"{self.skipped_lines} corrupt or truncated results.jsonl "
@@ -69,10 +70,14 @@ class Records:
             parts.append(f"{self.skipped_runs} run{'s' if self.skipped_runs != 1 else ''}"
                          f" without a '{DONE_FILE}' marker or with an unreadable "
                          f"{RESULTS_FILE}")
-        if not parts:
+        return " and ".join(parts) or None
+
+    def warning(self):
+        """The one-line skip warning, or None when nothing was skipped."""
+        summary = self.skip_summary()
+        if summary is None:
             return None
-        where = ", ".join(self.input_dirs)
-        return f"warning: skipped {' and '.join(parts)} under {where}"
+        return f"warning: skipped {summary} under {', '.join(self.input_dirs)}"
 
 
 def _as_dir_list(input_dir):

@@ -46,6 +46,10 @@ def registered_environments(dataset):
         return list(get_dataset_class(dataset).ENVIRONMENTS or [])
     except (UnknownNameError, ImportError):
         return None
+    except Exception as e:  # a broken dataset module must not stop a results table
+        print(f"warning: could not read the environments of dataset {dataset!r} from "
+              f"the registry ({type(e).__name__}: {e}); using env indices", file=sys.stderr)
+        return None
 
 
 class DatasetInfo:
@@ -178,9 +182,8 @@ def main(argv=None):
                           quiet=True)
     where = ", ".join(args.input_dir)
     if not loaded.records:
-        skipped = loaded.warning()
-        detail = f" ({skipped.split(': ', 1)[1].rsplit(' under ', 1)[0]})" if skipped \
-            else ""
+        skipped = loaded.skip_summary()
+        detail = f" (skipped {skipped})" if skipped else ""
         raise UserError(f"no records found under {where}{detail}")
     if loaded.warning():
         print(loaded.warning(), file=sys.stderr)

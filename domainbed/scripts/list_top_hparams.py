@@ -69,7 +69,9 @@ def main(argv=None):
     loaded = load_records(args.input_dir, require_done=not args.include_unfinished,
                           quiet=True)
     if not loaded.records:
-        raise UserError(f"no records found under {', '.join(args.input_dir)}")
+        skipped = loaded.skip_summary()
+        raise UserError(f"no records found under {', '.join(args.input_dir)}"
+                        + (f" (skipped {skipped})" if skipped else ""))
     if loaded.warning():
         print(loaded.warning(), file=sys.stderr)
     records = loaded.records
