@@ -1,0 +1,359 @@
+"""OODSelect inputs: the correctness matrix, model splits, and a planted test problem.
+
+A :class:`CorrectnessMatrix` holds ``A`` (models x OOD examples, uint8, 1 = correct),
+``y`` (each model's held-out ID accuracy), a ``models`` table (one row per model:
+``run`` plus, from run directories, ``run_dir``, ``step``, ``arch``, ``algorithm``) and an
+``examples`` table (one row per column of A: ``id`` and, when known, ``env``, ``split``,
+``label``, ``group``, ``path``). Build it from run directories with :func:`from_runs`,
+from arrays or an ``.npz`` with :func:`load_matrix` (keys ``A`` and ``y``, optional
+``run``, ``arch``, ``example_id``, ``label``, ``env``, ``split``, ``group``, ``path``).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from domainbed.errors import UserError
+
+EXAMPLE_COLUMNS = ("label", "env", "split", "group", "path")
+
+
+@dataclass
+class CorrectnessMatrix:
+    A: np.ndarray
+    y: np.ndarray
+    models: pd.DataFrame
+    examples: pd.DataFrame
+    info: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.A = np.asarray(self.A)
+        self.y = np.asarray(self.y, dtype=np.float64)
+        if self.A.ndim != 2:
+            raise UserError(f"A must be a 2-d matrix (models x examples), got shape "
+                            f"{self.A.shape}")
+        M, N = self.A.shape
+        if self.y.shape != (M,):
+            raise UserError(f"y must hold one ID accuracy per model: A has {M} rows, "
+                            f"y has shape {self.y.shape}")
+        if M < 5 or N < 1:
+            raise UserError(f"need at least 5 models and 1 example, got A of shape {M}x{N}")
+        if not np.isin(self.A, (0, 1)).all():
+            raise UserError("A must hold 0/1 correctness values")
+        if not np.isfinite(self.y).all() or (self.y < 0).any() or (self.y > 1).any():
+            raise UserError("y must hold accuracies in [0, 1]")
+        self.A = self.A.astype(np.uint8, copy=False)
+        if len(self.models) != M or len(self.examples) != N:
+            raise UserError("the model and example tables must match A's shape")
+
+    @property
+    def n_models(self):
+        return self.A.shape[0]
+
+    @property
+    def n_examples(self):
+        return self.A.shape[1]
+
+
+def from_arrays(A, y, run=None, arch=None, example_id=None, **example_columns):
+    """A CorrectnessMatrix from arrays; without `run` every model is its own run."""
+    A = np.asarray(A)
+    if A.ndim != 2:
+        raise UserError(f"A must be a 2-d matrix (models x examples), got shape {A.shape}")
+    M, N = A.shape
+    models = pd.DataFrame({"run": np.arange(M) if run is None else np.asarray(run)})
+    if arch is not None:
+        models["arch"] = np.asarray(arch)
+    examples = pd.DataFrame({"id": np.arange(N) if example_id is None
+                             else np.asarray(example_id)})
+    for key, value in example_columns.items():
+        if value is not None:
+            examples[key] = np.asarray(value)
+    return CorrectnessMatrix(A, y, models, examples)
+
+
+def load_matrix(path):
+    """Read a CorrectnessMatrix from an ``.npz`` holding at least ``A`` and ``y``."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise UserError(f"matrix file {path!r} does not exist")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+    except Exception as e:  # noqa: BLE001 - any unreadable file is the user's input
+        raise UserError(f"cannot read matrix file {path!r}: {e}") from None
+    missing = [k for k in ("A", "y") if k not in arrays]
+    if missing:
+        raise UserError(f"matrix file {path!r} lacks {', '.join(missing)} (it holds "
+                        f"{', '.join(sorted(arrays)) or 'nothing'}); expected A (models x "
+                        "examples, 0/1) and y (ID accuracy per model)")
+    extra = {k: arrays.get(k) for k in EXAMPLE_COLUMNS}
+    cm = from_arrays(arrays["A"], arrays["y"], run=arrays.get("run"),
+                     arch=arrays.get("arch"), example_id=arrays.get("example_id"), **extra)
+    for key in ("run_dir", "step", "algorithm"):
+        if key in arrays:
+            cm.models[key] = arrays[key]
+    cm.info["source"] = path
+    return cm
+
+
+def save_matrix(path, cm):
+    """Write a CorrectnessMatrix as ``.npz`` (readable back by :func:`load_matrix`)."""
+    from domainbed.fileio import atomic_savez
+    arrays = {"A": cm.A, "y": cm.y, "example_id": cm.examples["id"].to_numpy()}
+    for key in ("run", "arch", "run_dir", "step", "algorithm"):
+        if key in cm.models:
+            arrays[key] = cm.models[key].to_numpy().astype(str if key != "step" else np.int64)
+    for key in EXAMPLE_COLUMNS:
+        if key in cm.examples:
+            col = cm.examples[key].to_numpy()
+            arrays[key] = col.astype(str) if col.dtype == object else col
+    atomic_savez(path, **arrays)
+
+
+# ----------------------------------------------------------------- from run directories
+
+def _pick(name, wanted, available):
+    available = sorted(set(available), key=str)
+    if wanted is None:
+        if len(available) != 1:
+            raise UserError(f"several {name}s in the records ({', '.join(map(str, available))});"
+                            f" choose one with --{name.replace('_', '-')}")
+        return available[0]
+    if wanted not in available:
+        raise UserError(f"no runs with {name} {wanted!r}; found: "
+                        f"{', '.join(map(str, available)) or 'none'}")
+    return wanted
+
+
+def from_runs(input_dir, dataset=None, id_envs=None, ood_env=None, require_done=True,
+              steps="all", quiet=False):
+    """Build A and y from run directories (every checkpoint with predictions = a model).
+
+    dataset: the dataset name (may be omitted when the records hold only one).
+    ood_env: the OOD environment index; runs are kept when it is among their test_envs
+    (may be omitted when all kept runs share one test env).
+    id_envs: the ID environments whose ``env{i}_out_acc`` are averaged into y (default:
+    the environments none of the kept runs tests on).
+    steps: "all" checkpoints, or "last" (one model per run).
+    A covers the OOD environment's in and out splits, columns sorted by example id.
+    Raises UserError when models were scored on different OOD examples, naming the runs.
+    """
+    from domainbed.records import list_prediction_steps, load_predictions, load_records
+
+    recs = load_records(input_dir, require_done=require_done, quiet=quiet).records
+    if not recs:
+        raise UserError(f"no finished runs (results.jsonl + done) under {input_dir}")
+    dataset = _pick("dataset", dataset, [r["args"].get("dataset") for r in recs])
+    recs = [r for r in recs if r["args"].get("dataset") == dataset]
+    test_envs = {tuple(r["args"].get("test_envs") or ()) for r in recs}
+    if ood_env is None:
+        ood_env = _pick("ood_env", None, [e for t in test_envs for e in t])
+    ood_env = int(ood_env)
+    recs = [r for r in recs if ood_env in (r["args"].get("test_envs") or ())]
+    if not recs:
+        raise UserError(f"no {dataset} runs test on environment {ood_env}; their test_envs"
+                        f" are {sorted(test_envs)}")
+    n_envs = len(recs[0]["args"].get("env_names") or []) or 1 + max(
+        int(k[3:].split("_")[0]) for k in recs[0] if k.startswith("env") and
+        k.endswith("_out_acc") and k[3:].split("_")[0].isdigit())
+    tested = {e for r in recs for e in r["args"].get("test_envs") or ()}
+    if id_envs is None:
+        id_envs = [e for e in range(n_envs) if e not in tested]
+        if not id_envs:
+            raise UserError("every environment is a test environment of some run; "
+                            "choose the ID environments with --id-envs")
+    id_envs = [int(e) for e in id_envs]
+    if ood_env in id_envs:
+        raise UserError(f"environment {ood_env} cannot be both ID and OOD")
+    clash = sorted({r["run_dir"] for r in recs
+                    if set(id_envs) & set(r["args"].get("test_envs") or ())})
+    if clash:
+        raise UserError(f"ID environments {id_envs} include a test environment of "
+                        f"{len(clash)} run(s): {', '.join(clash[:5])}")
+    if steps == "last":
+        last = {}
+        for r in recs:
+            if r["run_dir"] not in last or r["step"] > last[r["run_dir"]]["step"]:
+                last[r["run_dir"]] = r
+        recs = list(last.values())
+
+    rows, ref_ids, ref_meta, differ, missing = [], None, None, {}, 0
+    have_steps = {}
+    for r in sorted(recs, key=lambda r: (r["run_dir"], r["step"])):
+        run_dir = r["run_dir"]
+        if run_dir not in have_steps:
+            have_steps[run_dir] = set(list_prediction_steps(run_dir))
+        if r["step"] not in have_steps[run_dir]:
+            missing += 1
+            continue
+        keys = [f"env{i}_out_acc" for i in id_envs]
+        absent = [k for k in keys if k not in r]
+        if absent:
+            raise UserError(f"{run_dir} step {r['step']} lacks {', '.join(absent)}")
+        pred = load_predictions(run_dir, r["step"])
+        sel = (pred["env"] == ood_env) & (pred["split"] != 2)
+        order = np.argsort(pred["id"][sel], kind="stable")
+        ids = pred["id"][sel][order]
+        if ref_ids is None:
+            ref_ids = ids
+            ref_meta = {k: pred[k][sel][order] for k in ("env", "split", "label", "group")}
+        elif ids.shape != ref_ids.shape or not np.array_equal(ids, ref_ids):
+            differ.setdefault(run_dir, ids.size)
+            continue
+        rows.append((pred["correct"][sel][order].astype(np.uint8),
+                     float(np.mean([r[k] for k in keys])),
+                     {"run": run_dir, "run_dir": run_dir, "step": int(r["step"]),
+                      "arch": str((r.get("hparams") or {}).get("arch", "")),
+                      "algorithm": r["args"].get("algorithm")}))
+    if differ:
+        listed = "; ".join(f"{d} ({n} examples)" for d, n in list(differ.items())[:10])
+        raise UserError(f"models are not scored on the same OOD examples of env {ood_env}:"
+                        f" the first model has {ref_ids.size}, but {len(differ)} run(s) "
+                        f"differ: {listed}")
+    if missing and not quiet:
+        print(f"warning: {missing} checkpoint(s) without a predictions file were skipped",
+              file=sys.stderr)
+    if not rows:
+        raise UserError(f"no checkpoint of the {dataset} runs has predictions")
+    if ref_ids.size == 0:
+        raise UserError(f"the predictions hold no example of environment {ood_env}")
+    A = np.stack([row[0] for row in rows])
+    y = np.array([row[1] for row in rows])
+    models = pd.DataFrame([row[2] for row in rows])
+    examples = pd.DataFrame({"id": ref_ids, **ref_meta})
+    csv = os.path.join(rows[0][2]["run_dir"], "examples.csv")
+    if os.path.exists(csv):
+        paths = pd.read_csv(csv)
+        if {"id", "path"} <= set(paths.columns):
+            examples = examples.merge(paths[["id", "path"]], on="id", how="left")
+    info = {"dataset": dataset, "id_envs": id_envs, "ood_env": ood_env,
+            "n_runs": int(models["run"].nunique()), "skipped_checkpoints": missing,
+            "source": os.fspath(input_dir) if not isinstance(input_dir, (list, tuple))
+            else [os.fspath(d) for d in input_dir]}
+    return CorrectnessMatrix(A, y, models, examples, info)
+
+
+# ----------------------------------------------------------------------------- splits
+
+def _assign_groups(groups, counts, fractions, rng):
+    """Shuffle groups, then cut the cumulative model count at the split fractions."""
+    order = rng.permutation(len(groups))
+    total = counts.sum()
+    cum = np.cumsum(counts[order]) - counts[order] / 2.0   # each group's midpoint
+    bounds = np.cumsum(fractions)[:-1] * total
+    which = np.searchsorted(bounds, cum, side="right")
+    # Keep every split non-empty where there are groups enough.
+    for split in range(len(fractions)):
+        if not (which == split).any() and len(groups) >= len(fractions):
+            donors = [s for s in range(len(fractions)) if (which == s).sum() > 1]
+            donor = max(donors, key=lambda s: (which == s).sum())
+            pos = np.flatnonzero(which == donor)
+            which[pos[0] if split < donor else pos[-1]] = split
+    return {groups[order[i]]: int(which[i]) for i in range(len(groups))}
+
+
+def split_models(groups, fractions=(0.6, 0.2, 0.2), seed=0, min_models=3):
+    """Seeded train/val/test split of models, whole groups at a time.
+
+    groups: one label per model (its run, so checkpoints of one run never straddle
+    splits; pass ``np.arange(M)`` to split checkpoints independently).
+    Returns (train_idx, val_idx, test_idx), sorted model indices.
+    """
+    groups = np.asarray(groups)
+    uniq, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
+    if len(uniq) < 3:
+        raise UserError(f"a train/val/test split needs models from at least 3 runs; "
+                        f"found {len(uniq)} (split checkpoints independently with "
+                        "--split model)")
+    fractions = np.asarray(fractions, dtype=float)
+    fractions = fractions / fractions.sum()
+    rng = np.random.default_rng(seed)
+    where = _assign_groups(np.arange(len(uniq)), counts, fractions, rng)
+    label = np.array([where[g] for g in inverse])
+    parts = tuple(np.flatnonzero(label == s) for s in range(3))
+    small = [name for name, p in zip(("train", "val", "test"), parts) if len(p) < min_models]
+    if small:
+        raise UserError(f"the {'/'.join(small)} split would hold fewer than {min_models} "
+                        f"models ({[len(p) for p in parts]} of {len(groups)}); add models")
+    return parts
+
+
+def split_by_arch(archs, groups=None, test_archs=None, fractions=(0.6, 0.2, 0.2), seed=0,
+                  min_models=3):
+    """Architecture-disjoint split: each architecture lies only in train+val or only in
+    test. test_archs: the architectures to test on (default: a seeded random choice of
+    whole architectures holding about fractions[2] of the models). Train and val are
+    split by `groups` (runs) among the remaining models."""
+    archs = np.asarray(archs).astype(str)
+    uniq, counts = np.unique(archs, return_counts=True)
+    if len(uniq) < 2:
+        raise UserError(f"an architecture-disjoint split needs at least 2 architectures; "
+                        f"found {list(uniq)} (is 'arch' in the runs' hparams?)")
+    fractions = np.asarray(fractions, dtype=float) / np.sum(fractions)
+    rng = np.random.default_rng(seed)
+    if test_archs is None:
+        where = _assign_groups(list(uniq), counts,
+                               np.array([1 - fractions[2], fractions[2]]), rng)
+        test_archs = [a for a, s in where.items() if s == 1]
+    else:
+        test_archs = [str(a) for a in test_archs]
+        unknown = sorted(set(test_archs) - set(uniq))
+        if unknown:
+            raise UserError(f"unknown test architecture(s) {unknown}; found {list(uniq)}")
+    is_test = np.isin(archs, test_archs)
+    rest = np.flatnonzero(~is_test)
+    grp = np.arange(len(archs)) if groups is None else np.asarray(groups)
+    sub = grp[rest]
+    uniq_g, inverse, cnt = np.unique(sub, return_inverse=True, return_counts=True)
+    if len(uniq_g) < 2:
+        raise UserError("the non-test architectures come from fewer than 2 runs")
+    tv = fractions[:2] / fractions[:2].sum()
+    where = _assign_groups(np.arange(len(uniq_g)), cnt, tv, rng)
+    lab = np.array([where[g] for g in inverse])
+    parts = (rest[lab == 0], rest[lab == 1], np.flatnonzero(is_test))
+    small = [n for n, p in zip(("train", "val", "test"), parts) if len(p) < min_models]
+    if small:
+        raise UserError(f"the architecture-disjoint {'/'.join(small)} split would hold "
+                        f"fewer than {min_models} models ({[len(p) for p in parts]})")
+    return parts
+
+
+# ---------------------------------------------------------------- planted test problem
+
+def planted_problem(n_runs=60, checkpoints=5, n_aligned=300, n_conflict=60, strength=1.5,
+                    seed=0):
+    """A synthetic sweep with a hidden subset on which accuracy falls as ID rises.
+
+    Each run has a skill and a spurious reliance; its checkpoints improve over training.
+    A model's probit ID accuracy is z = skill + reliance. On "aligned" examples the
+    probability of being correct rises with z; on "conflicting" examples (the planted
+    subset) it rises with skill - reliance, i.e. falls with the reliance that drives ID.
+    Returns (CorrectnessMatrix, planted boolean mask over the examples).
+    """
+    from scipy.special import expit, ndtr
+    rng = np.random.default_rng(seed)
+    M = n_runs * checkpoints
+    run = np.repeat(np.arange(n_runs), checkpoints)
+    progress = np.tile(np.linspace(0.3, 1.0, checkpoints), n_runs)
+    skill = rng.normal(0.0, 0.3, n_runs)[run] * progress
+    reliance = rng.normal(0.0, 0.6, n_runs)[run] * progress + 0.4 * progress
+    z = skill + reliance + 0.5
+    y = ndtr(z + rng.normal(0, 0.05, M))
+    N = n_aligned + n_conflict
+    planted = np.zeros(N, dtype=bool)
+    planted[rng.choice(N, n_conflict, replace=False)] = True
+    difficulty = rng.normal(0.5, 1.0, N)
+    drive = np.where(planted[None, :], (skill - 1.5 * reliance)[:, None], z[:, None])
+    p = expit(difficulty[None, :] + strength * drive)
+    A = (rng.random((M, N)) < p).astype(np.uint8)
+    label = rng.integers(0, 3, N)
+    attr = np.where(planted, rng.random(N) < 0.8, rng.random(N) < 0.3).astype(int)
+    cm = from_arrays(A, y, run=run, arch=np.array(["cnn", "vit", "mlp", "rnn"])[run % 4],
+                     label=label, env=np.full(N, 3), group=attr)
+    cm.info["planted"] = int(n_conflict)
+    return cm, planted

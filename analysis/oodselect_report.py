@@ -1,0 +1,215 @@
+"""OODSelect reporting: Fisher intervals, subset overlap, composition and enrichment,
+subset files, and plots.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pandas as pd
+
+from domainbed.fileio import atomic_write_text
+
+Z95 = 1.959963984540054
+PAPER_FISHER_M = 100      # Table A.3's parentheticals use m_b = 100 "trials" (notes_001 3.3)
+
+
+def fisher_interval(r, m, level=0.95):
+    """Fisher-z confidence interval (lo, hi) of a Pearson r measured on m models."""
+    from scipy.stats import norm
+    if m is None or m <= 3 or r is None or not np.isfinite(r):
+        return (float("nan"), float("nan"))
+    z = math.atanh(float(np.clip(r, -0.999999, 0.999999)))
+    half = norm.ppf(0.5 + level / 2) / math.sqrt(m - 3)
+    return (math.tanh(z - half), math.tanh(z + half))
+
+
+def fisher_halfwidth(r, m):
+    """r - lower end of the 95% Fisher interval: the number Table A.3 prints in
+    parentheses, with m = 100 in the paper (i.e. a 1.96 / sqrt(97) z half-width)."""
+    lo, _ = fisher_interval(r, m)
+    return float(r) - lo
+
+
+def paper_fisher_halfwidth(r):
+    """Table A.3's parenthetical for a value r (paper-compatible mode, m = 100)."""
+    return fisher_halfwidth(r, PAPER_FISHER_M)
+
+
+# ---------------------------------------------------------------------------- overlap
+
+def jaccard(a, b):
+    a, b = set(map(int, a)), set(map(int, b))
+    union = len(a | b)
+    return len(a & b) / union if union else float("nan")
+
+
+def expected_random_jaccard(N, a, b):
+    """E[J] of two independent uniform random subsets of sizes a and b out of N
+    (their intersection is hypergeometric), exactly."""
+    from scipy.stats import hypergeom
+    lo, hi = max(0, a + b - N), min(a, b)
+    k = np.arange(lo, hi + 1)
+    pmf = hypergeom(N, a, b).pmf(k)
+    return float(np.sum(pmf * k / (a + b - k)))
+
+
+def normalized_jaccard(subsets, N):
+    """J(S_i, S_j) / E[J] of random subsets of the same sizes (Eq. 6), for every pair of
+    sizes. subsets: {n: indices}. Returns a DataFrame indexed and columned by n."""
+    sizes = sorted(subsets)
+    out = pd.DataFrame(index=sizes, columns=sizes, dtype=float)
+    for a in sizes:
+        for b in sizes:
+            jr = expected_random_jaccard(N, a, b)
+            out.loc[a, b] = jaccard(subsets[a], subsets[b]) / jr if jr > 0 else float("nan")
+    out.index.name = "n"
+    return out
+
+
+# ------------------------------------------------------------------------ composition
+
+def composition(examples, subset, columns=None, n_boot=1000, seed=0):
+    """Prevalence of each category in the subset vs the whole OOD set, with bootstrap
+    (examples of the subset resampled with replacement, n_boot times) 95% intervals of
+    the enrichment ratio = subset prevalence / pool prevalence, and the share of
+    resamples on the other side of 1 (a one-sided bootstrap p-value).
+
+    columns: the example attributes to tabulate (default: label, group, env, split and
+    any other low-cardinality column present). Returns a long DataFrame.
+    """
+    examples = examples.reset_index(drop=True)
+    subset = np.asarray(subset, dtype=np.int64)
+    if columns is None:
+        columns = [c for c in examples.columns if c not in ("id", "path")
+                   and examples[c].nunique(dropna=True) <= 50]
+    rng = np.random.default_rng(seed)
+    boot = rng.integers(0, len(subset), size=(n_boot, len(subset)))
+    rows = []
+    for col in columns:
+        values = examples[col].to_numpy()
+        if pd.Series(values).nunique(dropna=True) < 2:
+            continue
+        sub_vals = values[subset]
+        for cat in pd.unique(values):
+            pool = float(np.mean(values == cat))
+            hit = (sub_vals == cat)
+            prev = float(hit.mean())
+            boot_prev = hit[boot].mean(axis=1)
+            ratio = boot_prev / pool
+            enr = prev / pool
+            p = float(np.mean(ratio <= 1.0)) if enr > 1 else float(np.mean(ratio >= 1.0))
+            rows.append({"attribute": col, "value": cat, "subset_count": int(hit.sum()),
+                         "subset_prevalence": prev, "pool_prevalence": pool,
+                         "enrichment": enr, "enrichment_lo": float(np.quantile(ratio, .025)),
+                         "enrichment_hi": float(np.quantile(ratio, .975)),
+                         "bootstrap_p": p})
+    return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------- subset files
+
+def subset_table(examples, subset, scores=None):
+    """The selected examples in rank order: rank, index (column of A), id, path, label,
+    env, split, group (those known) and selection_score."""
+    subset = np.asarray(subset, dtype=np.int64)
+    ex = examples.reset_index(drop=True)
+    table = pd.DataFrame({"rank": np.arange(1, len(subset) + 1), "index": subset})
+    for col in ("id", "path", "label", "env", "split", "group"):
+        if col in ex:
+            table[col] = ex[col].to_numpy()[subset]
+    table["selection_score"] = (np.asarray(scores, dtype=float)[subset]
+                                if scores is not None else np.nan)
+    return table
+
+
+def write_csv(path, frame):
+    atomic_write_text(path, frame.to_csv(index=False))
+
+
+def write_json(path, obj):
+    def default(o):
+        if isinstance(o, (np.integer,)):
+            return int(o)
+        if isinstance(o, (np.floating,)):
+            return None if not np.isfinite(o) else float(o)
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+        if isinstance(o, (pd.DataFrame,)):
+            return o.to_dict(orient="records")
+        return str(o)
+    atomic_write_text(path, json.dumps(_finite(obj), indent=1, default=default) + "\n")
+
+
+def _finite(obj):
+    """NaN and infinities become null, so the JSON is strict."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+# ------------------------------------------------------------------------------ plots
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def plot_correlation_vs_size(summary, path, full_r=None, title=None):
+    """r on the test models against subset size (log x), one line per method, with the
+    Fisher 95% band (random: its 2.5-97.5% spread over draws)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for method, part in summary.groupby("method", sort=False):
+        part = part.sort_values("n")
+        line, = ax.plot(part["n"], part["r_test"], marker="o", ms=3, label=method)
+        if {"r_test_lo", "r_test_hi"} <= set(part) and part["r_test_lo"].notna().any():
+            ax.fill_between(part["n"], part["r_test_lo"], part["r_test_hi"],
+                            color=line.get_color(), alpha=0.15, lw=0)
+    if full_r is not None:
+        ax.axhline(full_r, color="grey", ls="--", lw=1, label="all OOD examples")
+    ax.axhline(0, color="black", lw=0.5)
+    ax.axhline(-0.3, color="grey", ls=":", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_ylim(-1.05, 1.05)
+    ax.set_xlabel("subset size n")
+    ax.set_ylabel("Pearson r (probit), test models")
+    ax.set_title(title or "ID vs OOD-subset accuracy correlation")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_probit_scatter(y, acc_all, acc_subset, path, n=None, eps=1e-6, title=None):
+    """Probit ID accuracy against probit OOD accuracy on all examples and on the
+    selected subset (test models), each with its least-squares line."""
+    from scipy.special import ndtri
+    plt = _pyplot()
+    pr = lambda a: ndtri(np.clip(np.asarray(a, float), eps, 1 - eps))  # noqa: E731
+    x = pr(y)
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for acc, label, color in ((acc_all, "all OOD examples", "tab:blue"),
+                              (acc_subset, f"selected subset (n={n})", "tab:red")):
+        v = pr(acc)
+        ax.scatter(x, v, s=10, alpha=0.6, color=color, label=label)
+        if np.ptp(x) > 0:
+            slope, icpt = np.polyfit(x, v, 1)
+            xs = np.linspace(x.min(), x.max(), 20)
+            ax.plot(xs, slope * xs + icpt, color=color, lw=1)
+    ax.set_xlabel("probit(ID accuracy)")
+    ax.set_ylabel("probit(OOD accuracy)")
+    ax.set_title(title or "Test models")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
