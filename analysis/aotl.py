@@ -291,7 +291,10 @@ def pairwise_table(acc: Accuracies, id_envs=None, **options) -> pd.DataFrame:
     opts = _options(**options)
     rows = []
     for dataset, ood in _ordered_splits(acc):
-        for e in _id_envs_for(acc, dataset, ood, id_envs):
+        ids = _id_envs_for(acc, dataset, ood, id_envs)
+        if not ids:
+            acc.notice(f"{dataset}, OOD env {ood}: no ID environment left; skipped")
+        for e in ids:
             sub = _split_frame(acc, dataset, ood, [acc_col(e), acc_col(ood)])
             meta = {"dataset": dataset, "ood_env": ood, "id_envs": str(e)}
             rows.append(_fit_row(meta, sub[acc_col(e)].to_numpy(),
@@ -376,6 +379,7 @@ class _LinearCost:
     min_size = 3
 
     def fit(self, signal):
+        self.signal = signal
         x, y = signal[:, 0] - signal[:, 0].mean(), signal[:, 1] - signal[:, 1].mean()
         self.c = np.vstack([np.zeros(6), np.cumsum(
             np.stack([np.ones_like(x), x, y, x * x, y * y, x * y], axis=1), axis=0)])
@@ -547,7 +551,7 @@ def build_parser():
     p.add_argument("--mean-id", action="store_true",
                    help="n-classifiers: x = mean ID accuracy instead of pooled ID rows")
     p.add_argument("--format", choices=("text", "markdown", "latex", "csv", "html"),
-                   default="text")
+                   default=None, help="default text, or what the --output extension names")
     p.add_argument("--digits", type=int, default=2)
     p.add_argument("--output", type=Path, default=None, help="write the table here")
     p.add_argument("--plot", type=Path, default=None, metavar="DIR",
@@ -590,11 +594,10 @@ def main(argv=None):
               file=sys.stderr)
     if args.export_csv is None or args.table is not None:
         df = make_table(acc, args)
-        text = report.render(df, args.format, args.digits)
         if args.output:
             report.write(df, args.output, args.format, args.digits)
         else:
-            sys.stdout.write(text)
+            sys.stdout.write(report.render(df, args.format or "text", args.digits))
     if args.plot is not None:
         for dataset, ood in _ordered_splits(acc):
             plot_split(acc, dataset, ood, args.plot / f"{_safe(dataset)}_env{ood}.png",
