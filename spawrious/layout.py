@@ -1,0 +1,71 @@
+"""On-disk layout, shared by both backends and the released dataset:
+
+    ROOT/spawrious224/{0,1}/<location>/<breed>/*.png     the images (pool / background / class)
+    ROOT/spawrious224/info.json                           generator settings (ours only)
+    ROOT/spawrious224/manifests/<pool>_<location>_<breed>.jsonl   one record per attempt
+
+Files are always selected in sorted name order (the original used unsorted listdir).
+"""
+import json
+import os
+
+from domainbed.errors import UserError
+from spawrious.constants import DATASET_DIRNAME
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
+INFO_FILE = "info.json"
+MANIFEST_DIR = "manifests"
+
+
+def resolve_dataset_dir(root, must_exist=True):
+    """ROOT/spawrious224 for a ROOT (also accepts the spawrious224 folder itself)."""
+    root = os.fspath(root)
+    if must_exist and not os.path.isdir(root):
+        raise UserError(f"data directory {root!r} does not exist; generate the images with "
+                        f"`python -m spawrious.generate --out {root}` or download the released "
+                        f"dataset with `python -m domainbed.scripts.download`")
+    candidate = os.path.join(root, DATASET_DIRNAME)
+    if os.path.isdir(candidate):
+        return candidate
+    if os.path.basename(os.path.normpath(root)) == DATASET_DIRNAME or \
+            os.path.isdir(os.path.join(root, "0")):
+        return root
+    if must_exist:
+        raise UserError(f"no Spawrious images under {root!r}: expected "
+                        f"{os.path.join(root, DATASET_DIRNAME, '{0,1}', '<location>', '<breed>')}; "
+                        f"generate them with `python -m spawrious.generate --out {root}` or "
+                        f"download them with `python -m domainbed.scripts.download`")
+    return candidate
+
+
+def cell_dir(dataset_dir, pool, location, breed):
+    return os.path.join(dataset_dir, str(pool), location, breed)
+
+
+def cell_relpath(pool, location, breed, name):
+    return "/".join([str(pool), location, breed, name])
+
+
+def list_images(directory):
+    """Image file names in `directory`, sorted; [] if it does not exist."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names
+                  if n.lower().endswith(IMAGE_EXTENSIONS) and not n.startswith("."))
+
+
+def manifest_path(dataset_dir, pool, location, breed):
+    return os.path.join(dataset_dir, MANIFEST_DIR, f"{pool}_{location}_{breed}.jsonl")
+
+
+def read_info(dataset_dir):
+    path = os.path.join(dataset_dir, INFO_FILE)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read {path}: {e}") from e

@@ -1,0 +1,142 @@
+"""Vectorised anti-aliased drawing on float RGB canvases (numpy only).
+
+Shapes are signed-distance functions evaluated on the pixel grid of their bounding box
+only, so drawing many small shapes on a large canvas stays cheap. Coordinates are in
+pixels, origin top-left, pixel centres at (i + 0.5).
+"""
+import numpy as np
+from PIL import Image
+
+
+def window(size, x0, x1, y0, y1, pad=1.5):
+    """(row slice, col slice, X, Y) of the clipped bounding box, or None if off-canvas."""
+    h, w = size
+    c0, c1 = max(int(np.floor(x0 - pad)), 0), min(int(np.ceil(x1 + pad)), w)
+    r0, r1 = max(int(np.floor(y0 - pad)), 0), min(int(np.ceil(y1 + pad)), h)
+    if c0 >= c1 or r0 >= r1:
+        return None
+    ys = np.arange(r0, r1, dtype=np.float32) + 0.5
+    xs = np.arange(c0, c1, dtype=np.float32) + 0.5
+    return slice(r0, r1), slice(c0, c1), xs[None, :], ys[:, None]
+
+
+def coverage(sdf):
+    """Anti-aliased coverage in [0, 1] from a signed distance in pixels."""
+    return np.clip(0.5 - sdf, 0.0, 1.0)
+
+
+def sdf_ellipse(X, Y, cx, cy, ax, ay, angle=0.0):
+    c, s = np.cos(angle), np.sin(angle)
+    u = (X - cx) * c + (Y - cy) * s
+    v = -(X - cx) * s + (Y - cy) * c
+    return (np.sqrt((u / ax) ** 2 + (v / ay) ** 2) - 1.0) * min(ax, ay)
+
+
+def sdf_capsule(X, Y, x0, y0, x1, y1, r0, r1=None):
+    """A segment with (linearly varying) radius."""
+    r1 = r0 if r1 is None else r1
+    dx, dy = x1 - x0, y1 - y0
+    denom = dx * dx + dy * dy + 1e-9
+    t = np.clip(((X - x0) * dx + (Y - y0) * dy) / denom, 0.0, 1.0)
+    px, py = X - (x0 + t * dx), Y - (y0 + t * dy)
+    return np.sqrt(px * px + py * py) - (r0 + (r1 - r0) * t)
+
+
+def sdf_convex(X, Y, pts):
+    """A convex polygon (any vertex order): max of the signed distances to its edges."""
+    pts = np.asarray(pts, dtype=np.float64)
+    area = 0.5 * np.sum(pts[:, 0] * np.roll(pts[:, 1], -1) - np.roll(pts[:, 0], -1) * pts[:, 1])
+    sign = 1.0 if area > 0 else -1.0
+    d = None
+    for (xa, ya), (xb, yb) in zip(pts, np.roll(pts, -1, axis=0)):
+        ex, ey = xb - xa, yb - ya
+        n = np.hypot(ex, ey) + 1e-9
+        # outward normal for counter-clockwise (in y-down pixel space: clockwise) order
+        dist = sign * ((X - xa) * ey - (Y - ya) * ex) / n
+        d = dist if d is None else np.maximum(d, dist)
+    return d
+
+
+def bbox_ellipse(cx, cy, ax, ay):
+    r = max(ax, ay)
+    return cx - r, cx + r, cy - r, cy + r
+
+
+def bbox_points(pts, pad=0.0):
+    pts = np.asarray(pts, dtype=np.float64)
+    return pts[:, 0].min() - pad, pts[:, 0].max() + pad, pts[:, 1].min() - pad, pts[:, 1].max() + pad
+
+
+def blend(img, sl, alpha, color):
+    """img[sl] <- img[sl] * (1 - alpha) + color * alpha (color: rgb or per-pixel array)."""
+    rs, cs = sl
+    a = alpha[..., None]
+    img[rs, cs] = img[rs, cs] * (1.0 - a) + np.asarray(color, dtype=np.float32) * a
+
+
+def shape_coverage(size, kind, params):
+    """((row slice, col slice), coverage) of one shape on a canvas of `size`, or None.
+
+    kind: 'ellipse' (cx, cy, ax, ay[, angle]), 'capsule' (x0, y0, x1, y1, r0[, r1]) or
+    'poly' [(x, y), ...] (convex)."""
+    if kind == "ellipse":
+        cx, cy, ax, ay = params[:4]
+        angle = params[4] if len(params) > 4 else 0.0
+        win = window(size, *bbox_ellipse(cx, cy, ax, ay))
+        if win is None:
+            return None
+        rs, cs, X, Y = win
+        return (rs, cs), coverage(sdf_ellipse(X, Y, cx, cy, ax, ay, angle))
+    if kind == "capsule":
+        x0, y0, x1, y1, r0 = params[:5]
+        r1 = params[5] if len(params) > 5 else r0
+        r = max(r0, r1)
+        win = window(size, min(x0, x1) - r, max(x0, x1) + r, min(y0, y1) - r, max(y0, y1) + r)
+        if win is None:
+            return None
+        rs, cs, X, Y = win
+        return (rs, cs), coverage(sdf_capsule(X, Y, x0, y0, x1, y1, r0, r1))
+    if kind == "poly":
+        win = window(size, *bbox_points(params))
+        if win is None:
+            return None
+        rs, cs, X, Y = win
+        return (rs, cs), coverage(sdf_convex(X, Y, params))
+    raise ValueError(f"unknown shape {kind!r}")
+
+
+def draw(img, kind, params, color, opacity=1.0):
+    """Draw one anti-aliased shape in a flat colour."""
+    found = shape_coverage(img.shape[:2], kind, params)
+    if found is None:
+        return
+    sl, a = found
+    blend(img, sl, a * opacity if opacity != 1.0 else a, color)
+
+
+def value_noise(rng, size, cells, octaves=1):
+    """Smooth noise in [0, 1] of shape `size` (h, w): bicubic-upsampled random grids."""
+    h, w = size
+    out = np.zeros((h, w), dtype=np.float32)
+    total = 0.0
+    for o in range(octaves):
+        n = max(2, int(cells * (2 ** o)))
+        grid = rng.random((n, n)).astype(np.float32)
+        layer = np.asarray(Image.fromarray(grid, mode="F").resize((w, h), Image.BICUBIC))
+        weight = 0.5 ** o
+        out += weight * layer
+        total += weight
+    out /= total
+    return np.clip(out, 0.0, 1.0)
+
+
+def vgradient(h, w, top, bottom, y0=0.0, y1=1.0):
+    """A vertical colour ramp from `top` at y0*h to `bottom` at y1*h (clamped)."""
+    t = np.clip((np.arange(h, dtype=np.float32) / max(h - 1, 1) - y0) / max(y1 - y0, 1e-6), 0, 1)
+    top, bottom = np.asarray(top, np.float32), np.asarray(bottom, np.float32)
+    ramp = top[None, :] * (1 - t[:, None]) + bottom[None, :] * t[:, None]
+    return np.broadcast_to(ramp[:, None, :], (h, w, 3)).copy()
+
+
+def to_uint8(img):
+    return (np.clip(img, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
