@@ -32,179 +32,24 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import special, stats
 
 from domainbed.errors import UnknownNameError, UserError, run_cli
 
 from .aotl_inputs import (CHECKPOINTS, SPLITS, Accuracies, acc_col, export_csv,
                           load_accuracies, read_accuracy_csvs, warn)
-
-SCALES = ("probit", "logit", "identity")
-VERDICTS = ("inverse line", "weak", "on the line")
+from .aotl_stats import (SCALES, VERDICTS, bootstrap_r, changepoints, classifier_count,
+                         classify, fit_line, inverse_transform, logit, probit, transform)
 RESAMPLE = ("runs", "models")
 TABLES = ("per-ood", "pairwise", "group-average", "group-pairwise", "regime", "changepoints",
           "n-classifiers")
 FIT_COLUMNS = ["n", "slope", "intercept", "r", "r2", "p", "stderr", "intercept_stderr",
                "spearman"]
 
-__all__ = ["transform", "probit", "logit", "fit_line", "bootstrap_r", "classify",
-           "per_ood_table", "pairwise_table", "group_table", "regime_table",
-           "changepoint_table", "changepoints", "classifier_count", "classifier_count_table",
-           "load_accuracies", "read_accuracy_csvs", "main"]
-
-
-# ---------------------------------------------------------------------------- statistics
-
-def _check_clip(clip):
-    if not (0 <= clip < 0.5):
-        raise UserError(f"--clip must lie in [0, 0.5), got {clip}")
-
-
-def transform(acc, scale="probit", clip=0.01):
-    """Accuracies -> the fitting scale: ``probit`` Phi^-1, ``logit`` or ``identity``.
-
-    Probit and logit clip accuracies to [clip, 1 - clip] first (identity never clips).
-    """
-    a = np.asarray(acc, dtype=float)
-    if scale == "identity":
-        return a.copy()
-    if scale not in SCALES:
-        raise UnknownNameError("scale", scale, SCALES)
-    _check_clip(clip)
-    if clip > 0:
-        a = np.clip(a, clip, 1 - clip)
-    return special.ndtri(a) if scale == "probit" else special.logit(a)
-
-
-def probit(acc, clip=0.01):
-    return transform(acc, "probit", clip)
-
-
-def logit(acc, clip=0.01):
-    return transform(acc, "logit", clip)
-
-
-def inverse_transform(t, scale="probit"):
-    t = np.asarray(t, dtype=float)
-    if scale == "probit":
-        return special.ndtr(t)
-    if scale == "logit":
-        return special.expit(t)
-    return t
-
-
-def fit_line(x, y, scale="probit", clip=0.01, where="fit"):
-    """Fit OOD accuracy ``y`` on ID accuracy ``x`` on the chosen scale.
-
-    Returns a dict with ``scipy.stats.linregress`` semantics: n, slope, intercept, r, r2,
-    p (two-sided, slope = 0), stderr (of the slope), intercept_stderr, and the Spearman rank
-    correlation of the raw accuracies. Raises UserError (never returns NaN) when the points
-    cannot give a line: fewer than 3, or all x (or all y) equal after clipping.
-    """
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if x.shape != y.shape or x.ndim != 1:
-        raise UserError(f"{where}: x and y must be 1-d arrays of the same length")
-    if len(x) < 3:
-        raise UserError(f"{where}: {len(x)} classifier(s); a line needs at least 3")
-    tx, ty = transform(x, scale, clip), transform(y, scale, clip)
-    if not (np.isfinite(tx).all() and np.isfinite(ty).all()):
-        raise UserError(f"{where}: accuracies of exactly 0 or 1 are infinite on the {scale} "
-                        "scale; use --clip > 0")
-    for t, name in ((tx, "ID"), (ty, "OOD")):
-        if np.ptp(t) == 0:
-            raise UserError(f"{where}: all {len(t)} {name} accuracies are equal"
-                            + (f" after clipping to [{clip}, {1 - clip}]" if clip and
-                               scale != "identity" else "") + "; no line can be fitted")
-    res = stats.linregress(tx, ty)
-    rho = stats.spearmanr(x, y)[0]
-    return {"n": int(len(x)), "slope": float(res.slope), "intercept": float(res.intercept),
-            "r": float(res.rvalue), "r2": float(res.rvalue ** 2), "p": float(res.pvalue),
-            "stderr": float(res.stderr), "intercept_stderr": float(res.intercept_stderr),
-            "spearman": float(rho) if np.isfinite(rho) else 0.0}
-
-
-def classify(r, threshold=0.3):
-    """(verdict, well_specified) for a Pearson R.
-
-    ``R <= -threshold``: "inverse line"; ``|R| < threshold``: "weak";
-    ``R >= threshold``: "on the line". Well-specified iff ``R < threshold`` (signed: any
-    negative or weak correlation), the paper's criterion with threshold 0.3.
-    """
-    if not (0 < threshold <= 1):
-        raise UserError(f"--threshold must lie in (0, 1], got {threshold}")
-    verdict = VERDICTS[0] if r <= -threshold else VERDICTS[1] if r < threshold else VERDICTS[2]
-    return verdict, bool(r < threshold)
-
-
-def _unit_stats(tx, ty, groups):
-    """Per resampling unit: count and sums of x, y, xx, yy, xy (centred), unit count."""
-    tx, ty = tx - tx.mean(), ty - ty.mean()
-    if groups is None:
-        codes, n_units = np.arange(len(tx)), len(tx)
-    else:
-        codes, uniques = pd.factorize(np.asarray(groups), sort=False)
-        n_units = len(uniques)
-    cols = [np.ones_like(tx), tx, ty, tx * tx, ty * ty, tx * ty]
-    s = np.stack([np.bincount(codes, weights=c, minlength=n_units) for c in cols], axis=1)
-    return s
-
-
-def _r_from_sums(s):
-    n, sx, sy, sxx, syy, sxy = np.moveaxis(s, -1, 0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        cxx, cyy, cxy = sxx - sx * sx / n, syy - sy * sy / n, sxy - sx * sy / n
-        return cxy / np.sqrt(cxx * cyy)
-
-
-def bootstrap_r(tx, ty, groups=None, n_boot=1000, ci=0.95, seed=0):
-    """Percentile bootstrap CI of Pearson R on already transformed points.
-
-    ``groups`` (e.g. run ids): resample whole groups, since the checkpoints of one run are
-    not independent models. Returns (low, high).
-    """
-    s = _unit_stats(np.asarray(tx, float), np.asarray(ty, float), groups)
-    n_units = len(s)
-    rng = np.random.default_rng(seed)
-    rs = []
-    for start in range(0, n_boot, 100):
-        b = min(100, n_boot - start)
-        counts = rng.multinomial(n_units, np.full(n_units, 1.0 / n_units), size=b)
-        rs.append(_r_from_sums(counts @ s))
-    rs = np.concatenate(rs)
-    alpha = (1 - ci) / 2
-    lo, hi = np.nanquantile(rs, [alpha, 1 - alpha])
-    return float(lo), float(hi)
-
-
-def classifier_count(tx, ty, groups=None, n_boot=1000, conf=0.95, tol=0.01, step=100,
-                     start=10, seed=0):
-    """The paper's "number of classifiers" heuristic (Table 3).
-
-    Each bootstrap resample is a sequence of units (classifiers, or whole runs when
-    ``groups`` is given) drawn with replacement; R is computed on its first k units for
-    k = start, start+step, ... . The minimum count is the first k at which adding ``step``
-    more units changes R by less than ``tol`` (relative: |R(k+step) - R(k)| / |R(k)|) in a
-    ``conf`` fraction of the resamples. Returns (min_units or None, total_units).
-    """
-    s = _unit_stats(np.asarray(tx, float), np.asarray(ty, float), groups)
-    n_units = len(s)
-    grid = np.arange(start, n_units + 1, step)
-    if len(grid) < 2:
-        return None, n_units
-    rng = np.random.default_rng(seed)
-    chunk = max(1, min(n_boot, int(2e7 // (6 * n_units))))
-    deltas = []
-    for b0 in range(0, n_boot, chunk):
-        b = min(chunk, n_boot - b0)
-        idx = rng.integers(0, n_units, size=(b, grid[-1]))
-        cs = np.cumsum(s[idx], axis=1)[:, grid - 1, :]      # (b, len(grid), 6)
-        r = _r_from_sums(cs)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            deltas.append(np.abs(np.diff(r, axis=1)) / np.abs(r[:, :-1]))
-    d = np.concatenate(deltas)
-    q = np.quantile(np.where(np.isfinite(d), d, np.inf), conf, axis=0)
-    ok = np.flatnonzero(q < tol)
-    return (int(grid[ok[0]]) if len(ok) else None), n_units
+__all__ = ["SCALES", "VERDICTS", "transform", "inverse_transform", "probit", "logit",
+           "fit_line", "bootstrap_r", "classify", "per_ood_table", "pairwise_table",
+           "group_table", "regime_table", "changepoint_table", "changepoints",
+           "classifier_count", "classifier_count_table", "plot_split", "load_accuracies",
+           "read_accuracy_csvs", "main"]
 
 
 # ---------------------------------------------------------------------------- tables
@@ -370,50 +215,6 @@ def regime_table(acc: Accuracies, id_envs=None, acc_threshold=0.9, **options) ->
             except UserError as e:
                 acc.notice(f"{e}; regime skipped")
     return _table(rows, "regime fit")
-
-
-class _LinearCost:
-    """Segment cost for ruptures: residual sum of squares of a least-squares line, O(1)
-    per segment from cumulative sums (ruptures' CostLinear solves a lstsq per call)."""
-    model = "linear_cumsum"
-    min_size = 3
-
-    def fit(self, signal):
-        self.signal = signal
-        x, y = signal[:, 0] - signal[:, 0].mean(), signal[:, 1] - signal[:, 1].mean()
-        self.c = np.vstack([np.zeros(6), np.cumsum(
-            np.stack([np.ones_like(x), x, y, x * x, y * y, x * y], axis=1), axis=0)])
-        return self
-
-    def error(self, start, end):
-        n, sx, sy, sxx, syy, sxy = self.c[end] - self.c[start]
-        cxx, cyy, cxy = sxx - sx * sx / n, syy - sy * sy / n, sxy - sx * sy / n
-        return max(cyy - (cxy * cxy / cxx if cxx > 1e-12 else 0.0), 0.0)
-
-
-def changepoints(tx, ty, pen=None, min_size=None, jump=None):
-    """Change points of a piecewise-linear fit of ty on tx, points sorted by tx (PELT).
-
-    ``pen``: penalty per extra segment in squared residual units; default a BIC penalty
-    3 * sigma^2 * ln(n) with the noise sigma estimated robustly from successive differences.
-    Returns (order, end indices of the segments in the sorted order, pen used).
-    """
-    import ruptures as rpt
-    from ruptures.base import BaseCost
-    order = np.argsort(tx, kind="stable")
-    sig = np.column_stack([tx[order], ty[order]])
-    n = len(sig)
-    if pen is None:
-        d = np.diff(sig[:, 1])
-        sigma = 1.4826 * np.median(np.abs(d - np.median(d))) / np.sqrt(2) if n > 2 else 0.0
-        pen = 3 * max(sigma, 1e-6) ** 2 * np.log(n)
-    min_size = max(3, min_size or max(10, n // 20))
-    jump = jump or max(1, n // 500)
-    cost = type("CostLinearCumsum", (_LinearCost, BaseCost), {})()
-    if n < 2 * min_size:
-        return order, [n], pen
-    algo = rpt.Pelt(custom_cost=cost, min_size=min_size, jump=jump).fit(sig)
-    return order, list(algo.predict(pen=pen)), pen
 
 
 def changepoint_table(acc: Accuracies, id_envs=None, pen=None, min_size=None, jump=None,
