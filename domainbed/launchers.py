@@ -21,7 +21,6 @@ import os
 import queue
 import shlex
 import subprocess
-import sys
 import threading
 from dataclasses import dataclass, field
 

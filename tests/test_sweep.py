@@ -69,7 +69,7 @@ def fake_train(tmp_path, monkeypatch, fake_names):
 
 
 def flags(out, *extra, launcher="local"):
-    return ["--datasets", DATASET, "--algorithms", ALGORITHM, "--data_dir", "/data",
+    return ["--datasets", DATASET, "--algorithms", ALGORITHM, "--data_dir", str(out),
             "--output_dir", str(out), "--command_launcher", launcher, "--n_trials", "1",
             "--n_hparams", "1", "--single_test_envs", "--skip_confirmation", *extra]
 
@@ -160,6 +160,12 @@ def test_cli_error_is_one_line_exit_2(tmp_path):
 def test_bad_flags(tmp_path, fake_names, extra, match):
     with pytest.raises(UserError, match=match):
         sweep.main(["status"] + flags(tmp_path, *extra))
+
+
+def test_missing_data_dir_fails_before_launching(tmp_path, fake_names):
+    with pytest.raises(UserError, match="data directory"):
+        sweep.main(["launch"] + flags(tmp_path, "--data_dir", str(tmp_path / "nope")))
+    assert os.listdir(tmp_path) == []
 
 
 def test_confirmation_without_terminal_requires_skip(tmp_path, fake_train, monkeypatch):
@@ -340,3 +346,38 @@ def test_missing_executable_is_a_failed_job(tmp_path):
     assert outcome.failed and outcome.returncode == 127
     assert launchers.job_state(cmd.output_dir) == launchers.FAILED
     assert "exit code 127" in launchers.last_error(cmd.output_dir)
+
+
+# ------------------------------------------------------------------ end to end
+def test_end_to_end_debug28_local_sweep_and_relaunch(tmp_path):
+    """The real train script: a tiny sweep with 2 local workers, then one job made
+    incomplete again is completed by a relaunch; finished jobs are not touched."""
+    data, out = tmp_path / "data", tmp_path / "sweep"
+    data.mkdir()
+    argv = ["--datasets", "Debug28", "--algorithms", "ERM", "--data_dir", str(data),
+            "--output_dir", str(out), "--command_launcher", "local", "--steps", "5",
+            "--n_trials", "1", "--n_hparams", "1", "--single_test_envs",
+            "--skip_confirmation", "--num_threads", "1"]
+
+    def cli(command, *extra):
+        return subprocess.run([sys.executable, "-m", "domainbed.scripts.sweep", command,
+                               *argv, *extra], capture_output=True, text=True, cwd=REPO)
+
+    launched = cli("launch", "--max_workers", "2")
+    assert launched.returncode == 0, launched.stdout + launched.stderr
+    status = cli("status")
+    lines = status.stdout.strip().splitlines()
+    assert len(lines) == 4 and all(line.startswith("done ") for line in lines[:3]), lines
+    assert lines[3].startswith("3 jobs: 3 done")
+    dirs = sorted(line.split()[1] for line in lines[:3])
+    for d in dirs:
+        assert len(open(os.path.join(d, "results.jsonl")).read().splitlines()) >= 1
+
+    os.remove(os.path.join(dirs[0], "done"))   # as if the sweep was killed mid-job
+    mtimes = {d: os.stat(os.path.join(d, "done")).st_mtime_ns for d in dirs[1:]}
+    assert launchers.job_state(dirs[0]) == launchers.FAILED
+    relaunched = cli("launch")
+    assert relaunched.returncode == 0, relaunched.stdout + relaunched.stderr
+    assert "Launching 1 jobs (1 to resume, 0 new)" in relaunched.stdout
+    assert cli("status").stdout.strip().splitlines()[-1].startswith("3 jobs: 3 done")
+    assert mtimes == {d: os.stat(os.path.join(d, "done")).st_mtime_ns for d in dirs[1:]}

@@ -42,6 +42,8 @@ PASS_THROUGH = {   # name -> argparse kwargs
                             help="checkpoint every this many steps (train.py)"),
     "uda_holdout_fraction": dict(type=float, default=None,
                                  help="train.py's --uda_holdout_fraction"),
+    "num_threads": dict(type=int, default=None,
+                        help="torch threads per job (train.py's --num_threads)"),
     "save_logits": dict(action="store_true", help="save float16 logits per checkpoint"),
     "skip_model_save": dict(action="store_true", help="train.py's --skip_model_save"),
     "save_model_every_checkpoint": dict(action="store_true",
@@ -319,6 +321,9 @@ def main(argv=None):
         print(f"About to launch {n} jobs.")
         if running:
             print(f"Leaving alone {len(running)} jobs that are running now.")
+        if n and args.command_launcher in ("local", "multi_gpu") and \
+                not os.path.isdir(args.data_dir):
+            raise UserError(f"data directory {args.data_dir!r} does not exist")
         if n == 0 or not ask_for_confirmation(args.skip_confirmation):
             return 0
         options = {k: v for k, v in vars(args).items()
