@@ -110,6 +110,11 @@ def worst_group_accuracy(labels, preds, groups):
     return float(per_group_accuracy(labels, preds, groups).min())
 
 
+def _sd(arr, ddof, scale):
+    # equal values give exactly 0 (np.std leaves rounding residue like 1e-14)
+    return 0.0 if np.ptp(arr) == 0 else float(np.std(arr, ddof=ddof) * scale)
+
+
 def erm_failure(group_accuracies, ddof=1, scale=100.0):
     """SD over groups of ERM's per-group test accuracy.
 
@@ -122,7 +127,7 @@ def erm_failure(group_accuracies, ddof=1, scale=100.0):
     arr = arr[~np.isnan(arr)]
     if arr.size < 2:
         raise UserError(f"ERM Failure needs at least 2 groups; got {arr.size}")
-    return float(np.std(arr, ddof=ddof) * scale)
+    return _sd(arr, ddof, scale)
 
 
 def discriminative_power(wga_by_method, ddof=1, scale=100.0):
@@ -135,7 +140,7 @@ def discriminative_power(wga_by_method, ddof=1, scale=100.0):
     if arr.size < 2:
         raise UserError("Discriminative Power needs at least 2 methods (models); got "
                         f"{arr.size}")
-    return float(np.std(arr, ddof=ddof) * scale)
+    return _sd(arr, ddof, scale)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,8 +251,8 @@ def mutual_information(y, a, base=None):
         raise UserError("no examples given (empty input)")
     if y.shape != a.shape:
         raise UserError("labels and attributes must have the same length")
-    joint = pd.crosstab(y, a).to_numpy(dtype=float)
-    joint /= joint.sum()
+    joint = pd.crosstab(y, a).to_numpy(dtype=float, copy=True)
+    joint = joint / joint.sum()
     py, pa = joint.sum(1, keepdims=True), joint.sum(0, keepdims=True)
     nz = joint > 0
     mi = float(np.sum(joint[nz] * np.log(joint[nz] / (py @ pa)[nz])))
@@ -501,7 +506,11 @@ def leave_one_out(wga, K, valid, arch=None, test_datasets=None, exclude_test=Tru
         exclude = [d] if exclude_test else []
         row = {"dataset": d}
         for strategy in ("all", "valid"):
-            rec = recommend_method(wga, strategy, valid=valid, exclude=exclude)
+            try:
+                rec = recommend_method(wga, strategy, valid=valid, exclude=exclude)
+            except UserError:   # nothing left to average once the test dataset is out
+                row[f"{strategy}_method"], row[f"{strategy}_acc"] = "", np.nan
+                continue
             picks = [m for _, m, _ in rec.candidates]
             row[f"{strategy}_method"] = " | ".join(picks)
             row[f"{strategy}_acc"] = float(wga.loc[picks, d].mean() * scale)

@@ -1,0 +1,589 @@
+"""Seed 002's validity analysis on run directories: the records adapter and the command line.
+
+Reads group-annotated records (``env{i}_{in,out}_acc_g{g}``, ``env{i}_{in,out}_wga``,
+``args.group_names``) through ``domainbed.records`` and hands arrays to ``analysis.validity``.
+
+A *benchmark* is a dataset (one label per data variant, as collect_results labels them) and,
+where a dataset was run with several test environments, a test environment (``name/env1``).
+A *method* is an algorithm. Per (benchmark, method, trial seed) the model is chosen as
+collect_results' worst-group selection does: the checkpoint and hyperparameters with the best
+mean worst-group accuracy on the training environments' ``out`` splits; its test numbers are
+the test environment's ``in`` split. A method's accuracy is the mean over trial seeds.
+
+K comes from two reference runs per benchmark (ERM and a group-reweighted ERM, or GroupDRO),
+trained with ``--save_logits`` by ``scripts/train_k_reference.py`` into their own directory
+(``--k-dir``); each run's checkpoint is the one with the lowest validation NLL (training
+environments, ``out`` split: "until validation loss convergence"), and K is computed on the
+test environments' examples. Or pass K values as a CSV (``--k-csv``, columns benchmark,K).
+
+    python -m analysis.validity report --input-dir sweep/ --k-dir kref/ --format markdown
+    python -m analysis.validity compute-k --erm-run kref/Waterbirds/ERM_s0 \\
+        --reference-run kref/Waterbirds/ReweightedERM_s0
+    python -m analysis.validity recommend --input-dir sweep/ --k-dir kref/ \\
+        --strategy closest --query-k 0.7
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import sys
+
+import numpy as np
+import pandas as pd
+
+from analysis import validity as V
+from domainbed import model_selection as ms
+from domainbed.errors import UserError
+from domainbed.records import list_prediction_steps, load_predictions, load_records
+
+REFERENCE_ALGORITHMS = ("ReweightedERM", "GroupDRO")
+_GROUP_KEY = re.compile(r"^env(\d+)_(in|out)_acc_g(\d+)$")
+SPLIT_CODES = {"in": 0, "out": 1, "uda": 2}
+
+
+# ---------------------------------------------------------------------------------------------
+# benchmarks and selected models
+# ---------------------------------------------------------------------------------------------
+
+def _records(records):
+    return list(getattr(records, "records", records))
+
+
+def benchmark_names(records):
+    """{(dataset label, test_env): benchmark name} over every record given."""
+    records = _records(records)
+    labels = ms.dataset_labels(records)
+    envs = collections.defaultdict(set)
+    for r in records:
+        for t in r["args"].get("test_envs") or []:
+            envs[ms.dataset_label(r, labels)].add(t)
+    return {(label, t): (label if len(ts) == 1 else f"{label}/env{t}")
+            for label, ts in envs.items() for t in ts}, labels
+
+
+def _has_groups(record):
+    return any(_GROUP_KEY.match(k) for k in record)
+
+
+def group_results(records, names=None, labels=None):
+    """One row per (benchmark, method, trial seed, group) of the selected models.
+
+    Columns: benchmark, method, trial_seed, test_env, run_dir, step, val_wga, test_wga, group,
+    group_name, acc (the group's test accuracy, a fraction).
+    """
+    records = [r for r in _records(records) if _has_groups(r)]
+    if not records:
+        raise UserError("no group-annotated records (keys env{i}_{in,out}_acc_g{g}); the "
+                        "validity analysis needs a dataset with groups")
+    if names is None:
+        names, labels = benchmark_names(records)
+    by_step = {(r["run_dir"], r.get("step")): r for r in records}
+    selected = ms.select(records, ms.WorstGroupSelectionMethod, labels)
+    if selected.empty:
+        raise UserError("no model could be selected: records need single-test-env runs with "
+                        "worst-group accuracies on the training environments' out splits")
+    rows = []
+    for sel in selected.itertuples(index=False):
+        record = by_step[(sel.run_dir, sel.step)]
+        t = sel.test_env
+        group_names = record["args"].get("group_names") or []
+        accs = {int(m.group(3)): v for k, v in record.items()
+                if (m := _GROUP_KEY.match(k)) and int(m.group(1)) == t and m.group(2) == "in"}
+        if not accs:
+            raise UserError(f"run {sel.run_dir} has no per-group accuracies for its test "
+                            f"environment {t} (env{t}_in_acc_g*)")
+        V.check_accuracies(list(accs.values()), f"group accuracies in {sel.run_dir}")
+        for g, acc in sorted(accs.items()):
+            rows.append({"benchmark": names[(sel.dataset, t)], "method": sel.algorithm,
+                         "trial_seed": sel.trial_seed, "test_env": t,
+                         "run_dir": sel.run_dir, "step": sel.step, "val_wga": sel.val_acc,
+                         "test_wga": sel.test_acc, "group": g,
+                         "group_name": group_names[g] if g < len(group_names) else f"g{g}",
+                         "acc": float(acc)})
+    return pd.DataFrame(rows)
+
+
+def wga_matrix(results):
+    """methods x benchmarks: worst-group test accuracy, mean over trial seeds."""
+    V._require_columns(results, ["benchmark", "method", "trial_seed", "test_wga"],
+                       "the results table")
+    per_seed = results.drop_duplicates(["benchmark", "method", "trial_seed"])
+    return per_seed.pivot_table(index="method", columns="benchmark", values="test_wga",
+                                aggfunc="mean")
+
+
+def erm_group_accuracies(results, benchmark, erm="ERM"):
+    """seeds x groups of ERM's per-group test accuracy on one benchmark."""
+    sub = results[(results["benchmark"] == benchmark) & (results["method"] == erm)]
+    if sub.empty:
+        found = sorted(results.loc[results["benchmark"] == benchmark, "method"].unique())
+        raise UserError(f"ERM Failure needs {erm} runs on {benchmark}; methods found: "
+                        f"{', '.join(found)} (choose with --erm-algorithm)")
+    return sub.pivot_table(index="trial_seed", columns="group", values="acc")
+
+
+# ---------------------------------------------------------------------------------------------
+# K from saved logits
+# ---------------------------------------------------------------------------------------------
+
+def _run_args(run_dir, records=None):
+    if records:
+        for r in records:
+            if r["run_dir"] == run_dir:
+                return r["args"]
+    recs = load_records(run_dir, require_done=False, quiet=True).records
+    if not recs:
+        raise UserError(f"{run_dir} holds no run records (results.jsonl)")
+    return recs[0]["args"]
+
+
+def _with_logits(run_dir, step):
+    pred = load_predictions(run_dir, step)
+    if "logits" not in pred:
+        raise UserError(f"predictions of {run_dir} step {step} have no logits; train with "
+                        "--save_logits (scripts/train_k_reference.py does)")
+    return pred
+
+
+def choose_step(run_dir, test_envs, how="val_nll"):
+    """The checkpoint of a K reference run: 'val_nll' (lowest NLL on the training
+    environments' out split), 'last', or an int step."""
+    steps = list_prediction_steps(run_dir)
+    if not steps:
+        raise UserError(f"{run_dir} has no saved predictions (predictions/step_*.npz)")
+    if how == "last":
+        return steps[-1]
+    if not isinstance(how, str):
+        if int(how) not in steps:
+            raise UserError(f"{run_dir} has no predictions for step {how}; steps: "
+                            f"{', '.join(map(str, steps))}")
+        return int(how)
+    if how != "val_nll":
+        raise UserError(f"unknown step choice {how!r}; use val_nll, last or a step number")
+    best = None
+    for step in steps:
+        pred = _with_logits(run_dir, step)
+        val = ~np.isin(pred["env"], list(test_envs)) & (pred["split"] == SPLIT_CODES["out"])
+        if not val.any():
+            raise UserError(f"{run_dir} has no validation examples (training environments' "
+                            "out split) to pick a checkpoint by; use --k-step last")
+        nll = -V.log_likelihood(pred["logits"][val], pred["label"][val]).mean()
+        if best is None or nll < best[0]:
+            best = (nll, step)
+    return best[1]
+
+
+def compute_k(erm_run, reference_run, step="val_nll", worst_group="erm_lowest_acc",
+              reduction="mean", test_splits=("in", "out"), records=None):
+    """K between two runs on their test environments' examples (aligned by example id).
+    Returns a dict: k, worst_group, worst_group_name, n, erm_step, reference_step."""
+    args_erm, args_ref = _run_args(erm_run, records), _run_args(reference_run, records)
+    for key in ("dataset", "test_envs", "data_fingerprint"):
+        if args_erm.get(key) != args_ref.get(key):
+            raise UserError(f"the two K runs differ in {key}: {args_erm.get(key)!r} vs "
+                            f"{args_ref.get(key)!r}")
+    test_envs = list(args_erm.get("test_envs") or [])
+    codes = [SPLIT_CODES[s] for s in test_splits]
+    preds = []
+    for run in (erm_run, reference_run):
+        chosen = choose_step(run, test_envs, step)
+        p = _with_logits(run, chosen)
+        keep = np.isin(p["env"], test_envs) & np.isin(p["split"], codes)
+        if not keep.any():
+            raise UserError(f"{run} has no test examples (environments {test_envs}, "
+                            f"splits {', '.join(test_splits)})")
+        order = np.argsort(p["id"][keep], kind="stable")
+        preds.append(({k: v[keep][order] for k, v in p.items()}, chosen))
+    (erm, erm_step), (ref, ref_step) = preds
+    if not np.array_equal(erm["id"], ref["id"]):
+        common, ie, ir = np.intersect1d(erm["id"], ref["id"], return_indices=True)
+        if common.size == 0:
+            raise UserError("the two K runs share no test examples (different data?)")
+        erm = {k: v[ie] for k, v in erm.items()}
+        ref = {k: v[ir] for k, v in ref.items()}
+    res = V.bayes_factor_k(ref["logits"], erm["logits"], erm["label"], erm["group"],
+                           worst_group=worst_group, reduction=reduction)
+    group_names = args_erm.get("group_names") or []
+    g = res.worst_group
+    return {"k": res.k, "worst_group": g,
+            "worst_group_name": group_names[g] if g < len(group_names) else f"g{g}",
+            "n": res.n, "erm_group_acc": res.erm_group_accuracy[g],
+            "erm_step": erm_step, "reference_step": ref_step}
+
+
+def k_from_records(k_records, names, labels, reference=None, erm="ERM", **kwargs):
+    """One row per (benchmark, trial seed) of the K reference runs: benchmark, trial_seed,
+    reference, k, worst_group, worst_group_name, n, erm_step, reference_step."""
+    k_records = _records(k_records)
+    runs = collections.defaultdict(dict)   # (benchmark, trial_seed) -> {algorithm: run_dir}
+    for r in k_records:
+        args = r["args"]
+        t = (args.get("test_envs") or [None])[0]
+        key = (names.get((ms.dataset_label(r, labels), t)), args.get("trial_seed"))
+        known = runs[key].get(args.get("algorithm"))
+        if known is not None and known != r["run_dir"]:
+            raise UserError(f"two {args.get('algorithm')} runs for {key[0]} trial seed "
+                            f"{key[1]} in the K directory: {known} and {r['run_dir']}")
+        runs[key][args.get("algorithm")] = r["run_dir"]
+    if not runs:
+        raise UserError("no K reference runs found")
+    algos = {a for v in runs.values() for a in v}
+    if reference is None:
+        reference = next((a for a in REFERENCE_ALGORITHMS if a in algos), None)
+        if reference is None:
+            raise UserError("no reference runs for K (algorithms found: "
+                            f"{', '.join(sorted(map(str, algos)))}; expected one of "
+                            f"{', '.join(REFERENCE_ALGORITHMS)} or pass --reference)")
+    rows = []
+    for (bench, seed), algs in sorted(runs.items(), key=lambda kv: str(kv[0])):
+        if erm not in algs or reference not in algs:
+            continue
+        out = compute_k(algs[erm], algs[reference], records=k_records, **kwargs)
+        rows.append({"benchmark": bench, "trial_seed": seed, "reference": reference, **out})
+    if not rows:
+        raise UserError(f"no benchmark has both {erm} and {reference} K reference runs")
+    return pd.DataFrame(rows)
+
+
+def read_k_csv(path):
+    try:
+        df = pd.read_csv(path)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read K table {path}: {e}") from None
+    V._require_columns(df, ["benchmark", "K"], f"K table {path}")
+    if df["K"].isna().any() or not np.isfinite(df["K"].astype(float)).all():
+        raise UserError(f"K table {path} has missing or non-finite K values")
+    return df.set_index("benchmark")["K"].astype(float)
+
+
+# ---------------------------------------------------------------------------------------------
+# mutual information, report
+# ---------------------------------------------------------------------------------------------
+
+def mutual_information_of(results, benchmark):
+    """I(Y; A) on the training environments of a benchmark, from a selected run's saved
+    predictions (group = y * |A| + a); None when it cannot be computed (reason in the note)."""
+    run = results.loc[results["benchmark"] == benchmark, "run_dir"].iloc[0]
+    steps = list_prediction_steps(run)
+    if not steps:
+        return None, "no saved predictions"
+    args = _run_args(run)
+    p = load_predictions(run, steps[-1])
+    train = ~np.isin(p["env"], args.get("test_envs") or []) & (p["group"] >= 0)
+    try:
+        a = V.attributes_from_groups(p["group"][train], p["label"][train],
+                                     len(args.get("group_names") or []),
+                                     args.get("num_classes"))
+    except UserError as e:
+        return None, str(e)
+    return V.mutual_information(p["label"][train], a), ""
+
+
+def validity_report(results, K=None, thresholds=None, erm="ERM", ddof=1, with_mi=True,
+                    min_pairs=3):
+    """Table 1: per benchmark K, I(Y;A), ERM Failure, Discriminative Power, Convergent
+    Validity (with its R^2), best method and its WG test accuracy, pass flags, valid.
+    ``K``: benchmark -> K (or None). Notes on what could not be computed in ``.attrs``."""
+    wga = wga_matrix(results)
+    K = pd.Series(dtype=float) if K is None else pd.Series(K, dtype=float)
+    notes, rows = [], []
+    thr = {**V.DEFAULT_THRESHOLDS, **(thresholds or {})}
+    for b in wga.columns:
+        methods = wga[b].dropna()
+        best = V.best_methods(wga[[b]])[b]
+        row = {"benchmark": b, "K": K.get(b, np.nan), "mi": np.nan,
+               "erm_failure": V.erm_failure(erm_group_accuracies(results, b, erm), ddof),
+               "disc_power": np.nan, "n_methods": len(methods),
+               "best_method": " = ".join(best), "best_wga": 100 * float(methods.max())}
+        if len(methods) < 2:
+            raise UserError(f"Discriminative Power needs at least 2 methods on {b}; found "
+                            f"only {', '.join(methods.index)}")
+        row["disc_power"] = V.discriminative_power(methods.to_numpy(), ddof)
+        if with_mi:
+            mi, why = mutual_information_of(results, b)
+            if mi is None:
+                notes.append(f"I(Y;A) of {b}: {why}")
+            else:
+                row["mi"] = mi
+        rows.append(row)
+    table = pd.DataFrame(rows).set_index("benchmark")
+    passing = [b for b in table.index if table.loc[b, "erm_failure"] >= thr["erm_failure"]
+               and table.loc[b, "disc_power"] >= thr["disc_power"]]
+    with_k = [b for b in table.index if b in K.index and not np.isnan(K[b])]
+    table["conv_validity"], table["cv_r2"], table["cv_pairs"] = np.nan, np.nan, 0
+    if with_k:
+        cv = V.convergent_validity(wga, K[with_k], benchmarks=with_k,
+                                   pool=[b for b in passing if b in with_k],
+                                   min_pairs=min_pairs)
+        table.loc[cv.index, "conv_validity"] = cv["conv_validity"]
+        table.loc[cv.index, "cv_r2"] = cv["r2"]
+        table.loc[cv.index, "cv_pairs"] = cv["n_pairs"]
+    missing_k = [b for b in table.index if b not in with_k]
+    if missing_k:
+        notes.append(f"no K for {', '.join(missing_k)}: Convergent Validity not computed")
+    short = [b for b in with_k if np.isnan(table.loc[b, "conv_validity"])]
+    if short:
+        notes.append(f"Convergent Validity needs >= {min_pairs} comparison benchmarks "
+                     f"(passing ERM Failure and Discriminative Power, with K and enough "
+                     f"shared methods; see --cv-min-pairs): too few for {', '.join(short)}")
+    out = V.validity_table(table, thr)
+    out.attrs["notes"] = notes
+    return out
+
+
+REPORT_COLUMNS = {"K": "K", "mi": "I(Y;A)", "erm_failure": "ERM Fail.",
+                  "disc_power": "Disc. Power", "conv_validity": "Conv. Validity",
+                  "cv_r2": "CV R^2", "best_method": "Method", "best_wga": "WG test acc.",
+                  "pass_erm_failure": "ERM Fail. ok", "pass_disc_power": "Disc. Power ok",
+                  "pass_conv_validity": "Conv. Validity ok", "valid": "valid"}
+
+
+def _display(table, columns):
+    return table.reset_index()[["benchmark"] + list(columns)].rename(
+        columns={"benchmark": "Benchmark", **columns})
+
+
+# ---------------------------------------------------------------------------------------------
+# command line
+# ---------------------------------------------------------------------------------------------
+
+def _add_input(p, k=True):
+    p.add_argument("--input-dir", nargs="+", required=True,
+                   help="sweep output directories (run directories at any depth)")
+    p.add_argument("--erm-algorithm", default="ERM")
+    p.add_argument("--include-unfinished", action="store_true",
+                   help="also read runs without a 'done' marker")
+    if k:
+        p.add_argument("--k-dir", nargs="+", help="K reference runs "
+                       "(scripts/train_k_reference.py output)")
+        p.add_argument("--k-csv", help="K per benchmark instead: CSV with benchmark,K")
+        _add_k_options(p)
+
+
+def _add_k_options(p):
+    p.add_argument("--reference", help="reference algorithm of K (default: ReweightedERM, "
+                   "else GroupDRO)")
+    p.add_argument("--k-step", default="val_nll",
+                   help="checkpoint of the K runs: val_nll (default), last, or a step")
+    p.add_argument("--worst-group", default="erm_lowest_acc",
+                   help="erm_lowest_acc (default), smallest, or a group index")
+    p.add_argument("--reduction", default="mean", choices=["mean", "sum"])
+    p.add_argument("--test-splits", default="in,out",
+                   help="test-environment splits K is computed on (default in,out)")
+
+
+def _add_output(p):
+    p.add_argument("--format", choices=["text", "markdown", "latex", "csv", "html"])
+    p.add_argument("--output", help="write here (format from the extension unless --format)")
+    p.add_argument("--digits", type=int, default=2)
+
+
+def _k_kwargs(args):
+    wg = args.worst_group
+    splits = tuple(s.strip() for s in args.test_splits.split(",") if s.strip())
+    bad = [s for s in splits if s not in SPLIT_CODES]
+    if bad or not splits:
+        raise UserError(f"--test-splits takes in, out, uda; got {args.test_splits!r}")
+    step = int(args.k_step) if str(args.k_step).lstrip("-").isdigit() else args.k_step
+    return {"step": step, "reduction": args.reduction, "test_splits": splits,
+            "worst_group": int(wg) if str(wg).lstrip("-").isdigit() else wg}
+
+
+def _load(args):
+    recs = load_records(args.input_dir, require_done=not args.include_unfinished)
+    k_recs = []
+    if getattr(args, "k_dir", None):
+        if args.k_csv:
+            raise UserError("pass either --k-dir or --k-csv, not both")
+        k_recs = load_records(args.k_dir, require_done=not args.include_unfinished).records
+    names, labels = benchmark_names(recs.records + k_recs)
+    results = group_results(recs, names, labels)
+    K, k_table = None, None
+    if k_recs:
+        k_table = k_from_records(k_recs, names, labels, reference=args.reference,
+                                 erm=args.erm_algorithm, **_k_kwargs(args))
+        K = k_table.groupby("benchmark")["k"].mean()
+    elif getattr(args, "k_csv", None):
+        K = read_k_csv(args.k_csv)
+    return results, K, k_table
+
+
+def _emit(df, args, title, notes=()):
+    from analysis import report
+    fmt = args.format or (report.format_for_path(args.output) if args.output else "text")
+    text = report.render(df, fmt, args.digits, title if fmt != "csv" else None)
+    if fmt != "csv":
+        for note in notes:
+            text += f"\nnote: {note}"
+        if notes:
+            text += "\n"
+    if args.output:
+        from domainbed.fileio import atomic_write_text
+        atomic_write_text(args.output, text)
+        print(f"wrote {args.output}")
+    else:
+        sys.stdout.write(text)
+
+
+def _thresholds(args):
+    return {"erm_failure": args.erm_failure_min, "disc_power": args.disc_power_min,
+            "conv_validity": args.conv_validity_min}
+
+
+def cmd_report(args):
+    results, K, _ = _load(args)
+    table = validity_report(results, K, _thresholds(args), args.erm_algorithm, args.ddof,
+                            with_mi=not args.no_mi, min_pairs=args.cv_min_pairs)
+    cols = dict(REPORT_COLUMNS)
+    if args.no_mi:
+        cols.pop("mi")
+    thr = table.attrs["thresholds"]
+    title = ("Validity of benchmarks (ERM Fail. and Disc. Power in accuracy points; pass: "
+             f"ERM Fail. >= {thr['erm_failure']:g}, Disc. Power >= {thr['disc_power']:g}, "
+             f"Conv. Validity >= {thr['conv_validity']:g})")
+    _emit(_display(table, cols), args, title, table.attrs["notes"])
+
+
+def cmd_compute_k(args):
+    out = compute_k(args.erm_run, args.reference_run, **_k_kwargs(args))
+    df = pd.DataFrame([{"K": out["k"], "worst group": out["worst_group_name"],
+                        "n": out["n"], "ERM acc. on it": out["erm_group_acc"],
+                        "ERM step": out["erm_step"],
+                        "reference step": out["reference_step"]}])
+    _emit(df, args, "K (per-sample mean log-likelihood ratio, nats)"
+          if args.reduction == "mean" else "K (summed log-likelihood ratio, nats)")
+
+
+def cmd_robustness(args):
+    results, K, _ = _load(args)
+    rob = V.method_robustness(wga_matrix(results), K).reset_index()
+    rob = rob.sort_values(["median", "iqr"], ascending=[False, True])
+    _emit(rob.rename(columns={"method": "Method", "median": "median WG acc.",
+                              "iqr": "IQR", "n_benchmarks": "benchmarks",
+                              "slope_k": "slope on K", "r2_k": "R^2 on K"}),
+          args, "Method robustness over benchmarks (worst-group test accuracy, points)")
+
+
+def cmd_agreement(args):
+    results, _, _ = _load(args)
+    agree = V.agreement_matrix(wga_matrix(results), method=args.method)
+    _emit(agree.reset_index().rename(columns={"index": "benchmark"}), args,
+          f"Agreement between benchmarks ({args.method} r of WG test accuracy over methods)")
+
+
+def _valid_set(args, results, K):
+    table = validity_report(results, K, _thresholds(args), args.erm_algorithm, args.ddof,
+                            with_mi=False, min_pairs=args.cv_min_pairs)
+    return list(table.index[table["valid"].fillna(False).astype(bool)]), table
+
+
+def cmd_recommend(args):
+    results, K, _ = _load(args)
+    wga = wga_matrix(results)
+    valid, _ = _valid_set(args, results, K) if args.strategy != "all" else ([], None)
+    if args.strategy != "all" and not valid:
+        raise UserError("no benchmark passes all three desiderata; use --strategy all or "
+                        "lower the thresholds")
+    query_k = args.query_k
+    if args.strategy == "closest" and query_k is None:
+        if args.query_benchmark is None:
+            raise UserError("--strategy closest needs --query-k or --query-benchmark")
+        if K is None or args.query_benchmark not in K.index:
+            raise UserError(f"no K for {args.query_benchmark!r}")
+        query_k = K[args.query_benchmark]
+    exclude = [args.query_benchmark] if args.query_benchmark else []
+    rec = V.recommend_method(wga, args.strategy, valid=valid, K=K, query_k=query_k,
+                             exclude=exclude)
+    df = pd.DataFrame([{"strategy": rec.strategy, "method": rec.method or "(tie)",
+                        "from": b, "candidate": m, "WG acc.": 100 * s}
+                       for b, m, s in rec.candidates] or
+                      [{"strategy": rec.strategy, "method": "(none)", "from": "",
+                        "candidate": "", "WG acc.": np.nan}])
+    _emit(df, args, f"Recommended method ({args.strategy})", [rec.note] if rec.note else [])
+
+
+def cmd_leave_one_out(args):
+    results, K, _ = _load(args)
+    if K is None:
+        raise UserError("leave-one-out needs K (--k-dir or --k-csv)")
+    valid, _ = _valid_set(args, results, K)
+    if not valid:
+        raise UserError("no benchmark passes all three desiderata; lower the thresholds "
+                        "to run the leave-one-out comparison")
+    loo = V.leave_one_out(wga_matrix(results), K, valid)
+    wins = V.strategy_win_counts(loo["all_acc"], loo["valid_acc"], loo["closest_acc"])
+    note = (f"Valid beats All on {wins['valid_beats_all']}/{wins['n']}; Closest is best on "
+            f"{wins['closest_best_with_ties']}/{wins['n_closest']} counting ties, "
+            f"{wins['closest_best_strict']}/{wins['n_closest']} strictly")
+    _emit(loo.reset_index(), args, "Leave-one-out method choice (WG test accuracy, points)",
+          [note])
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis.validity",
+        description="Validity desiderata of spurious-correlation benchmarks (seed 002).")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def thresholds(p):
+        d = V.DEFAULT_THRESHOLDS
+        p.add_argument("--erm-failure-min", type=float, default=d["erm_failure"])
+        p.add_argument("--disc-power-min", type=float, default=d["disc_power"])
+        p.add_argument("--conv-validity-min", type=float, default=d["conv_validity"])
+        p.add_argument("--ddof", type=int, default=1, help="SD degrees of freedom (1: sample)")
+        p.add_argument("--cv-min-pairs", type=int, default=3,
+                       help="comparison benchmarks needed for Convergent Validity")
+
+    p = sub.add_parser("report", help="Table 1: K, the three desiderata, pass/fail")
+    _add_input(p)
+    thresholds(p)
+    p.add_argument("--no-mi", action="store_true", help="skip I(Y;A)")
+    _add_output(p)
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("compute-k", help="K between an ERM run and a reference run")
+    p.add_argument("--erm-run", required=True)
+    p.add_argument("--reference-run", required=True)
+    _add_k_options(p)
+    _add_output(p)
+    p.set_defaults(func=cmd_compute_k)
+
+    p = sub.add_parser("robustness", help="per method: median, IQR, R^2 on K")
+    _add_input(p)
+    _add_output(p)
+    p.set_defaults(func=cmd_robustness)
+
+    p = sub.add_parser("agreement", help="benchmark x benchmark agreement")
+    _add_input(p, k=False)
+    p.add_argument("--method", default="pearson", choices=["pearson", "spearman", "kendall"])
+    _add_output(p)
+    p.set_defaults(func=cmd_agreement)
+
+    p = sub.add_parser("recommend", help="choose a method: all / valid / closest")
+    _add_input(p)
+    thresholds(p)
+    p.add_argument("--strategy", choices=V.STRATEGIES, default="closest")
+    p.add_argument("--query-k", type=float, help="K of your dataset")
+    p.add_argument("--query-benchmark", help="a benchmark of the input to treat as new "
+                   "(its K is used and it is left out of the choice)")
+    _add_output(p)
+    p.set_defaults(func=cmd_recommend)
+
+    p = sub.add_parser("leave-one-out", help="Table 2: the three strategies, leave-one-out")
+    _add_input(p)
+    thresholds(p)
+    _add_output(p)
+    p.set_defaults(func=cmd_leave_one_out)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    for name in ("input_dir", "k_dir"):
+        for d in getattr(args, name, None) or []:
+            if not os.path.isdir(d):
+                raise UserError(f"{d!r} is not a directory")
+    args.func(args)
+    return 0
