@@ -403,6 +403,7 @@ def main(argv=None):
         for dataset, ood in _ordered_splits(acc):
             plot_split(acc, dataset, ood, args.plot / f"{_safe(dataset)}_env{ood}.png",
                        args.id_envs, args.scale, args.clip)
+    sys.stdout.flush()
     for message in dict.fromkeys(acc.notices):
         warn(message)
     return 0

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-ACC_TICKS = (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99)
+ACC_TICKS = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
 
 
 def _plt():
@@ -40,14 +40,23 @@ def save(fig, path, dpi=120):
 
 
 def accuracy_axes(ax, transform, scale="probit", clip=0.01, ticks=ACC_TICKS, axis="both"):
-    """Ticks at transform(acc) labelled as accuracies (percent)."""
-    ticks = [t for t in ticks if scale == "identity" or clip <= t <= 1 - clip]
+    """Ticks at transform(acc) labelled as accuracies (percent), inside the current view
+    limits (which stay as they are)."""
+    if scale == "identity":
+        ticks = np.linspace(0, 1, 11)
+    else:
+        ticks = [t for t in ticks if clip <= t <= 1 - clip]
     pos = transform(np.asarray(ticks), scale, clip)
-    labels = [f"{100 * t:g}%" for t in ticks]
-    if axis in ("both", "x"):
-        ax.set_xticks(pos, labels)
-    if axis in ("both", "y"):
-        ax.set_yticks(pos, labels)
+    labels = np.array([f"{100 * t:g}%" for t in ticks])
+    for which, get_lim, set_ticks, set_lim in (
+            ("x", ax.get_xlim, ax.set_xticks, ax.set_xlim),
+            ("y", ax.get_ylim, ax.set_yticks, ax.set_ylim)):
+        if axis not in ("both", which):
+            continue
+        lo, hi = get_lim()
+        keep = (pos >= lo) & (pos <= hi)
+        set_ticks(pos[keep], labels[keep])
+        set_lim(lo, hi)
 
 
 def identity_line(ax, lo, hi, **kw):
