@@ -539,3 +539,39 @@ def test_cli_errors_are_one_line(fake, tmp_path):
         VR.main(["recommend", "--input-dir", str(fake / "sweep"), "--k-dir",
                  str(fake / "kref"), "--strategy", "closest", "--erm-failure-min", "0",
                  "--disc-power-min", "0", "--conv-validity-min", "-10"])
+
+
+# ----- scripts/train_k_reference.py -----------------------------------------------------------
+
+def _train_k_reference_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "train_k_reference", os.path.join(ROOT, "scripts", "train_k_reference.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_train_k_reference_dry_run(tmp_path, capsys):
+    mod = _train_k_reference_module()
+    rc = mod.main(["--dataset", "Debug28", "--data-dir", str(tmp_path), "--output-dir",
+                   str(tmp_path / "kref"), "--test-envs", "2", "--trial-seeds", "0", "1",
+                   "--steps", "6", "--dry-run", "--", "--precision", "fp32"])
+    assert rc == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "domainbed.scripts.train" in ln]
+    assert len(lines) == 4                                  # ERM + reference, two seeds
+    erm, ref = lines[0], lines[1]
+    assert "--algorithm ERM" in erm
+    assert any(f"--algorithm {r}" in ref for r in mod.REFERENCES)
+    for line in lines:
+        assert "--save_logits" in line and '"lr": 0.001' in line
+        assert "--test_envs 2" in line and line.endswith("--precision fp32")
+    assert "Debug28_env2/ERM_seed1" in lines[2]
+    capsys.readouterr()
+    mod.main(["--dataset", "Debug28", "--output-dir", str(tmp_path), "--test-envs", "2",
+              "--reference", "GroupDRO", "--lr", "0.01", "--dry-run"])
+    out = capsys.readouterr().out
+    assert "--algorithm GroupDRO" in out and '"lr": 0.01' in out
+    with pytest.raises(UserError, match="--hparams"):
+        mod.main(["--dataset", "Debug28", "--output-dir", str(tmp_path), "--test-envs", "2",
+                  "--hparams", "{bad", "--dry-run"])

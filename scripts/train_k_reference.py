@@ -1,0 +1,126 @@
+"""Train the two reference models behind seed 002's K for one dataset.
+
+    python scripts/train_k_reference.py --dataset Waterbirds --data-dir data/ \\
+        --output-dir kref/ --test-envs 1 --trial-seeds 0 1 2
+
+Runs the ordinary training CLI (``python -m domainbed.scripts.train``) twice per trial seed:
+ERM, and the group-reweighted ERM (``ReweightedERM``: each example weighted by the inverse
+size of its group) or, with ``--reference GroupDRO`` or when ReweightedERM is not registered,
+GroupDRO. Both get the same hyperparameters (Adam, lr 1e-3 by default, as the paper) and save
+logits at every checkpoint; ``python -m analysis.validity`` then picks each run's checkpoint
+with the lowest validation NLL ("until validation loss convergence") and computes K:
+
+    python -m analysis.validity report --input-dir sweep/ --k-dir kref/
+
+Layout: OUTPUT_DIR/<dataset>_env<test envs>/<algorithm>_seed<trial seed>/ (a run directory).
+Extra arguments after ``--`` go to the training CLI unchanged.
+"""
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from domainbed.errors import UserError, run_cli  # noqa: E402
+
+REFERENCES = ("ReweightedERM", "GroupDRO")
+
+
+def registered(name):
+    from domainbed.registry import ALGORITHMS
+    return name in ALGORITHMS
+
+
+def resolve_reference(requested):
+    """The reference algorithm to train: the requested one, falling back from ReweightedERM
+    to GroupDRO (with a warning) when ReweightedERM is not registered."""
+    if registered(requested):
+        return requested
+    if requested == "ReweightedERM" and registered("GroupDRO"):
+        print("warning: algorithm ReweightedERM is not registered; using GroupDRO as the K "
+              "reference (K_GroupDRO)", file=sys.stderr)
+        return "GroupDRO"
+    from domainbed.registry import ALGORITHMS
+    raise UserError(f"reference algorithm {requested!r} is not registered; registered: "
+                    f"{', '.join(ALGORITHMS.names())}")
+
+
+def commands(args, reference):
+    """[(run_dir, argv)] of every training run, ERM first for each seed."""
+    try:
+        hparams = json.loads(args.hparams) if args.hparams else {}
+    except json.JSONDecodeError as e:
+        raise UserError(f"--hparams is not valid JSON: {e}") from None
+    if not isinstance(hparams, dict):
+        raise UserError("--hparams must be a JSON object")
+    hparams = {"lr": args.lr, **hparams}
+    envs = "_".join(map(str, args.test_envs))
+    out = []
+    for seed in args.trial_seeds:
+        for algorithm in ("ERM", reference):
+            run_dir = os.path.join(args.output_dir, f"{args.dataset}_env{envs}",
+                                   f"{algorithm}_seed{seed}")
+            argv = [args.python, "-m", "domainbed.scripts.train",
+                    "--dataset", args.dataset, "--algorithm", algorithm,
+                    "--data_dir", args.data_dir, "--output_dir", run_dir,
+                    "--test_envs", *map(str, args.test_envs),
+                    "--trial_seed", str(seed), "--seed", str(seed),
+                    "--hparams_seed", "0", "--data_seed", str(args.data_seed),
+                    "--hparams", json.dumps(hparams, sort_keys=True), "--save_logits",
+                    "--skip_model_save"]
+            if args.steps is not None:
+                argv += ["--steps", str(args.steps)]
+            if args.checkpoint_freq is not None:
+                argv += ["--checkpoint_freq", str(args.checkpoint_freq)]
+            out.append((run_dir, argv + list(args.train_args)))
+    return out
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    train_args = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, train_args = argv[:i], argv[i + 1:]
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--data-dir", default="./domainbed/data/")
+    p.add_argument("--output-dir", required=True)
+    p.add_argument("--test-envs", type=int, nargs="+", required=True)
+    p.add_argument("--trial-seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--data-seed", type=int, default=0)
+    p.add_argument("--reference", default="ReweightedERM", choices=REFERENCES)
+    p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (both models)")
+    p.add_argument("--hparams", help="JSON hyperparameters for both models (override --lr)")
+    p.add_argument("--steps", type=int, help="training steps (default: the dataset's)")
+    p.add_argument("--checkpoint-freq", type=int,
+                   help="checkpoint (and logits) every N steps (default: the dataset's)")
+    p.add_argument("--python", default=sys.executable, help="interpreter for the runs")
+    p.add_argument("--dry-run", action="store_true", help="print the commands only")
+    args = p.parse_args(argv)
+    args.train_args = train_args
+    if args.lr <= 0:
+        raise UserError("--lr must be positive")
+    reference = resolve_reference(args.reference)
+    runs = commands(args, reference)
+    for run_dir, cmd in runs:
+        print(shlex.join(cmd), flush=True)
+        if args.dry_run:
+            continue
+        proc = subprocess.run(cmd, cwd=ROOT)
+        if proc.returncode != 0:
+            raise UserError(f"training run {run_dir} failed (exit code {proc.returncode}); "
+                            f"see {os.path.join(run_dir, 'err.txt')}")
+    if not args.dry_run:
+        print(f"K reference runs ({'ERM'} and {reference}) in {args.output_dir}; next:\n"
+              f"  python -m analysis.validity report --input-dir SWEEP --k-dir "
+              f"{args.output_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)
