@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Install the project with its test extra, then run the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m pip install -q --upgrade pip
+python3 -m pip install -q -e ".[test]"
+python3 -m pytest -q -n 2 --durations=15 tests "$@"
