@@ -348,18 +348,14 @@ def simulate_figure2(setting="identity", n_test=50, n=1000, seed=1234, delta=0.5
     return df
 
 
-def probit_fit(acc_id, acc_ood, clip=None):
-    """linregress(probit(acc_id), probit(acc_ood)): slope, intercept, R, p, stderr.
-
-    clip=None uses unclipped probits (as the authors' Fig. 3 notebook); accuracies of exactly 0
-    or 1 are then clipped to 1e-6 from the bounds to stay finite.
-    """
-    eps = 1e-6 if clip is None else clip
-    pid = stats.norm.ppf(np.clip(acc_id, eps, 1 - eps))
-    pood = stats.norm.ppf(np.clip(acc_ood, eps, 1 - eps))
-    fit = stats.linregress(pid, pood)
-    return {"slope": float(fit.slope), "intercept": float(fit.intercept),
-            "R": float(fit.rvalue), "p": float(fit.pvalue), "stderr": float(fit.stderr)}
+def probit_fit(acc_id, acc_ood, clip=1e-6):
+    """linregress(probit(acc_id), probit(acc_ood)) via analysis.aotl_stats.fit_line: a dict
+    with slope, intercept, R, p, stderr (and fit_line's other keys). The default clip is
+    tiny: the authors' Fig. 3 notebook fits unclipped probits; clipping only keeps
+    accuracies of exactly 0 or 1 finite."""
+    from analysis.aotl_stats import fit_line
+    fit = fit_line(acc_id, acc_ood, scale="probit", clip=clip, where="probit fit")
+    return {**fit, "R": fit["r"]}
 
 
 def simulate_figure3(a=-1.0, n_classifiers=50, n=1000, seed=1234, label_noise=0.0):
@@ -386,10 +382,10 @@ def simulate_figure3(a=-1.0, n_classifiers=50, n=1000, seed=1234, label_noise=0.
             X_ood, y_ood = fixed_ood
         rows.append({"acc_id": f.accuracy(X_id, y_id), "acc_ood": f.accuracy(X_ood, y_ood),
                      "w_spu_mu": float(f.coef[2:] @ MU_SPU)})
+    from analysis.aotl_stats import transform
     df = pd.DataFrame(rows)
-    eps = 1e-6
-    df["probit_id"] = stats.norm.ppf(df["acc_id"].clip(eps, 1 - eps))
-    df["probit_ood"] = stats.norm.ppf(df["acc_ood"].clip(eps, 1 - eps))
+    df["probit_id"] = transform(df["acc_id"], "probit", 1e-6)
+    df["probit_ood"] = transform(df["acc_ood"], "probit", 1e-6)
     fit = probit_fit(df["acc_id"], df["acc_ood"])
     df.attrs.update(a=a, **fit)
     return df, fit

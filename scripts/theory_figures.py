@@ -19,9 +19,9 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from scipy import stats  # noqa: E402
 
-from analysis import theory  # noqa: E402
+from analysis import plots, theory  # noqa: E402
+from analysis.aotl_stats import transform  # noqa: E402
 from domainbed.errors import UserError, run_cli  # noqa: E402
 
 PANELS = {"identity": "(a) train at M = I",
@@ -46,30 +46,25 @@ def draw_figure2(frames, path):
         ax.set_ylim(-0.02, 1.02)
         ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    plots.save(fig, path)
 
 
 def draw_figure3(results, path):
     fig, axes = plt.subplots(1, len(results), figsize=(4.5 * len(results), 4), squeeze=False)
     for ax, (title, (df, fit)) in zip(axes[0], results.items()):
         ax.scatter(df["probit_id"], df["probit_ood"], s=14)
-        xs = np.linspace(df["probit_id"].min(), df["probit_id"].max(), 50)
-        ax.plot(xs, fit["intercept"] + fit["slope"] * xs, color="k",
-                label=f"slope {fit['slope']:.2f}, R {fit['R']:.2f}")
-        lim = [min(df["probit_id"].min(), df["probit_ood"].min()),
-               max(df["probit_id"].max(), df["probit_ood"].max())]
-        ax.plot(lim, lim, color="grey", lw=0.8, ls="--", label="y = x")
-        ticks = np.array([0.05, 0.2, 0.5, 0.8, 0.95, 0.99])
-        ax.set_xticks(stats.norm.ppf(ticks), [f"{t:g}" for t in ticks])
-        ax.set_yticks(stats.norm.ppf(ticks), [f"{t:g}" for t in ticks])
+        lo, hi = df["probit_id"].min(), df["probit_id"].max()
+        plots.fit_line(ax, fit["slope"], fit["intercept"], lo, hi, color="k",
+                       label=f"slope {fit['slope']:.2f}, R {fit['R']:.2f}")
+        both = np.r_[df["probit_id"], df["probit_ood"]]
+        plots.identity_line(ax, both.min(), both.max())
+        plots.accuracy_axes(ax, transform, "probit", clip=1e-6)
         ax.set_xlabel("ID accuracy (probit scale)")
         ax.set_ylabel("OOD accuracy (probit scale)")
         ax.set_title(title)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    plots.save(fig, path)
 
 
 def main(argv=None):
