@@ -1,0 +1,321 @@
+"""python -m ood_bench COMMAND ...
+
+  extract    train the environment classifier (Algorithm 1), write features.npz
+  quantify   estimate diversity / correlation shift from features (Algorithm 2)
+  run        several trials (extract + quantify), summary.json; --calibrate optional
+  calibrate  i.i.d. threshold calibration from features files, calibration.json
+  summarize  mean +/- standard error of result.json files
+  table3     Table 3 of the paper on Colored MNIST, ours beside the paper's
+  heatmap    a Fig. 4 grid on Colored MNIST (grid.json + PNG)
+  plot       plane (Fig. 3) from summaries, or heatmap from a grid.json
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+
+from domainbed.errors import UserError
+from domainbed.fileio import atomic_write_json, atomic_write_text
+from ood_bench import quantify as q
+from ood_bench.trials import TrialConfig
+
+
+def _json_arg(text, what):
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise UserError(f"{what} is not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise UserError(f"{what} must be a JSON object")
+    return value
+
+
+def add_training_arguments(p, dataset_required=True):
+    g = p.add_argument_group("data")
+    g.add_argument("--dataset", required=dataset_required, help="a registered dataset name")
+    g.add_argument("--data-dir", required=dataset_required)
+    g.add_argument("--envs-p", type=int, nargs="+", required=dataset_required,
+                   help="environment indices of side P")
+    g.add_argument("--envs-q", type=int, nargs="+", required=dataset_required,
+                   help="environment indices of side Q")
+    g.add_argument("--dataset-settings", default="", help="JSON: dataset hparams")
+    g.add_argument("--data-seed", type=int, default=0)
+    g.add_argument("--holdout-fraction", type=float, default=0.1)
+    g = p.add_argument_group("environment classifier (Algorithm 1)")
+    g.add_argument("--backbone", default="auto",
+                   help="auto (mlp for small images, else resnet18), mlp, resnet18, resnet34, "
+                        "resnet50, featurizer (domainbed.networks.Featurizer)")
+    g.add_argument("--dim-z", type=int, default=8)
+    g.add_argument("--steps", type=int, default=2000)
+    g.add_argument("--batch-size", type=int, default=32, help="per side")
+    g.add_argument("--lr", type=float, default=3e-4)
+    g.add_argument("--weight-decay", type=float, default=0.0)
+    g.add_argument("--eval-every", type=int, default=100)
+    g.add_argument("--mlp-width", type=int, default=390)
+    g.add_argument("--pretrained", action=argparse.BooleanOptionalAction, default=None,
+                   help="ImageNet weights for ResNets (default: yes for resnet*)")
+    g.add_argument("--pretrained-path", default="")
+    g.add_argument("--featurizer-hparams", default="", help="JSON for --backbone featurizer")
+    g.add_argument("--select", default="acc", choices=("acc", "loss", "last"),
+                   help="checkpoint selection on the held-out part (default: accuracy)")
+    g.add_argument("--extract-split", default="out", choices=("out", "train", "all"),
+                   help="which examples' features are written (default: held-out)")
+    g.add_argument("--n-workers", type=int, default=0)
+    g.add_argument("--verbose", action="store_true")
+
+
+def config_from_args(a):
+    if a.steps < 1 or a.batch_size < 1 or a.dim_z < 1 or a.eval_every < 1:
+        raise UserError("--steps, --batch-size, --dim-z and --eval-every must be positive")
+    est = q.estimator_options(a) if hasattr(a, "sample_size") else {}
+    return TrialConfig(
+        dataset=a.dataset, data_dir=a.data_dir, envs_p=a.envs_p, envs_q=a.envs_q,
+        dataset_settings=_json_arg(a.dataset_settings, "--dataset-settings"),
+        data_seed=a.data_seed, holdout_fraction=a.holdout_fraction, backbone=a.backbone,
+        dim_z=a.dim_z, steps=a.steps, batch_size=a.batch_size, lr=a.lr,
+        weight_decay=a.weight_decay, eval_every=a.eval_every, mlp_width=a.mlp_width,
+        pretrained=a.pretrained, pretrained_path=a.pretrained_path,
+        featurizer_hparams=_json_arg(a.featurizer_hparams, "--featurizer-hparams"),
+        select=a.select, extract_split=a.extract_split, n_workers=a.n_workers,
+        **{k: v for k, v in est.items()})
+
+
+def cmd_extract(a):
+    from ood_bench.trials import extract_trial, save_features
+    cfg = config_from_args(a)
+    cfg.device = a.device
+    with q.torch_threads(a.num_threads):
+        feats, log = extract_trial(cfg, a.seed, force_iid=a.force_iid, verbose=a.verbose)
+    from dataclasses import asdict
+    meta = {"config": asdict(cfg), "seed": a.seed, "train": log}
+    save_features(a.out, feats, meta)
+    atomic_write_json(os.path.splitext(a.out)[0] + ".json", meta)
+    print(json.dumps({"features": a.out, "n_p": len(feats["y_p"]), "n_q": len(feats["y_q"]),
+                      "val_acc": log["val_acc"], "selected_step": log["selected_step"]}))
+
+
+def cmd_quantify(a):
+    result = q.quantify_file(a.features, a.seed, a.mode, a.num_threads,
+                             **q.estimator_options(a))
+    if a.out:
+        atomic_write_json(a.out, result)
+    print(json.dumps({k: result[k] for k in ("diversity", "correlation") if k in result}))
+
+
+def cmd_run(a):
+    from ood_bench.trials import run_trials
+    cfg = config_from_args(a)
+    with q.torch_threads(a.num_threads):
+        s = run_trials(cfg, a.n_trials, a.seed, a.output_dir, a.calibrate,
+                       a.calibration_level, a.iid_reference, a.verbose)
+    _print_summary(s)
+
+
+def _print_summary(s):
+    d, c = s["diversity"], s["correlation"]
+    line = {"diversity": d["mean"], "diversity_se": d["se"], "correlation": c["mean"],
+            "correlation_se": c["se"], "n_trials": s["n_trials"], "eps_div": s.get("eps_div"),
+            "eps_cor": s.get("eps_cor")}
+    print(json.dumps(line))
+
+
+def _expand(paths):
+    out = []
+    for p in paths:
+        hits = sorted(glob.glob(p)) if any(ch in p for ch in "*?[") else [p]
+        out.extend(hits)
+    if not out:
+        raise UserError(f"no files match {paths}")
+    return out
+
+
+def cmd_calibrate(a):
+    from ood_bench.trials import bisect_thresholds, densities, iid_feature_densities, \
+        load_features
+    cfg = TrialConfig("", "", [0], [1], **q.estimator_options(a))
+    feats = [load_features(p) for p in _expand(a.features)]
+    with q.torch_threads(a.num_threads):
+        if a.already_iid:
+            iid = [densities(f, cfg, a.seed + k) for k, f in enumerate(feats)]
+        else:
+            iid = iid_feature_densities(feats, cfg, a.seed)
+        cal = bisect_thresholds(iid, a.lower_bound, a.upper_bound, a.max_iters,
+                                (a.min_eps_div, a.max_eps_div), (a.min_eps_cor, a.max_eps_cor))
+    cal["level"] = "given i.i.d. features" if a.already_iid else "features"
+    cal["features"] = _expand(a.features)
+    atomic_write_json(a.out, cal)
+    print(json.dumps({k: cal[k] for k in ("eps_div", "eps_cor", "iid_div", "iid_cor",
+                                          "converged")}))
+
+
+def cmd_summarize(a):
+    from ood_bench.trials import load_results, summarize
+    paths = _expand(a.results) if a.results else sorted(
+        glob.glob(os.path.join(a.root, "**", "result.json"), recursive=True))
+    if not paths:
+        raise UserError(f"no result.json under {a.root!r}")
+    s = summarize(load_results(paths))
+    s["results"] = paths
+    if a.out:
+        atomic_write_json(a.out, s)
+    _print_summary(s)
+
+
+def cmd_table3(a):
+    from ood_bench import table3
+    overrides = dict(table3.QUICK) if a.quick else {}
+    for name in ("steps", "mlp_width", "holdout_fraction", "sample_size", "eval_every"):
+        if getattr(a, name) is not None:
+            overrides[name] = getattr(a, name)
+    with q.torch_threads(a.num_threads):
+        results = table3.run_table3(a.data_dir, a.n_trials, a.seed, a.output_dir, a.rows,
+                                    verbose=a.verbose, **overrides)
+    text = table3.format_table3(results)
+    rho = table3.spearman_cor_vs_rho(results)
+    if rho is not None:
+        text += f"\nSpearman(rho_te, mean correlation shift) = {rho:.3f}"
+    print(text)
+    if a.output_dir:
+        atomic_write_json(os.path.join(a.output_dir, "table3.json"),
+                          {"results": results, "rows": table3.table3_rows(results),
+                           "spearman": rho, "settings": overrides})
+        atomic_write_text(os.path.join(a.output_dir, "table3.md"), text + "\n")
+
+
+def cmd_heatmap(a):
+    from ood_bench import figures
+    overrides = {k: getattr(a, k) for k in ("steps", "mlp_width", "holdout_fraction",
+                                            "sample_size", "eval_every")
+                 if getattr(a, k) is not None}
+    with q.torch_threads(a.num_threads):
+        grid = figures.run_heatmap(a.kind, a.values, a.data_dir, a.seed, a.verbose, **overrides)
+    os.makedirs(a.output_dir, exist_ok=True)
+    atomic_write_json(os.path.join(a.output_dir, f"heatmap_{a.kind}.json"), grid)
+    png = figures.plot_heatmap(grid, os.path.join(a.output_dir, f"heatmap_{a.kind}.png"))
+    print(json.dumps({"grid": grid["grid"], "png": png}))
+
+
+def cmd_plot(a):
+    from ood_bench import figures
+    if a.what == "plane":
+        named = {}
+        for item in a.summaries or []:
+            name, sep, path = item.partition("=")
+            if not sep:
+                name, path = os.path.basename(os.path.dirname(os.path.abspath(item))), item
+            named[name] = path
+        if not named and not a.paper:
+            raise UserError("give --summaries NAME=summary.json ... and/or --paper")
+        figures.plot_plane(figures.plane_points_from_summaries(named), a.out, paper=a.paper)
+    else:
+        if not a.grid:
+            raise UserError("plot heatmap needs --grid heatmap_*.json")
+        try:
+            with open(a.grid) as f:
+                grid = json.load(f)
+        except (OSError, ValueError) as e:
+            raise UserError(f"cannot read grid {a.grid!r}: {e}") from None
+        figures.plot_heatmap(grid, a.out)
+    print(a.out)
+
+
+def _reduced_training_args(p):
+    for flag, typ in (("--steps", int), ("--mlp-width", int), ("--holdout-fraction", float),
+                      ("--sample-size", int), ("--eval-every", int)):
+        p.add_argument(flag, type=typ, default=None)
+    p.add_argument("--num-threads", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--verbose", action="store_true")
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="python -m ood_bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("extract", help="train the environment classifier, write features")
+    add_training_arguments(p)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--force-iid", action="store_true",
+                   help="pool P and Q and split 50/50 at random (i.i.d. reference)")
+    p.add_argument("--out", required=True, help="features .npz (a .json log goes beside)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--num-threads", type=int, default=0)
+    p.set_defaults(func=cmd_extract)
+
+    p = sub.add_parser("quantify", help="Algorithm 2 on a features file")
+    q.build_parser(p)
+    p.set_defaults(func=cmd_quantify)
+
+    p = sub.add_parser("run", help="trials: extract + quantify, summary.json")
+    add_training_arguments(p)
+    q.add_estimator_arguments(p)
+    p.add_argument("--n-trials", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0, help="trial seeds are seed, seed+1, ...")
+    p.add_argument("--output-dir", required=True)
+    p.add_argument("--calibrate", action="store_true", help="i.i.d. threshold calibration")
+    p.add_argument("--calibration-level", default="data", choices=("data", "features"))
+    p.add_argument("--iid-reference", action="store_true",
+                   help="also report i.i.d. estimates at the thresholds used")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("calibrate", help="calibrate eps_div / eps_cor on i.i.d. splits")
+    p.add_argument("--features", nargs="+", required=True, help="features files (globs ok)")
+    p.add_argument("--already-iid", action="store_true",
+                   help="the files are i.i.d. already (extract --force-iid); no re-split")
+    p.add_argument("--out", required=True)
+    p.add_argument("--seed", type=int, default=0)
+    q.add_estimator_arguments(p)
+    for flag, default in (("--lower-bound", 5e-3), ("--upper-bound", 1e-2),
+                          ("--min-eps-div", 0.0), ("--max-eps-div", 1e-6),
+                          ("--min-eps-cor", 0.0), ("--max-eps-cor", 1.0)):
+        p.add_argument(flag, type=float, default=default)
+    p.add_argument("--max-iters", type=int, default=20)
+    p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("summarize", help="mean +/- SE over result.json files")
+    p.add_argument("--results", nargs="+", help="result.json files (globs ok)")
+    p.add_argument("--root", default=".", help="else every result.json under this folder")
+    p.add_argument("--out", default=None)
+    p.set_defaults(func=cmd_summarize)
+
+    p = sub.add_parser("table3", help="Table 3 on Colored MNIST, ours beside the paper's")
+    p.add_argument("--data-dir", required=True)
+    p.add_argument("--n-trials", type=int, default=5)
+    p.add_argument("--output-dir", default=None)
+    p.add_argument("--rows", nargs="+", default=None,
+                   help="subset of 0.9 0.7 0.5 0.3 0.1 0.1+blue")
+    p.add_argument("--quick", action="store_true", help="reduced CPU setting (table3.QUICK)")
+    _reduced_training_args(p)
+    p.set_defaults(func=cmd_table3)
+
+    p = sub.add_parser("heatmap", help="a Fig. 4 grid on Colored MNIST")
+    p.add_argument("--kind", default="rho", choices=("rho", "mu-div", "mu-cor"))
+    p.add_argument("--values", type=float, nargs="+", default=[0.1, 0.3, 0.5, 0.7, 0.9])
+    p.add_argument("--data-dir", required=True)
+    p.add_argument("--output-dir", required=True)
+    _reduced_training_args(p)
+    p.set_defaults(func=cmd_heatmap)
+
+    p = sub.add_parser("plot", help="plane (Fig. 3) or heatmap (Fig. 4) PNG")
+    p.add_argument("what", choices=("plane", "heatmap"))
+    p.add_argument("--summaries", nargs="+", help="NAME=summary.json (plane)")
+    p.add_argument("--paper", action="store_true", help="overlay Table 8's points (plane)")
+    p.add_argument("--grid", help="heatmap_*.json (heatmap)")
+    p.add_argument("--out", required=True, help="PNG path")
+    p.set_defaults(func=cmd_plot)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    args.func(args)
+    return 0
+
+
+if __name__ == "__main__":
+    from domainbed.errors import run_cli
+    sys.exit(run_cli(main))

@@ -1,0 +1,196 @@
+"""The two sides P and Q of an OoD-Bench measurement, built from any registered dataset.
+
+`make_sides` groups environments into P (`envs_p`) and Q (`envs_q`), removes label shift by
+subsampling every class to the smaller of its two counts (the official code's
+label-shift-free datasets: p(y) = q(y)), optionally replaces the two sides by a random
+50/50 split of their union (`force_iid`, the i.i.d. reference), and splits every side per
+class into a training part and a held-out part (`holdout_fraction`, 0.1 as the paper).
+"""
+import inspect
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from domainbed.errors import UserError
+
+
+def load_dataset(name, data_dir, hparams=None, data_seed=0):
+    """Instantiate a registered dataset with its declared defaults, no augmentation."""
+    import domainbed.datasets.oodbench_mnist  # noqa: F401  (registers OoDBenchColoredMNIST)
+    from domainbed.hparams import declared_space
+    from domainbed.registry import get_dataset_class
+    cls = get_dataset_class(name)
+    space = declared_space(cls, cls)
+    merged = {k: h.default for k, h in space.items()}
+    unknown = sorted(set(hparams or {}) - set(space))
+    if unknown:
+        print(f"notice: dataset settings {unknown} are not declared by {name}; passed on "
+              f"anyway", file=sys.stderr)
+    merged.update(hparams or {})
+    merged["data_augmentation"] = False
+    kwargs = {}
+    if "data_seed" in inspect.signature(cls.__init__).parameters:
+        kwargs["data_seed"] = data_seed
+    return cls(data_dir, [], merged, **kwargs), merged
+
+
+def check_env_groups(envs_p, envs_q, n_envs):
+    envs_p, envs_q = [int(e) for e in envs_p], [int(e) for e in envs_q]
+    if not envs_p or not envs_q:
+        raise UserError("--envs-p and --envs-q must each name at least one environment")
+    bad = [e for e in envs_p + envs_q if not 0 <= e < n_envs]
+    if bad:
+        raise UserError(f"environment indices {bad} out of range: the dataset has "
+                        f"{n_envs} environments (0..{n_envs - 1})")
+    both = sorted(set(envs_p) & set(envs_q))
+    if both:
+        raise UserError(f"environments {both} are in both --envs-p and --envs-q")
+    return envs_p, envs_q
+
+
+@dataclass
+class Part:
+    """Examples of one side: environment index and index within it, label."""
+    env: np.ndarray
+    index: np.ndarray
+    y: np.ndarray
+
+    def __len__(self):
+        return len(self.y)
+
+    def take(self, keys):
+        keys = np.asarray(keys, dtype=np.int64)
+        return Part(self.env[keys], self.index[keys], self.y[keys])
+
+    @staticmethod
+    def concat(parts):
+        return Part(*(np.concatenate([getattr(p, f) for p in parts])
+                      for f in ("env", "index", "y")))
+
+
+def _side(dataset, envs):
+    parts = []
+    for e in envs:
+        y = np.asarray(dataset[e].y.numpy() if torch.is_tensor(dataset[e].y) else dataset[e].y,
+                       dtype=np.int64)
+        parts.append(Part(np.full(len(y), e, dtype=np.int64), np.arange(len(y)), y))
+    return Part.concat(parts)
+
+
+def _per_class(y):
+    return {int(c): np.flatnonzero(y == c) for c in np.unique(y)}
+
+
+def balance(p, q, rng):
+    """Subsample each class to min(count in P, count in Q); classes missing from a side go."""
+    cp, cq = _per_class(p.y), _per_class(q.y)
+    dropped = sorted(set(cp) ^ set(cq))
+    if dropped:
+        print(f"warning: classes {dropped} appear on one side only and are left out "
+              f"(the estimator assumes p(y) = q(y))", file=sys.stderr)
+    keys_p, keys_q = [], []
+    for c in sorted(set(cp) & set(cq)):
+        n = min(len(cp[c]), len(cq[c]))
+        keys_p.append(rng.permutation(cp[c])[:n])
+        keys_q.append(rng.permutation(cq[c])[:n])
+    if not keys_p:
+        raise UserError("P and Q share no class")
+    return p.take(np.concatenate(keys_p)), q.take(np.concatenate(keys_q))
+
+
+def iid_sides(p, q, rng):
+    """Pool P and Q and split every class 50/50 at random (no shift by construction)."""
+    pool = Part.concat([p, q])
+    a, b = [], []
+    for idx in _per_class(pool.y).values():
+        idx = rng.permutation(idx)
+        a.append(idx[: len(idx) // 2])
+        b.append(idx[len(idx) // 2:])
+    return pool.take(np.concatenate(a)), pool.take(np.concatenate(b))
+
+
+def holdout_split(part, fraction, rng):
+    """(train, held-out) with `fraction` of every class held out."""
+    tr, out = [], []
+    for idx in _per_class(part.y).values():
+        idx = rng.permutation(idx)
+        n = int(round(len(idx) * fraction))
+        out.append(idx[:n])
+        tr.append(idx[n:])
+    return part.take(np.concatenate(tr)), part.take(np.concatenate(out))
+
+
+@dataclass
+class Sides:
+    dataset: object
+    train_p: Part
+    train_q: Part
+    out_p: Part
+    out_q: Part
+    num_classes: int
+    input_shape: tuple
+
+    def summary(self):
+        return {"train_p": len(self.train_p), "train_q": len(self.train_q),
+                "out_p": len(self.out_p), "out_q": len(self.out_q),
+                "classes": sorted(int(c) for c in np.unique(self.out_p.y))}
+
+
+def make_sides(dataset, envs_p, envs_q, holdout_fraction=0.1, seed=0, force_iid=False,
+               balance_classes=True):
+    envs_p, envs_q = check_env_groups(envs_p, envs_q, len(dataset))
+    if not 0.0 < holdout_fraction < 1.0:
+        raise UserError(f"--holdout-fraction must lie in (0, 1), not {holdout_fraction}")
+    rng = np.random.RandomState(seed)
+    p, q = _side(dataset, envs_p), _side(dataset, envs_q)
+    if balance_classes:
+        p, q = balance(p, q, rng)
+    if force_iid:
+        p, q = iid_sides(p, q, rng)
+    train_p, out_p = holdout_split(p, holdout_fraction, rng)
+    train_q, out_q = holdout_split(q, holdout_fraction, rng)
+    for name, part in (("P", train_p), ("Q", train_q), ("held-out P", out_p),
+                       ("held-out Q", out_q)):
+        if len(part) == 0:
+            raise UserError(f"{name} is empty (environments too small for the split)")
+    return Sides(dataset, train_p, train_q, out_p, out_q, int(dataset.num_classes),
+                 tuple(dataset.input_shape))
+
+
+class _Examples(torch.utils.data.Dataset):
+    def __init__(self, dataset, part):
+        self.dataset, self.part = dataset, part
+
+    def __len__(self):
+        return len(self.part)
+
+    def __getitem__(self, k):
+        x, _ = self.dataset[int(self.part.env[k])][int(self.part.index[k])]
+        return x
+
+
+def fetch(dataset, part, keys=None, n_workers=0):
+    """Inputs of `part` (or of its rows `keys`) as one tensor, fast for in-memory data."""
+    if keys is not None:
+        part = part.take(keys)
+    if all(getattr(dataset[int(e)], "x", None) is not None for e in np.unique(part.env)):
+        out = None
+        for e in np.unique(part.env):
+            rows = np.flatnonzero(part.env == e)
+            xe = dataset[int(e)].x[torch.from_numpy(part.index[rows])]
+            if out is None:
+                out = xe.new_empty((len(part),) + tuple(xe.shape[1:]))
+            out[torch.from_numpy(rows)] = xe
+        return out
+    loader = torch.utils.data.DataLoader(_Examples(dataset, part), batch_size=64,
+                                         num_workers=n_workers)
+    return torch.cat(list(loader))
+
+
+def iterate(dataset, part, batch_size=256, n_workers=0):
+    """(x, y) batches of `part` in order."""
+    for start in range(0, len(part), batch_size):
+        keys = np.arange(start, min(start + batch_size, len(part)))
+        yield fetch(dataset, part, keys, n_workers), torch.from_numpy(part.y[keys])

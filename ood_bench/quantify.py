@@ -1,0 +1,126 @@
+"""Estimate diversity and correlation shift from a features file (Algorithm 2).
+
+    python -m ood_bench.quantify --features FILE.npz --seed S --out result.json
+
+FILE.npz holds z_p (n_p, d), y_p (n_p,), z_q (n_q, d), y_q (n_q,) (what `python -m
+ood_bench extract` writes, or the official code's data.npz). result.json gets `diversity`
+and `correlation` (also as the official `div` / `cor`), the thresholds, and diagnostics:
+the fraction of importance samples in each region, per-class values, skipped classes.
+"""
+import argparse
+import contextlib
+import json
+import sys
+import warnings
+
+from domainbed.errors import UserError, run_cli
+from ood_bench.estimator import DEFAULTS, ShiftEstimationError, estimate_shifts
+
+
+def add_estimator_arguments(parser):
+    g = parser.add_argument_group("estimator (Algorithm 2)")
+    g.add_argument("--sample-size", type=int, default=DEFAULTS["sample_size"],
+                   help="importance samples M (default 10000)")
+    g.add_argument("--eps-div", type=float, default=DEFAULTS["eps_div"],
+                   help="diversity threshold: a point counts where p or q < eps (1e-12)")
+    g.add_argument("--eps-cor", type=float, default=DEFAULTS["eps_cor"],
+                   help="correlation threshold: a point counts where p and q > eps (5e-4)")
+    g.add_argument("--bandwidth", default="scott",
+                   help="KDE bandwidth rule: scott (default), silverman, or a factor")
+    g.add_argument("--strict", action="store_true",
+                   help="fail when a class is too small for a KDE instead of skipping it")
+    g.add_argument("--calibration", default=None,
+                   help="calibration.json whose eps_div / eps_cor replace the thresholds")
+    g.add_argument("--device", default="cpu", help="torch device for the KDE sums")
+    g.add_argument("--num-threads", type=int, default=0,
+                   help="torch CPU threads (0: torch's default)")
+
+
+def estimator_options(args):
+    from ood_bench.kde import parse_bandwidth
+    try:
+        bw = parse_bandwidth(args.bandwidth)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if args.sample_size < 1:
+        raise UserError("--sample-size must be positive")
+    if args.eps_div < 0 or args.eps_cor < 0:
+        raise UserError("--eps-div and --eps-cor must be >= 0")
+    eps_div, eps_cor = args.eps_div, args.eps_cor
+    if args.calibration:
+        try:
+            with open(args.calibration) as f:
+                cal = json.load(f)
+        except (OSError, ValueError) as e:
+            raise UserError(f"cannot read calibration file {args.calibration!r}: {e}") from None
+        cal = cal.get("result", cal)  # the official calibration.json nests it
+        try:
+            eps_div, eps_cor = float(cal["eps_div"]), float(cal["eps_cor"])
+        except (KeyError, TypeError, ValueError):
+            raise UserError(f"{args.calibration}: no eps_div / eps_cor") from None
+    return {"sample_size": args.sample_size, "eps_div": eps_div, "eps_cor": eps_cor,
+            "bw_method": bw or "scott", "strict": args.strict, "device": args.device}
+
+
+@contextlib.contextmanager
+def torch_threads(n):
+    import torch
+    if not n:
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def build_parser(parser=None):
+    parser = parser or argparse.ArgumentParser(
+        prog="python -m ood_bench.quantify", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--features", required=True, help="npz with z_p, y_p, z_q, y_q")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the importance sample")
+    parser.add_argument("--out", default=None, help="result JSON (default: stdout only)")
+    parser.add_argument("--mode", choices=("both", "div", "cor"), default="both")
+    add_estimator_arguments(parser)
+    return parser
+
+
+def quantify_file(path, seed=0, mode="both", num_threads=0, **options):
+    from ood_bench.trials import load_features
+    feats = load_features(path)
+    with torch_threads(num_threads), warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = _warn_line
+        try:
+            result = estimate_shifts(feats["z_p"], feats["y_p"], feats["z_q"], feats["y_q"],
+                                     seed=seed, mode=mode, **options)
+        except ShiftEstimationError as e:
+            raise UserError(f"{path}: {e}") from None
+    result["features"] = str(path)
+    if "diversity" in result:
+        result["div"] = result["diversity"]
+    if "correlation" in result:
+        result["cor"] = result["correlation"]
+    return result
+
+
+def _warn_line(message, category, filename, lineno, file=None, line=None):
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    result = quantify_file(args.features, args.seed, args.mode, args.num_threads,
+                           **estimator_options(args))
+    if args.out:
+        from domainbed.fileio import atomic_write_json
+        atomic_write_json(args.out, result)
+    shown = {k: result[k] for k in ("diversity", "correlation") if k in result}
+    print(json.dumps(shown))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))
