@@ -1,0 +1,122 @@
+"""Training and evaluation speed against bare PyTorch loops (issue: speed is a feature).
+
+    python scripts/bench_training.py [--repeats 5] [--steps 30] [--threads N]
+
+Prints the CPU's flags, then for fp32 (and bf16 where the CPU supports it): our training
+step (the Algorithm's update fed by the run's minibatch source), a bare
+forward+backward+Adam loop of the same network and batch, our evaluation (the run's
+predict path) and a bare no-grad loop at batch 64. Medians of the repeats.
+"""
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from domainbed import hparams as hp
+from domainbed import training
+from domainbed.registry import get_algorithm_class, get_dataset_class
+
+
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return sorted(f for f in flags if f.startswith(("avx", "amx", "fma")))
+    except OSError:
+        pass
+    return []
+
+
+def median_time(fn, repeats):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def bench(precision, memory_format, args, splits, dataset):
+    device = torch.device("cpu")
+    hparams = hp.resolve("ERM", "ColoredMNIST", 0, 0)
+    torch.manual_seed(0)
+    algorithm = get_algorithm_class("ERM")(dataset.input_shape, 2, 2, hparams)
+    algorithm = algorithm.to(memory_format=memory_format)
+    source = training.MinibatchSource(splits[:2], [0, 1], hparams, 0, device, memory_format, 0)
+    autocast = lambda: training.autocast_context(device, precision)  # noqa: E731
+    step = [0]
+
+    def ours_train():
+        for _ in range(args.steps):
+            with autocast():
+                algorithm.update(source.batches(step[0]))
+            step[0] += 1
+
+    net = torch.nn.Sequential(algorithm.featurizer, algorithm.classifier)
+    bare_opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    x_fixed = torch.cat([b[0] for b in source.batches(0)])
+    y_fixed = torch.cat([b[1] for b in source.batches(0)])
+
+    def bare_train():
+        for _ in range(args.steps):
+            with autocast():
+                loss = F.cross_entropy(net(x_fixed), y_fixed)
+            bare_opt.zero_grad()
+            loss.backward()
+            bare_opt.step()
+
+    eval_split = splits[2]
+    ctx = training.RunContext(device, precision, memory_format, args.eval_batch_size, 0)
+    named = [("env2_in", 2, "in", eval_split)]
+
+    def ours_eval():
+        training.evaluate(algorithm, named, ctx, 4, False)
+
+    def bare_eval():
+        with torch.inference_mode(), autocast():
+            for start in range(0, len(eval_split), 64):
+                net(eval_split.x[start:start + 64].contiguous(memory_format=memory_format))
+
+    ours_train(), bare_train(), ours_eval(), bare_eval()  # warm-up
+    t_ours = median_time(ours_train, args.repeats) / args.steps
+    t_bare = median_time(bare_train, args.repeats) / args.steps
+    e_ours = median_time(ours_eval, args.repeats) / len(eval_split) * 1000
+    e_bare = median_time(bare_eval, args.repeats) / len(eval_split) * 1000
+    name = f"{precision}/{'channels_last' if memory_format == torch.channels_last else 'contiguous'}"
+    print(f"{name:24s} train: ours {t_ours * 1000:7.1f} ms/step ({1 / t_ours:5.2f} steps/s), "
+          f"bare {t_bare * 1000:7.1f} ms/step, ratio {t_ours / t_bare:5.3f} | "
+          f"eval: ours {e_ours:5.3f} s/1000 img ({1000 / e_ours:6.0f} img/s), "
+          f"bare {e_bare:5.3f} s/1000, ratio {e_ours / e_bare:5.3f}", flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--eval_batch_size", type=int, default=256)
+    p.add_argument("--data_dir", default="/tmp")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
+          f"cpu flags: {' '.join(cpu_flags())}")
+    print(f"bf16 supported: {training.cpu_supports_bf16()}")
+    dataset = get_dataset_class("ColoredMNIST")(args.data_dir, [2], {}, data_seed=0)
+
+    class Args:
+        holdout_fraction, trial_seed, test_envs, task = 0.2, 0, [2], "domain_generalization"
+    splits, _, _ = training.make_splits(dataset, Args, {})
+    configs = [("fp32", torch.contiguous_format), ("fp32", torch.channels_last)]
+    if training.cpu_supports_bf16():
+        configs += [("bf16", torch.contiguous_format), ("bf16", torch.channels_last)]
+    for precision, memory_format in configs:
+        bench(precision, memory_format, args, splits, dataset)
+
+
+if __name__ == "__main__":
+    main()
