@@ -91,6 +91,16 @@ def class_balanced_weights(split):
     return (1.0 / counts.float())[split.y]
 
 
+def sampling_weights(split, hparams):
+    """Per-example draw weights: group- or class-balanced, or None for uniform."""
+    if hparams.get("group_balanced") and split.groups is not None:
+        groups = torch.as_tensor(split.groups)
+        return (1.0 / torch.bincount(groups).float())[groups]
+    if hparams.get("class_balanced") or hparams.get("group_balanced"):
+        return class_balanced_weights(split)
+    return None
+
+
 class BatchSampler:
     """Minibatch indices as a pure function of (seed, env, step): resumable for free.
     Sampling is with replacement, as DomainBed's InfiniteDataLoader."""
@@ -115,7 +125,7 @@ class MinibatchSource:
         self.splits, self.device, self.memory_format = splits, device, memory_format
         self.samplers = [
             BatchSampler(split, hparams["batch_size"], seed, env_i,
-                         class_balanced_weights(split) if hparams.get("class_balanced") else None)
+                         sampling_weights(split, hparams))
             for split, env_i in zip(splits, env_indices)]
         self.pool = None
         if any(split.x is None for split in splits) and n_workers > 0:

@@ -149,3 +149,17 @@ def test_bf16_refused_clearly_without_cpu_support(tmp_path):
         pytest.skip("this machine supports bf16; the refusal path cannot be exercised")
     proc = run(train_cmd(tmp_path / "run", "--precision", "bf16"), check=False)
     assert proc.returncode == 2 and "bf16" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_group_balanced_sampling_weights():
+    import torch
+    from domainbed.datasets.base import TensorEnvironment
+    from domainbed.training import BatchSampler, sampling_weights
+    groups = np.array([0] * 90 + [1] * 10)
+    env = TensorEnvironment(torch.zeros(100, 1), torch.zeros(100, dtype=torch.long),
+                            np.arange(100), groups)
+    weights = sampling_weights(env, {"group_balanced": True})
+    sampler = BatchSampler(env, 4000, seed=0, env_i=0, weights=weights)
+    drawn = groups[sampler.indices(0).numpy()]
+    assert abs(drawn.mean() - 0.5) < 0.05  # the minority group is drawn half the time
+    assert sampling_weights(env, {}) is None

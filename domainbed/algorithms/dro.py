@@ -42,3 +42,12 @@ class GroupDRO(ERM):
         loss = torch.dot(losses, self.q)
         self.optimizer_step(loss)
         return {"loss": loss.item()}
+
+
+@register_algorithm("ReweightedERM")
+class ReweightedERM(ERM):
+    """ERM on group-balanced minibatches: each example is drawn with probability inversely
+    proportional to the size of its (label, attribute) group, i.e. group-reweighted ERM in
+    expectation (the reference model of the validity statistic K). The training loop reads
+    `group_balanced`; on datasets without groups it falls back to class balancing."""
+    HPARAMS = {"group_balanced": Hparam(True, lambda r: True)}

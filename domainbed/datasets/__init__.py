@@ -4,7 +4,7 @@ import importlib
 from domainbed.datasets.base import (  # noqa: F401
     Environment, MultipleDomainDataset, TensorEnvironment, split_dataset)
 
-BUILTIN_MODULES = ["debug", "mnist", "image_folders", "spawrious"]
+BUILTIN_MODULES = ["debug", "mnist", "image_folders", "spawrious", "oodbench_mnist"]
 
 for _module in BUILTIN_MODULES:
     try:
