@@ -155,18 +155,32 @@ def _finite(obj):
 
 # ------------------------------------------------------------------------------ plots
 
-def _pyplot():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+def _figure(width, height):
+    try:
+        from analysis.plots import figure
+        return figure(width, height)
+    except ImportError:  # pragma: no cover - the shared helpers are another module's
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        return plt.subplots(figsize=(width, height))
+
+
+def _save(fig, path):
+    fig.tight_layout()
+    try:
+        from analysis.plots import save
+        save(fig, path)
+    except ImportError:  # pragma: no cover
+        import matplotlib.pyplot as plt
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
 
 
 def plot_correlation_vs_size(summary, path, full_r=None, title=None):
     """r on the test models against subset size (log x), one line per method, with the
     Fisher 95% band (random: its 2.5-97.5% spread over draws)."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = _figure(6, 4)
     for method, part in summary.groupby("method", sort=False):
         part = part.sort_values("n")
         line, = ax.plot(part["n"], part["r_test"], marker="o", ms=3, label=method)
@@ -183,19 +197,16 @@ def plot_correlation_vs_size(summary, path, full_r=None, title=None):
     ax.set_ylabel("Pearson r (probit), test models")
     ax.set_title(title or "ID vs OOD-subset accuracy correlation")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def plot_probit_scatter(y, acc_all, acc_subset, path, n=None, eps=1e-6, title=None):
     """Probit ID accuracy against probit OOD accuracy on all examples and on the
     selected subset (test models), each with its least-squares line."""
     from scipy.special import ndtri
-    plt = _pyplot()
     pr = lambda a: ndtri(np.clip(np.asarray(a, float), eps, 1 - eps))  # noqa: E731
     x = pr(y)
-    fig, ax = plt.subplots(figsize=(5, 4))
+    fig, ax = _figure(5, 4)
     for acc, label, color in ((acc_all, "all OOD examples", "tab:blue"),
                               (acc_subset, f"selected subset (n={n})", "tab:red")):
         v = pr(acc)
@@ -208,7 +219,5 @@ def plot_probit_scatter(y, acc_all, acc_subset, path, n=None, eps=1e-6, title=No
     ax.set_ylabel("probit(OOD accuracy)")
     ax.set_title(title or "Test models")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, path)
 

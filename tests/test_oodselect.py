@@ -233,6 +233,14 @@ def test_from_runs_builds_aligned_matrix(sweep, tmp_path):
     np.savez(odd, **{k: v[keep] for k, v in arrays.items()})
     with pytest.raises(UserError, match="run_002"):
         data.from_runs(str(bad), quiet=True)
+    # architecture-disjoint protocol on the built matrix
+    summary, res = cli.run_selection(
+        built, [30], split="arch", test_archs=["vit"], baselines=("random",), plots=False,
+        selector=core.OODSelect(steps=100, patience=50), random_draws=5, log=lambda *a: 0)
+    tr, va, te = res["split"]
+    assert set(built.models["arch"].iloc[te]) == {"vit"}
+    assert "vit" not in set(built.models["arch"].iloc[np.r_[tr, va]])
+    assert set(summary.method) == {"all", "oodselect", "random"}
     # round trip through the npz form
     data.save_matrix(tmp_path / "m.npz", built)
     back = data.load_matrix(tmp_path / "m.npz")
