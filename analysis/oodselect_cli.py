@@ -216,6 +216,8 @@ def build_parser():
     o.add_argument("--trials", type=int, default=0,
                    help="Optuna trials per size (0: fixed hyperparameters)")
     o.add_argument("--trial-batch", type=int, default=8)
+    o.add_argument("--restarts", type=int, default=1,
+                   help="with fixed hyperparameters: random restarts per size, best on val")
     o.add_argument("--paper-budget", action="store_true",
                    help="the paper's configs: 50,000 steps and 100 Optuna trials")
     o.add_argument("--penalty-form", choices=core.PENALTY_FORMS, default="softplus")
@@ -271,7 +273,8 @@ def main(argv=None):
     selector = core.OODSelect(hparams=hp, trials=trials, steps=steps, patience=args.patience,
                               penalty_form=args.penalty_form, loss=args.loss,
                               restore_best=not args.last_theta, trial_batch=args.trial_batch,
-                              seed=args.seed, device=args.device, verbose=not args.quiet)
+                              restarts=args.restarts, seed=args.seed, device=args.device,
+                              verbose=not args.quiet)
     summary, _ = run_selection(
         cm, sizes, seed=args.seed, out_dir=args.out, split=args.split,
         fractions=tuple(args.fractions), test_archs=args.test_archs, selector=selector,
