@@ -58,7 +58,13 @@ class TorchvisionResNet(nn.Module):
             from domainbed.networks import TORCHVISION_WEIGHT_FILES, find_pretrained_weights
             if not pretrained_path and name not in TORCHVISION_WEIGHT_FILES:
                 raise UserError(f"no known weights file for {name}; pass --pretrained-path")
-            path = find_pretrained_weights(name, pretrained_path)
+            try:
+                path = find_pretrained_weights(name, pretrained_path)
+            except UserError as e:
+                raise UserError(f"{str(e).split(';')[0]}; download them with `python -m "
+                                f"domainbed.scripts.download --weights {name}`, pass "
+                                f"--pretrained-path FILE, or train from scratch with "
+                                f"--no-pretrained") from None
             net.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
         if input_shape[0] != 3:
             w = net.conv1.weight.data.clone()

@@ -33,7 +33,11 @@ def load_dataset(name, data_dir, hparams=None, data_seed=0):
     kwargs = {}
     if "data_seed" in inspect.signature(cls.__init__).parameters:
         kwargs["data_seed"] = data_seed
-    return cls(data_dir, [], merged, **kwargs), merged
+    dataset = cls(data_dir, [], merged, **kwargs)
+    for env in getattr(dataset, "datasets", []):
+        if hasattr(env, "set_transform"):  # image environments: evaluation transform only
+            env.set_transform(False)
+    return dataset, merged
 
 
 def check_env_groups(envs_p, envs_q, n_envs):

@@ -199,3 +199,38 @@ def test_run_trials_end_to_end(tmp_path):
         assert res["eps_cor"] == s["eps_cor"]
         with np.load(out / f"trial_{seed}" / "features.npz") as f:
             assert f["z_p"].shape[1] == 8 and len(f["y_p"]) == len(f["z_p"])
+
+
+def test_heatmap_grid_and_png(tmp_path):
+    from ood_bench import figures
+    grid = figures.run_heatmap("mu-div", [0.0, 1.0], str(tmp_path), steps=10, mlp_width=16,
+                               eval_every=5, holdout_fraction=0.2, sample_size=500)
+    g = np.array(grid["grid"])
+    assert g.shape == (2, 2) and np.isfinite(g).all()
+    assert grid["axes"] == ["cmnist_mu_tr", "cmnist_mu_te"] and grid["metric"] == "diversity"
+    png = figures.plot_heatmap(grid, str(tmp_path / "h.png"))
+    assert open(png, "rb").read(4) == b"\x89PNG"
+
+
+def test_image_folder_dataset_features(tmp_path):
+    from PIL import Image
+    rng = np.random.RandomState(0)
+    for env in ("art_painting", "cartoon", "photo", "sketch"):
+        for cls in ("dog", "horse"):
+            d = tmp_path / "PACS" / env / cls
+            d.mkdir(parents=True)
+            for i in range(6):
+                Image.fromarray((rng.rand(36, 36, 3) * 255).astype(np.uint8)).save(d / f"{i}.png")
+    from domainbed.errors import UserError
+    from ood_bench.cli import main
+    out = tmp_path / "f.npz"
+    common = ["extract", "--dataset", "PACS", "--data-dir", str(tmp_path), "--envs-q", "3",
+              "--dataset-settings", '{"image_size": 32}', "--backbone", "resnet18",
+              "--out", str(out), "--num-threads", "1"]
+    main(common + ["--envs-p", "0", "1", "2", "--no-pretrained", "--steps", "2",
+                   "--eval-every", "1", "--batch-size", "4", "--holdout-fraction", "0.5"])
+    with np.load(out) as f:
+        assert f["z_p"].shape == (6, 8) and f["z_q"].shape == (6, 8)
+        assert set(np.unique(f["env_p"])) <= {0, 1, 2} and set(np.unique(f["env_q"])) == {3}
+    with pytest.raises(UserError, match="--no-pretrained"):
+        main(common + ["--envs-p", "0", "--pretrained-path", str(tmp_path / "no.pth")])
