@@ -5,6 +5,7 @@ atomically, and a run killed at any moment resumes from its last checkpoint and 
 with the same records as an uninterrupted run: batch indices are a pure function of
 (seed, environment, step), and model, optimizer and RNG states are checkpointed.
 """
+import copy
 import hashlib
 import inspect
 import json
@@ -84,6 +85,18 @@ def make_splits(dataset, args, hparams):
         if uda is not None:
             uda_splits.append((env_i, uda))
     return in_splits, out_splits, uda_splits
+
+
+def training_view(split):
+    """The split as the training loop sees it: augmented where the dataset augments.
+    Evaluation keeps the split's deterministic transform (DomainBed also evaluates training
+    environments' out-splits through augmentation; we do not)."""
+    if not hasattr(split, "set_transform"):
+        return split
+    view = copy.copy(split)
+    view.set_transform(True)
+    split.set_transform(False)
+    return view
 
 
 def class_balanced_weights(split):
@@ -330,8 +343,9 @@ def run(args, hparams, algorithm_cls, dataset_cls, log=print):
                               n_envs - len(args.test_envs), hparams).to(device)
     if len(dataset.input_shape) == 3:
         algorithm = algorithm.to(memory_format=memory_format)
-    minibatches = MinibatchSource([in_splits[i] for i in train_envs], train_envs, hparams,
-                                  args.seed, device, memory_format, n_workers)
+    minibatches = MinibatchSource([training_view(in_splits[i]) for i in train_envs],
+                                  train_envs, hparams, args.seed, device, memory_format,
+                                  n_workers)
     uda_source = MinibatchSource([s for _, s in uda_splits], [i for i, _ in uda_splits],
                                  hparams, args.seed + 1, device, memory_format,
                                  n_workers) if uda_splits else None
@@ -339,6 +353,9 @@ def run(args, hparams, algorithm_cls, dataset_cls, log=print):
     named_splits = [(f"env{i}_in", i, "in", s) for i, s in enumerate(in_splits)]
     named_splits += [(f"env{i}_out", i, "out", s) for i, s in enumerate(out_splits)]
     named_splits += [(f"env{i}_uda", i, "uda", s) for i, s in uda_splits]
+    for _, _, _, split in named_splits:
+        if hasattr(split, "set_transform"):
+            split.set_transform(False)
     if any(s.paths is not None for _, _, _, s in named_splits) and \
             not os.path.exists(os.path.join(out, "examples.csv")):
         write_example_paths(os.path.join(out, "examples.csv"), dataset)
