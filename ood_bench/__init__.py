@@ -9,3 +9,6 @@
 from ood_bench.estimator import (  # noqa: F401
     ShiftDensities, ShiftEstimationError, ShiftEstimator, estimate_shifts, iid_split)
 from ood_bench.kde import GaussianKDE  # noqa: F401
+
+__all__ = ["GaussianKDE", "ShiftDensities", "ShiftEstimationError", "ShiftEstimator",
+           "estimate_shifts", "iid_split"]

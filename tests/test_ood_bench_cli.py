@@ -144,27 +144,24 @@ def test_bad_inputs_are_one_clear_line(tmp_path):
     assert r.returncode == 2 and "NoSuchSet" in r.stderr
 
 
-def test_calibrate_summarize_plot(tmp_path):
+def test_calibrate_summarize_plot(tmp_path, capsys):
+    from ood_bench.cli import main  # in-process: the subprocess path is tested above
     for k in range(2):
         write_features(tmp_path / f"f{k}.npz", seed=k)
-    r = run("-m", "ood_bench", "calibrate", "--features", str(tmp_path / "f*.npz"),
-            "--out", str(tmp_path / "cal.json"), "--sample-size", "1000", "--max-iters", "6",
-            "--num-threads", "1")
-    assert r.returncode == 0, r.stderr
+    main(["calibrate", "--features", str(tmp_path / "f*.npz"), "--out",
+          str(tmp_path / "cal.json"), "--sample-size", "1000", "--max-iters", "6",
+          "--num-threads", "1"])
     cal = json.loads((tmp_path / "cal.json").read_text())
     assert len(cal["history"]) <= 6 and "eps_cor" in cal
     res = []
     for k in range(2):
         out = tmp_path / f"t{k}" / "result.json"
-        r = run("-m", "ood_bench.quantify", "--features", str(tmp_path / f"f{k}.npz"),
-                "--seed", str(k), "--out", str(out), "--calibration", str(tmp_path / "cal.json"),
-                "--sample-size", "1000")
-        assert r.returncode == 0, r.stderr
+        main(["quantify", "--features", str(tmp_path / f"f{k}.npz"), "--seed", str(k),
+              "--out", str(out), "--calibration", str(tmp_path / "cal.json"),
+              "--sample-size", "1000", "--num-threads", "1"])
         res.append(json.loads(out.read_text()))
     assert res[0]["eps_cor"] == cal["eps_cor"]
-    r = run("-m", "ood_bench", "summarize", "--root", str(tmp_path), "--out",
-            str(tmp_path / "summary.json"))
-    assert r.returncode == 0, r.stderr
+    main(["summarize", "--root", str(tmp_path), "--out", str(tmp_path / "summary.json")])
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["n_trials"] == 2
     assert s["correlation"]["mean"] == pytest.approx(np.mean([x["correlation"] for x in res]))
@@ -176,9 +173,8 @@ def test_calibrate_summarize_plot(tmp_path):
     grid = {"kind": "rho", "metric": "correlation", "values": [0.1, 0.9],
             "grid": [[0.0, 0.6], [0.6, 0.0]]}
     (tmp_path / "grid.json").write_text(json.dumps(grid))
-    r = run("-m", "ood_bench", "plot", "heatmap", "--grid", str(tmp_path / "grid.json"),
-            "--out", str(tmp_path / "heat.png"))
-    assert r.returncode == 0, r.stderr
+    main(["plot", "heatmap", "--grid", str(tmp_path / "grid.json"), "--out",
+          str(tmp_path / "heat.png")])
     assert (tmp_path / "heat.png").read_bytes()[:4] == b"\x89PNG"
 
 
