@@ -51,15 +51,16 @@ class StableDiffusionBackend:
         if pipeline is None:
             self.model_name = model
             location = check_model_location(model, "Stable Diffusion model")
-            dtype = dtype or (torch.float16 if self.device == "cuda" else torch.float32)
+            dtype = dtype or (torch.float16 if self.device == "cuda" else None)
             try:
                 from diffusers import StableDiffusionPipeline
             except ImportError as e:
                 raise UserError(f"the sd14 backend needs diffusers and transformers: "
                                 f"pip install 'oodbed[generation]' ({e})") from e
             try:
+                kwargs = {"torch_dtype": dtype} if dtype is not None else {}
                 pipeline = StableDiffusionPipeline.from_pretrained(
-                    location, torch_dtype=dtype, local_files_only=local_files_only)
+                    location, local_files_only=local_files_only, **kwargs)
             except (OSError, ValueError) as e:
                 raise UserError(f"cannot load Stable Diffusion model {model!r}: "
                                 f"{str(e).splitlines()[0] if str(e) else type(e).__name__}; pass a "

@@ -200,8 +200,8 @@ def place_dog(parts, rng, h, w, horizon):
     horizon, fully inside the frame. Returns pixel-space parts and the pixel bbox."""
     x0, x1, y0, y1 = local_bounds(parts)
     width, height = x1 - x0, y1 - y0
-    unit = rng.uniform(0.5, 0.68) * w / width
-    unit = min(unit, 0.66 * h / height)
+    unit = rng.uniform(0.6, 0.8) * w / width
+    unit = min(unit, 0.72 * h / height)
     facing = 1 if rng.random() < 0.5 else -1
     span_px = width * unit
     left = rng.uniform(0.03 * w, max(0.03 * w, 0.97 * w - span_px))
@@ -210,6 +210,20 @@ def place_dog(parts, rng, h, w, horizon):
     ground = rng.uniform(min(lo, 0.95 * h), 0.95 * h)
     pix = to_pixels(parts, unit, x_origin, ground, facing)
     return pix, (left, left + span_px, ground - y1 * unit, ground - y0 * unit)
+
+
+def _grown(kind, p, d):
+    """The same shape, `d` pixels bigger all round (ellipse axes, capsule radii, polygon
+    vertices pushed out from the centroid)."""
+    if kind == "ellipse":
+        return (p[0], p[1], p[2] + d, p[3] + d) + tuple(p[4:])
+    if kind == "capsule":
+        return tuple(p[:4]) + (p[4] + d, (p[5] if len(p) > 5 else p[4]) + d)
+    pts = np.asarray(p, np.float64)
+    c = pts.mean(axis=0)
+    v = pts - c
+    n = np.linalg.norm(v, axis=1, keepdims=True) + 1e-9
+    return [tuple(q) for q in c + v * (1 + 1.6 * d / n)]
 
 
 def paint_dog(img, parts, fur, rng, bbox):
@@ -221,12 +235,19 @@ def paint_dog(img, parts, fur, rng, bbox):
     draw(img, "ellipse", [(left + right) / 2, bottom, 0.5 * (right - left), 0.04 * h],
          (0.0, 0.0, 0.0), 0.3)
     alpha = np.zeros((h, w), np.float32)
+    rim = np.zeros((h, w), np.float32)
     shade = np.ones((h, w), np.float32)
     details = []
+    grow = max(0.8, min(h, w) / 90)      # rim width in pixels
     for tag, kind, p, part_shade in parts:
         if tag in ("eye", "nose"):
             details.append((kind, p))
             continue
+        found = shape_coverage((h, w), kind, _grown(kind, p, grow))
+        if found is None:
+            continue
+        (rs, cs), a = found
+        rim[rs, cs] = np.maximum(rim[rs, cs], a)
         found = shape_coverage((h, w), kind, p)
         if found is None:
             continue
@@ -234,6 +255,9 @@ def paint_dog(img, parts, fur, rng, bbox):
         shade[rs, cs] = shade[rs, cs] * (1 - a) + part_shade * a
         alpha[rs, cs] = np.maximum(alpha[rs, cs], a)
     base = fur_colour(fur, rng)
+    # a rim that contrasts with the coat (dark around light coats, light around dark ones)
+    rim_level = 0.12 if float(base.mean()) > 0.35 else 0.6
+    blend(img, (slice(0, h), slice(0, w)), 0.8 * rim, (rim_level,) * 3)
     rows = np.arange(h, dtype=np.float32)[:, None]
     light = 1.12 - 0.3 * np.clip((rows - top) / max(bottom - top, 1.0), 0, 1)
     coat = 0.9 + 0.2 * value_noise(rng, (h, w), max(4, w / 10))

@@ -142,7 +142,7 @@ def generate_filtered(dataset_dir, backend, seed, per_cell, cells, captioner, ke
                     f"{per_cell} images after {attempts} attempts (--max-attempts "
                     f"{max_attempts}); the caption filter (keywords: {', '.join(keywords)}) "
                     f"rejected the rest: check the models or raise --max-attempts")
-            n = min(batch, max_attempts - attempts)
+            n = min(batch, max_attempts - attempts, per_cell - kept)
             ks = list(range(k, k + n))
             specs = [prompt_for_attempt(seed, pool, breed, location, a) for a in ks]
             seeds = [image_seed(seed, pool, breed, location, a) for a in ks]
