@@ -255,15 +255,19 @@ def paint_dog(img, parts, fur, rng, bbox):
         shade[rs, cs] = shade[rs, cs] * (1 - a) + part_shade * a
         alpha[rs, cs] = np.maximum(alpha[rs, cs], a)
     base = fur_colour(fur, rng)
+    # work on the dog's window only
+    r0, r1 = max(int(top - grow - 2), 0), min(int(np.ceil(bottom + grow + 2)), h)
+    c0, c1 = max(int(left - grow - 2), 0), min(int(np.ceil(right + grow + 2)), w)
+    win = (slice(r0, r1), slice(c0, c1))
     # a rim that contrasts with the coat (dark around light coats, light around dark ones)
     rim_level = 0.12 if float(base.mean()) > 0.35 else 0.6
-    blend(img, (slice(0, h), slice(0, w)), 0.8 * rim, (rim_level,) * 3)
-    rows = np.arange(h, dtype=np.float32)[:, None]
+    blend(img, win, 0.8 * rim[win], (rim_level,) * 3)
+    rows = np.arange(r0, r1, dtype=np.float32)[:, None]
     light = 1.12 - 0.3 * np.clip((rows - top) / max(bottom - top, 1.0), 0, 1)
-    coat = 0.9 + 0.2 * value_noise(rng, (h, w), max(4, w / 10))
-    factor = (shade * light * coat)[..., None]
+    coat = 0.9 + 0.2 * value_noise(rng, (r1 - r0, c1 - c0), max(4, (c1 - c0) / 6))
+    factor = (shade[win] * light * coat)[..., None]
     colour = np.clip(base[None, None, :] * factor + 0.04 * (factor - 1), 0, 1)
-    blend(img, (slice(0, h), slice(0, w)), alpha, colour)
+    blend(img, win, alpha[win], colour)
     for kind, p in details:
         draw(img, kind, p, (0.03, 0.03, 0.03))
     return alpha

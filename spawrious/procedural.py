@@ -32,7 +32,7 @@ def _rain(img, rng):
 def grade(img, time_of_day, rng):
     """Time-of-day grading of the whole frame (independent of location and breed)."""
     h = img.shape[0]
-    top = (1.0 - np.arange(h, dtype=np.float32) / max(h - 1, 1))[:, None, None]
+    top = (1.0 - np.arange(h, dtype=np.float32) / np.float32(max(h - 1, 1)))[:, None, None]
     if time_of_day == "pale sunrise":
         img = _desaturate(img, 0.2) * np.array((1.0, 0.93, 0.95), np.float32)
         img = img + top * np.array((0.16, 0.07, 0.10), np.float32) * rng.uniform(0.7, 1.0)
@@ -48,7 +48,7 @@ def grade(img, time_of_day, rng):
     else:  # bright sunny day
         img = (img - 0.5) * 1.12 + 0.54
         img = img * np.array((1.03, 1.0, 0.95), np.float32)
-    img = img + rng.normal(0.0, 0.012, img.shape).astype(np.float32)
+    img = img + rng.standard_normal(img.shape, dtype=np.float32) * np.float32(0.012)
     return np.clip(img, 0.0, 1.0)
 
 
