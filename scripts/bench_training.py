@@ -98,7 +98,7 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--eval_batch_size", type=int, default=256)
+    p.add_argument("--eval_batch_size", type=int, default=64)
     p.add_argument("--data_dir", default="/tmp")
     args = p.parse_args()
     if args.threads:

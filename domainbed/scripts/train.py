@@ -42,7 +42,7 @@ def parse_args(argv=None):
     p.add_argument("--memory_format", default="auto",
                    choices=["auto", "channels_last", "contiguous"],
                    help="auto = channels-last with bf16, contiguous with fp32")
-    p.add_argument("--eval_batch_size", type=int, default=256)
+    p.add_argument("--eval_batch_size", type=int, default=64)
     p.add_argument("--num_threads", type=int, default=0,
                    help="torch intra-op threads (0 = torch's default)")
     return p.parse_args(argv)
