@@ -34,7 +34,7 @@ for b in "${BENCHES[@]}"; do
   echo "python scripts/train_k_reference.py --dataset $ds --data-dir $DATA --output-dir $kd --test-envs $env --trial-seeds 0 --data-seed $dseed --hparams '$hp' --steps $STEPS --checkpoint-freq $FREQ -- --num_threads 1 > $kd.log 2>&1 || echo FAILED $kd"
 done
 } | while read -r c; do mkdir -p "$OUT/sweep/cmnist" "$OUT/sweep/oodb_strong" "$OUT/sweep/oodb_mild"; echo "$c"; done \
-  | xargs -P "$JOBS" -I{} bash -c "{}"
+  | xargs -d "\n" -P "$JOBS" -I{} bash -c "{}"
 T1=$(date +%s); echo "training: $(( T1 - T0 )) s (wall)"
 python -m analysis.aotl "$OUT/sweep" --table per-ood --format csv --output "$OUT/aotl_per_ood.csv" --plot "$OUT/plots"
 cat "$OUT/aotl_per_ood.csv"; ls "$OUT/plots"

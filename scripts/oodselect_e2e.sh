@@ -16,7 +16,7 @@ for i in $(seq 1 "$N"); do
   d="$OUT/sweep/${alg}_h${i}"
   [ -f "$d/done" ] && continue
   echo "python -m domainbed.scripts.train --dataset ColoredMNIST --algorithm $alg --data_dir $DATA --output_dir $d --test_envs 0 --hparams_seed $i --trial_seed $(( i % 3 )) --seed $i --hparams '{\"arch\":\"mlp\"}' --steps $STEPS --checkpoint_freq $FREQ --num_threads 1 --skip_model_save > $d.log 2>&1 || echo FAILED $d"
-done | xargs -P "$JOBS" -I{} bash -c "{}"
+done | xargs -d "\n" -P "$JOBS" -I{} bash -c "{}"
 T1=$(date +%s)
 echo "training: $N runs in $(( T1 - T0 )) s (wall)"
 python scripts/oodselect_sweep_demo.py "$OUT/sweep" --dataset ColoredMNIST --ood-env 0 \
