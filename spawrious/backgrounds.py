@@ -90,7 +90,8 @@ def desert(rng, h, w):
                 ay = base - height * rng.uniform(0.35, 0.6)
                 ax = cx + sgn * r * 2.6
                 draw(img, "capsule", [cx, ay, ax, ay, 0.7 * r], col)
-                draw(img, "capsule", [ax, ay, ax, ay - height * rng.uniform(0.2, 0.35), 0.7 * r], col)
+                top = ay - height * rng.uniform(0.2, 0.35)
+                draw(img, "capsule", [ax, ay, ax, top, 0.7 * r], col)
     return img, horizon
 
 
@@ -121,7 +122,8 @@ def dirt(rng, h, w):
         px, py = rng.uniform(0.05, 0.95) * w, rng.uniform(horizon + 0.1, 0.97) * h
         ax = rng.uniform(0.06, 0.13) * s
         draw(img, "ellipse", [px, py, ax, ax * rng.uniform(0.25, 0.35)], (0.55, 0.62, 0.72))
-        draw(img, "ellipse", [px - 0.3 * ax, py - 0.05 * ax, 0.35 * ax, 0.06 * ax], (0.80, 0.86, 0.92))
+        draw(img, "ellipse", [px - 0.3 * ax, py - 0.05 * ax, 0.35 * ax, 0.06 * ax],
+             (0.80, 0.86, 0.92))
     return img, horizon
 
 
@@ -132,7 +134,8 @@ def jungle(rng, h, w):
     img = _mix((0.03, 0.16, 0.05), (0.10, 0.32, 0.10), base)
     # light through gaps in the canopy
     for _ in range(rng.integers(3, 7)):
-        draw(img, "ellipse", [rng.uniform(0, w), rng.uniform(0, 0.35 * h), rng.uniform(0.02, 0.05) * s,
+        draw(img, "ellipse", [rng.uniform(0, w), rng.uniform(0, 0.35 * h),
+                              rng.uniform(0.02, 0.05) * s,
                               rng.uniform(0.02, 0.05) * s], (0.75, 0.85, 0.45), 0.7)
     # trunks and vines
     for _ in range(rng.integers(2, 5)):
@@ -150,7 +153,8 @@ def jungle(rng, h, w):
         size = rng.uniform(0.03, 0.07) * s
         g = rng.uniform(0.25, 0.6)
         col = (0.05 + 0.15 * rng.random() * g, g, 0.05 + 0.1 * rng.random())
-        draw(img, "ellipse", [lx, ly, size, size * rng.uniform(0.3, 0.45), rng.uniform(0, np.pi)], col)
+        draw(img, "ellipse",
+             [lx, ly, size, size * rng.uniform(0.3, 0.45), rng.uniform(0, np.pi)], col)
     # forest floor
     Y = np.arange(h, dtype=np.float32)[:, None] / h
     floor = np.broadcast_to(Y >= horizon + 0.25, (h, w))
@@ -170,7 +174,8 @@ def mountain(rng, h, w):
     xf = np.arange(w, dtype=np.float32) / w
     # jagged ridge: a sum of triangle waves
     ridge = np.zeros(w, dtype=np.float32)
-    for amp, freq in ((0.16, rng.uniform(1.0, 1.8)), (0.06, rng.uniform(3, 5)), (0.02, rng.uniform(9, 14))):
+    for amp, freq in ((0.16, rng.uniform(1.0, 1.8)), (0.06, rng.uniform(3, 5)),
+                      (0.02, rng.uniform(9, 14))):
         phase = rng.random()
         ridge += amp * (2 * np.abs(((xf * freq + phase) % 1.0) - 0.5))
     ridge = horizon - 0.22 + ridge
@@ -186,7 +191,8 @@ def mountain(rng, h, w):
     # cracks
     for _ in range(rng.integers(4, 9)):
         x0, y0 = rng.uniform(0, w), rng.uniform(horizon, 1.0) * h
-        draw(img, "capsule", [x0, y0, x0 + rng.uniform(-0.1, 0.1) * w, y0 + rng.uniform(0.03, 0.1) * h,
+        draw(img, "capsule", [x0, y0, x0 + rng.uniform(-0.1, 0.1) * w,
+                              y0 + rng.uniform(0.03, 0.1) * h,
                               0.004 * s], (0.18, 0.17, 0.17))
     # boulders with a lit top
     for _ in range(rng.integers(2, 5)):
@@ -213,7 +219,8 @@ def snow(rng, h, w):
         px = rng.uniform(0, w)
         ph = rng.uniform(0.08, 0.14) * h
         by = horizon * h + 2
-        draw(img, "poly", [(px, by - ph), (px - 0.35 * ph, by), (px + 0.35 * ph, by)], (0.12, 0.25, 0.18))
+        draw(img, "poly", [(px, by - ph), (px - 0.35 * ph, by), (px + 0.35 * ph, by)],
+             (0.12, 0.25, 0.18))
     # the cabin: log walls, dark roof with a snow cap, a lit window
     cw = rng.uniform(0.2, 0.3) * w
     cx = rng.uniform(0.05, 0.95) * w - cw / 2
@@ -223,12 +230,15 @@ def snow(rng, h, w):
          (0.45, 0.28, 0.15))
     for ly in np.arange(cbase - ch, cbase, max(ch / 5, 1.0)):
         draw(img, "capsule", [cx, ly, cx + cw, ly, max(0.004 * s, 0.4)], (0.30, 0.18, 0.09))
-    draw(img, "poly", [(cx - 0.1 * cw, cbase - ch), (cx + 1.1 * cw, cbase - ch), (cx + 0.5 * cw, cbase - ch - 0.5 * cw)],
+    draw(img, "poly", [(cx - 0.1 * cw, cbase - ch), (cx + 1.1 * cw, cbase - ch),
+                       (cx + 0.5 * cw, cbase - ch - 0.5 * cw)],
          (0.22, 0.12, 0.08))
-    draw(img, "poly", [(cx - 0.02 * cw, cbase - ch - 0.06 * cw), (cx + 1.02 * cw, cbase - ch - 0.06 * cw),
+    draw(img, "poly", [(cx - 0.02 * cw, cbase - ch - 0.06 * cw),
+                       (cx + 1.02 * cw, cbase - ch - 0.06 * cw),
                        (cx + 0.5 * cw, cbase - ch - 0.5 * cw)], (0.97, 0.98, 1.0))
     draw(img, "poly", [(cx + 0.6 * cw, cbase - 0.7 * ch), (cx + 0.8 * cw, cbase - 0.7 * ch),
-                       (cx + 0.8 * cw, cbase - 0.35 * ch), (cx + 0.6 * cw, cbase - 0.35 * ch)], (0.98, 0.80, 0.35))
+                       (cx + 0.8 * cw, cbase - 0.35 * ch), (cx + 0.6 * cw, cbase - 0.35 * ch)],
+         (0.98, 0.80, 0.35))
     # the snowball, shaded
     bx, by = rng.uniform(0.08, 0.92) * w, rng.uniform(0.78, 0.92) * h
     r = rng.uniform(0.05, 0.08) * s

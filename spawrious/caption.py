@@ -34,7 +34,9 @@ class Captioner:
 
 
 def _looks_like_path(name):
-    return name.startswith((".", "/", "~")) or os.sep in name and not re.fullmatch(r"[\w.-]+/[\w.-]+", name)
+    if name.startswith((".", "/", "~")):
+        return True
+    return os.sep in name and not re.fullmatch(r"[\w.-]+/[\w.-]+", name)
 
 
 def check_model_location(name, what):
@@ -63,8 +65,10 @@ class ViTGPT2Captioner(Captioner):
             self.model_name = model
             location = check_model_location(model, "captioner model")
             try:
-                from transformers import AutoImageProcessor, AutoTokenizer, VisionEncoderDecoderModel
-                model = VisionEncoderDecoderModel.from_pretrained(location, local_files_only=local_files_only)
+                from transformers import (AutoImageProcessor, AutoTokenizer,
+                                          VisionEncoderDecoderModel)
+                model = VisionEncoderDecoderModel.from_pretrained(
+                    location, local_files_only=local_files_only)
                 image_processor = image_processor or AutoImageProcessor.from_pretrained(
                     location, local_files_only=local_files_only)
                 tokenizer = tokenizer or AutoTokenizer.from_pretrained(
@@ -73,7 +77,8 @@ class ViTGPT2Captioner(Captioner):
                 raise UserError(f"the caption filter needs transformers: pip install "
                                 f"'oodbed[generation]' ({e})") from e
             except OSError as e:
-                raise UserError(f"cannot load captioner {self.model_name!r}: {e}".split("\n")[0]) from e
+                message = f"cannot load captioner {self.model_name!r}: {e}"
+                raise UserError(message.split("\n")[0]) from e
         else:
             self.model_name = type(model).__name__
         if image_processor is None or tokenizer is None:

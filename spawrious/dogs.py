@@ -19,7 +19,8 @@ BREED_SHAPES = {
     "bulldog": dict(body=(0.0, 1.45, 1.2, 0.72), chest=(0.7, 1.35, 0.75, 0.85), leg_r=(0.3, 0.24),
                     front_x=0.85, hind_x=-0.85, neck=(0.9, 1.7, 1.25, 2.0, 0.55),
                     head=(1.55, 2.1, 0.72, 0.62), muzzle=(2.15, 1.9, 0.22, 0.36),
-                    jowl=(1.95, 1.68, 0.36, 0.3), ears=("rose", [(1.05, 2.5), (1.4, 2.72), (1.0, 2.95)]),
+                    jowl=(1.95, 1.68, 0.36, 0.3),
+                    ears=("rose", [(1.05, 2.5), (1.4, 2.72), (1.0, 2.95)]),
                     tail=(-1.15, 1.7, -1.38, 1.62, 0.13, 0.1)),
     "dachshund": dict(body=(0.0, 1.0, 2.1, 0.48), chest=(1.2, 0.85, 0.7, 0.45), leg_r=(0.17, 0.14),
                       front_x=1.55, hind_x=-1.6, neck=(1.8, 1.15, 2.3, 1.65, 0.3),
@@ -51,7 +52,8 @@ def fur_colour(fur, rng):
     else:  # unspecified: a natural shade, as a text-to-image model would pick
         a, b = rng.choice(len(NATURAL_SHADES), 2, replace=False)
         t = rng.random()
-        base = (1 - t) * np.array(NATURAL_SHADES[a], np.float32) + t * np.array(NATURAL_SHADES[b], np.float32)
+        shades = np.array(NATURAL_SHADES, np.float32)
+        base = (1 - t) * shades[a] + t * shades[b]
     return np.clip(base * rng.uniform(0.9, 1.1, 3).astype(np.float32), 0, 1)
 
 

@@ -191,7 +191,8 @@ def build_parser():
     p.add_argument("--locations", nargs="+", default=list(LOCATIONS))
     p.add_argument("--breeds", nargs="+", default=list(BREEDS))
     p.add_argument("--size", type=int, default=224, help="saved image side in pixels")
-    p.add_argument("--workers", type=int, default=None, help="procedural: processes (default: CPUs)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="procedural: processes (default: CPUs)")
     g = p.add_argument_group("sd14")
     g.add_argument("--model", default="CompVis/stable-diffusion-v1-4",
                    help="hub id or local Stable Diffusion directory")
@@ -224,7 +225,8 @@ def main(argv=None):
         raise UserError("--size must be >= 16")
     cells = _cells(args.pools, args.locations, args.breeds)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    captioner_name = args.captioner or ("none" if args.backend == "procedural" else DEFAULT_CAPTIONER)
+    captioner_name = args.captioner or (
+        "none" if args.backend == "procedural" else DEFAULT_CAPTIONER)
     max_attempts = args.max_attempts or max(5 * args.per_cell, 20)
     if args.backend == "procedural":
         backend = ProceduralBackend(args.size)

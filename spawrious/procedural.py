@@ -40,7 +40,8 @@ def grade(img, time_of_day, rng):
         img = img * np.array((1.0, 0.76, 0.56), np.float32) * rng.uniform(0.82, 0.92)
         img = img + top * np.array((0.18, 0.06, 0.0), np.float32)
     elif time_of_day == "rainy day":
-        img = _desaturate(img, 0.45) * rng.uniform(0.65, 0.75) + np.array((0.02, 0.03, 0.06), np.float32)
+        img = _desaturate(img, 0.45) * rng.uniform(0.65, 0.75)
+        img = img + np.array((0.02, 0.03, 0.06), np.float32)
         img = _rain(img, rng)
     elif time_of_day == "foggy day":
         a = (rng.uniform(0.25, 0.4) + 0.2 * top)
@@ -56,7 +57,8 @@ def render(spec, seed, size=224, return_mask=False):
     """One image (uint8 H x W x 3) for a PromptSpec; `size` an int or (height, width)."""
     h, w = (size, size) if np.isscalar(size) else size
     rng = np.random.default_rng(int(seed))
-    bg_rng, dog_rng, fur_rng, tod_rng = (np.random.default_rng(s) for s in rng.integers(0, 2 ** 31, 4))
+    bg_rng, dog_rng, fur_rng, tod_rng = (np.random.default_rng(s)
+                                         for s in rng.integers(0, 2 ** 31, 4))
     img, horizon = render_background(spec.location, bg_rng, h, w)
     parts, bbox = place_dog(build_dog(spec.breed, spec.pose, dog_rng), dog_rng, h, w, horizon)
     mask = paint_dog(img, parts, spec.fur, fur_rng, bbox)

@@ -64,7 +64,8 @@ def bbox_ellipse(cx, cy, ax, ay):
 
 def bbox_points(pts, pad=0.0):
     pts = np.asarray(pts, dtype=np.float64)
-    return pts[:, 0].min() - pad, pts[:, 0].max() + pad, pts[:, 1].min() - pad, pts[:, 1].max() + pad
+    lo, hi = pts.min(axis=0) - pad, pts.max(axis=0) + pad
+    return lo[0], hi[0], lo[1], hi[1]
 
 
 def blend(img, sl, alpha, color):

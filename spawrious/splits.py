@@ -32,12 +32,18 @@ O2O_MU = (0.97, 0.87)    # spurious fraction in SC_group_1, SC_group_2
 
 # (group, test, filler); positions follow BREEDS = (bulldog, dachshund, labrador, corgi)
 CANONICAL = {
-    "o2o_easy": (("desert", "jungle", "dirt", "snow"), ("dirt", "snow", "desert", "jungle"), "beach"),
-    "o2o_medium": (("mountain", "beach", "dirt", "jungle"), ("jungle", "dirt", "beach", "snow"), "desert"),
-    "o2o_hard": (("jungle", "mountain", "snow", "desert"), ("mountain", "snow", "desert", "jungle"), "beach"),
-    "m2m_easy": (("desert", "mountain", "dirt", "jungle"), ("dirt", "jungle", "mountain", "desert"), None),
-    "m2m_medium": (("beach", "snow", "mountain", "desert"), ("desert", "mountain", "beach", "snow"), None),
-    "m2m_hard": (("dirt", "jungle", "snow", "beach"), ("snow", "beach", "dirt", "jungle"), None),
+    "o2o_easy": (("desert", "jungle", "dirt", "snow"),
+                 ("dirt", "snow", "desert", "jungle"), "beach"),
+    "o2o_medium": (("mountain", "beach", "dirt", "jungle"),
+                   ("jungle", "dirt", "beach", "snow"), "desert"),
+    "o2o_hard": (("jungle", "mountain", "snow", "desert"),
+                 ("mountain", "snow", "desert", "jungle"), "beach"),
+    "m2m_easy": (("desert", "mountain", "dirt", "jungle"),
+                 ("dirt", "jungle", "mountain", "desert"), None),
+    "m2m_medium": (("beach", "snow", "mountain", "desert"),
+                   ("desert", "mountain", "beach", "snow"), None),
+    "m2m_hard": (("dirt", "jungle", "snow", "beach"),
+                 ("snow", "beach", "dirt", "jungle"), None),
 }
 
 # Table 2's M2M columns: breed -> (SC_group_1 location, SC_group_2 location, test locations)

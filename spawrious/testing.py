@@ -25,7 +25,8 @@ CAPTION_WORDS = "a dog cat on the beach sitting in snow with".split()
 def build_tiny_sd(path, seed=0):
     """A StableDiffusionPipeline (UNet, VAE, CLIP text encoder, tokenizer, DDIM) saved to `path`."""
     import torch
-    from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
+    from diffusers import (AutoencoderKL, DDIMScheduler, StableDiffusionPipeline,
+                           UNet2DConditionModel)
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
     torch.manual_seed(seed)
     unet = UNet2DConditionModel(
@@ -53,7 +54,8 @@ def build_tiny_sd(path, seed=0):
         num_hidden_layers=2, max_position_embeddings=77, bos_token_id=0, eos_token_id=1,
         pad_token_id=1))
     pipe = StableDiffusionPipeline(unet=unet, vae=vae, text_encoder=text_encoder,
-                                   tokenizer=tokenizer, scheduler=DDIMScheduler(steps_offset=1, clip_sample=False),
+                                   tokenizer=tokenizer,
+                                   scheduler=DDIMScheduler(steps_offset=1, clip_sample=False),
                                    safety_checker=None, feature_extractor=None,
                                    requires_safety_checker=False)
     pipe.save_pretrained(path)

@@ -19,7 +19,8 @@ SPECS = {
     "TerraIncognita": ("terra_incognita", ["location_100", "location_38", "location_43",
                                            "location_46"], ["L100", "L38", "L43", "L46"], 300),
     "DomainNet": ("domain_net", ["clipart", "infograph", "painting", "quickdraw", "real",
-                                 "sketch"], ["clip", "info", "paint", "quick", "real", "sketch"], 1000),
+                                 "sketch"],
+                  ["clip", "info", "paint", "quick", "real", "sketch"], 1000),
 }
 
 

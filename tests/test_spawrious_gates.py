@@ -60,7 +60,8 @@ def two_threads():
 
 def _cnn(n_out, c=16):
     def block(i, o):
-        return nn.Sequential(nn.Conv2d(i, o, 3, padding=1, bias=False), nn.BatchNorm2d(o), nn.ReLU())
+        return nn.Sequential(nn.Conv2d(i, o, 3, padding=1, bias=False), nn.BatchNorm2d(o),
+                             nn.ReLU())
     return nn.Sequential(block(3, c), nn.MaxPool2d(2), block(c, 2 * c), nn.MaxPool2d(2),
                          block(2 * c, 4 * c), nn.MaxPool2d(2), block(4 * c, 4 * c),
                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4 * c, n_out))

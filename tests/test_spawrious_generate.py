@@ -25,7 +25,8 @@ def _files(root):
     for base, _, names in os.walk(os.path.join(root, "spawrious224")):
         for n in names:
             if n.endswith(".png"):
-                out[os.path.relpath(os.path.join(base, n), root)] = open(os.path.join(base, n), "rb").read()
+                with open(os.path.join(base, n), "rb") as f:
+                    out[os.path.relpath(os.path.join(base, n), root)] = f.read()
     return out
 
 
@@ -64,7 +65,8 @@ def test_cli_contract_layout_and_manifest(tmp_path):
 
 def _gen(root, per_cell, seed=0, **kw):
     argv = ["--out", str(root), "--per-cell", str(per_cell), "--seed", str(seed), "--size", "24",
-            "--pools", "0", "--locations", "beach", "--breeds", "corgi", "bulldog", "--workers", "1"]
+            "--pools", "0", "--locations", "beach", "--breeds", "corgi", "bulldog",
+            "--workers", "1"]
     for k, v in kw.items():
         argv += [f"--{k.replace('_', '-')}", str(v)]
     return main(argv)

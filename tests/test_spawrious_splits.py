@@ -27,7 +27,8 @@ def test_prompt_factors_and_template():
                            "cabin and a snowball in the background, foggy day. highly detailed")
     assert text.endswith("masterpiece, close up")
     assert "  " not in format_prompt("bulldog", "beach", "", "", "sunset")
-    assert format_prompt("bulldog", "beach", "", "", "sunset").startswith("(((one bulldog))) playing")
+    assert format_prompt("bulldog", "beach", "", "", "sunset").startswith(
+        "(((one bulldog))) playing")
     assert NEGATIVE_PROMPT.startswith("human, blurry") and NEGATIVE_PROMPT.endswith("two, multiple")
 
 
@@ -140,7 +141,8 @@ def _fake_tree(root, n):
 
 def _run(*args):
     return subprocess.run([sys.executable, "-m", "spawrious.splits", *args],
-                          capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+                          capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_splits_cli_csv_summary(tmp_path):

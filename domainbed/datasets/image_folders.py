@@ -181,7 +181,8 @@ class MultipleEnvironmentImageFolder(MultipleDomainDataset):
                 paths += files
                 labels += [label] * len(files)
             if not paths:
-                raise UserError(f"{name}: environment folder {os.path.join(root, env)!r} has no images")
+                raise UserError(f"{name}: environment folder "
+                                f"{os.path.join(root, env)!r} has no images")
             train_t, eval_t = make_transforms(i not in test_envs, augment, size)
             self.datasets.append(ImageEnvironment(
                 paths, labels, np.arange(len(paths)) + offset, train_transform=train_t,
