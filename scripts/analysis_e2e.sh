@@ -3,6 +3,9 @@
 # (ColoredMNIST test env 2; OoDBenchColoredMNIST rho 0.1->0.9; OoDBenchColoredMNIST
 # rho 0.25->0.75), three methods, K reference runs, then aotl per-ood table + plots and
 # the validity report, checking every cell of the report is a finite number.
+# Convergent Validity is a fit of agreement on |dK| over >= max(--cv-min-pairs (3), 2)
+# comparison benchmarks, so it needs >= 4 benchmarks by default whose methods' WG
+# accuracies are not all tied (a tie makes the agreement correlation NaN).
 #   bash scripts/analysis_e2e.sh [OUT_DIR] [STEPS] [JOBS]
 # Note: OoDBenchColoredMNIST's data_fingerprint covers only the digits, not the colour
 # parameters, so two rho variants would share one benchmark label; the variants therefore
@@ -44,7 +47,7 @@ python - "$OUT/validity.csv" <<'PY'
 import sys, numpy as np, pandas as pd
 t = pd.read_csv(sys.argv[1]); print(t.to_string(index=False))
 bad = []
-for c in t.columns[1:]:
+for c in [c for c in t.columns[1:] if c != "Method"]:  # Method: names
     for b, v in zip(t.iloc[:, 0], t[c]):
         try:
             ok = np.isfinite(float(v))
