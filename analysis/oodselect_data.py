@@ -143,7 +143,7 @@ def from_runs(input_dir, dataset=None, id_envs=None, ood_env=None, require_done=
     A covers the OOD environment's in and out splits, columns sorted by example id.
     Raises UserError when models were scored on different OOD examples, naming the runs.
     """
-    from domainbed.records import list_prediction_steps, load_predictions, load_records
+    from domainbed.records import load_records, prediction_matrix
 
     recs = load_records(input_dir, require_done=require_done, quiet=quiet).records
     if not recs:
@@ -182,51 +182,24 @@ def from_runs(input_dir, dataset=None, id_envs=None, ood_env=None, require_done=
                 last[r["run_dir"]] = r
         recs = list(last.values())
 
-    rows, ref_ids, ref_meta, differ, missing = [], None, None, {}, 0
-    have_steps = {}
-    for r in sorted(recs, key=lambda r: (r["run_dir"], r["step"])):
-        run_dir = r["run_dir"]
-        if run_dir not in have_steps:
-            have_steps[run_dir] = set(list_prediction_steps(run_dir))
-        if r["step"] not in have_steps[run_dir]:
-            missing += 1
-            continue
-        keys = [f"env{i}_out_acc" for i in id_envs]
+    keys = [f"env{i}_out_acc" for i in id_envs]
+    for r in recs:
         absent = [k for k in keys if k not in r]
         if absent:
-            raise UserError(f"{run_dir} step {r['step']} lacks {', '.join(absent)}")
-        pred = load_predictions(run_dir, r["step"])
-        sel = (pred["env"] == ood_env) & (pred["split"] != 2)
-        order = np.argsort(pred["id"][sel], kind="stable")
-        ids = pred["id"][sel][order]
-        if ref_ids is None:
-            ref_ids = ids
-            ref_meta = {k: pred[k][sel][order] for k in ("env", "split", "label", "group")}
-        elif ids.shape != ref_ids.shape or not np.array_equal(ids, ref_ids):
-            differ.setdefault(run_dir, ids.size)
-            continue
-        rows.append((pred["correct"][sel][order].astype(np.uint8),
-                     float(np.mean([r[k] for k in keys])),
-                     {"run": run_dir, "run_dir": run_dir, "step": int(r["step"]),
-                      "arch": str((r.get("hparams") or {}).get("arch", "")),
-                      "algorithm": r["args"].get("algorithm")}))
-    if differ:
-        listed = "; ".join(f"{d} ({n} examples)" for d, n in list(differ.items())[:10])
-        raise UserError(f"models are not scored on the same OOD examples of env {ood_env}:"
-                        f" the first model has {ref_ids.size}, but {len(differ)} run(s) "
-                        f"differ: {listed}")
+            raise UserError(f"{r['run_dir']} step {r['step']} lacks {', '.join(absent)}")
+    view = prediction_matrix(recs, ood_env, splits=(0, 1))
+    missing = view.skipped
     if missing and not quiet:
         print(f"warning: {missing} checkpoint(s) without a predictions file were skipped",
               file=sys.stderr)
-    if not rows:
-        raise UserError(f"no checkpoint of the {dataset} runs has predictions")
-    if ref_ids.size == 0:
-        raise UserError(f"the predictions hold no example of environment {ood_env}")
-    A = np.stack([row[0] for row in rows])
-    y = np.array([row[1] for row in rows])
-    models = pd.DataFrame([row[2] for row in rows])
-    examples = pd.DataFrame({"id": ref_ids, **ref_meta})
-    csv = os.path.join(rows[0][2]["run_dir"], "examples.csv")
+    A = view.values
+    y = np.array([float(np.mean([r[k] for k in keys])) for r in view.checkpoints])
+    models = pd.DataFrame([{"run": r["run_dir"], "run_dir": r["run_dir"], "step": int(r["step"]),
+                            "arch": str((r.get("hparams") or {}).get("arch", "")),
+                            "algorithm": r["args"].get("algorithm")}
+                           for r in view.checkpoints])
+    examples = view.examples
+    csv = os.path.join(view.checkpoints[0]["run_dir"], "examples.csv")
     if os.path.exists(csv):
         paths = pd.read_csv(csv)
         if {"id", "path"} <= set(paths.columns):

@@ -237,3 +237,75 @@ def load_predictions(run_dir, step):
             return {key: data[key] for key in data.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
         raise UserError(f"corrupt predictions file {path}: {e}") from None
+
+
+class PredictionMatrix:
+    """Per-example predictions of many checkpoints, aligned by example id.
+
+    Attributes:
+        values: array (checkpoints x examples) of the requested field ("correct" by
+            default: 0/1 as uint8; "pred"; or "logits" giving checkpoints x examples x
+            classes).
+        examples: pandas.DataFrame, one row per column (id, env, split, label, group),
+            sorted by example id.
+        checkpoints: the records (dicts) of the rows, in row order.
+        skipped: records skipped because their checkpoint has no predictions file.
+    """
+
+    def __init__(self, values, examples, checkpoints, skipped=0):
+        self.values, self.examples = values, examples
+        self.checkpoints, self.skipped = list(checkpoints), int(skipped)
+
+    def __repr__(self):
+        return (f"PredictionMatrix({self.values.shape[0]} checkpoints x "
+                f"{self.values.shape[1]} examples, skipped={self.skipped})")
+
+
+def prediction_matrix(records, env, splits=(0, 1), field="correct"):
+    """The examples x checkpoints view: one row per record (checkpoint) whose predictions
+    file exists, one column per example of environment `env` in `splits` (0 = in,
+    1 = out, 2 = the UDA split), columns sorted by example id.
+
+    Raises UserError when no record has predictions, when the environment has no example,
+    or when checkpoints were scored on different examples (naming the runs), since
+    columns must mean the same example in every row.
+    """
+    recs = records.records if isinstance(records, Records) else list(records)
+    rows, kept, ref_ids, ref_meta, differ, skipped, have = [], [], None, None, {}, 0, {}
+    for r in sorted(recs, key=lambda r: (r["run_dir"], r["step"])):
+        run_dir = r["run_dir"]
+        if run_dir not in have:
+            have[run_dir] = set(list_prediction_steps(run_dir))
+        if r["step"] not in have[run_dir]:
+            skipped += 1
+            continue
+        pred = load_predictions(run_dir, r["step"])
+        if field not in pred:
+            hint = " (run with --save_logits)" if field == "logits" else ""
+            raise UserError(f"{prediction_path(run_dir, r['step'])} has no {field!r}{hint}")
+        sel = (pred["env"] == env) & np.isin(pred["split"], list(splits))
+        order = np.argsort(pred["id"][sel], kind="stable")
+        ids = pred["id"][sel][order]
+        if ref_ids is None:
+            ref_ids = ids
+            ref_meta = {k: pred[k][sel][order] for k in ("env", "split", "label", "group")
+                        if k in pred}
+        elif not np.array_equal(ids, ref_ids):
+            differ.setdefault(run_dir, ids.size)
+            continue
+        value = pred[field][sel][order]
+        rows.append(value.astype(np.uint8) if field == "correct" else value)
+        kept.append(r)
+    if differ:
+        listed = "; ".join(f"{d} ({n} examples)" for d, n in list(differ.items())[:10])
+        raise UserError(f"checkpoints are not scored on the same examples of env {env}: "
+                        f"the first has {ref_ids.size}, but {len(differ)} run(s) differ: "
+                        f"{listed}")
+    if not rows:
+        raise UserError(f"none of the {len(recs)} checkpoints has a predictions file")
+    if ref_ids.size == 0:
+        raise UserError(f"the predictions hold no example of environment {env} in splits "
+                        f"{list(splits)}")
+    import pandas as pd
+    examples = pd.DataFrame({"id": ref_ids, **ref_meta})
+    return PredictionMatrix(np.stack(rows), examples, kept, skipped)

@@ -10,7 +10,7 @@ import pytest
 from domainbed.errors import UserError
 from domainbed.fileio import atomic_savez
 from domainbed.records import (list_prediction_steps, load_predictions, load_records,
-                               records_to_frame)
+                               prediction_matrix, records_to_frame)
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 SWEEP = SHARED / "domainbed_test_sweep" / "test_sweep_data"
@@ -130,6 +130,56 @@ def test_predictions_round_trip(tmp_path):
         load_predictions(run, 200)
     # The predictions folder is not mistaken for a run directory.
     assert len(load_records(tmp_path).run_dirs) == 1
+
+
+def _save_predictions(run, step, ids, env, split, correct, logits=None):
+    n = len(ids)
+    arrays = {"id": np.asarray(ids, np.int64), "env": np.asarray(env, np.int16),
+              "split": np.asarray(split, np.int8), "label": np.asarray(ids, np.int64) % 2,
+              "pred": np.zeros(n, np.int64), "correct": np.asarray(correct, np.uint8),
+              "group": np.asarray(ids, np.int64) % 3}
+    if logits is not None:
+        arrays["logits"] = np.asarray(logits, np.float16)
+    atomic_savez(Path(run) / "predictions" / f"step_{step:07d}.npz", **arrays)
+
+
+def test_prediction_matrix_aligns_examples_by_id_across_checkpoints(tmp_path, capsys):
+    a = write_run(tmp_path / "a", [record(0), record(100)])
+    b = write_run(tmp_path / "b", [record(0), record(50)])
+    # Same examples stored in different orders; env 1 and the UDA split are left out.
+    _save_predictions(a, 0, [3, 1, 2, 9], [0, 0, 0, 1], [0, 1, 0, 0], [1, 0, 1, 1])
+    _save_predictions(a, 100, [1, 2, 3, 9], [0, 0, 0, 1], [1, 0, 0, 0], [1, 1, 1, 0])
+    _save_predictions(b, 0, [2, 3, 1, 8, 7], [0, 0, 0, 0, 1], [0, 0, 1, 2, 0],
+                      [0, 0, 1, 1, 1])
+    # b step 50 has no predictions file: skipped and counted.
+    view = prediction_matrix(load_records(tmp_path), env=0)
+    assert view.examples["id"].tolist() == [1, 2, 3]
+    assert view.examples["split"].tolist() == [1, 0, 0]
+    assert view.examples["group"].tolist() == [1, 2, 0]
+    assert [(Path(r["run_dir"]).name, r["step"]) for r in view.checkpoints] == [
+        ("a", 0), ("a", 100), ("b", 0)]
+    np.testing.assert_array_equal(view.values, [[0, 1, 1], [1, 1, 1], [1, 0, 0]])
+    assert view.values.dtype == np.uint8 and view.skipped == 1
+    # With the UDA split, b has an example (id 8) that a lacks: columns would not align.
+    with pytest.raises(UserError, match="not scored on the same examples of env 0.*b "):
+        prediction_matrix(load_records(tmp_path), env=0, splits=(0, 1, 2))
+    only_a = [r for r in load_records(tmp_path) if Path(r["run_dir"]).name == "a"]
+    assert prediction_matrix(only_a, env=0, splits=(0, 1, 2)).values.shape == (2, 3)
+    with pytest.raises(UserError, match="no 'logits'.*--save_logits"):
+        prediction_matrix(load_records(tmp_path), env=0, field="logits")
+    with pytest.raises(UserError, match="no example of environment 5"):
+        prediction_matrix(load_records(tmp_path), env=5)
+
+
+def test_prediction_matrix_of_logits_and_of_no_predictions(tmp_path):
+    run = write_run(tmp_path / "r", [record(0), record(10)])
+    with pytest.raises(UserError, match="none of the 2 checkpoints has a predictions file"):
+        prediction_matrix(load_records(tmp_path), env=0)
+    logits = np.arange(8, dtype=np.float32).reshape(4, 2)
+    _save_predictions(run, 10, [4, 3, 2, 1], [0] * 4, [0] * 4, [1] * 4, logits=logits)
+    view = prediction_matrix(load_records(tmp_path), env=0, field="logits")
+    assert view.values.shape == (1, 4, 2) and view.skipped == 1
+    np.testing.assert_array_equal(view.values[0], logits[::-1])
 
 
 def test_reads_domainbed_published_sweep(tmp_path):
