@@ -26,7 +26,9 @@ setup(
     extras_require={
         "analysis": ANALYSIS,
         "generation": GENERATION,
-        "test": ["pytest>=7", "pytest-xdist"] + ANALYSIS + GENERATION,
+        "slurm": ["submitit>=1.5"],
+        "ray": ["ray>=2.9"],
+        "test": ["pytest>=7", "pytest-xdist", "submitit>=1.5"] + ANALYSIS + GENERATION,
     },
     entry_points={"console_scripts": []},
 )

@@ -20,6 +20,7 @@ import fcntl
 import os
 import queue
 import shlex
+import shutil
 import subprocess
 import threading
 from dataclasses import dataclass, field
@@ -306,9 +307,13 @@ def slurm_launcher(commands, slurm_partition=None, slurm_timeout_min=24 * 60,
         raise UserError("the slurm launcher needs submitit: pip install submitit") from None
     if not commands:
         return []
+    if shutil.which("sbatch") is None:
+        # submitit's AutoExecutor would silently run the jobs on this machine instead.
+        raise UserError("the slurm launcher found no 'sbatch' on PATH (not a Slurm login "
+                        "node?); use --command_launcher local here")
     log_dir = slurm_log_dir or os.path.join(
         os.path.dirname(os.path.abspath(commands[0].output_dir)), ".submitit")
-    executor = submitit.AutoExecutor(folder=log_dir)
+    executor = submitit.AutoExecutor(folder=log_dir, cluster="slurm")
     params = dict(timeout_min=int(slurm_timeout_min), gpus_per_node=int(slurm_gpus),
                   cpus_per_task=int(slurm_cpus), mem_gb=slurm_mem_gb, tasks_per_node=1,
                   nodes=1, slurm_array_parallelism=int(slurm_array_parallelism))

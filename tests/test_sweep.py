@@ -334,6 +334,93 @@ def test_optional_launchers_need_their_package(monkeypatch, name, module):
         launchers.get_launcher(name)([launchers.Command(["true"], "/nonexistent")])
 
 
+FAKE_SBATCH = textwrap.dedent("""
+    import os, re, subprocess, sys
+    script = sys.argv[-1]
+    text = open(script).read()
+    with open(os.environ["FAKE_SLURM_LOG"], "a") as f:
+        f.write(text + "\\n")
+    array = re.search(r"^#SBATCH --array=0-(\\d+)%(\\d+)$", text, re.M)
+    runner = (
+        "import os, subprocess, sys\\n"
+        "for i in range(int(sys.argv[1])):\\n"
+        "    env = dict(os.environ, SLURM_JOB_ID=str(5000 + i), SLURM_ARRAY_JOB_ID='4242',\\n"
+        "               SLURM_ARRAY_TASK_ID=str(i), SLURM_NTASKS='1', SLURM_PROCID='0',\\n"
+        "               SLURM_LOCALID='0', SLURM_NODEID='0', SLURM_JOB_NUM_NODES='1',\\n"
+        "               SLURM_JOB_NODELIST='localhost')\\n"
+        "    subprocess.run(['bash', sys.argv[2]], env=env)\\n")
+    # The queue runs the tasks later, detached from the submitting process.
+    subprocess.Popen([sys.executable, "-c", runner, str(int(array.group(1)) + 1), script],
+                     start_new_session=True, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL)
+    print("Submitted batch job 4242")
+""")
+
+FAKE_SRUN = textwrap.dedent("""
+    import os, sys
+    args = sys.argv[1:]
+    out = None
+    while args and args[0].startswith("--"):
+        flag = args.pop(0)
+        if flag in ("--output", "--error"):
+            path = args.pop(0).replace("%A", os.environ["SLURM_ARRAY_JOB_ID"])
+            out = path.replace("%a", os.environ["SLURM_ARRAY_TASK_ID"])
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.execvp(args[0], args)
+""")
+
+
+def _fake_slurm(tmp_path, monkeypatch):
+    """`sbatch` and `srun` on PATH that run submitit's array tasks on this machine with the
+    environment Slurm gives them, so the real submitit code path is exercised."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("sbatch", FAKE_SBATCH), ("srun", FAKE_SRUN)):
+        path = bin_dir / name
+        path.write_text(f"#!{sys.executable}\n" + body)
+        path.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SLURM_LOG", str(tmp_path / "sbatch_scripts.txt"))
+    return tmp_path / "sbatch_scripts.txt"
+
+
+def test_slurm_launcher_submits_an_array_that_runs_every_job(tmp_path, fake_train, monkeypatch,
+                                                             capsys):
+    pytest.importorskip("submitit")
+    submitted = _fake_slurm(tmp_path, monkeypatch)
+    out = tmp_path / "sweep"
+    assert sweep.main(["launch"] + flags(out, "--slurm_partition", "debugq",
+                                         "--slurm_cpus", "3", "--slurm_array_parallelism", "2",
+                                         launcher="slurm")) == 0
+    assert "Submitted 3 Slurm jobs (array 4242)" in capsys.readouterr().out
+    script = submitted.read_text()
+    for line in ("#SBATCH --array=0-2%2", "#SBATCH --partition=debugq",
+                 "#SBATCH --cpus-per-task=3", "#SBATCH --gpus-per-node=1"):
+        assert line in script
+    import submitit
+    tasks = [submitit.SlurmJob(out / ".submitit", f"4242_{i}") for i in range(3)]
+    deadline = time.time() + 120
+    while time.time() < deadline and not all(t.paths.result_pickle.exists() for t in tasks):
+        time.sleep(0.5)
+    # submitit recorded each task's result: the Outcome our job runner returned.
+    outcomes = [t.results()[0] for t in tasks]
+    assert [(o.status, o.returncode) for o in outcomes] == [("ok", 0)] * 3
+    jobs = jobs_for(out)
+    assert sorted(o.output_dir for o in outcomes) == sorted(j.output_dir for j in jobs)
+    assert [launchers.job_state(j.output_dir) for j in jobs] == [launchers.DONE] * 3
+    assert sorted(runs(j)[0]["argv"][runs(j)[0]["argv"].index("--test_envs") + 1]
+                  for j in jobs) == ["0", "1", "2"]
+
+
+def test_slurm_launcher_without_sbatch_is_a_clear_error(tmp_path, monkeypatch):
+    pytest.importorskip("submitit")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(UserError, match="no 'sbatch' on PATH"):
+        launchers.get_launcher("slurm")([launchers.Command(["true"], str(tmp_path / "j"))])
+
+
 def test_launcher_registry():
     assert {"dummy", "local", "multi_gpu", "slurm", "ray"} <= set(launchers.LAUNCHERS)
     with pytest.raises(UnknownNameError, match="valid command launchers"):
