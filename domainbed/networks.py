@@ -139,7 +139,9 @@ def find_pretrained_weights(name, explicit_path=""):
 
 
 class ResNet(nn.Module):
-    """torchvision ResNet-18/50 without its final layer; batch norm frozen as in DomainBed."""
+    """torchvision ResNet-18/50 without its final layer. With pretrained weights, batch norm
+    is frozen as in DomainBed (which always starts from ImageNet); trained from scratch, its
+    statistics have nothing to keep, so batch norm trains normally."""
 
     def __init__(self, input_shape, hparams):
         super().__init__()
@@ -157,6 +159,7 @@ class ResNet(nn.Module):
                 self.network.conv1.weight.data[:, i] = tmp[:, i % 3]
         self.network.fc = Identity()
         self.dropout = nn.Dropout(hparams["resnet_dropout"])
+        self.frozen_bn = bool(hparams["pretrained"])
         self.freeze_bn()
 
     def forward(self, x):
@@ -168,6 +171,8 @@ class ResNet(nn.Module):
         return self
 
     def freeze_bn(self):
+        if not self.frozen_bn:
+            return
         for m in self.network.modules():
             if isinstance(m, nn.BatchNorm2d):
                 m.eval()
