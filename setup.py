@@ -28,7 +28,7 @@ setup(
         "generation": GENERATION,
         "slurm": ["submitit>=1.5"],
         "ray": ["ray>=2.9"],
-        "test": ["pytest>=7", "pytest-xdist", "submitit>=1.5"] + ANALYSIS + GENERATION,
+        "test": ["pytest>=7", "pytest-xdist", "submitit>=1.5", "ray>=2.9"] + ANALYSIS + GENERATION,
     },
     entry_points={"console_scripts": []},
 )

@@ -26,10 +26,18 @@ FAKE_TRAIN = textwrap.dedent("""
     argv = sys.argv[1:]
     out = argv[argv.index("--output_dir") + 1]
     test_env = argv[argv.index("--test_envs") + 1]
+
+    def parent_name():
+        try:
+            with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+                return f.read().replace(b"\\0", b" ").decode(errors="replace")
+        except OSError:
+            return ""
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "runs.txt"), "a") as f:
         f.write(json.dumps({"argv": argv,
-                            "cuda": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\\n")
+                            "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                            "parent": parent_name()}) + "\\n")
     print("training", out)
     if os.environ.get("FAKE_FAIL_ENV") == test_env:
         with open(os.path.join(out, "err.txt"), "w") as f:
@@ -412,6 +420,21 @@ def test_slurm_launcher_submits_an_array_that_runs_every_job(tmp_path, fake_trai
     assert [launchers.job_state(j.output_dir) for j in jobs] == [launchers.DONE] * 3
     assert sorted(runs(j)[0]["argv"][runs(j)[0]["argv"].index("--test_envs") + 1]
                   for j in jobs) == ["0", "1", "2"]
+
+
+def test_ray_launcher_runs_every_job_as_a_ray_task(tmp_path, fake_train, capsys):
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        assert sweep.main(["launch"] + flags(tmp_path, launcher="ray")) == 0
+    finally:
+        ray.shutdown()
+    jobs = jobs_for(tmp_path)
+    assert [launchers.job_state(j.output_dir) for j in jobs] == [launchers.DONE] * 3
+    for job in jobs:
+        (run,) = runs(job)
+        assert "ray::" in run["parent"], run["parent"]   # started by a Ray worker
+    assert capsys.readouterr().out.count("Done:") == 3
 
 
 def test_slurm_launcher_without_sbatch_is_a_clear_error(tmp_path, monkeypatch):
