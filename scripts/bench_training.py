@@ -1,14 +1,24 @@
 """Training and evaluation speed against bare PyTorch loops (issue: speed is a feature).
 
     python scripts/bench_training.py [--repeats 5] [--steps 30] [--threads N]
+    python scripts/bench_training.py --end_to_end 5000 --threads 2   # a whole default run
 
 Prints the CPU's flags, then for fp32 (and bf16 where the CPU supports it): our training
 step (the Algorithm's update fed by the run's minibatch source), a bare
 forward+backward+Adam loop of the same network and batch, our evaluation (the run's
 predict path) and a bare no-grad loop at batch 64. Medians of the repeats.
+With --end_to_end STEPS it also times whole `domainbed.scripts.train` runs of ERM on
+ColoredMNIST (default hyperparameters and checkpoint frequency, every split evaluated at
+every checkpoint) per precision, against the reference DomainBed figures of the speed
+issue applied to the same steps and images.
 """
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import torch
@@ -16,6 +26,7 @@ import torch.nn.functional as F
 
 from domainbed import hparams as hp
 from domainbed import training
+from domainbed.records import load_predictions
 from domainbed.registry import get_algorithm_class, get_dataset_class
 
 
@@ -93,6 +104,33 @@ def bench(precision, memory_format, args, splits, dataset):
           f"bare {e_bare:5.3f} s/1000, ratio {e_ours / e_bare:5.3f}", flush=True)
 
 
+REFERENCE_STEP_S = 0.195          # DomainBed, ERM, 2 envs x 64 images, 2 cores
+REFERENCE_EVAL_S_PER_1000 = 0.555  # DomainBed evaluation, batch 64 (0.52-0.59 s)
+
+
+def end_to_end(precision, args):
+    """Wall time of a whole training run through the CLI, and the reference estimate."""
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, "-m", "domainbed.scripts.train", "--dataset", "ColoredMNIST",
+               "--algorithm", "ERM", "--test_envs", "2", "--data_dir", args.data_dir,
+               "--steps", str(args.end_to_end), "--output_dir", out, "--skip_model_save",
+               "--precision", precision]
+        if args.threads:
+            cmd += ["--num_threads", str(args.threads)]
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        wall = time.perf_counter() - start
+        with open(os.path.join(out, "results.jsonl")) as f:
+            steps = [json.loads(line)["step"] for line in f]
+        checkpoints = len(steps)
+        images = len(load_predictions(out, steps[-1])["id"])   # every example of every split
+    reference = (args.end_to_end * REFERENCE_STEP_S
+                 + checkpoints * images * REFERENCE_EVAL_S_PER_1000 / 1000)
+    print(f"end to end {precision}: {args.end_to_end} steps, {checkpoints} checkpoints x "
+          f"{images} images: {wall:7.1f} s; reference estimate {reference:7.1f} s; "
+          f"speed-up {reference / wall:4.2f}x", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=5)
@@ -100,6 +138,8 @@ def main():
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--eval_batch_size", type=int, default=64)
     p.add_argument("--data_dir", default="/tmp")
+    p.add_argument("--end_to_end", type=int, default=0, metavar="STEPS",
+                   help="also time whole training runs of STEPS steps (5000 = default run)")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -116,6 +156,9 @@ def main():
         configs += [("bf16", torch.contiguous_format), ("bf16", torch.channels_last)]
     for precision, memory_format in configs:
         bench(precision, memory_format, args, splits, dataset)
+    if args.end_to_end:
+        for precision in sorted({c[0] for c in configs}, reverse=True):
+            end_to_end(precision, args)
 
 
 if __name__ == "__main__":
