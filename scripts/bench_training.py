@@ -114,7 +114,7 @@ def end_to_end(precision, args):
         cmd = [sys.executable, "-m", "domainbed.scripts.train", "--dataset", "ColoredMNIST",
                "--algorithm", "ERM", "--test_envs", "2", "--data_dir", args.data_dir,
                "--steps", str(args.end_to_end), "--output_dir", out, "--skip_model_save",
-               "--precision", precision]
+               "--precision", precision, "--memory_format", args.memory_format]
         if args.threads:
             cmd += ["--num_threads", str(args.threads)]
         start = time.perf_counter()
@@ -126,7 +126,7 @@ def end_to_end(precision, args):
         images = len(load_predictions(out, steps[-1])["id"])   # every example of every split
     reference = (args.end_to_end * REFERENCE_STEP_S
                  + checkpoints * images * REFERENCE_EVAL_S_PER_1000 / 1000)
-    print(f"end to end {precision}: {args.end_to_end} steps, {checkpoints} checkpoints x "
+    print(f"end to end {precision}/{args.memory_format}: {args.end_to_end} steps, {checkpoints} checkpoints x "
           f"{images} images: {wall:7.1f} s; reference estimate {reference:7.1f} s; "
           f"speed-up {reference / wall:4.2f}x", flush=True)
 
@@ -140,22 +140,28 @@ def main():
     p.add_argument("--data_dir", default="/tmp")
     p.add_argument("--end_to_end", type=int, default=0, metavar="STEPS",
                    help="also time whole training runs of STEPS steps (5000 = default run)")
+    p.add_argument("--memory_format", default="auto",
+                   choices=["auto", "channels_last", "contiguous"],
+                   help="memory format of the --end_to_end runs (train's flag)")
+    p.add_argument("--skip_loops", action="store_true",
+                   help="only the --end_to_end runs")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"cpu flags: {' '.join(cpu_flags())}")
     print(f"bf16 supported: {training.cpu_supports_bf16()}")
-    dataset = get_dataset_class("ColoredMNIST")(args.data_dir, [2], {}, data_seed=0)
-
-    class Args:
-        holdout_fraction, trial_seed, test_envs, task = 0.2, 0, [2], "domain_generalization"
-    splits, _, _ = training.make_splits(dataset, Args, {})
     configs = [("fp32", torch.contiguous_format), ("fp32", torch.channels_last)]
     if training.cpu_supports_bf16():
         configs += [("bf16", torch.contiguous_format), ("bf16", torch.channels_last)]
-    for precision, memory_format in configs:
-        bench(precision, memory_format, args, splits, dataset)
+    if not args.skip_loops:
+        dataset = get_dataset_class("ColoredMNIST")(args.data_dir, [2], {}, data_seed=0)
+
+        class Args:
+            holdout_fraction, trial_seed, test_envs, task = 0.2, 0, [2], "domain_generalization"
+        splits, _, _ = training.make_splits(dataset, Args, {})
+        for precision, memory_format in configs:
+            bench(precision, memory_format, args, splits, dataset)
     if args.end_to_end:
         for precision in sorted({c[0] for c in configs}, reverse=True):
             end_to_end(precision, args)

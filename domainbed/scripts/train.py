@@ -41,7 +41,7 @@ def parse_args(argv=None):
                    help="bf16 = bfloat16 autocast (needs AVX-512 BF16/AMX on CPU)")
     p.add_argument("--memory_format", default="auto",
                    choices=["auto", "channels_last", "contiguous"],
-                   help="auto = channels-last with bf16, contiguous with fp32")
+                   help="auto = channels-last on CPU or with bf16, contiguous otherwise")
     p.add_argument("--eval_batch_size", type=int, default=64)
     p.add_argument("--num_threads", type=int, default=0,
                    help="torch intra-op threads (0 = torch's default)")
