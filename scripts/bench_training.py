@@ -42,13 +42,16 @@ def cpu_flags():
     return []
 
 
-def median_time(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def paired_median_times(fn_a, fn_b, repeats):
+    """Medians of the two functions' times, alternating them so drift hits both alike."""
+    times = ([], [])
+    for i in range(repeats):
+        order = (0, 1) if i % 2 == 0 else (1, 0)
+        for which in order:
+            start = time.perf_counter()
+            (fn_a, fn_b)[which]()
+            times[which].append(time.perf_counter() - start)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def bench(precision, memory_format, args, splits, dataset):
@@ -93,10 +96,10 @@ def bench(precision, memory_format, args, splits, dataset):
                 net(eval_split.x[start:start + 64].contiguous(memory_format=memory_format))
 
     ours_train(), bare_train(), ours_eval(), bare_eval()  # warm-up
-    t_ours = median_time(ours_train, args.repeats) / args.steps
-    t_bare = median_time(bare_train, args.repeats) / args.steps
-    e_ours = median_time(ours_eval, args.repeats) / len(eval_split) * 1000
-    e_bare = median_time(bare_eval, args.repeats) / len(eval_split) * 1000
+    t_ours, t_bare = (t / args.steps
+                      for t in paired_median_times(ours_train, bare_train, args.repeats))
+    e_ours, e_bare = (t / len(eval_split) * 1000
+                      for t in paired_median_times(ours_eval, bare_eval, args.repeats))
     name = f"{precision}/{'channels_last' if memory_format == torch.channels_last else 'contiguous'}"
     print(f"{name:24s} train: ours {t_ours * 1000:7.1f} ms/step ({1 / t_ours:5.2f} steps/s), "
           f"bare {t_bare * 1000:7.1f} ms/step, ratio {t_ours / t_bare:5.3f} | "
