@@ -25,6 +25,8 @@ from domainbed.hparams import seed_hash
 RESUME_FILE = "resume_state.pt"
 # Arguments that may differ between an interrupted run and its resumption.
 NON_IDENTITY_ARGS = ("output_dir", "progress", "eval_batch_size", "num_threads")
+# Lets bf16 run where the CPU only emulates it: slow, but its numerics can be studied.
+ALLOW_EMULATED_BF16 = "DOMAINBED_ALLOW_EMULATED_BF16"
 
 
 class TrainingDiverged(UserError):
@@ -58,8 +60,14 @@ def check_precision(device, precision):
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise UserError("--precision bf16 needs a GPU with bfloat16 support")
     if device.type == "cpu" and not cpu_supports_bf16():
+        if os.environ.get(ALLOW_EMULATED_BF16) == "1":
+            print(f"notice: {ALLOW_EMULATED_BF16}=1: bfloat16 is emulated on this CPU (same "
+                  "rounding, many times slower); use it to study bf16 numerics, not speed",
+                  file=sys.stderr)
+            return
         raise UserError("--precision bf16 needs a CPU with AVX-512 BF16 or AMX; this CPU has "
-                        "neither, so bfloat16 would be emulated and slower: use fp32")
+                        "neither, so bfloat16 would be emulated and slower: use fp32 (or set "
+                        f"{ALLOW_EMULATED_BF16}=1 to study bf16 numerics anyway)")
 
 
 def build_dataset(dataset_cls, data_dir, test_envs, hparams, data_seed):

@@ -149,6 +149,31 @@ def test_bf16_refused_clearly_without_cpu_support(tmp_path):
         pytest.skip("this machine supports bf16; the refusal path cannot be exercised")
     proc = run(train_cmd(tmp_path / "run", "--precision", "bf16"), check=False)
     assert proc.returncode == 2 and "bf16" in proc.stderr and "Traceback" not in proc.stderr
+    assert "DOMAINBED_ALLOW_EMULATED_BF16" in proc.stderr
+
+
+def test_bf16_runs_under_autocast_when_emulation_is_allowed(tmp_path):
+    """The bf16 path trains end to end on any CPU once emulation is allowed, and its
+    records say so (runs of other precisions are never pooled with it)."""
+    fp32, bf16 = tmp_path / "fp32", tmp_path / "bf16"
+    mlp = ("--hparams", '{"arch": "mlp"}')  # emulated bf16 convolutions are very slow
+    run(train_cmd(fp32, "--save_logits", *mlp))
+    proc = run(train_cmd(bf16, "--precision", "bf16", "--save_logits", *mlp),
+               env={"DOMAINBED_ALLOW_EMULATED_BF16": "1"})
+    assert (bf16 / "done").exists()
+    recs = records(bf16)
+    assert recs[-1]["args"]["precision"] == "bf16"
+    assert records(fp32)[-1]["args"]["precision"] == "fp32"
+    from domainbed.records import load_predictions
+    from domainbed.training import cpu_supports_bf16
+    import torch
+    if not (torch.cuda.is_available() or cpu_supports_bf16()):
+        assert "emulated" in proc.stderr
+    # bf16 rounding (8-bit mantissa) moves the logits away from the fp32 run's.
+    last = recs[-1]["step"]
+    a, b = load_predictions(str(fp32), last)["logits"], load_predictions(str(bf16), last)["logits"]
+    assert a.shape == b.shape and not np.array_equal(a, b)
+    assert np.allclose(a, b, atol=0.5)
 
 
 def test_group_balanced_sampling_weights():
