@@ -100,7 +100,8 @@ def bench(precision, memory_format, args, splits, dataset):
                       for t in paired_median_times(ours_train, bare_train, args.repeats))
     e_ours, e_bare = (t / len(eval_split) * 1000
                       for t in paired_median_times(ours_eval, bare_eval, args.repeats))
-    name = f"{precision}/{'channels_last' if memory_format == torch.channels_last else 'contiguous'}"
+    layout = "channels_last" if memory_format == torch.channels_last else "contiguous"
+    name = f"{precision}/{layout}"
     print(f"{name:24s} train: ours {t_ours * 1000:7.1f} ms/step ({1 / t_ours:5.2f} steps/s), "
           f"bare {t_bare * 1000:7.1f} ms/step, ratio {t_ours / t_bare:5.3f} | "
           f"eval: ours {e_ours:5.3f} s/1000 img ({1000 / e_ours:6.0f} img/s), "
@@ -129,8 +130,8 @@ def end_to_end(precision, args):
         images = len(load_predictions(out, steps[-1])["id"])   # every example of every split
     reference = (args.end_to_end * REFERENCE_STEP_S
                  + checkpoints * images * REFERENCE_EVAL_S_PER_1000 / 1000)
-    print(f"end to end {precision}/{args.memory_format}: {args.end_to_end} steps, {checkpoints} checkpoints x "
-          f"{images} images: {wall:7.1f} s; reference estimate {reference:7.1f} s; "
+    print(f"end to end {precision}/{args.memory_format}: {args.end_to_end} steps, "
+          f"{checkpoints} checkpoints x {images} images: {wall:7.1f} s; reference estimate {reference:7.1f} s; "
           f"speed-up {reference / wall:4.2f}x", flush=True)
 
 
