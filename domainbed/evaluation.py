@@ -94,15 +94,20 @@ def split_metrics(name, correct, groups, n_groups):
     return metrics
 
 
-def evaluate(algorithm, named_splits, ctx, n_groups, save_logits):
-    """Metrics of every split and the per-example prediction table of this checkpoint."""
+def evaluate(algorithm, named_splits, ctx, n_groups, save_logits, logits=None):
+    """Metrics of every split and the per-example prediction table of this checkpoint.
+    `logits`: {split name: logits} computed elsewhere (a fused evaluation pass over many
+    models); missing names are predicted here."""
     metrics, columns = {}, {k: [] for k in ("id", "env", "split", "label", "pred", "correct",
                                             "group", "logits")}
     split_codes = {"in": 0, "out": 1, "uda": 2}
     algorithm.eval()
+    given = logits or {}
     for name, env_i, kind, split in named_splits:
-        logits = predict_split(algorithm, split, ctx.device, ctx.precision, ctx.memory_format,
-                               ctx.eval_batch_size, ctx.n_workers)
+        logits = given.get(name)
+        if logits is None:
+            logits = predict_split(algorithm, split, ctx.device, ctx.precision,
+                                   ctx.memory_format, ctx.eval_batch_size, ctx.n_workers)
         pred = predicted_class(logits).numpy()
         label = split.y.numpy()
         correct = (pred == label).astype(np.uint8)

@@ -15,6 +15,7 @@ import os
 import random
 import sys
 import time
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -85,7 +86,9 @@ class TrainingRun:
     `train_step(step)` for each step and `checkpoint(step)` where `is_checkpoint(step)`;
     `finish()` writes model.pkl and `done`."""
 
-    def __init__(self, args, hparams, algorithm_cls, dataset_cls, log=print):
+    def __init__(self, args, hparams, algorithm_cls, dataset_cls, log=print, data=None):
+        """`data`: a RunData to share (the fused launcher builds it once per group of
+        runs with the same dataset and splits); built here when None."""
         self.args, self.hparams, self.log = args, hparams, log
         self.algorithm_cls, self.dataset_cls = algorithm_cls, dataset_cls
         self.out = args.output_dir
@@ -96,7 +99,7 @@ class TrainingRun:
         torch.manual_seed(args.seed)
         np.random.seed(args.seed)
         random.seed(args.seed)  # algorithms draw from python's `random` too (Mixup, RSC)
-        self._build_data()
+        self._build_data(data)
         self._build_identity()
         self._build_model()
         self.n_steps = args.steps or dataset_cls.N_STEPS
@@ -106,13 +109,13 @@ class TrainingRun:
         self.resume_path = os.path.join(self.out, RESUME_FILE)
         self.records, self.accumulators, self.last_results = [], {}, None
 
-    def _build_data(self):
+    def _build_data(self, data=None):
         args, hparams = self.args, self.hparams
-        self.dataset = build_dataset(self.dataset_cls, args.data_dir, args.test_envs, hparams,
-                                     args.data_seed)
+        data = data or build_run_data(self.dataset_cls, args, hparams)
+        self.dataset = data.dataset
         n_envs = len(self.dataset)
-        self.in_splits, self.out_splits, self.uda_splits = make_splits(self.dataset, args,
-                                                                       hparams)
+        self.in_splits, self.out_splits, self.uda_splits = (data.in_splits, data.out_splits,
+                                                            data.uda_splits)
         self.train_envs = [i for i in range(n_envs) if i not in args.test_envs]
         self.n_workers = min(getattr(self.dataset, "N_WORKERS", 0), os.cpu_count() or 1)
         self.memory_format = pick_memory_format(args.memory_format, self.device,
@@ -214,6 +217,12 @@ class TrainingRun:
             extra["groups"] = self.minibatches.groups(step, group_balanced=balanced)
         with autocast_context(self.device, self.args.precision):
             step_vals = self.algorithm.update(batches, uda, **extra)
+        self.accumulate(step, step_vals, time.time() - step_start)
+        return step_vals
+
+    def accumulate(self, step, step_vals, seconds):
+        """Add one step's update() values to the next record's averages; a NaN or infinite
+        value stops the run (TrainingDiverged) before any record holds it."""
         for key, value in step_vals.items():
             value = float(value)
             if not math.isfinite(value):
@@ -221,19 +230,21 @@ class TrainingRun:
                     f"{key} became {value} at step {step} "
                     f"({self.args.algorithm} on {self.args.dataset}); run stopped")
             self.accumulators.setdefault(key, []).append(value)
-        self.accumulators.setdefault("step_time", []).append(time.time() - step_start)
-        return step_vals
+        self.accumulators.setdefault("step_time", []).append(seconds)
 
     def is_checkpoint(self, step):
         return step % self.checkpoint_freq == 0 or step == self.n_steps - 1
 
-    def checkpoint(self, step):
-        """Evaluate, append the record, save predictions and the resume state."""
+    def checkpoint(self, step, logits=None):
+        """Evaluate, append the record, save predictions and the resume state.
+        `logits`: {split name: logits} already computed (the fused launcher's evaluation
+        pass), else the algorithm predicts each split here."""
         results = {"step": step, "epoch": step / self.steps_per_epoch}
         for key, values in self.accumulators.items():
             results[key] = float(np.mean(values))
         metrics, table = evaluate(self.algorithm, self.named_splits, self.ctx,
-                                  len(self.group_names or []), self.args.save_logits)
+                                  len(self.group_names or []), self.args.save_logits,
+                                  logits=logits)
         results.update(metrics)
         stage = self.algorithm.stage() if hasattr(self.algorithm, "stage") else None
         if stage is not None:
@@ -266,6 +277,20 @@ class TrainingRun:
         fileio.atomic_write_text(os.path.join(self.out, "done"), "done\n", durable=True)
         if os.path.exists(self.resume_path):
             os.unlink(self.resume_path)
+
+
+class RunData(NamedTuple):
+    """A run's dataset and DomainBed's in/out/uda splits of it."""
+    dataset: object
+    in_splits: list
+    out_splits: list
+    uda_splits: list
+
+
+def build_run_data(dataset_cls, args, hparams):
+    dataset = build_dataset(dataset_cls, args.data_dir, args.test_envs, hparams,
+                            args.data_seed)
+    return RunData(dataset, *make_splits(dataset, args, hparams))
 
 
 def prepare_output_dir(out, log=print):

@@ -83,7 +83,7 @@ def _hparams_json(dataset, algorithm, fixed):
 
 
 # ---------------------------------------------------------------- pooled launcher
-def _train_argv(command):
+def train_flags(command):
     """The train flags of a `python -m domainbed.scripts.train ...` command, else None."""
     argv = [str(a) for a in command.argv]
     if len(argv) >= 3 and argv[1] == "-m" and argv[2] == TRAIN_MODULE:
@@ -114,8 +114,8 @@ def _output_to(path):
 def run_in_process(command):
     """`launchers.run_command` without a new process: the same skip rules, lock, log
     and outcome; the job runs through the train CLI's own `main`."""
-    train_flags = _train_argv(command)
-    if train_flags is None:
+    flags = train_flags(command)
+    if flags is None:
         return launchers.run_command(command)
     out = command.output_dir
     done = os.path.join(out, launchers.DONE_FILE)
@@ -134,7 +134,7 @@ def run_in_process(command):
         with open(log_path, "ab") as log:
             log.write(f"{launchers.LOG_PREFIX} pid {os.getpid()} running in process: "
                       f"{command}\n".encode())
-        code = _call_train(train_flags, log_path)
+        code = _call_train(flags, log_path)
         with open(log_path, "ab") as log:
             log.write(f"{launchers.LOG_PREFIX} exit code {code}\n".encode())
         ok = code == 0 and os.path.exists(done)
@@ -143,11 +143,11 @@ def run_in_process(command):
         os.close(fd)
 
 
-def _call_train(train_flags, log_path):
+def _call_train(flags, log_path):
     from domainbed.scripts import train
     with _output_to(log_path):
         try:
-            train.main(train_flags)
+            train.main(flags)
             return 0
         except UserError as e:
             print(f"error: {e}", file=sys.stderr)

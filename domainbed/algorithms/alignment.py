@@ -4,6 +4,7 @@ matching, both as DomainBed implements them."""
 import torch
 import torch.nn.functional as F
 
+from domainbed.algorithms.base import FusedForm
 from domainbed.algorithms.erm import ERM
 from domainbed.hparams import Hparam
 from domainbed.registry import register_algorithm
@@ -46,6 +47,25 @@ def mean_cov_distance(x, y):
     return (mean_x - mean_y).pow(2).mean() + (cov_x - cov_y).pow(2).mean()
 
 
+def alignment_objective(discrepancy):
+    """AbstractMMD.update with `discrepancy` as a pure function of one model (the fused
+    launcher's form)."""
+    def objective(model, minibatches, hp, state):
+        n = len(minibatches)
+        features = [model.featurize(x) for x, _ in minibatches]
+        loss, penalty = 0.0, torch.zeros((), device=features[0].device)
+        for i in range(n):
+            loss = loss + F.cross_entropy(model.classify(features[i]), minibatches[i][1])
+            for j in range(i + 1, n):
+                penalty = penalty + discrepancy(features[i], features[j])
+        loss = loss / n
+        if n > 1:
+            penalty = penalty / (n * (n - 1) / 2)
+        return (loss + hp["mmd_gamma"] * penalty, {"loss": loss, "penalty": penalty},
+                state)
+    return objective
+
+
 class AbstractMMD(ERM):
     """ERM plus `mmd_gamma` times the average discrepancy between the features of every pair
     of training environments. Subclasses choose the discrepancy (gaussian or mean_cov)."""
@@ -85,6 +105,7 @@ class AbstractMMD(ERM):
 @register_algorithm("MMD")
 class MMD(AbstractMMD):
     """Match feature distributions with the multi-bandwidth Gaussian-kernel MMD."""
+    FUSED = FusedForm(alignment_objective(mmd_gaussian), member_hparams=("mmd_gamma",))
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         super().__init__(input_shape, num_classes, num_domains, hparams, gaussian=True)
@@ -93,6 +114,7 @@ class MMD(AbstractMMD):
 @register_algorithm("CORAL")
 class CORAL(AbstractMMD):
     """Match feature means and covariances (Deep CORAL)."""
+    FUSED = FusedForm(alignment_objective(mean_cov_distance), member_hparams=("mmd_gamma",))
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         super().__init__(input_shape, num_classes, num_domains, hparams, gaussian=False)

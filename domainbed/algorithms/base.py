@@ -1,7 +1,7 @@
 """The Algorithm contract (same as DomainBed, so DomainBed algorithms port as-is), plus the
 optional hooks that subpopulation-shift methods need from the training loop."""
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 
@@ -24,6 +24,32 @@ class TrainingContext:
     n_steps: int = 0
     seed: int = 0
     device: Any = "cpu"
+
+
+@dataclass(frozen=True)
+class FusedForm:
+    """How the fused launcher trains many models of one algorithm at once (declared as
+    `FUSED = FusedForm(...)` in the algorithm's own class body; subclasses do not inherit
+    it, since they change what update() does).
+
+    objective(model, minibatches, hp, state) -> (loss, values, new_state): one member's
+    step as a pure function, vmapped over the members. `model` has predict(x),
+    featurize(x) and classify(features) with the member's parameters; `hp` maps every
+    hyperparameter of `member_hparams` to a 0-d tensor; `state` maps the algorithm
+    buffers named in `state` to tensors; `values` are update()'s values, as tensors.
+    member_hparams: the hyperparameters (beside lr, weight decay and dropout) that may
+    differ within a group. reset_optimizer(hp, state) -> bool tensor [members]: members
+    whose Adam restarts before this step (penalty annealing).
+    """
+    objective: Callable
+    member_hparams: Tuple[str, ...] = ()
+    state: Tuple[str, ...] = ()
+    reset_optimizer: Optional[Callable] = None
+
+
+def fused_form(algorithm_cls):
+    """The FusedForm the class itself declares, or None (never an inherited one)."""
+    return vars(algorithm_cls).get("FUSED")
 
 
 def require_groups(algorithm_name, splits):

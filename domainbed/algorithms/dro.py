@@ -3,9 +3,19 @@
 import torch
 import torch.nn.functional as F
 
-from domainbed.algorithms.erm import ERM
+from domainbed.algorithms.base import FusedForm
+from domainbed.algorithms.erm import ERM, erm_objective
 from domainbed.hparams import Hparam
 from domainbed.registry import register_algorithm
+
+
+def group_dro_objective(model, minibatches, hp, state):
+    """GroupDRO.update as a pure function of one model (the fused launcher's form)."""
+    losses = torch.stack([F.cross_entropy(model.predict(x), y) for x, y in minibatches])
+    q = state["q"] * (hp["groupdro_eta"] * losses.detach()).exp()
+    q = q / q.sum()
+    loss = torch.dot(losses, q)
+    return loss, {"loss": loss}, {"q": q}
 
 
 @register_algorithm("GroupDRO")
@@ -21,6 +31,7 @@ class GroupDRO(ERM):
     HPARAMS = {
         "groupdro_eta": Hparam(1e-2, lambda r: 10 ** r.uniform(-3, -1), low=0.0),
     }
+    FUSED = FusedForm(group_dro_objective, member_hparams=("groupdro_eta",), state=("q",))
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         super().__init__(input_shape, num_classes, num_domains, hparams)
@@ -53,3 +64,4 @@ class ReweightedERM(ERM):
     expectation (the reference model of the validity statistic K). The training loop reads
     `group_balanced`; on datasets without groups it falls back to class balancing."""
     HPARAMS = {"group_balanced": Hparam(True, lambda r: True)}
+    FUSED = FusedForm(erm_objective)  # the batches differ, not the objective

@@ -3,6 +3,7 @@ import torch
 import torch.autograd as autograd
 import torch.nn.functional as F
 
+from domainbed.algorithms.base import FusedForm
 from domainbed.algorithms.erm import ERM
 from domainbed.hparams import Hparam
 from domainbed.registry import register_algorithm
@@ -26,6 +27,50 @@ def irm_penalty(logits, y):
     grad_1 = autograd.grad(loss_1, [scale], create_graph=True)[0]
     grad_2 = autograd.grad(loss_2, [scale], create_graph=True)[0]
     return torch.sum(grad_1 * grad_2)
+
+
+def _scaled_risk(scale, logits, y):
+    return F.cross_entropy(logits * scale, y)
+
+
+def irm_penalty_functional(logits, y):
+    """irm_penalty through torch.func (autograd.grad cannot run inside vmap)."""
+    one = torch.ones((), dtype=logits.dtype, device=logits.device)
+    grad_1 = torch.func.grad(_scaled_risk)(one, logits[::2], y[::2])
+    grad_2 = torch.func.grad(_scaled_risk)(one, logits[1::2], y[1::2])
+    return torch.sum(grad_1 * grad_2)
+
+
+def annealed_weight(prefix, hp, state):
+    """AnnealedPenalty.penalty_weight for one fused member: 1 before the switch step."""
+    count = state["update_count"].reshape(())
+    return torch.where(count >= hp[f"{prefix}_penalty_anneal_iters"],
+                       hp[f"{prefix}_lambda"], torch.ones_like(hp[f"{prefix}_lambda"]))
+
+
+def annealed_fused_form(objective, prefix):
+    """The FusedForm of an AnnealedPenalty: its penalty weight and anneal step may differ
+    between members, and each member's Adam restarts at its own switch step."""
+    def reset_optimizer(hp, state):
+        return state["update_count"].reshape(-1) == hp[f"{prefix}_penalty_anneal_iters"]
+    return FusedForm(objective, member_hparams=(f"{prefix}_lambda",
+                                                f"{prefix}_penalty_anneal_iters"),
+                     state=("update_count",), reset_optimizer=reset_optimizer)
+
+
+def irm_objective(model, minibatches, hp, state):
+    """IRM.update as a pure function of one model (the fused launcher's form)."""
+    weight = annealed_weight("irm", hp, state)
+    all_logits = model.predict(torch.cat([x for x, _ in minibatches]))
+    nll, penalty = 0.0, 0.0
+    for logits, y in split_logits(all_logits, minibatches):
+        nll = nll + F.cross_entropy(logits, y)
+        penalty = penalty + irm_penalty_functional(logits, y)
+    nll = nll / len(minibatches)
+    penalty = penalty / len(minibatches)
+    loss = nll + weight * penalty
+    return (loss, {"loss": loss, "nll": nll, "penalty": penalty},
+            {"update_count": state["update_count"] + 1})
 
 
 class AnnealedPenalty(ERM):
@@ -66,6 +111,8 @@ class IRM(AnnealedPenalty):
         "irm_lambda": Hparam(1e2, lambda r: 10 ** r.uniform(-1, 5), low=0.0),
         "irm_penalty_anneal_iters": Hparam(500, lambda r: int(10 ** r.uniform(0, 4)), low=0),
     }
+
+    FUSED = annealed_fused_form(irm_objective, "irm")
 
     _irm_penalty = staticmethod(irm_penalty)  # DomainBed's name, for ported subclasses
 

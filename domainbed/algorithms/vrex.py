@@ -2,9 +2,27 @@
 import torch
 import torch.nn.functional as F
 
-from domainbed.algorithms.irm import AnnealedPenalty, split_logits
+from domainbed.algorithms.irm import (
+    AnnealedPenalty,
+    annealed_fused_form,
+    annealed_weight,
+    split_logits,
+)
 from domainbed.hparams import Hparam
 from domainbed.registry import register_algorithm
+
+
+def vrex_objective(model, minibatches, hp, state):
+    """VREx.update as a pure function of one model (the fused launcher's form)."""
+    weight = annealed_weight("vrex", hp, state)
+    all_logits = model.predict(torch.cat([x for x, _ in minibatches]))
+    losses = torch.stack([F.cross_entropy(logits, y)
+                          for logits, y in split_logits(all_logits, minibatches)])
+    mean = losses.mean()
+    penalty = ((losses - mean) ** 2).mean()
+    loss = mean + weight * penalty
+    return (loss, {"loss": loss, "nll": losses[-1], "penalty": penalty},
+            {"update_count": state["update_count"] + 1})
 
 
 @register_algorithm("VREx")
@@ -16,6 +34,7 @@ class VREx(AnnealedPenalty):
         "vrex_penalty_anneal_iters": Hparam(500, lambda r: int(10 ** r.uniform(0, 4)),
                                             low=0),
     }
+    FUSED = annealed_fused_form(vrex_objective, "vrex")
 
     def update(self, minibatches, unlabeled=None):
         weight = self.penalty_weight()

@@ -17,6 +17,8 @@ from domainbed.networks.backbones import (
 )
 
 SMALL_ARCHS = ("mnist_cnn", "mlp", "resnet_small")
+# Hyperparameters that only set nn.Dropout rates (so fused runs may differ in them).
+DROPOUT_HPARAMS = ("mlp_dropout", "resnet_dropout")
 ARCHS = SMALL_ARCHS + ("resnet",)
 
 

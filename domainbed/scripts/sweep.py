@@ -24,7 +24,11 @@ import random
 import shutil
 import sys
 
-from domainbed import launchers, zoo  # noqa: F401  (zoo registers the pooled launcher)
+from domainbed import (  # noqa: F401  (zoo and fused_launcher register their launchers)
+    fused_launcher,
+    launchers,
+    zoo,
+)
 from domainbed.errors import UserError, epilog_example, run_cli
 from domainbed.hparams import seed_hash
 
@@ -292,6 +296,8 @@ def build_parser():
                         help="jobs the local launcher runs at once (1: one after another)")
     for name, kwargs in PASS_THROUGH.items():
         parser.add_argument(f"--{name}", **kwargs)
+    parser.add_argument("--fused_max_models", type=int, default=fused_launcher.FUSED_MAX_MODELS,
+                        help="fused launcher: most models trained together in one group")
     slurm = parser.add_argument_group("slurm launcher (submitit)")
     slurm.add_argument("--slurm_partition", type=str, default=None)
     slurm.add_argument("--slurm_timeout_min", type=int, default=24 * 60)
@@ -315,6 +321,8 @@ def check_args(args):
         raise UserError(f"--holdout_fraction must be in (0, 1), got {args.holdout_fraction}")
     if args.max_workers < 1:
         raise UserError(f"--max_workers must be at least 1, got {args.max_workers}")
+    if args.fused_max_models < 1:
+        raise UserError(f"--fused_max_models must be at least 1, got {args.fused_max_models}")
     if args.hparams is not None:
         try:
             parsed = json.loads(args.hparams)
@@ -357,7 +365,7 @@ def main(argv=None):
         print(f"About to launch {n} jobs.")
         if running:
             print(f"Leaving alone {len(running)} jobs that are running now.")
-        if n and args.command_launcher in ("local", "multi_gpu") and \
+        if n and args.command_launcher in ("local", "multi_gpu", "pooled", "fused") and \
                 not os.path.isdir(args.data_dir):
             raise UserError(f"data directory {args.data_dir!r} does not exist")
         check_jobs([j for j in jobs if j.state in (launchers.FAILED,
@@ -365,7 +373,7 @@ def main(argv=None):
         if n == 0 or not ask_for_confirmation(args.skip_confirmation):
             return 0
         options = {k: v for k, v in vars(args).items()
-                   if k == "max_workers" or k.startswith(("slurm_", "ray_"))}
+                   if k == "max_workers" or k.startswith(("slurm_", "ray_", "fused_"))}
         failed = launch(jobs, args.command_launcher, options, seed=args.seed)
         if failed:
             print(f"{len(failed)} jobs failed; see `status` and each job's launcher.log.",

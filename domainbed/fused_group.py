@@ -1,0 +1,186 @@
+"""One fused group in its own process: each member's lock, log and run directory as an
+ordinary job has them, one shared dataset, and the stacked training of fused_training.
+
+What a member sees is what a single train job would leave: `launcher.log` gets the
+launcher's header and exit-code lines around the run's own notices and one line per
+checkpoint; a member that fails (bad arguments, a NaN loss, a full disk) gets its
+`err.txt` and stops alone. If the group cannot train stacked at all (an architecture
+vmap cannot batch), its members are handed back to run as ordinary jobs, resuming from
+whatever checkpoints the group wrote.
+"""
+import os
+import random
+import traceback
+
+import numpy as np
+import torch
+
+from domainbed import launchers, training
+from domainbed.errors import UserError
+from domainbed.zoo import train_flags
+
+
+def _rng_states():
+    return (torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate())
+
+
+def _same_rng(a, b):
+    return torch.equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[2] == b[2]
+
+
+class Member:
+    """One job of the group: its command, lock, log and (once built) TrainingRun."""
+
+    def __init__(self, command):
+        self.command, self.out = command, command.output_dir
+        self.lock_fd = self.log = self.run = None
+        self.outcome = None
+
+    def write_log(self, line):
+        self.log.write(f"{line}\n".encode())
+        self.log.flush()
+
+    def acquire(self):
+        """Take the job as run_command does; False (with an outcome) when it is not ours
+        to run."""
+        done = os.path.join(self.out, launchers.DONE_FILE)
+        if os.path.exists(done):
+            self.outcome = launchers.Outcome(self.out, "skipped_done")
+            return False
+        os.makedirs(self.out, exist_ok=True)
+        try:
+            self.lock_fd = launchers._try_lock(os.path.join(self.out, launchers.LOCK_FILE))
+            if self.lock_fd is not None:
+                self.log = os.fdopen(launchers.open_in_place(
+                    os.path.join(self.out, launchers.LOG_FILE),
+                    os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab")
+        except launchers.UnsafeJobFile:
+            self.outcome = launchers.Outcome(self.out, "failed")
+            return False
+        if self.lock_fd is None:
+            self.outcome = launchers.Outcome(self.out, "skipped_running")
+            return False
+        if os.path.exists(done):
+            self.outcome = launchers.Outcome(self.out, "skipped_done")
+            return False
+        os.ftruncate(self.lock_fd, 0)
+        os.pwrite(self.lock_fd, f"{os.getpid()}\n".encode(), 0)
+        return True
+
+    def fail(self, error):
+        """This member stops: err.txt as the train CLI writes it, the exit-code line."""
+        if isinstance(error, UserError):
+            message, code = f"error: {error}", 2
+        else:
+            message, code = "".join(traceback.format_exception(error)), 1
+        try:
+            training.write_error(self.out, message)
+            self.write_log(message.rstrip())
+            self.write_log(f"{launchers.LOG_PREFIX} exit code {code}")
+        finally:
+            self.outcome = launchers.Outcome(self.out, "failed", code)
+
+    def release(self):
+        if self.log is not None:
+            self.log.close()
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+        self.log = self.lock_fd = None
+
+
+class GroupRunner:
+    def __init__(self, commands):
+        self.members = [Member(c) for c in commands]
+        self.fallback, self.fallback_reason = [], ""
+        self.shared_data = None
+
+    @property
+    def outcomes(self):
+        return [m.outcome for m in self.members if m.outcome is not None]
+
+    def describe(self):
+        built = [m.run for m in self.members if m.run is not None]
+        if not built:
+            return "nothing built"
+        args = built[0].args
+        return f"{args.algorithm} on {args.dataset}, test envs {args.test_envs}"
+
+    def run(self):
+        active = [m for m in self.members if m.acquire()]
+        for member in active:
+            member.write_log(f"{launchers.LOG_PREFIX} pid {os.getpid()} running fused "
+                             f"with {len(active)} models: {member.command}")
+        built = [m for m in active if self._build(m)]
+        by_start = {}
+        for member in built:
+            try:
+                by_start.setdefault(member.run.restore(), []).append(member)
+            except Exception as e:   # a resume state that does not fit: this member only
+                member.fail(e)
+        for start, members in sorted(by_start.items()):
+            self._train(members, start)
+
+    def _build(self, member):
+        """The member's TrainingRun, as the train CLI's main builds it."""
+        from domainbed.scripts import train
+        try:
+            args = train.parse_args(train_flags(member.command))
+            algorithm_cls, dataset_cls = train.validate(args)
+            hparams = train.resolve_hparams(args, notify=member.write_log)
+            train.make_output_dir(args.output_dir)
+            if not training.prepare_output_dir(args.output_dir, member.write_log):
+                member.outcome = launchers.Outcome(member.out, "skipped_done")
+                return False
+            if args.num_threads:
+                torch.set_num_threads(args.num_threads)
+            data = self._data(dataset_cls, args, hparams)
+            member.run = training.TrainingRun(args, hparams, algorithm_cls, dataset_cls,
+                                              log=member.write_log, data=data)
+            return True
+        except Exception as e:
+            member.fail(e)
+            return False
+
+    def _data(self, dataset_cls, args, hparams):
+        """The group's dataset and splits, built once; None (each member builds its own)
+        when building draws from a global RNG, which would change model initialization."""
+        if self.shared_data is None:
+            before = _rng_states()
+            data = training.build_run_data(dataset_cls, args, hparams)
+            self.shared_data = data if _same_rng(before, _rng_states()) else False
+            if self.shared_data is False:
+                return data
+        return self.shared_data or None
+
+    def _train(self, members, start):
+        from domainbed.fused_training import train_group
+
+        by_run = {id(m.run): m for m in members}
+        try:
+            finished = train_group(
+                [m.run for m in members], start,
+                on_checkpoint=lambda run, results: by_run[id(run)].write_log(
+                    training.checkpoint_line(results)),
+                on_failure=lambda run, error: by_run[id(run)].fail(error))
+        except Exception as e:  # the group cannot train stacked: its jobs run one by one
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            self.fallback_reason = f"stacked training failed: {reason[:200]}"
+            for member in members:
+                if member.outcome is None:
+                    member.write_log(f"notice: {self.fallback_reason}; continuing as an "
+                                     f"ordinary job")
+                    member.release()
+                    self.fallback.append(member.command)
+            return
+        for run in finished:
+            member = by_run[id(run)]
+            try:
+                run.finish()
+                member.write_log(f"{launchers.LOG_PREFIX} exit code 0")
+                member.outcome = launchers.Outcome(member.out, "ok", 0)
+            except Exception as e:
+                member.fail(e)
+
+    def release(self):
+        for member in self.members:
+            member.release()

@@ -1,0 +1,175 @@
+"""The `fused` command launcher: a sweep's jobs that can share one process train
+together, with stacked parameters (see domainbed.fused_training), for accelerators.
+
+Jobs fuse when they train the same algorithm (one with a `FusedForm`: ERM,
+ReweightedERM, GroupDRO, IRM, VREx, CORAL, MMD) on the same data (dataset, data seed,
+test environments, holdout, trial seed), with the same architecture, batch size,
+schedule and evaluation; learning rate, weight decay, dropout, the algorithm's penalty
+weights and the training seed may differ. Every other job runs as an ordinary job (the
+local launcher), and the launcher says why. Each fused member keeps everything a job
+has: its run directory, lock, `launcher.log` (one line per checkpoint), records,
+predictions, resume state and `done`; a relaunch resumes each member from its own last
+checkpoint, and a member that diverges stops alone.
+
+Why for accelerators only: a GPU runs one small model far below capacity, and stacking
+dozens of them fills it. A CPU is already busy with one model: stacking 16 measured
+0.8x (MLP) and 0.5x (MNIST_CNN) the per-model speed of separate runs on 2 cores
+(scripts/bench_fused.py).
+"""
+import json
+import multiprocessing
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from domainbed import launchers
+from domainbed.errors import UserError
+from domainbed.zoo import train_flags
+
+FUSED_MAX_MODELS = 64
+# Arguments that may differ within a group (each member's own) or do not shape training.
+MEMBER_ARGS = ("seed", "hparams_seed", "hparams", "output_dir", "restart", "num_threads")
+
+
+@dataclass
+class Job:
+    command: launchers.Command
+    args: object = None
+    hparams: dict = None
+    algorithm_cls: type = None
+    dataset_cls: type = None
+
+
+@dataclass
+class Plan:
+    groups: list = field(default_factory=list)      # lists of Commands that fuse
+    ordinary: list = field(default_factory=list)    # Commands run one by one
+    notices: list = field(default_factory=list)
+
+
+def parse_job(command):
+    """The job's parsed train arguments and hyperparameters, or why it cannot fuse."""
+    from domainbed.scripts import train
+    flags = train_flags(command)
+    if flags is None:
+        return None, "not a train command"
+    try:
+        args = train.parse_args(flags)
+        algorithm_cls, dataset_cls = train.validate(args, check_data_dir=False)
+        hparams = train.resolve_hparams(args, notify=lambda message: None)
+    except (UserError, SystemExit):
+        return None, "its arguments are invalid (the ordinary job reports why)"
+    from domainbed.algorithms.base import fused_form
+    if fused_form(algorithm_cls) is None:
+        return None, f"{args.algorithm} has no fused form"
+    if hparams.get("transfer", "full") != "full":
+        return None, "linear probes train on cached features"
+    return Job(command, args, hparams, algorithm_cls, dataset_cls), None
+
+
+def group_key(job):
+    """Jobs with equal keys train together: everything but each member's own values."""
+    from domainbed.fused_training import member_hparams
+    free = set(member_hparams(job.algorithm_cls))
+    args = {k: v for k, v in vars(job.args).items() if k not in MEMBER_ARGS}
+    hparams = {k: v for k, v in job.hparams.items() if k not in free}
+    return json.dumps([args, hparams], sort_keys=True, default=str)
+
+
+def plan(commands, max_models=FUSED_MAX_MODELS):
+    """Split a sweep's commands into fused groups (of at most `max_models`) and ordinary
+    jobs, with one notice line per reason a job does not fuse."""
+    result, by_key, reasons = Plan(), defaultdict(list), defaultdict(int)
+    for command in commands:
+        job, reason = parse_job(command)
+        if job is None:
+            result.ordinary.append(command)
+            reasons[reason] += 1
+        else:
+            by_key[group_key(job)].append(command)
+    for members in by_key.values():
+        if len(members) == 1:
+            result.ordinary.extend(members)
+            reasons["no other job shares its data, architecture, batch size and schedule "
+                    "(fix them with --hparams to fuse)"] += 1
+            continue
+        for start in range(0, len(members), max_models):
+            chunk = members[start:start + max_models]
+            (result.groups if len(chunk) > 1 else result.ordinary).append(
+                chunk if len(chunk) > 1 else chunk[0])
+    for reason, count in sorted(reasons.items()):
+        result.notices.append(f"fused: {count} job{'s' * (count != 1)} run as ordinary "
+                              f"jobs: {reason}")
+    if any("has no fused form" in r for r in reasons):
+        result.notices.append(f"fused: algorithms that fuse: {', '.join(fusable_algorithms())}")
+    return result
+
+
+def fusable_algorithms():
+    from domainbed.algorithms.base import fused_form
+    from domainbed.registry import ALGORITHMS
+    return sorted(name for name in ALGORITHMS.names() if fused_form(ALGORITHMS.get(name)))
+
+
+@launchers.register_launcher("fused")
+def fused_launcher(commands, max_workers=1, echo=None, fused_max_models=FUSED_MAX_MODELS,
+                   **_):
+    """Train fusable jobs in groups (one process per group, `max_workers` groups at a
+    time), then every other job with the local launcher."""
+    max_workers, max_models = int(max_workers or 1), int(fused_max_models or 1)
+    if max_workers < 1:
+        raise UserError(f"--max_workers must be at least 1, got {max_workers}")
+    if max_models < 1:
+        raise UserError(f"--fused_max_models must be at least 1, got {max_models}")
+    echo = echo or (lambda line: print(line, flush=True))
+    work = plan(commands, max_models)
+    for line in work.notices:
+        echo(line)
+    outcomes, ordinary = [], list(work.ordinary)
+    if work.groups:
+        echo(f"fused: {sum(map(len, work.groups))} jobs in {len(work.groups)} groups "
+             f"({', '.join(str(len(g)) for g in work.groups)} models)")
+        # spawn: a fresh process per group (safe with CUDA; memory freed when it ends)
+        context = multiprocessing.get_context("spawn")
+        with context.Pool(min(max_workers, len(work.groups)), maxtasksperchild=1) as pool:
+            for result in pool.imap_unordered(run_group, work.groups):
+                outcomes.extend(result.outcomes)
+                for outcome in result.outcomes:
+                    launchers._report(outcome, echo)
+                echo(result.summary)
+                if result.fallback:
+                    echo(f"fused: {len(result.fallback)} jobs continue as ordinary jobs "
+                         f"({result.fallback_reason})")
+                    ordinary.extend(result.fallback)
+    if ordinary:
+        outcomes.extend(launchers.local_launcher(ordinary, max_workers=max_workers))
+    return outcomes
+
+
+@dataclass
+class GroupResult:
+    outcomes: list
+    fallback: list
+    fallback_reason: str = ""
+    summary: str = ""
+
+
+def run_group(commands):
+    """Train one group in this process (the pool's worker); see fused_group.py."""
+    from domainbed.fused_group import GroupRunner
+    started = time.time()
+    runner = GroupRunner(commands)
+    try:
+        runner.run()
+    finally:
+        runner.release()
+    ok = sum(o.status == "ok" for o in runner.outcomes)
+    elapsed = time.time() - started
+    summary = (f"fused: group of {len(commands)} ({runner.describe()}): {ok} finished in "
+               f"{elapsed:.0f} s ({3600 * ok / max(elapsed, 1e-9):.0f} models/hour)")
+    return GroupResult(runner.outcomes, runner.fallback, runner.fallback_reason, summary)
+
+
+def pid_line():
+    return f"{launchers.LOG_PREFIX} pid {os.getpid()}"

@@ -1,0 +1,327 @@
+"""Training many models of one algorithm at once: stacked parameters, one vmapped step.
+
+A group's members are ordinary `TrainingRun`s (own run directory, records, predictions,
+resume state, `done`); only their parameters, Adam moments and per-step algorithm state
+live stacked here between checkpoints, along a leading member dimension. Each step
+draws every member's minibatches with its own sampler (the indices a single run would
+draw), computes all members' gradients in one `torch.func.vmap` of the algorithm's
+`FusedForm.objective`, and applies Adam to the stacked tensors with each member's lr
+and weight decay. At a checkpoint the stacked tensors are written back into each
+member's algorithm (so its resume state and model.pkl are those of a single run, and
+either can resume the other) and one vmapped evaluation pass predicts every split for
+all members.
+
+Why by hand: torch.optim.Adam takes one lr per parameter group, not one per slice of a
+stacked tensor; the update below is its single-tensor arithmetic with per-member lr and
+weight decay (the same operations in the same order).
+"""
+import copy
+import math
+import time
+
+import torch
+import torch.nn as nn
+from torch.func import functional_call, grad, vmap
+
+from domainbed.algorithms.base import fused_form
+from domainbed.evaluation import iterate_split
+from domainbed.networks import DROPOUT_HPARAMS
+from domainbed.precision import autocast_context
+
+MEMBER_OPTIMIZER_HPARAMS = ("lr", "weight_decay")
+
+
+def member_hparams(algorithm_cls):
+    """Hyperparameters that may differ between the members of one fused group."""
+    return MEMBER_OPTIMIZER_HPARAMS + DROPOUT_HPARAMS + fused_form(algorithm_cls).member_hparams
+
+
+class MemberDropout(nn.Module):
+    """nn.Dropout whose rate is a buffer, so that each stacked member keeps its own."""
+
+    def __init__(self, p, active):
+        super().__init__()
+        self.register_buffer("p", torch.tensor(float(p)))
+        self.active = active   # False when every member's rate is 0: draws no random numbers
+
+    def forward(self, x):
+        if not (self.training and self.active):
+            return x
+        keep = (torch.rand_like(x) >= self.p).to(x.dtype)
+        return x * keep / (1 - self.p)
+
+
+class MemberModel:
+    """One member's network inside vmap: the algorithm's `network` (featurizer, then
+    classifier) called with that member's parameters and buffers."""
+
+    def __init__(self, template, tensors):
+        self.template, self.tensors = template, tensors
+
+    def _part(self, index):
+        prefix = f"{index}."
+        return {k[len(prefix):]: v for k, v in self.tensors.items() if k.startswith(prefix)}
+
+    def predict(self, x):
+        return functional_call(self.template, self.tensors, (x,))
+
+    def featurize(self, x):
+        return functional_call(self.template[0], self._part(0), (x,))
+
+    def classify(self, features):
+        return functional_call(self.template[1], self._part(1), (features,))
+
+
+def _member_template(networks):
+    """A copy of the first member's network whose dropout layers read their rate from a
+    buffer, and each member's rate of every such layer."""
+    template = copy.deepcopy(networks[0])
+    rates = {}
+    for name, module in list(template.named_modules()):
+        if isinstance(module, nn.Dropout):
+            member_rates = [float(net.get_submodule(name).p) for net in networks]
+            rates[f"{name}.p"] = torch.tensor(member_rates)
+            parent, _, child = name.rpartition(".")
+            setattr(template.get_submodule(parent) if parent else template, child,
+                    MemberDropout(member_rates[0], any(r > 0 for r in member_rates)))
+    return template, rates
+
+
+def _stack(tensors):
+    return torch.stack([t.detach() for t in tensors])
+
+
+class FusedGroup:
+    """Members (TrainingRuns of one algorithm, same data, architecture, batch size and
+    schedule, all at the same next step) trained together."""
+
+    def __init__(self, members):
+        self.members = list(members)
+        first = self.members[0]
+        self.form = fused_form(first.algorithm_cls)
+        self.device, self.precision = first.device, first.args.precision
+        networks = [m.algorithm.network for m in self.members]
+        self.template, dropout_rates = _member_template(networks)
+        self.param_names = [n for n, _ in networks[0].named_parameters()]
+        self.params = {n: _stack([dict(net.named_parameters())[n] for net in networks])
+                       for n in self.param_names}
+        self.buffers = {n: _stack([dict(net.named_buffers())[n] for net in networks])
+                        for n, _ in networks[0].named_buffers()}
+        self.buffers.update({n: r.to(self.device) for n, r in dropout_rates.items()})
+        self.hp = self._member_hp()
+        self.state = {name: _stack([self._initial_state(m, name) for m in self.members])
+                      for name in self.form.state}
+        self._load_adam()
+        self._step = vmap(self._member_step, randomness="different")
+        self._logits = vmap(self._member_logits, in_dims=(0, 0, None), randomness="different")
+
+    # ------------------------------------------------------------ set-up
+    def _member_hp(self):
+        """Each member's hyperparameters as stacked tensors: float32 (as a python float
+        meets a float32 tensor in the single run), int64 or bool."""
+        hp = {}
+        for name in member_hparams(self.members[0].algorithm_cls):
+            values = [m.hparams[name] for m in self.members if name in m.hparams]
+            if len(values) != len(self.members):
+                continue
+            dtype = (torch.bool if all(isinstance(v, bool) for v in values) else
+                     torch.int64 if all(isinstance(v, int) for v in values)
+                     else torch.float32)
+            hp[name] = torch.tensor(values, dtype=dtype, device=self.device)
+        return hp
+
+    def _initial_state(self, member, name):
+        value = getattr(member.algorithm, name).detach()
+        if name == "q" and value.numel() != len(member.train_envs):  # GroupDRO's fresh q
+            value = torch.ones(len(member.train_envs), device=self.device)
+        return value
+
+    def _load_adam(self):
+        """Adam's moments and step counts from each member's torch optimizer (fresh, or
+        restored from a resume state)."""
+        self.exp_avg, self.exp_avg_sq = {}, {}
+        self.adam_steps = [0] * len(self.members)
+        self.betas, self.eps = None, None
+        for n in self.param_names:
+            self.exp_avg[n] = torch.zeros_like(self.params[n])
+            self.exp_avg_sq[n] = torch.zeros_like(self.params[n])
+        for i, member in enumerate(self.members):
+            optimizer = member.algorithm.optimizer
+            group = optimizer.param_groups[0]
+            self.betas, self.eps = group["betas"], group["eps"]
+            for n, p in member.algorithm.network.named_parameters():
+                state = optimizer.state.get(p)
+                if state:
+                    self.exp_avg[n][i] = state["exp_avg"]
+                    self.exp_avg_sq[n][i] = state["exp_avg_sq"]
+                    self.adam_steps[i] = int(float(state["step"]))
+
+    # ------------------------------------------------------------ one step
+    def _member_step(self, params, buffers, hp, state, xs, ys):
+        def loss_of(member_params):
+            model = MemberModel(self.template, {**member_params, **buffers})
+            loss, values, new_state = self.form.objective(model, list(zip(xs, ys)), hp,
+                                                          state)
+            return loss, ({k: torch.as_tensor(v).detach() for k, v in values.items()},
+                          new_state)
+        grads, (values, new_state) = grad(loss_of, has_aux=True)(params)
+        return grads, values, new_state
+
+    def _member_logits(self, params, buffers, x):
+        return functional_call(self.template, {**params, **buffers}, (x,))
+
+    def minibatches(self, step):
+        """Every member's minibatches, stacked: ([x_env], [y_env]), each [members, ...]."""
+        sources = [m.minibatches for m in self.members]
+        n_envs = len(sources[0].splits)
+        xs, ys = [], []
+        for e in range(n_envs):
+            splits = [s.splits[e] for s in sources]
+            indices = [s.samplers[e].indices(step) for s in sources]
+            if splits[0].x is not None and all(sp.x is splits[0].x for sp in splits):
+                index = torch.stack(indices)            # one gather for every member
+                x, y = splits[0].x[index], splits[0].y[index]
+            else:
+                pairs = [s._load(sp, i) for s, sp, i in zip(sources, splits, indices)]
+                x, y = _stack([p[0] for p in pairs]), _stack([p[1] for p in pairs])
+            xs.append(x.to(self.device, non_blocking=True))
+            ys.append(y.to(self.device, non_blocking=True))
+        return xs, ys
+
+    def train_step(self, step):
+        """One step of every member; returns each member's update() values (floats)."""
+        xs, ys = self.minibatches(step)
+        if self.form.reset_optimizer is not None:
+            self._reset_adam(self.form.reset_optimizer(self.hp, self.state))
+        self.template.train()
+        with autocast_context(self.device, self.precision):
+            grads, values, new_state = self._step(self.params, self.buffers, self.hp,
+                                                  self.state, xs, ys)
+        self._adam(grads)
+        self.state = {k: v.detach() for k, v in new_state.items()}
+        columns = {k: v.float().reshape(len(self.members), -1)[:, 0].tolist()
+                   for k, v in values.items()}
+        return [{k: columns[k][i] for k in columns} for i in range(len(self.members))]
+
+    def _reset_adam(self, mask):
+        """Members whose Adam restarts now (penalty annealing): zero moments and count."""
+        if not bool(mask.any()):
+            return
+        for i in torch.nonzero(mask).flatten().tolist():
+            self.adam_steps[i] = 0
+            for n in self.param_names:
+                self.exp_avg[n][i].zero_()
+                self.exp_avg_sq[n][i].zero_()
+
+    @torch.no_grad()
+    def _adam(self, grads):
+        """torch.optim.Adam's single-tensor update, with per-member lr and weight decay."""
+        beta1, beta2 = self.betas
+        self.adam_steps = [s + 1 for s in self.adam_steps]
+        lr = [m.hparams["lr"] for m in self.members]
+        step_size = torch.tensor([lr_i / (1 - beta1 ** s) for lr_i, s in
+                                  zip(lr, self.adam_steps)], device=self.device)
+        bias2_sqrt = torch.tensor([math.sqrt(1 - beta2 ** s) for s in self.adam_steps],
+                                  device=self.device)
+        decay = self.hp["weight_decay"]
+        for n in self.param_names:
+            param, g = self.params[n], grads[n]
+            shape = (-1,) + (1,) * (param.dim() - 1)
+            if bool((decay != 0).any()):
+                g = g + param * decay.view(shape)
+            self.exp_avg[n].lerp_(g, 1 - beta1)
+            self.exp_avg_sq[n].mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            denom = (self.exp_avg_sq[n].sqrt() / bias2_sqrt.view(shape)).add_(self.eps)
+            param.add_((-step_size).view(shape) * self.exp_avg[n] / denom)
+
+    # ------------------------------------------------------------ evaluation, write-back
+    @torch.no_grad()
+    def predict(self):
+        """{split name: logits [members, n, classes]} of every evaluated split."""
+        first = self.members[0]
+        ctx = first.ctx
+        self.template.eval()
+        out = {}
+        for name, _, _, split in first.named_splits:
+            chunks = []
+            for x in iterate_split(split, ctx.eval_batch_size, ctx.n_workers):
+                x = x.to(self.device, non_blocking=True)
+                with autocast_context(self.device, self.precision):
+                    chunks.append(self._logits(self.params, self.buffers, x).float().cpu())
+            out[name] = torch.cat(chunks, dim=1) if chunks else torch.empty(
+                len(self.members), 0)
+        self.template.train()
+        return out
+
+    @torch.no_grad()
+    def write_back(self):
+        """Each member's parameters, Adam state and algorithm state into its own objects,
+        exactly as a single run would hold them (for its resume state and model.pkl)."""
+        for i, member in enumerate(self.members):
+            algorithm = member.algorithm
+            optimizer = algorithm.optimizer
+            for n, p in algorithm.network.named_parameters():
+                p.copy_(self.params[n][i])
+                if self.adam_steps[i]:
+                    optimizer.state[p] = {
+                        "step": torch.tensor(float(self.adam_steps[i])),
+                        "exp_avg": self.exp_avg[n][i].clone(),
+                        "exp_avg_sq": self.exp_avg_sq[n][i].clone()}
+                else:
+                    optimizer.state.pop(p, None)
+            for name, value in self.state.items():
+                setattr(algorithm, name, value[i].clone())
+
+    def drop(self, positions):
+        """Remove members (e.g. one that diverged); the others go on unchanged."""
+        keep = [i for i in range(len(self.members)) if i not in set(positions)]
+        index = torch.tensor(keep, device=self.device)
+        self.members = [self.members[i] for i in keep]
+        self.adam_steps = [self.adam_steps[i] for i in keep]
+        for table in (self.params, self.buffers, self.hp, self.state, self.exp_avg,
+                      self.exp_avg_sq):
+            for k in list(table):
+                table[k] = table[k].index_select(0, index.to(table[k].device))
+
+
+def train_group(members, start_step, on_checkpoint, on_failure):
+    """Train `members` (all resuming at `start_step`) to the end. `on_checkpoint(member,
+    results)` after each member's record; `on_failure(member, error)` when one member
+    fails (it leaves the group; the others go on). Returns the members that finished."""
+    group = FusedGroup(members)
+    first = members[0]
+    for step in range(start_step, first.n_steps):
+        started = time.time()
+        values = group.train_step(step)
+        seconds = time.time() - started
+        failed = []
+        for i, (member, member_values) in enumerate(zip(group.members, values)):
+            try:
+                member.accumulate(step, member_values, seconds)
+            except Exception as e:   # TrainingDiverged: this member stops alone
+                on_failure(member, e)
+                failed.append(i)
+        if failed:
+            group.drop(failed)
+        if not group.members:
+            return []
+        if first.is_checkpoint(step):
+            failed = _checkpoint(group, step, on_checkpoint, on_failure)
+            if failed:
+                group.drop(failed)
+    group.write_back()
+    return group.members
+
+
+def _checkpoint(group, step, on_checkpoint, on_failure):
+    group.write_back()
+    logits = group.predict()
+    failed = []
+    for i, member in enumerate(group.members):
+        try:
+            results = member.checkpoint(step, {k: v[i] for k, v in logits.items()})
+            on_checkpoint(member, results)
+        except Exception as e:   # e.g. its disk is full: this member stops alone
+            on_failure(member, e)
+            failed.append(i)
+    return failed
