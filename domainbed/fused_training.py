@@ -51,6 +51,19 @@ class MemberDropout(nn.Module):
         return x * keep / (1 - self.p)
 
 
+class GlobalAveragePool(nn.Module):
+    """AdaptiveAvgPool2d((1, 1)) as a mean: vmap has a batching rule for the mean, while
+    adaptive pooling falls back to a slow loop over the members."""
+
+    def forward(self, x):
+        return x.mean(dim=(-2, -1), keepdim=True)
+
+
+def _is_global_pool(module):
+    size = getattr(module, "output_size", None)
+    return isinstance(module, nn.AdaptiveAvgPool2d) and size in (1, (1, 1))
+
+
 class MemberModel:
     """One member's network inside vmap: the algorithm's `network` (featurizer, then
     classifier) called with that member's parameters and buffers."""
@@ -74,17 +87,23 @@ class MemberModel:
 
 def _member_template(networks):
     """A copy of the first member's network whose dropout layers read their rate from a
-    buffer, and each member's rate of every such layer."""
+    buffer (and global pools are means), and each member's rate of every dropout layer."""
     template = copy.deepcopy(networks[0])
     rates = {}
     for name, module in list(template.named_modules()):
+        if _is_global_pool(module):
+            _replace(template, name, GlobalAveragePool())
         if isinstance(module, nn.Dropout):
             member_rates = [float(net.get_submodule(name).p) for net in networks]
             rates[f"{name}.p"] = torch.tensor(member_rates)
-            parent, _, child = name.rpartition(".")
-            setattr(template.get_submodule(parent) if parent else template, child,
-                    MemberDropout(member_rates[0], any(r > 0 for r in member_rates)))
+            _replace(template, name,
+                     MemberDropout(member_rates[0], any(r > 0 for r in member_rates)))
     return template, rates
+
+
+def _replace(root, name, module):
+    parent, _, child = name.rpartition(".")
+    setattr(root.get_submodule(parent) if parent else root, child, module)
 
 
 def _stack(tensors):
