@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 from torch.func import functional_call, grad, vmap
 
-from domainbed.algorithms.base import fused_form
+from domainbed.algorithms.base import fused_form, hparam_tensor
 from domainbed.evaluation import iterate_split
 from domainbed.networks import DROPOUT_HPARAMS
 from domainbed.precision import autocast_context
@@ -136,17 +136,13 @@ class FusedGroup:
 
     # ------------------------------------------------------------ set-up
     def _member_hp(self):
-        """Each member's hyperparameters as stacked tensors: float32 (as a python float
-        meets a float32 tensor in the single run), int64 or bool."""
+        """Each member's hyperparameters as stacked tensors (see hparam_tensor)."""
         hp = {}
         for name in member_hparams(self.members[0].algorithm_cls):
             values = [m.hparams[name] for m in self.members if name in m.hparams]
             if len(values) != len(self.members):
                 continue
-            dtype = (torch.bool if all(isinstance(v, bool) for v in values) else
-                     torch.int64 if all(isinstance(v, int) for v in values)
-                     else torch.float32)
-            hp[name] = torch.tensor(values, dtype=dtype, device=self.device)
+            hp[name] = hparam_tensor(values, self.device)
         return hp
 
     def _initial_state(self, member, name):

@@ -86,20 +86,9 @@ class AbstractMMD(ERM):
         return mean_cov_distance(x, y)
 
     def update(self, minibatches, unlabeled=None):
-        n = len(minibatches)
-        features = [self.featurizer(x) for x, _ in minibatches]
-        objective, penalty = 0.0, 0.0
-        for i in range(n):
-            objective = objective + F.cross_entropy(self.classifier(features[i]),
-                                                    minibatches[i][1])
-            for j in range(i + 1, n):
-                penalty = penalty + self.mmd(features[i], features[j])
-        objective = objective / n
-        if n > 1:
-            penalty = penalty / (n * (n - 1) / 2)
-        self.optimizer_step(objective + self.hparams["mmd_gamma"] * penalty)
-        penalty = penalty.item() if torch.is_tensor(penalty) else float(penalty)
-        return {"loss": objective.item(), "penalty": penalty}
+        values, _ = self.objective_update(alignment_objective(self.mmd), minibatches,
+                                          ("mmd_gamma",))
+        return values
 
 
 @register_algorithm("MMD")

@@ -47,6 +47,14 @@ class FusedForm:
     reset_optimizer: Optional[Callable] = None
 
 
+def hparam_tensor(values, device="cpu"):
+    """Members' values of one hyperparameter as a tensor: bool, int64, or float32 (the
+    dtype a python float takes when it meets a float32 tensor in update())."""
+    dtype = (torch.bool if all(isinstance(v, bool) for v in values) else
+             torch.int64 if all(isinstance(v, int) for v in values) else torch.float32)
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
 def fused_form(algorithm_cls):
     """The FusedForm the class itself declares, or None (never an inherited one)."""
     return vars(algorithm_cls).get("FUSED")

@@ -49,12 +49,10 @@ class GroupDRO(ERM):
         device = minibatches[0][0].device
         if len(self.q) != len(minibatches):
             self.q = torch.ones(len(minibatches), device=device)
-        losses = torch.stack([F.cross_entropy(self.predict(x), y) for x, y in minibatches])
-        self.q *= (self.hparams["groupdro_eta"] * losses.detach()).exp()
-        self.q /= self.q.sum()
-        loss = torch.dot(losses, self.q)
-        self.optimizer_step(loss)
-        return {"loss": loss.item()}
+        values, state = self.objective_update(group_dro_objective, minibatches,
+                                              self.FUSED.member_hparams, {"q": self.q})
+        self.q = state["q"].detach()
+        return values
 
 
 @register_algorithm("ReweightedERM")

@@ -4,7 +4,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from domainbed import networks
-from domainbed.algorithms.base import Algorithm, FusedForm
+from domainbed.algorithms.base import Algorithm, FusedForm, hparam_tensor
 from domainbed.registry import register_algorithm
 
 
@@ -45,11 +45,25 @@ class ERM(Algorithm):
         self.optimizer.step()
 
     def update(self, minibatches, unlabeled=None):
-        all_x = torch.cat([x for x, _ in minibatches])
-        all_y = torch.cat([y for _, y in minibatches])
-        loss = F.cross_entropy(self.predict(all_x), all_y)
+        values, _ = self.objective_update(erm_objective, minibatches)
+        return values
+
+    def objective_update(self, objective, minibatches, hparam_names=(), state=None):
+        """One optimizer step through a FusedForm objective, the very function the fused
+        launcher vmaps over many models: update()'s values as floats, and the new state."""
+        device = minibatches[0][0].device
+        hp = {k: hparam_tensor([self.hparams[k]], device)[0] for k in hparam_names}
+        loss, values, new_state = objective(self, minibatches, hp, state or {})
         self.optimizer_step(loss)
-        return {"loss": loss.item()}
+        return {k: v.item() if torch.is_tensor(v) else float(v)
+                for k, v in values.items()}, new_state
 
     def predict(self, x):
         return self.network(x)
+
+    # An objective's view of the model: predict (a subclass's own), featurize, classify.
+    def featurize(self, x):
+        return self.featurizer(x)
+
+    def classify(self, features):
+        return self.classifier(features)

@@ -1,6 +1,5 @@
 """Invariant Risk Minimization (Arjovsky et al. 2019), as DomainBed implements it."""
 import torch
-import torch.autograd as autograd
 import torch.nn.functional as F
 
 from domainbed.algorithms.base import FusedForm
@@ -18,23 +17,14 @@ def split_logits(all_logits, minibatches):
     return out
 
 
-def irm_penalty(logits, y):
-    """IRMv1 penalty: the squared gradient of the risk w.r.t. a dummy scale on the logits,
-    estimated without bias as the product of the gradients on the even and odd halves."""
-    scale = torch.tensor(1.0, device=logits.device, requires_grad=True)
-    loss_1 = F.cross_entropy(logits[::2] * scale, y[::2])
-    loss_2 = F.cross_entropy(logits[1::2] * scale, y[1::2])
-    grad_1 = autograd.grad(loss_1, [scale], create_graph=True)[0]
-    grad_2 = autograd.grad(loss_2, [scale], create_graph=True)[0]
-    return torch.sum(grad_1 * grad_2)
-
-
 def _scaled_risk(scale, logits, y):
     return F.cross_entropy(logits * scale, y)
 
 
-def irm_penalty_functional(logits, y):
-    """irm_penalty through torch.func (autograd.grad cannot run inside vmap)."""
+def irm_penalty(logits, y):
+    """IRMv1 penalty: the squared gradient of the risk w.r.t. a dummy scale on the logits,
+    estimated without bias as the product of the gradients on the even and odd halves.
+    Through torch.func, so that it also runs inside the fused launcher's vmap."""
     one = torch.ones((), dtype=logits.dtype, device=logits.device)
     grad_1 = torch.func.grad(_scaled_risk)(one, logits[::2], y[::2])
     grad_2 = torch.func.grad(_scaled_risk)(one, logits[1::2], y[1::2])
@@ -42,7 +32,7 @@ def irm_penalty_functional(logits, y):
 
 
 def annealed_weight(prefix, hp, state):
-    """AnnealedPenalty.penalty_weight for one fused member: 1 before the switch step."""
+    """The penalty weight of an AnnealedPenalty: 1 before its switch step, then lambda."""
     count = state["update_count"].reshape(())
     return torch.where(count >= hp[f"{prefix}_penalty_anneal_iters"],
                        hp[f"{prefix}_lambda"], torch.ones_like(hp[f"{prefix}_lambda"]))
@@ -65,7 +55,7 @@ def irm_objective(model, minibatches, hp, state):
     nll, penalty = 0.0, 0.0
     for logits, y in split_logits(all_logits, minibatches):
         nll = nll + F.cross_entropy(logits, y)
-        penalty = penalty + irm_penalty_functional(logits, y)
+        penalty = penalty + irm_penalty(logits, y)
     nll = nll / len(minibatches)
     penalty = penalty / len(minibatches)
     loss = nll + weight * penalty
@@ -91,11 +81,6 @@ class AnnealedPenalty(ERM):
     def anneal_iters(self):
         return self.hparams[f"{self.PREFIX}_penalty_anneal_iters"]
 
-    def penalty_weight(self):
-        if int(self.update_count.item()) >= self.anneal_iters:
-            return self.hparams[f"{self.PREFIX}_lambda"]
-        return 1.0
-
     def optimizer_step(self, loss):
         if int(self.update_count.item()) == self.anneal_iters:
             self.optimizer = self.new_optimizer()
@@ -117,14 +102,6 @@ class IRM(AnnealedPenalty):
     _irm_penalty = staticmethod(irm_penalty)  # DomainBed's name, for ported subclasses
 
     def update(self, minibatches, unlabeled=None):
-        weight = self.penalty_weight()
-        all_logits = self.network(torch.cat([x for x, _ in minibatches]))
-        nll, penalty = 0.0, 0.0
-        for logits, y in split_logits(all_logits, minibatches):
-            nll = nll + F.cross_entropy(logits, y)
-            penalty = penalty + irm_penalty(logits, y)
-        nll = nll / len(minibatches)
-        penalty = penalty / len(minibatches)
-        loss = nll + weight * penalty
-        self.optimizer_step(loss)
-        return {"loss": loss.item(), "nll": nll.item(), "penalty": penalty.item()}
+        values, _ = self.objective_update(irm_objective, minibatches, self.FUSED.member_hparams,
+                                          {"update_count": self.update_count})
+        return values

@@ -37,13 +37,7 @@ class VREx(AnnealedPenalty):
     FUSED = annealed_fused_form(vrex_objective, "vrex")
 
     def update(self, minibatches, unlabeled=None):
-        weight = self.penalty_weight()
-        all_logits = self.network(torch.cat([x for x, _ in minibatches]))
-        losses = torch.stack([F.cross_entropy(logits, y)
-                              for logits, y in split_logits(all_logits, minibatches)])
-        mean = losses.mean()
-        penalty = ((losses - mean) ** 2).mean()
-        loss = mean + weight * penalty
-        self.optimizer_step(loss)
-        # DomainBed reports as `nll` the risk of the last environment; kept for comparable logs.
-        return {"loss": loss.item(), "nll": losses[-1].item(), "penalty": penalty.item()}
+        values, _ = self.objective_update(vrex_objective, minibatches,
+                                          self.FUSED.member_hparams,
+                                          {"update_count": self.update_count})
+        return values
