@@ -36,8 +36,10 @@ def build_parser():
     p.add_argument("--eval_splits", nargs="+", default=["out", "test"],
                    help="train.py's --eval_splits (default: every out split, and the "
                         "test env's in split for OODSelect)")
-    p.add_argument("--launcher", default="pooled", choices=("pooled", "local"),
-                   help="pooled: a few long-lived processes (default); local: one per run")
+    p.add_argument("--launcher", default="pooled", choices=("pooled", "local", "fused"),
+                   help="pooled: a few long-lived processes (default); local: one per run; "
+                        "fused: runs sharing data, architecture and batch size trained as "
+                        "one stack of models (for a GPU)")
     p.add_argument("--seed", type=int, default=0, help="seed of the zoo's draw")
     p.add_argument("--ood_env", type=int, default=None,
                    help="OODSelect's OOD environment (default: the lowest-R split)")
