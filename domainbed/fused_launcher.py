@@ -19,6 +19,7 @@ dozens of them fills it. A CPU is already busy with one model: stacking 16 measu
 import json
 import multiprocessing
 import os
+import queue
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -130,21 +131,64 @@ def fused_launcher(commands, max_workers=1, echo=None, fused_max_models=FUSED_MA
     if work.groups:
         echo(f"fused: {sum(map(len, work.groups))} jobs in {len(work.groups)} groups "
              f"({', '.join(str(len(g)) for g in work.groups)} models)")
-        # spawn: a fresh process per group (safe with CUDA; memory freed when it ends)
-        context = multiprocessing.get_context("spawn")
-        with context.Pool(min(max_workers, len(work.groups)), maxtasksperchild=1) as pool:
-            for result in pool.imap_unordered(run_group, work.groups):
-                outcomes.extend(result.outcomes)
-                for outcome in result.outcomes:
-                    launchers._report(outcome, echo)
-                echo(result.summary)
-                if result.fallback:
-                    echo(f"fused: {len(result.fallback)} jobs continue as ordinary jobs "
-                         f"({result.fallback_reason})")
-                    ordinary.extend(result.fallback)
+        for result in run_groups(work.groups, max_workers):
+            outcomes.extend(result.outcomes)
+            for outcome in result.outcomes:
+                launchers._report(outcome, echo)
+            echo(result.summary)
+            if result.fallback:
+                echo(f"fused: {len(result.fallback)} jobs continue as ordinary jobs "
+                     f"({result.fallback_reason})")
+                ordinary.extend(result.fallback)
     if ordinary:
         outcomes.extend(launchers.local_launcher(ordinary, max_workers=max_workers))
     return outcomes
+
+
+def run_groups(groups, max_workers):
+    """Yield each group's GroupResult, training `max_workers` groups at a time, each in a
+    fresh spawned process (safe with CUDA; its memory is freed when it ends). A process
+    that dies without a result (killed, out of memory) fails its members, not the
+    sweep."""
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    pending, running = list(enumerate(groups)), {}
+    try:
+        while pending or running:
+            while pending and len(running) < max_workers:
+                index, commands = pending.pop(0)
+                process = context.Process(target=_group_process, args=(index, commands,
+                                                                        results))
+                process.start()
+                running[index] = process
+            try:
+                index, result = results.get(timeout=1.0)
+            except queue.Empty:
+                for index, process in list(running.items()):
+                    # exit code 0 comes only after the result is queued (read next time)
+                    if process.exitcode not in (None, 0):
+                        running.pop(index)
+                        yield _died(groups[index], process.exitcode)
+                continue
+            process = running.pop(index, None)
+            if process is not None:
+                process.join()
+            yield result
+    finally:
+        for process in running.values():
+            process.terminate()
+
+
+def _group_process(index, commands, results):
+    results.put((index, run_group(commands)))
+
+
+def _died(commands, exitcode):
+    outcomes = [launchers.Outcome(c.output_dir, "failed", exitcode) for c in commands
+                if not os.path.exists(os.path.join(c.output_dir, launchers.DONE_FILE))]
+    return GroupResult(outcomes, [], summary=f"fused: the process of a group of "
+                                             f"{len(commands)} died (exit code {exitcode}); "
+                                             f"relaunch to resume its members")
 
 
 @dataclass

@@ -163,6 +163,10 @@ class FusedGroup:
         for i, member in enumerate(self.members):
             optimizer = member.algorithm.optimizer
             group = optimizer.param_groups[0]
+            if type(optimizer) is not torch.optim.Adam or len(optimizer.param_groups) != 1 \
+                    or group["amsgrad"] or group["maximize"]:
+                raise ValueError(f"{type(member.algorithm).__name__}'s optimizer is not one "
+                                 f"plain Adam over its network")
             self.betas, self.eps = group["betas"], group["eps"]
             for n, p in member.algorithm.network.named_parameters():
                 state = optimizer.state.get(p)

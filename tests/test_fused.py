@@ -215,3 +215,13 @@ def test_sweep_with_the_fused_launcher(tmp_path):
     assert "running fused with 2 models" in log and "exit code 0" in log
     assert sum(line.startswith("step ") for line in log.splitlines()) == \
         len(records(run_dirs[0]))
+
+
+def test_a_group_process_that_dies_fails_its_members_not_the_launcher(tmp_path):
+    from domainbed.fused_launcher import run_groups
+    (tmp_path / "file").write_text("not a directory")
+    doomed = [command(train_flags(tmp_path / "file" / f"run{i}", tmp_path, seed=i))
+              for i in range(2)]
+    (result,) = list(run_groups([doomed], max_workers=1))
+    assert [o.status for o in result.outcomes] == ["failed", "failed"]
+    assert "died (exit code 1)" in result.summary
