@@ -149,7 +149,7 @@ def test_unknown_names_list_valid_ones(tmp_path, fake_names):
     with pytest.raises(UnknownNameError, match="valid algorithms: .*" + ALGORITHM):
         sweep.main(["status", "--algorithms", "NoSuchAlg"] + flags(tmp_path)[:2] +
                    flags(tmp_path)[4:])
-    with pytest.raises(UnknownNameError, match="dummy, local"):
+    with pytest.raises(UnknownNameError, match="dummy, fused, local"):
         sweep.main(["status"] + flags(tmp_path, launcher="nope"))
 
 
