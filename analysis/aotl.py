@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from domainbed.errors import UnknownNameError, UserError, epilog_example, run_cli
+from oodutils.accuracy import AOTL_CLIP
+from oodutils.errors import UnknownNameError, UserError, epilog_example, run_cli
 
 from .aotl_inputs import (
     CHECKPOINTS,
@@ -119,7 +120,7 @@ def _fit_row(meta, x, y, runs, opts, where):
     return row
 
 
-def _options(scale="probit", clip=0.01, threshold=0.3, n_boot=0, resample="runs", ci=0.95,
+def _options(scale="probit", clip=AOTL_CLIP, threshold=0.3, n_boot=0, resample="runs", ci=0.95,
              seed=0):
     if resample not in RESAMPLE:
         raise UnknownNameError("resampling unit", resample, RESAMPLE)
@@ -273,7 +274,7 @@ def changepoint_table(acc: Accuracies, id_envs=None, pen=None, min_size=None, ju
 
 def classifier_count_table(acc: Accuracies, id_envs=None, pooled=True, n_boot=1000,
                            conf=0.95, tol=0.01, step=100, start=10, resample="models",
-                           scale="probit", clip=0.01, seed=0) -> pd.DataFrame:
+                           scale="probit", clip=AOTL_CLIP, seed=0) -> pd.DataFrame:
     """Table-3 style: minimum number of classifiers for a stable R, per split.
 
     ``pooled`` (the paper's Table 3): every (classifier, ID env) row is a point, x its ID
@@ -313,7 +314,7 @@ def classifier_count_table(acc: Accuracies, id_envs=None, pooled=True, n_boot=10
 
 # ---------------------------------------------------------------------------- plots
 
-def plot_split(acc: Accuracies, dataset, ood, path, id_envs=None, scale="probit", clip=0.01):
+def plot_split(acc: Accuracies, dataset, ood, path, id_envs=None, scale="probit", clip=AOTL_CLIP):
     """Probit-axis scatter of one split: per-ID-env points and fit lines, the overall fit
     (mean ID accuracy), y = x; slope and R in the legend."""
     from . import plots
@@ -347,7 +348,7 @@ def build_parser():
     p.add_argument("--id-envs", type=int, nargs="+", default=None, metavar="ENV",
                    help="ID environments to use (the OOD env is always removed); default all")
     p.add_argument("--scale", choices=SCALES, default="probit")
-    p.add_argument("--clip", type=float, default=0.01,
+    p.add_argument("--clip", type=float, default=AOTL_CLIP,
                    help="clip accuracies to [clip, 1-clip] before probit/logit (default 0.01)")
     p.add_argument("--threshold", type=float, default=0.3,
                    help="well-specified iff R < threshold (default 0.3)")
@@ -439,7 +440,7 @@ def _safe(name):
 
 def cli():
     """The `aotl` console command ([project.scripts])."""
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     sys.exit(run_cli(main))
 
 

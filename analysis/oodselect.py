@@ -36,9 +36,11 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from domainbed.errors import UserError
+from oodutils.accuracy import OODSELECT_CLIP
+from oodutils.accuracy import probit as _probit
+from oodutils.errors import UserError
 
-PROBIT_EPS = 1e-6       # [code] clamp(x, eps, 1 - eps) before the probit
+PROBIT_EPS = OODSELECT_CLIP   # [code] clamp(x, eps, 1 - eps) before the probit
 VAR_EPS = 1e-6          # [code] added to both variances in the Pearson denominator
 PENALTY_FORMS = ("softplus", "squared")
 LOSSES = ("r", "r2")
@@ -67,12 +69,9 @@ class Hparams:
 
 
 def probit(x, eps=PROBIT_EPS):
-    """Phi^-1(clip(x, eps, 1 - eps)) for a torch tensor or anything array-like."""
-    if torch.is_tensor(x):
-        x = x.clamp(eps, 1 - eps)
-        return math.sqrt(2.0) * torch.erfinv(2 * x - 1)
-    from scipy.special import ndtri
-    return ndtri(np.clip(np.asarray(x, dtype=np.float64), eps, 1 - eps))
+    """Phi^-1(clip(x, eps, 1 - eps)) for a torch tensor or anything array-like: the shared
+    :func:`oodutils.accuracy.probit` at OODSelect's clip."""
+    return _probit(x, eps)
 
 
 def pearson(u, v, var_eps=VAR_EPS):
@@ -377,7 +376,7 @@ class OODSelect:
         return self
 
     def _tune(self, A_tr, y_train, sizes, A_va, y_val):
-        from domainbed.errors import require
+        from oodutils.errors import require
         optuna = require("optuna", extra="analysis")
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         studies = []
@@ -425,5 +424,5 @@ class OODSelect:
 
 if __name__ == "__main__":  # python -m analysis.oodselect
     from analysis.oodselect_cli import main as _main
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     run_cli(_main)

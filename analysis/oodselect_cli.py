@@ -27,7 +27,7 @@ from analysis import oodselect as core
 from analysis import oodselect_baselines as bl
 from analysis import oodselect_data as data
 from analysis import oodselect_report as rep
-from domainbed.errors import UserError, epilog_example
+from oodutils.errors import UserError, epilog_example
 
 EPILOG = epilog_example("oodselect", "analysis.oodselect",
                         "--matrix A_y.npz --sizes 100 500 --seed 0 --output oodselect/")
@@ -267,7 +267,7 @@ def load_input(args):
 
 def check_args(args):
     """Bad numbers and paths are one clear error before the matrix is even read."""
-    from domainbed.fileio import check_output_path
+    from oodutils.fileio import check_output_path
     if args.steps < 1:
         raise UserError(f"--steps must be at least 1, got {args.steps}")
     for name in ("lr", "eta_min", "penalty"):
@@ -333,10 +333,10 @@ def format_summary(summary):
 
 def cli():
     """The `oodselect` console command ([project.scripts])."""
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     sys.exit(run_cli(main))
 
 
 if __name__ == "__main__":
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     run_cli(main)

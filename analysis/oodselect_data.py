@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from domainbed.errors import UserError
+from oodutils.accuracy import check_accuracies
+from oodutils.errors import UserError
 
 EXAMPLE_COLUMNS = ("label", "env", "split", "group", "path")
 
@@ -44,8 +45,7 @@ class CorrectnessMatrix:
             raise UserError(f"need at least 5 models and 1 example, got A of shape {M}x{N}")
         if not np.isin(self.A, (0, 1)).all():
             raise UserError("A must hold 0/1 correctness values")
-        if not np.isfinite(self.y).all() or (self.y < 0).any() or (self.y > 1).any():
-            raise UserError("y must hold accuracies in [0, 1]")
+        check_accuracies(self.y, "y (the ID accuracy of each model)")
         self.A = self.A.astype(np.uint8, copy=False)
         if len(self.models) != M or len(self.examples) != N:
             raise UserError("the model and example tables must match A's shape")
@@ -106,7 +106,7 @@ def load_matrix(path):
 
 def save_matrix(path, cm):
     """Write a CorrectnessMatrix as ``.npz`` (readable back by :func:`load_matrix`)."""
-    from domainbed.fileio import atomic_savez
+    from oodutils.fileio import atomic_savez
     arrays = {"A": cm.A, "y": cm.y, "example_id": cm.examples["id"].to_numpy()}
     for key in ("run", "arch", "run_dir", "step", "algorithm"):
         if key in cm.models:

@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from domainbed.fileio import atomic_write_text, finite_json
+from oodutils.accuracy import OODSELECT_CLIP, probit
+from oodutils.fileio import atomic_write_text, finite_json
 
 Z95 = 1.959963984540054
 PAPER_FISHER_M = 100      # Table A.3's parentheticals use m_b = 100 "trials" (notes_001 3.3)
@@ -190,11 +191,10 @@ def plot_correlation_vs_size(summary, path, full_r=None, title=None):
     _save(fig, path)
 
 
-def plot_probit_scatter(y, acc_all, acc_subset, path, n=None, eps=1e-6, title=None):
+def plot_probit_scatter(y, acc_all, acc_subset, path, n=None, eps=OODSELECT_CLIP, title=None):
     """Probit ID accuracy against probit OOD accuracy on all examples and on the
     selected subset (test models), each with its least-squares line."""
-    from scipy.special import ndtri
-    pr = lambda a: ndtri(np.clip(np.asarray(a, float), eps, 1 - eps))  # noqa: E731
+    pr = lambda a: probit(a, eps)  # noqa: E731
     x = pr(y)
     fig, ax = _figure(5, 4)
     for acc, label, color in ((acc_all, "all OOD examples", "tab:blue"),

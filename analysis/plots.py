@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from oodutils.accuracy import AOTL_CLIP
+
 ACC_TICKS = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
 
 
@@ -30,7 +32,7 @@ def figure(width=6.0, height=5.0):
 
 def save(fig, path, dpi=120):
     """Write ``fig`` as PNG to ``path`` atomically and close it; returns the path."""
-    from domainbed.fileio import atomic_write_bytes
+    from oodutils.fileio import atomic_write_bytes
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     _plt().close(fig)
@@ -39,7 +41,7 @@ def save(fig, path, dpi=120):
     return path
 
 
-def accuracy_axes(ax, transform, scale="probit", clip=0.01, ticks=ACC_TICKS, axis="both"):
+def accuracy_axes(ax, transform, scale="probit", clip=AOTL_CLIP, ticks=ACC_TICKS, axis="both"):
     """Ticks at transform(acc) labelled as accuracies (percent), inside the current view
     limits (which stay as they are)."""
     if scale == "identity":
@@ -69,7 +71,7 @@ def fit_line(ax, slope, intercept, lo, hi, **kw):
     ax.plot(xs, slope * xs + intercept, **kw)
 
 
-def aotl_scatter(series, overall, path, scale="probit", clip=0.01, title=None,
+def aotl_scatter(series, overall, path, scale="probit", clip=AOTL_CLIP, title=None,
                  transform=None, max_points=5000, seed=0):
     """Scatter of one split on the fitting scale, with accuracy tick labels.
 

@@ -33,6 +33,8 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, special, stats
 
+from oodutils.accuracy import THEORY_CLIP, probit
+
 MU_DG = np.array([1.0, 1.0])
 MU_SPU = np.array([1.0, 1.0])
 
@@ -348,7 +350,7 @@ def simulate_figure2(setting="identity", n_test=50, n=1000, seed=1234, delta=0.5
     return df
 
 
-def probit_fit(acc_id, acc_ood, clip=1e-6):
+def probit_fit(acc_id, acc_ood, clip=THEORY_CLIP):
     """linregress(probit(acc_id), probit(acc_ood)) via analysis.aotl_stats.fit_line: a dict
     with slope, intercept, R, p, stderr (and fit_line's other keys). The default clip is
     tiny: the authors' Fig. 3 notebook fits unclipped probits; clipping only keeps
@@ -382,10 +384,9 @@ def simulate_figure3(a=-1.0, n_classifiers=50, n=1000, seed=1234, label_noise=0.
             X_ood, y_ood = fixed_ood
         rows.append({"acc_id": f.accuracy(X_id, y_id), "acc_ood": f.accuracy(X_ood, y_ood),
                      "w_spu_mu": float(f.coef[2:] @ MU_SPU)})
-    from analysis.aotl_stats import transform
     df = pd.DataFrame(rows)
-    df["probit_id"] = transform(df["acc_id"], "probit", 1e-6)
-    df["probit_ood"] = transform(df["acc_ood"], "probit", 1e-6)
+    df["probit_id"] = probit(df["acc_id"], THEORY_CLIP)
+    df["probit_ood"] = probit(df["acc_ood"], THEORY_CLIP)
     fit = probit_fit(df["acc_id"], df["acc_ood"])
     df.attrs.update(a=a, **fit)
     return df, fit

@@ -32,7 +32,8 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
-from domainbed.errors import UserError
+from oodutils.accuracy import check_accuracies
+from oodutils.errors import UserError
 
 DEFAULT_THRESHOLDS = {"erm_failure": 5.0, "disc_power": 2.5, "conv_validity": 0.1}
 STRATEGIES = ("all", "valid", "closest")
@@ -51,26 +52,6 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 # input checks
 # ---------------------------------------------------------------------------------------------
-
-def check_accuracies(values, what="accuracies", allow_nan=False):
-    """``values`` as a float array; UserError when empty, non-numeric, or outside [0, 1]."""
-    try:
-        arr = np.asarray(values, dtype=float)
-    except (TypeError, ValueError):
-        raise UserError(f"{what} must be numbers") from None
-    if arr.size == 0:
-        raise UserError(f"no {what} given (empty input)")
-    finite = arr[~np.isnan(arr)]
-    if not allow_nan and finite.size != arr.size:
-        raise UserError(f"{what} contain missing values (NaN)")
-    if finite.size == 0:
-        raise UserError(f"{what} are all missing")
-    if np.isinf(finite).any() or finite.min() < 0 or finite.max() > 1:
-        bad = finite[(finite < 0) | (finite > 1) | np.isinf(finite)][0]
-        raise UserError(f"{what} must be fractions in [0, 1]; got {bad:g}"
-                        + (" (percentages? divide by 100)" if 1 < bad <= 100 else ""))
-    return arr
-
 
 def _require_columns(df, columns, what):
     missing = [c for c in columns if c not in df.columns]
@@ -563,5 +544,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     sys.exit(run_cli(main))

@@ -38,8 +38,8 @@ import pandas as pd
 
 from analysis import validity as V
 from domainbed import model_selection as ms
-from domainbed.errors import UserError, epilog_example
 from domainbed.records import list_prediction_steps, load_predictions, load_records
+from oodutils.errors import UserError, epilog_example
 
 EPILOG = epilog_example("benchmark-validity", "analysis.validity",
                         "report --input-dir sweeps/s1 sweeps/s2")
@@ -429,7 +429,7 @@ def _emit(df, args, title, notes=()):
         if notes:
             text += "\n"
     if args.output:
-        from domainbed.fileio import atomic_write_text
+        from oodutils.fileio import atomic_write_text
         atomic_write_text(args.output, text)
         print(f"wrote {args.output}")
     else:
@@ -601,5 +601,5 @@ def main(argv=None):
 
 def cli():
     """The `benchmark-validity` console command ([project.scripts])."""
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     sys.exit(run_cli(main))

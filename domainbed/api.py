@@ -27,7 +27,7 @@ def train(dataset: str = "ColoredMNIST", algorithm: str = "ERM",
     from domainbed import hparams as hp
     from domainbed import training
     from domainbed.records import load_records
-    from domainbed.scripts.train import parse_args, validate
+    from domainbed.scripts.train import parse_args, parse_overrides, validate
 
     args = parse_args([])
     unknown = sorted(set(options) - set(vars(args)))
@@ -40,7 +40,7 @@ def train(dataset: str = "ColoredMNIST", algorithm: str = "ERM",
     vars(args).update(options, dataset=dataset, algorithm=algorithm, test_envs=test_envs,
                       output_dir=os.fspath(output_dir), hparams=hparams)
     algorithm_cls, dataset_cls = validate(args)
-    overrides = json.loads(args.hparams) if args.hparams else {}
+    overrides = parse_overrides(args)
     run_hparams = hp.resolve(args.algorithm, args.dataset, args.hparams_seed,
                              args.trial_seed, overrides)
     training.run(args, run_hparams, algorithm_cls, dataset_cls)

@@ -20,8 +20,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from domainbed.errors import UserError
 from ood_bench.data import fetch, iterate
+from oodutils.errors import UserError
 
 BACKBONES = ("auto", "mlp", "resnet18", "resnet34", "resnet50", "featurizer")
 SELECTIONS = ("acc", "loss", "last")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 
 
 def load_dataset(name, data_dir, hparams=None, data_seed=0):

@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 
 #: Table 8 (mean, standard error over 5 runs), the points of Fig. 3
 PAPER_TABLE8 = {

@@ -13,8 +13,8 @@ import json
 import sys
 import warnings
 
-from domainbed.errors import UserError, run_cli
 from ood_bench.estimator import DEFAULTS, ShiftEstimationError, estimate_shifts
+from oodutils.errors import UserError, run_cli
 
 
 def add_estimator_arguments(parser):
@@ -112,14 +112,14 @@ def _warn_line(message, category, filename, lineno, file=None, line=None):
 
 
 def main(argv=None):
-    from domainbed.fileio import check_output_path
+    from oodutils.fileio import check_output_path
     args = build_parser().parse_args(argv)
     if args.out:
         check_output_path(args.out, "--out")
     result = quantify_file(args.features, args.seed, args.mode, args.num_threads,
                            **estimator_options(args))
     if args.out:
-        from domainbed.fileio import atomic_write_json
+        from oodutils.fileio import atomic_write_json
         atomic_write_json(args.out, result)
     shown = {k: result[k] for k in ("diversity", "correlation") if k in result}
     print(json.dumps(shown))

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from domainbed.fileio import atomic_savez, atomic_write_json
 from ood_bench.estimator import DEFAULTS, ShiftDensities, iid_split
+from oodutils.fileio import atomic_savez, atomic_write_json
 
 
 @dataclass
@@ -93,7 +93,7 @@ def save_features(path, feats, meta=None):
 
 
 def load_features(path):
-    from domainbed.errors import UserError
+    from oodutils.errors import UserError
     if not os.path.isfile(path):
         raise UserError(f"features file {path!r} does not exist")
     import zipfile
@@ -115,7 +115,7 @@ def load_features(path):
 
 
 def check_feature_shapes(path, feats):
-    from domainbed.errors import UserError
+    from oodutils.errors import UserError
     for side in ("p", "q"):
         z, y = feats[f"z_{side}"], feats[f"y_{side}"]
         if z.ndim != 2 or y.ndim != 1 or len(z) != len(y) or len(z) == 0:
@@ -224,7 +224,7 @@ def run_trials(cfg, n_trials=5, seed=0, output_dir=None, calibrate=False,
         elif calibration_level == "features":
             iid = iid_feature_densities(feats, cfg, seed)
         else:
-            from domainbed.errors import UserError
+            from oodutils.errors import UserError
             raise UserError(f"--calibration-level must be data or features, not "
                             f"{calibration_level!r}")
     eps_div, eps_cor = cfg.eps_div, cfg.eps_cor
@@ -258,7 +258,7 @@ def run_trials(cfg, n_trials=5, seed=0, output_dir=None, calibrate=False,
 
 def load_results(paths):
     """result.json files as dicts; a missing or malformed one is one clear UserError."""
-    from domainbed.errors import UserError
+    from oodutils.errors import UserError
     out = []
     for p in paths:
         try:

@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 
 from analysis import plots, theory  # noqa: E402
 from analysis.aotl_stats import transform  # noqa: E402
-from domainbed.errors import UserError, run_cli  # noqa: E402
+from oodutils.errors import UserError, run_cli  # noqa: E402
 
 PANELS = {"identity": "(a) train at M = I",
           "extrapolation": "(b) extrapolation (PD training mixture)",

@@ -16,8 +16,8 @@ import os
 import sys
 import time
 
-from domainbed.errors import UserError, epilog_example, run_cli
-from domainbed.fileio import atomic_write_bytes, atomic_write_json
+from oodutils.errors import UserError, epilog_example, run_cli
+from oodutils.fileio import atomic_write_bytes, atomic_write_json
 from spawrious.caption import DEFAULT_CAPTIONER, caption_passes
 from spawrious.constants import (
     BREEDS,
@@ -275,7 +275,7 @@ def main(argv=None):
 
 def cli():
     """The `spawrious-generate` console command ([project.scripts])."""
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     sys.exit(run_cli(main))
 
 

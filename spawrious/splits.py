@@ -22,7 +22,7 @@ m2m_medium with another per-environment assignment); its O2O columns equal the c
 import sys
 from dataclasses import dataclass
 
-from domainbed.errors import UnknownNameError, UserError, epilog_example
+from oodutils.errors import UnknownNameError, UserError, epilog_example
 from spawrious.constants import BREEDS, CLASS_LIST, DEFAULT_PER_CELL, LOCATIONS
 from spawrious.layout import cell_dir, cell_relpath, list_images
 
@@ -284,10 +284,10 @@ def main(argv=None):
 
 def cli():
     """The `spawrious-splits` console command ([project.scripts])."""
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     sys.exit(run_cli(main))
 
 
 if __name__ == "__main__":
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     run_cli(main)

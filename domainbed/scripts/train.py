@@ -2,7 +2,6 @@
 (DomainBed's flags, plus --data_seed, --precision, --save_logits, resume on rerun)."""
 import argparse
 import functools
-import json
 import os
 import sys
 import traceback
@@ -142,13 +141,9 @@ def make_output_dir(path):
 
 
 def parse_overrides(args):
-    try:
-        overrides = json.loads(args.hparams) if args.hparams else {}
-    except json.JSONDecodeError as e:
-        raise UserError(f"--hparams is not valid JSON: {e}") from None
-    if not isinstance(overrides, dict):
-        raise UserError("--hparams must be a JSON object")
-    return overrides
+    """--hparams as a dict (the shared parser: one error line for bad JSON)."""
+    from oodutils.cli import parse_json_object
+    return parse_json_object(args.hparams, "--hparams")
 
 
 def resolve_hparams(args, notify):
