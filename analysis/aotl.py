@@ -411,7 +411,7 @@ def make_table(acc, args):
 
 
 def main(argv=None):
-    from . import report
+    from oodutils import tables as report
     args = build_parser().parse_args(argv)
     acc = load_accuracies(args.paths, split=args.split, checkpoints=args.checkpoints,
                           algorithms=args.algorithms)

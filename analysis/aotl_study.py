@@ -91,7 +91,7 @@ def run_oodselect(runs_dir, dataset, ood_env, out_dir, steps=1500, seed=0):
 
 
 def _md(df, digits=3):
-    from analysis.report import render
+    from oodutils.tables import render
     return render(df, "markdown", digits).strip() if len(df) else "(empty)"
 
 

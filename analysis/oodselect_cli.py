@@ -326,7 +326,7 @@ def format_summary(summary):
                         "r_val", "spearman_test", "m_test") if c in summary]
     table = summary[cols]
     try:
-        from analysis.report import render
+        from oodutils.tables import render
         return render(table, "text", digits=3)
     except ImportError:  # pragma: no cover - the renderer is another module's
         return table.to_string(index=False, float_format=lambda v: f"{v:.3f}")

@@ -420,7 +420,7 @@ def _load(args):
 
 
 def _emit(df, args, title, notes=()):
-    from analysis import report
+    from oodutils import tables as report
     fmt = args.format or (report.format_for_path(args.output) if args.output else "text")
     text = report.render(df, fmt, args.digits, title if fmt != "csv" else None)
     if fmt != "csv":
