@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -59,6 +60,9 @@ from .aotl_stats import (
     probit,
     transform,
 )
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 EPILOG = epilog_example("aotl", "analysis.aotl",
                         "sweeps/s1 --table per-ood --format csv --output aotl.csv")
@@ -314,9 +318,11 @@ def classifier_count_table(acc: Accuracies, id_envs=None, pooled=True, n_boot=10
 
 # ---------------------------------------------------------------------------- plots
 
-def plot_split(acc: Accuracies, dataset, ood, path, id_envs=None, scale="probit", clip=AOTL_CLIP):
+def plot_split(acc: Accuracies, dataset, ood, path=None, id_envs=None, scale="probit",
+               clip=AOTL_CLIP, ax=None) -> Figure:
     """Probit-axis scatter of one split: per-ID-env points and fit lines, the overall fit
-    (mean ID accuracy), y = x; slope and R in the legend."""
+    (mean ID accuracy), y = x; slope and R in the legend. Drawn on ``ax`` if given, saved
+    as PNG to ``path`` if given; returns the matplotlib Figure."""
     from . import plots
     ids = _id_envs_for(acc, dataset, ood, id_envs)
     sub = _split_frame(acc, dataset, ood, [acc_col(e) for e in ids] + [acc_col(ood)])
@@ -331,7 +337,7 @@ def plot_split(acc: Accuracies, dataset, ood, path, id_envs=None, scale="probit"
     overall = fit_line(x, y, scale, clip, f"{dataset} {ood}")
     title = f"{dataset}: OOD env {ood}" + (f" ({names[ood]})" if ood < len(names) else "")
     return plots.aotl_scatter(series, ("mean ID", x, y, overall), path, scale=scale,
-                              clip=clip, title=title, transform=transform)
+                              clip=clip, title=title, transform=transform, ax=ax)
 
 
 # ---------------------------------------------------------------------------- CLI
