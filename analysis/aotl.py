@@ -35,7 +35,9 @@ import numpy as np
 import pandas as pd
 
 from oodutils.accuracy import AOTL_CLIP
+from oodutils.cli import add_logging_flags, configure_logging
 from oodutils.errors import UnknownNameError, UserError, epilog_example, run_cli
+from oodutils.log import get_logger
 
 from .aotl_inputs import (
     CHECKPOINTS,
@@ -63,6 +65,8 @@ from .aotl_stats import (
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+logger = get_logger(__name__)
 
 EPILOG = epilog_example("aotl", "analysis.aotl",
                         "sweeps/s1 --table per-ood --format csv --output aotl.csv")
@@ -392,6 +396,7 @@ def build_parser():
     p.add_argument("--export-csv", type=Path, default=None, metavar="DIR",
                    help="write the accuracies in the shared CSV schema into DIR "
                         "(then print the table only if --table is given)")
+    add_logging_flags(p)
     return p
 
 
@@ -419,12 +424,12 @@ def make_table(acc, args):
 def main(argv=None):
     from oodutils import tables as report
     args = build_parser().parse_args(argv)
+    configure_logging(args)
     acc = load_accuracies(args.paths, split=args.split, checkpoints=args.checkpoints,
                           algorithms=args.algorithms)
     if args.export_csv is not None:
         written = export_csv(acc, args.export_csv, args.split)
-        print(f"wrote {len(written)} accuracy CSV file(s) under {args.export_csv}",
-              file=sys.stderr)
+        logger.info(f"wrote {len(written)} accuracy CSV file(s) under {args.export_csv}")
     if args.export_csv is None or args.table is not None:
         df = make_table(acc, args)
         if args.output:

@@ -19,7 +19,6 @@ Files may be gzip-compressed. Our exporter adds two optional trailing columns, `
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +27,9 @@ import pandas as pd
 
 from oodutils.accuracy import check_accuracies
 from oodutils.errors import UserError
+from oodutils.log import get_logger
+
+logger = get_logger(__name__)
 
 CSV_COLUMNS = ["x", "y", "train_env", "algorithm", "model_hparams", "dataset", "test_env"]
 REQUIRED_CSV_COLUMNS = ["x", "y", "train_env", "dataset", "test_env"]
@@ -392,7 +394,7 @@ def export_csv(acc: Accuracies, out_dir, split="out"):
 
 def warn(message):
     """Notices go to stderr, once each, so stdout stays a clean table."""
-    print(f"notice: {message}", file=sys.stderr)
+    logger.info(f"notice: {message}")
 
 
 __all__ = ["Accuracies", "CSV_COLUMNS", "load_accuracies", "read_accuracy_csvs",

@@ -39,6 +39,9 @@ import torch
 from oodutils.accuracy import OODSELECT_CLIP
 from oodutils.accuracy import probit as _probit
 from oodutils.errors import UserError
+from oodutils.log import get_logger
+
+logger = get_logger(__name__)
 
 PROBIT_EPS = OODSELECT_CLIP   # [code] clamp(x, eps, 1 - eps) before the probit
 VAR_EPS = 1e-6          # [code] added to both variances in the Pearson denominator
@@ -415,8 +418,8 @@ class OODSelect:
             bar.update(b)
             batch_no += 1
             if self.verbose:
-                print(f"[oodselect] {done}/{self.trials} trials per size; best val r: "
-                      + ", ".join(f"n={s}: {b_[0]:.3f}" for s, b_ in zip(sizes, best)))
+                logger.info(f"[oodselect] {done}/{self.trials} trials per size; best val r: "
+                            + ", ".join(f"n={s}: {b_[0]:.3f}" for s, b_ in zip(sizes, best)))
         bar.close()
         return ([b_[1] for b_ in best], [b_[0] for b_ in best], [b_[2] for b_ in best],
                 [b_[3] for b_ in best], [b_[4] for b_ in best])

@@ -27,7 +27,11 @@ from analysis import oodselect as core
 from analysis import oodselect_baselines as bl
 from analysis import oodselect_data as data
 from analysis import oodselect_report as rep
+from oodutils.cli import add_logging_flags, configure_logging
 from oodutils.errors import UserError, epilog_example
+from oodutils.log import get_logger
+
+logger = get_logger(__name__)
 
 EPILOG = epilog_example("oodselect", "analysis.oodselect",
                         "--matrix A_y.npz --sizes 100 500 --seed 0 --output oodselect/")
@@ -248,7 +252,7 @@ def build_parser():
                    help="Fisher intervals with m = 100 as Table A.3 (default: test models)")
     b.add_argument("--bootstrap", type=int, default=1000)
     b.add_argument("--no-plots", action="store_true")
-    b.add_argument("--quiet", action="store_true")
+    add_logging_flags(p)   # -q / --quiet: no progress lines and no summary table
     return p
 
 
@@ -291,9 +295,9 @@ def check_args(args):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    configure_logging(args)
     check_args(args)
-    log = (lambda *a, **k: None) if args.quiet else (
-        lambda *a, **k: print(*a, file=sys.stderr, **k))
+    log = logger.info     # -q (or --quiet) hides the progress lines, as it always did
     cm = load_input(args)
     sizes = args.sizes or [n for n in DEFAULT_SIZES if n < cm.n_examples]
     if not sizes:
@@ -325,11 +329,8 @@ def format_summary(summary):
     cols = [c for c in ("method", "n", "r_test", "r_test_lo", "r_test_hi", "r_test_sd",
                         "r_val", "spearman_test", "m_test") if c in summary]
     table = summary[cols]
-    try:
-        from oodutils.tables import render
-        return render(table, "text", digits=3)
-    except ImportError:  # pragma: no cover - the renderer is another module's
-        return table.to_string(index=False, float_format=lambda v: f"{v:.3f}")
+    from oodutils.tables import render
+    return render(table, "text", digits=3)
 
 def cli():
     """The `oodselect` console command ([project.scripts])."""

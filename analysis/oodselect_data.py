@@ -11,7 +11,6 @@ from arrays or an ``.npz`` with :func:`load_matrix` (keys ``A`` and ``y``, optio
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,6 +18,9 @@ import pandas as pd
 
 from oodutils.accuracy import check_accuracies
 from oodutils.errors import UserError
+from oodutils.log import get_logger
+
+logger = get_logger(__name__)
 
 EXAMPLE_COLUMNS = ("label", "env", "split", "group", "path")
 
@@ -195,8 +197,8 @@ def from_runs(input_dir, dataset=None, id_envs=None, ood_env=None, require_done=
     view = prediction_matrix(recs, ood_env, splits=(0, 1))
     missing = view.skipped
     if missing and not quiet:
-        print(f"warning: {missing} checkpoint(s) without a predictions file were skipped",
-              file=sys.stderr)
+        logger.warning(f"warning: {missing} checkpoint(s) without a predictions file were "
+                       f"skipped")
     A = view.values
     y = np.array([float(np.mean([r[k] for k in keys])) for r in view.checkpoints])
     models = pd.DataFrame([{"run": r["run_dir"], "run_dir": r["run_dir"], "step": int(r["step"]),

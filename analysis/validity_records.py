@@ -39,6 +39,7 @@ import pandas as pd
 from analysis import validity as V
 from domainbed import model_selection as ms
 from domainbed.records import list_prediction_steps, load_predictions, load_records
+from oodutils.cli import add_logging_flags, configure_logging
 from oodutils.errors import UserError, epilog_example
 
 EPILOG = epilog_example("benchmark-validity", "analysis.validity",
@@ -586,11 +587,14 @@ def build_parser():
     thresholds(p)
     _add_output(p)
     p.set_defaults(func=cmd_leave_one_out)
+    for p in sub.choices.values():
+        add_logging_flags(p)
     return parser
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    configure_logging(args)
     for name in ("input_dir", "k_dir"):
         for d in getattr(args, name, None) or []:
             if not os.path.isdir(d):

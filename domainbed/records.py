@@ -13,13 +13,15 @@ marker, are skipped and counted, with one warning on stderr; they never stop the
 import json
 import os
 import re
-import sys
 import zipfile
 import zlib
 
 import numpy as np
 
 from domainbed.errors import UserError
+from oodutils.log import get_logger
+
+logger = get_logger(__name__)
 
 RESULTS_FILE = "results.jsonl"
 DONE_FILE = "done"
@@ -141,7 +143,7 @@ def load_records(input_dir, require_done=True, quiet=False):
     """Read every run under `input_dir` (a path, or a list of paths) into a Records.
 
     require_done: skip runs without a ``done`` marker (still running, or killed).
-    quiet: do not print the skip warning (it stays available as ``Records.warning()``).
+    quiet: do not log the skip warning (it stays available as ``Records.warning()``).
     Raises UserError when an input directory is missing.
     """
     dirs = _as_dir_list(input_dir)
@@ -160,9 +162,11 @@ def load_records(input_dir, require_done=True, quiet=False):
         records.extend(run_records)
         kept_dirs.append(run_dir)
     result = Records(records, skipped_lines, skipped_runs, kept_dirs, dirs)
+    logger.debug(f"read {len(records)} records from {len(kept_dirs)} run(s) under "
+                 f"{', '.join(map(str, dirs))}")
     message = result.warning()
     if message and not quiet:
-        print(message, file=sys.stderr)
+        logger.warning(message)
     return result
 
 

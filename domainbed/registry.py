@@ -8,14 +8,19 @@ Another installed package registers with an entry point in the group
 module whose import registers classes with the decorators).
 """
 import importlib
-import sys
+import warnings
 from importlib import metadata
 
 from domainbed.errors import UnknownNameError, UserError
+from oodutils.log import ProjectWarning
 
 
 class RegistryClash(UserError, ValueError):
     """Two different classes want the same registered name."""
+
+
+class PluginWarning(ProjectWarning):
+    """An installed plug-in (entry point) failed to load; the registry goes on without it."""
 
 
 def _full_name(cls):
@@ -74,8 +79,8 @@ class Registry:
                 except RegistryClash:
                     raise
                 except Exception as e:  # a broken plug-in must not break the registry
-                    print(f"warning: could not load {self.kind} plug-in {ep.name!r} "
-                          f"({ep.value}): {e}", file=sys.stderr)
+                    warnings.warn(f"could not load {self.kind} plug-in {ep.name!r} "
+                                  f"({ep.value}): {e}", PluginWarning, stacklevel=2)
                     continue
                 if isinstance(obj, type) and self._classes.get(ep.name) is not obj:
                     self.register(ep.name)(obj)

@@ -17,7 +17,7 @@ import sys
 
 from ood_bench import quantify as q
 from ood_bench.trials import TrialConfig
-from oodutils.cli import parse_json_object
+from oodutils.cli import add_logging_flags, configure_logging, parse_json_object
 from oodutils.errors import UserError, epilog_example
 from oodutils.fileio import atomic_write_json, atomic_write_text
 
@@ -56,7 +56,6 @@ def add_training_arguments(p, dataset_required=True):
     g.add_argument("--extract-split", default="out", choices=("out", "train", "all"),
                    help="which examples' features are written (default: held-out)")
     g.add_argument("--n-workers", type=int, default=0)
-    g.add_argument("--verbose", action="store_true")
 
 
 def config_from_args(a):
@@ -220,7 +219,6 @@ def _reduced_training_args(p):
         p.add_argument(flag, type=typ, default=None)
     p.add_argument("--num-threads", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--verbose", action="store_true")
 
 
 def build_parser():
@@ -301,12 +299,15 @@ def build_parser():
     p.add_argument("--grid", help="heatmap_*.json (heatmap)")
     p.add_argument("--output", "--out", "--output-dir", dest="out", required=True, help="PNG path")
     p.set_defaults(func=cmd_plot)
+    for p in sub.choices.values():   # -v / --verbose: training progress; -q: warnings only
+        add_logging_flags(p)
     return parser
 
 
 def main(argv=None):
     from oodutils.fileio import check_output_path
     args = build_parser().parse_args(argv)
+    configure_logging(args)
     if getattr(args, "out", None):
         check_output_path(args.out, "--out")
     if getattr(args, "output_dir", None):

@@ -10,7 +10,10 @@ Fig. 4 grids (one trial per cell, as the paper):
 import numpy as np
 
 from oodutils.errors import UserError
+from oodutils.log import get_logger
 from oodutils.plotting import figure_and_axes, save_figure
+
+logger = get_logger(__name__)
 
 #: Table 8 (mean, standard error over 5 runs), the points of Fig. 3
 PAPER_TABLE8 = {
@@ -115,8 +118,8 @@ def run_heatmap(kind, values, data_dir, seed=0, verbose=False, **overrides):
             s = run_trials(cfg, 1, seed, None, verbose=verbose)
             grid[i, j] = s[spec["metric"]]["mean"]
             if verbose:
-                print(f"{kind}: {spec['axes'][0]}={v_tr}, {spec['axes'][1]}={v_te}: "
-                      f"{spec['metric']} {grid[i, j]:.4f}")
+                logger.info(f"{kind}: {spec['axes'][0]}={v_tr}, {spec['axes'][1]}={v_te}: "
+                            f"{spec['metric']} {grid[i, j]:.4f}")
     return {"kind": kind, "metric": spec["metric"], "axes": list(spec["axes"]),
             "fixed": spec["fixed"], "values": values, "grid": grid.tolist(), "seed": seed}
 

@@ -1,7 +1,7 @@
 """Results tables of a sweep, as DomainBed's collect_results prints them.
 
     python -m domainbed.scripts.collect_results --input_dir SWEEP_DIR
-        [--latex | --format text|markdown|latex|csv]
+        [--latex | --format text|markdown|latex|csv|html] [-v | -q]
         [--selection_methods training_domain leave_one_out oracle worst_group val_worst_group]
 
 For each model selection method: one table per dataset (rows: algorithms, columns: test
@@ -11,7 +11,7 @@ Datasets whose records carry worst-group accuracies also get a worst-group secti
 datasets whose environments are official splits (train/val/test, SubpopBench framing) also
 get SubpopBench's selection (best val worst-group accuracy; test worst-group and average
 accuracy tables).
-Works from the records alone; the tables are also saved as results.<txt|md|tex|csv> in
+Works from the records alone; the tables are also saved as results.<txt|md|tex|csv|html> in
 the input directory, as DomainBed does (unless --no_save).
 """
 import argparse
@@ -22,6 +22,10 @@ import sys
 from domainbed import model_selection, reporting
 from domainbed.errors import UnknownNameError, UserError, epilog_example, run_cli
 from domainbed.records import load_records
+from oodutils.cli import add_logging_flags, configure_logging
+from oodutils.log import get_logger
+
+logger = get_logger(__name__)
 
 EPILOG = epilog_example("domainbed-collect-results", "domainbed.scripts.collect_results",
                         "--input_dir sweeps/s1 --format markdown")
@@ -53,8 +57,8 @@ def registered_environments(dataset):
     except (UnknownNameError, ImportError):
         return None
     except Exception as e:  # a broken dataset module must not stop a results table
-        print(f"warning: could not read the environments of dataset {dataset!r} from "
-              f"the registry ({type(e).__name__}: {e}); using env indices", file=sys.stderr)
+        logger.warning(f"warning: could not read the environments of dataset {dataset!r} "
+                       f"from the registry ({type(e).__name__}: {e}); using env indices")
         return None
 
 
@@ -135,8 +139,8 @@ def build_val_worst_group_section(records, infos, labels):
     method = model_selection.ValWorstGroupSelectionMethod
     infos = {k: i for k, i in infos.items() if i.official_splits and i.has_worst_group}
     if not infos:
-        print("warning: no dataset with val/test environments and worst-group accuracies; "
-              "no val_worst_group tables", file=sys.stderr)
+        logger.warning("warning: no dataset with val/test environments and worst-group "
+                       "accuracies; no val_worst_group tables")
         return None
     records = [r for r in records if model_selection.dataset_label(r, labels) in infos]
     algorithms = order_names({r["args"].get("algorithm") for r in records
@@ -170,7 +174,7 @@ def build_report(records, methods=None):
         if any(i.official_splits and i.has_worst_group for i in infos.values()):
             methods.append(model_selection.ValWorstGroupSelectionMethod)
     for note in model_selection.missing_split_notes(records, methods):
-        print(note, file=sys.stderr)
+        logger.warning(note)
     sections = []
     for method in methods:
         if method is model_selection.ValWorstGroupSelectionMethod:
@@ -179,8 +183,8 @@ def build_report(records, methods=None):
             continue
         inputs = section_inputs(records, method, infos, labels)
         if inputs is None:
-            print("warning: no records carry worst-group accuracies (env*_wga); "
-                  "no worst-group tables", file=sys.stderr)
+            logger.warning("warning: no records carry worst-group accuracies (env*_wga); "
+                           "no worst-group tables")
             continue
         sections.append(build_section(inputs[0], method, inputs[1], inputs[2], labels))
     return reporting.Report(len(records), sections)
@@ -220,7 +224,10 @@ def parse_args(argv=None):
                         help="also read runs without a 'done' marker")
     parser.add_argument("--no_save", action="store_true",
                         help="do not write results.<ext> into the input directory")
-    return parser.parse_args(argv)
+    add_logging_flags(parser)
+    args = parser.parse_args(argv)
+    configure_logging(args)
+    return args
 
 
 def main(argv=None):
@@ -240,7 +247,7 @@ def main(argv=None):
         detail = f" (skipped {skipped})" if skipped else ""
         raise UserError(f"no records found under {where}{detail}")
     if loaded.warning():
-        print(loaded.warning(), file=sys.stderr)
+        logger.warning(loaded.warning())
 
     text = reporting.render(build_report(loaded, methods), fmt)
     sys.stdout.write(text)
@@ -251,7 +258,7 @@ def main(argv=None):
             from domainbed.fileio import atomic_write_text
             atomic_write_text(path, text)
         except OSError as e:
-            print(f"warning: could not save {path}: {e}", file=sys.stderr)
+            logger.warning(f"warning: could not save {path}: {e}")
     return 0
 
 def cli():
