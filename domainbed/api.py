@@ -13,14 +13,17 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from domainbed.errors import UserError
+
+if TYPE_CHECKING:
+    from domainbed.records import Records
 
 
 def train(dataset: str = "ColoredMNIST", algorithm: str = "ERM",
           test_envs: Sequence[int] | int = (0,), output_dir: str | os.PathLike = "train_output",
-          hparams: dict[str, Any] | str | None = None, **options: Any):
+          hparams: dict[str, Any] | str | None = None, **options: Any) -> Records:
     """Train (or resume, or find finished) one run into `output_dir`; return its records
     (`domainbed.records.Records`, `.to_frame()` for a DataFrame). `options` are the train
     CLI's flags without dashes: data_dir, steps, checkpoint_freq, hparams_seed, seed, ..."""

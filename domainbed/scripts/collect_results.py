@@ -14,10 +14,14 @@ accuracy tables).
 Works from the records alone; the tables are also saved as results.<txt|md|tex|csv|html> in
 the input directory, as DomainBed does (unless --no_save).
 """
+from __future__ import annotations
+
 import argparse
 import collections
 import os
 import sys
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from domainbed import model_selection, reporting
 from domainbed.errors import UnknownNameError, UserError, epilog_example, run_cli
@@ -25,7 +29,13 @@ from domainbed.records import load_records
 from oodutils.cli import add_logging_flags, configure_logging
 from oodutils.log import get_logger
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from domainbed.records import Records
+
 logger = get_logger(__name__)
+Record = dict[str, Any]
 
 EPILOG = epilog_example("domainbed-collect-results", "domainbed.scripts.collect_results",
                         "--input_dir sweeps/s1 --format markdown")
@@ -43,13 +53,13 @@ DOMAINBED_ALGORITHMS = [
     "CausIRL_CORAL", "CausIRL_MMD", "EQRM", "RDM", "ADRMX", "URM"]
 
 
-def order_names(names, canonical):
+def order_names(names: Iterable[str], canonical: Sequence[str]) -> list[str]:
     names = set(names)
     known = [n for n in canonical if n in names]
     return known + sorted((n for n in names if n not in canonical), key=str)
 
 
-def registered_environments(dataset):
+def registered_environments(dataset: str | None) -> list[str] | None:
     """ENVIRONMENTS of a registered dataset class, or None (unknown, or not importable)."""
     try:
         from domainbed.registry import get_dataset_class
@@ -65,7 +75,7 @@ def registered_environments(dataset):
 class DatasetInfo:
     """What the tables need to know about one dataset (label) from its records."""
 
-    def __init__(self, label, records):
+    def __init__(self, label: str, records: list[Record]) -> None:
         self.label = label
         self.name = records[0]["args"].get("dataset")
         self.n_envs = max(model_selection.num_envs(r) for r in records)
@@ -84,7 +94,7 @@ class DatasetInfo:
         return [str(i) for i in range(self.n_envs)]
 
 
-def dataset_infos(records, labels):
+def dataset_infos(records: Iterable[Record], labels: dict) -> dict[str, DatasetInfo]:
     by_label = collections.defaultdict(list)
     for r in records:
         if r["args"].get("dataset") is not None:
@@ -95,7 +105,9 @@ def dataset_infos(records, labels):
     return {i.label: i for i in ordered}
 
 
-def build_section(records, method, infos, algorithms, labels, selected=None):
+def build_section(records: list[Record], method: type, infos: dict[str, DatasetInfo],
+                  algorithms: Sequence[str], labels: dict,
+                  selected: pd.DataFrame | None = None) -> reporting.Section:
     """One Section: a table per dataset in `infos`, then the averages table.
     `selected`: model_selection.select's frame for these records, when already computed."""
     if selected is None:
@@ -133,7 +145,8 @@ def build_section(records, method, infos, algorithms, labels, selected=None):
     return reporting.Section(method.name, tables, method.key)
 
 
-def build_val_worst_group_section(records, infos, labels):
+def build_val_worst_group_section(records: list[Record], infos: dict[str, DatasetInfo],
+                                  labels: dict) -> reporting.Section | None:
     """SubpopBench's selection (best val worst-group accuracy) for datasets whose environments
     are official splits: a worst-group and an average test accuracy table (columns: datasets)."""
     method = model_selection.ValWorstGroupSelectionMethod
@@ -160,7 +173,8 @@ def build_val_worst_group_section(records, infos, labels):
     return reporting.Section(method.name, tables, method.key)
 
 
-def build_report(records, methods=None):
+def build_report(records: Records | list[Record], methods: Sequence[type] | None = None
+                 ) -> reporting.Report:
     """Records -> reporting.Report. `methods`: selection method classes; default
     DomainBed's three, plus worst-group selection when any record has worst-group
     accuracies. Worst-group tables cover only the datasets that have them."""
@@ -190,7 +204,9 @@ def build_report(records, methods=None):
     return reporting.Report(len(records), sections)
 
 
-def section_inputs(records, method, infos, labels):
+def section_inputs(records: list[Record], method: type, infos: dict[str, DatasetInfo],
+                   labels: dict
+                   ) -> tuple[list[Record], dict[str, DatasetInfo], list[str]] | None:
     """(records, infos, algorithms) that `method`'s section covers, or None when it
     covers nothing (worst-group selection without worst-group accuracies)."""
     section_infos, section_records = infos, records
