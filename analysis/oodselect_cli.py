@@ -80,9 +80,11 @@ def run_selection(cm, sizes, seed=0, out_dir=None, split="run", fractions=(0.6, 
                   test_archs=None, selector=None, baselines=("random", "hard", "greedy",
                   "exhaustive"), random_draws=100, hard_reference="train",
                   greedy_max_cost=2e10, exhaustive_max=1_000_000, fisher_m=None,
-                  n_boot=1000, plots=True, log=print):
+                  n_boot=1000, plots=True, log=None) -> tuple[pd.DataFrame, dict]:
     """The whole protocol on one correctness matrix. Returns (summary DataFrame, dict of
-    results); writes the files described in the module docstring when out_dir is set."""
+    results); writes the files described in the module docstring when out_dir is set.
+    ``log``: where progress lines go (default: this package's logger, at INFO)."""
+    log = log or logger.info
     A, y, N = cm.A, cm.y, cm.n_examples
     sizes = sorted({int(n) for n in sizes})
     bad = [n for n in sizes if not 1 <= n <= N]
@@ -325,7 +327,7 @@ def main(argv=None):
     return 0
 
 
-def format_summary(summary):
+def format_summary(summary) -> str:
     cols = [c for c in ("method", "n", "r_test", "r_test_lo", "r_test_hi", "r_test_sd",
                         "r_val", "spearman_test", "m_test") if c in summary]
     table = summary[cols]

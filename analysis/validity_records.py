@@ -58,8 +58,9 @@ def _records(records):
     return list(getattr(records, "records", records))
 
 
-def benchmark_names(records):
-    """{(dataset label, test_env): benchmark name} over every record given."""
+def benchmark_names(records) -> tuple[dict[tuple, str], dict]:
+    """({(dataset label, test_env): benchmark name}, dataset labels) over every record
+    given."""
     records = _records(records)
     labels = ms.dataset_labels(records)
     envs = collections.defaultdict(set)
@@ -75,7 +76,7 @@ def _has_groups(record):
     return any(_GROUP_KEY.match(k) for k in record)
 
 
-def group_results(records, names=None, labels=None):
+def group_results(records, names=None, labels=None) -> pd.DataFrame:
     """One row per (benchmark, method, trial seed, group) of the selected models.
 
     Columns: benchmark, method, trial_seed, test_env, run_dir, step, val_wga, test_wga, group,
@@ -114,7 +115,7 @@ def group_results(records, names=None, labels=None):
     return pd.DataFrame(rows)
 
 
-def wga_matrix(results):
+def wga_matrix(results) -> pd.DataFrame:
     """methods x benchmarks: worst-group test accuracy, mean over trial seeds."""
     V._require_columns(results, ["benchmark", "method", "trial_seed", "test_wga"],
                        "the results table")
@@ -123,7 +124,7 @@ def wga_matrix(results):
                                 aggfunc="mean")
 
 
-def erm_group_accuracies(results, benchmark, erm="ERM"):
+def erm_group_accuracies(results, benchmark, erm="ERM") -> pd.DataFrame:
     """seeds x groups of ERM's per-group test accuracy on one benchmark."""
     sub = results[(results["benchmark"] == benchmark) & (results["method"] == erm)]
     if sub.empty:
@@ -185,7 +186,7 @@ def choose_step(run_dir, test_envs, how="val_nll"):
 
 
 def compute_k(erm_run, reference_run, step="val_nll", worst_group="erm_lowest_acc",
-              reduction="mean", test_splits=("in", "out"), records=None):
+              reduction="mean", test_splits=("in", "out"), records=None) -> dict:
     """K between two runs on their test environments' examples (aligned by example id).
     Returns a dict: k, worst_group, worst_group_name, n, erm_step, reference_step."""
     args_erm, args_ref = _run_args(erm_run, records), _run_args(reference_run, records)
@@ -222,7 +223,7 @@ def compute_k(erm_run, reference_run, step="val_nll", worst_group="erm_lowest_ac
             "erm_step": erm_step, "reference_step": ref_step}
 
 
-def k_from_records(k_records, names, labels, reference=None, erm="ERM", **kwargs):
+def k_from_records(k_records, names, labels, reference=None, erm="ERM", **kwargs) -> pd.DataFrame:
     """One row per (benchmark, trial seed) of the K reference runs: benchmark, trial_seed,
     reference, k, worst_group, worst_group_name, n, erm_step, reference_step."""
     k_records = _records(k_records)
@@ -256,7 +257,7 @@ def k_from_records(k_records, names, labels, reference=None, erm="ERM", **kwargs
     return pd.DataFrame(rows)
 
 
-def read_k_csv(path):
+def read_k_csv(path) -> pd.Series:
     try:
         df = pd.read_csv(path)
     except (OSError, ValueError) as e:
@@ -291,7 +292,7 @@ def mutual_information_of(results, benchmark):
 
 
 def validity_report(results, K=None, thresholds=None, erm="ERM", ddof=1, with_mi=True,
-                    min_pairs=3):
+                    min_pairs=3) -> pd.DataFrame:
     """Table 1: per benchmark K, I(Y;A), ERM Failure, Discriminative Power, Convergent
     Validity (with its R^2), best method and its WG test accuracy, pass flags, valid.
     ``K``: benchmark -> K (or None). Notes on what could not be computed in ``.attrs``."""
