@@ -541,12 +541,12 @@ def strategy_win_counts(all_acc, valid_acc, closest_acc=None) -> dict[str, int]:
 
 
 # ---------------------------------------------------------------------------------------------
-# command line (the records adapter lives in analysis.validity_records)
+# command line (in analysis.validity_cli; the records adapter is analysis.validity_records)
 # ---------------------------------------------------------------------------------------------
 
 def main(argv=None):
-    from analysis import validity_records
-    return validity_records.main(argv)
+    from analysis import validity_cli
+    return validity_cli.main(argv)
 
 
 if __name__ == "__main__":
