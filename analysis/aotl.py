@@ -38,6 +38,7 @@ from oodutils.accuracy import AOTL_CLIP
 from oodutils.cli import add_logging_flags, configure_logging
 from oodutils.errors import UnknownNameError, UserError, epilog_example, run_cli
 from oodutils.log import get_logger
+from oodutils.tables import FORMATS
 
 from .aotl_inputs import (
     CHECKPOINTS,
@@ -386,7 +387,7 @@ def build_parser():
     p.add_argument("--step", type=int, default=100, help="n-classifiers: step (default 100)")
     p.add_argument("--mean-id", action="store_true",
                    help="n-classifiers: x = mean ID accuracy instead of pooled ID rows")
-    p.add_argument("--format", choices=("text", "markdown", "latex", "csv", "html"),
+    p.add_argument("--format", choices=FORMATS,
                    default=None, help="default text, or what the --output extension names")
     p.add_argument("--digits", type=int, default=2)
     p.add_argument("--output", "--out", "--output-dir", dest="output",
