@@ -80,14 +80,15 @@ def level_for(verbosity: int) -> int:
     return LEVELS[max(-2, min(1, verbosity))]
 
 
-def configure(verbosity: int = 0, packages=PACKAGES) -> int:
+def configure(verbosity: int = 0, packages=PACKAGES, warning_lines: bool = True) -> int:
     """Set every package logger's level from ``verbosity`` (``-v`` counts +1, ``-q`` -1)
-    and show this project's warnings as ``warning: ...`` lines (at WARNING, so ``-qq``
-    hides them). The CLIs call this after parsing their flags. Returns the level."""
+    and (``warning_lines``) show this project's warnings as ``warning: ...`` lines (at
+    WARNING, so ``-qq`` hides them). The CLIs call this after parsing their flags.
+    Returns the level."""
     level = level_for(verbosity)
     for package in packages:
         _package_logger(package).setLevel(level)
-    if not getattr(warnings.showwarning, "_oodutils", False):
+    if warning_lines and not getattr(warnings.showwarning, "_oodutils", False):
         warnings.showwarning = _showwarning_hook(warnings.showwarning)
     return level
 

@@ -20,12 +20,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("oodutils", "domainbed", "analysis", "ood_bench", "spawrious")
 
 
-@pytest.fixture(autouse=True)
-def default_levels():
-    yield
-    log.configure(0)
-
-
 def test_library_messages_are_bare_stderr_lines(capsys):
     logger = log.get_logger("domainbed.some.module")
     logger.info("notice: a notice")
