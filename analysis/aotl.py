@@ -29,11 +29,16 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from domainbed.errors import UnknownNameError, UserError, epilog_example, run_cli
+from oodutils.accuracy import AOTL_CLIP
+from oodutils.cli import add_logging_flags, configure_logging
+from oodutils.errors import UnknownNameError, UserError, epilog_example, run_cli
+from oodutils.log import get_logger
+from oodutils.tables import FORMATS
 
 from .aotl_inputs import (
     CHECKPOINTS,
@@ -58,6 +63,11 @@ from .aotl_stats import (
     probit,
     transform,
 )
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+logger = get_logger(__name__)
 
 EPILOG = epilog_example("aotl", "analysis.aotl",
                         "sweeps/s1 --table per-ood --format csv --output aotl.csv")
@@ -119,7 +129,7 @@ def _fit_row(meta, x, y, runs, opts, where):
     return row
 
 
-def _options(scale="probit", clip=0.01, threshold=0.3, n_boot=0, resample="runs", ci=0.95,
+def _options(scale="probit", clip=AOTL_CLIP, threshold=0.3, n_boot=0, resample="runs", ci=0.95,
              seed=0):
     if resample not in RESAMPLE:
         raise UnknownNameError("resampling unit", resample, RESAMPLE)
@@ -273,7 +283,7 @@ def changepoint_table(acc: Accuracies, id_envs=None, pen=None, min_size=None, ju
 
 def classifier_count_table(acc: Accuracies, id_envs=None, pooled=True, n_boot=1000,
                            conf=0.95, tol=0.01, step=100, start=10, resample="models",
-                           scale="probit", clip=0.01, seed=0) -> pd.DataFrame:
+                           scale="probit", clip=AOTL_CLIP, seed=0) -> pd.DataFrame:
     """Table-3 style: minimum number of classifiers for a stable R, per split.
 
     ``pooled`` (the paper's Table 3): every (classifier, ID env) row is a point, x its ID
@@ -313,9 +323,11 @@ def classifier_count_table(acc: Accuracies, id_envs=None, pooled=True, n_boot=10
 
 # ---------------------------------------------------------------------------- plots
 
-def plot_split(acc: Accuracies, dataset, ood, path, id_envs=None, scale="probit", clip=0.01):
+def plot_split(acc: Accuracies, dataset, ood, path=None, id_envs=None, scale="probit",
+               clip=AOTL_CLIP, ax=None) -> Figure:
     """Probit-axis scatter of one split: per-ID-env points and fit lines, the overall fit
-    (mean ID accuracy), y = x; slope and R in the legend."""
+    (mean ID accuracy), y = x; slope and R in the legend. Drawn on ``ax`` if given, saved
+    as PNG to ``path`` if given; returns the matplotlib Figure."""
     from . import plots
     ids = _id_envs_for(acc, dataset, ood, id_envs)
     sub = _split_frame(acc, dataset, ood, [acc_col(e) for e in ids] + [acc_col(ood)])
@@ -330,7 +342,7 @@ def plot_split(acc: Accuracies, dataset, ood, path, id_envs=None, scale="probit"
     overall = fit_line(x, y, scale, clip, f"{dataset} {ood}")
     title = f"{dataset}: OOD env {ood}" + (f" ({names[ood]})" if ood < len(names) else "")
     return plots.aotl_scatter(series, ("mean ID", x, y, overall), path, scale=scale,
-                              clip=clip, title=title, transform=transform)
+                              clip=clip, title=title, transform=transform, ax=ax)
 
 
 # ---------------------------------------------------------------------------- CLI
@@ -347,7 +359,7 @@ def build_parser():
     p.add_argument("--id-envs", type=int, nargs="+", default=None, metavar="ENV",
                    help="ID environments to use (the OOD env is always removed); default all")
     p.add_argument("--scale", choices=SCALES, default="probit")
-    p.add_argument("--clip", type=float, default=0.01,
+    p.add_argument("--clip", type=float, default=AOTL_CLIP,
                    help="clip accuracies to [clip, 1-clip] before probit/logit (default 0.01)")
     p.add_argument("--threshold", type=float, default=0.3,
                    help="well-specified iff R < threshold (default 0.3)")
@@ -375,7 +387,7 @@ def build_parser():
     p.add_argument("--step", type=int, default=100, help="n-classifiers: step (default 100)")
     p.add_argument("--mean-id", action="store_true",
                    help="n-classifiers: x = mean ID accuracy instead of pooled ID rows")
-    p.add_argument("--format", choices=("text", "markdown", "latex", "csv", "html"),
+    p.add_argument("--format", choices=FORMATS,
                    default=None, help="default text, or what the --output extension names")
     p.add_argument("--digits", type=int, default=2)
     p.add_argument("--output", "--out", "--output-dir", dest="output",
@@ -385,6 +397,7 @@ def build_parser():
     p.add_argument("--export-csv", type=Path, default=None, metavar="DIR",
                    help="write the accuracies in the shared CSV schema into DIR "
                         "(then print the table only if --table is given)")
+    add_logging_flags(p)
     return p
 
 
@@ -410,14 +423,14 @@ def make_table(acc, args):
 
 
 def main(argv=None):
-    from . import report
+    from oodutils import tables as report
     args = build_parser().parse_args(argv)
+    configure_logging(args)
     acc = load_accuracies(args.paths, split=args.split, checkpoints=args.checkpoints,
                           algorithms=args.algorithms)
     if args.export_csv is not None:
         written = export_csv(acc, args.export_csv, args.split)
-        print(f"wrote {len(written)} accuracy CSV file(s) under {args.export_csv}",
-              file=sys.stderr)
+        logger.info(f"wrote {len(written)} accuracy CSV file(s) under {args.export_csv}")
     if args.export_csv is None or args.table is not None:
         df = make_table(acc, args)
         if args.output:
@@ -439,7 +452,7 @@ def _safe(name):
 
 def cli():
     """The `aotl` console command ([project.scripts])."""
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     sys.exit(run_cli(main))
 
 

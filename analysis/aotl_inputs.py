@@ -19,14 +19,17 @@ Files may be gzip-compressed. Our exporter adds two optional trailing columns, `
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from domainbed.errors import UserError
+from oodutils.accuracy import check_accuracies
+from oodutils.errors import UserError
+from oodutils.log import get_logger
+
+logger = get_logger(__name__)
 
 CSV_COLUMNS = ["x", "y", "train_env", "algorithm", "model_hparams", "dataset", "test_env"]
 REQUIRED_CSV_COLUMNS = ["x", "y", "train_env", "dataset", "test_env"]
@@ -100,15 +103,8 @@ def acc_col(env, group=None):
 
 
 def check_range(values, what):
-    """UserError unless every value is a finite accuracy in [0, 1]."""
-    values = np.asarray(values, dtype=float)
-    bad = ~np.isfinite(values)
-    if bad.any():
-        raise UserError(f"{what}: {int(bad.sum())} accuracies are missing or not numbers")
-    if values.size and (values.min() < 0 or values.max() > 1):
-        hint = " (they look like percentages: divide by 100)" if values.max() <= 100 else ""
-        raise UserError(f"{what}: accuracies must lie in [0, 1], found values in "
-                        f"[{values.min():.4g}, {values.max():.4g}]{hint}")
+    """UserError unless every value is a finite accuracy in [0, 1] (none is fine)."""
+    check_accuracies(values, what, allow_empty=True)
 
 
 # ---------------------------------------------------------------------------- CSV files
@@ -216,10 +212,10 @@ def accuracies_from_records(records, split="out", checkpoints="all",
     training-domain validation accuracy: mean ``out`` accuracy over the ID environments).
     """
     if split not in SPLITS:
-        from domainbed.errors import UnknownNameError
+        from oodutils.errors import UnknownNameError
         raise UnknownNameError("split", split, SPLITS)
     if checkpoints not in CHECKPOINTS:
-        from domainbed.errors import UnknownNameError
+        from oodutils.errors import UnknownNameError
         raise UnknownNameError("checkpoint selection", checkpoints, CHECKPOINTS)
     records = list(records)
     if not records:
@@ -383,7 +379,7 @@ def export_csv(acc: Accuracies, out_dir, split="out"):
     """Write ``<out_dir>/<dataset>/env<k>_<split>_acc.csv.gz`` per split; returns the paths."""
     import gzip
 
-    from domainbed.fileio import atomic_write_bytes
+    from oodutils.fileio import atomic_write_bytes
     out_dir = Path(out_dir)
     written = []
     for dataset, ood in acc.splits():
@@ -398,7 +394,7 @@ def export_csv(acc: Accuracies, out_dir, split="out"):
 
 def warn(message):
     """Notices go to stderr, once each, so stdout stays a clean table."""
-    print(f"notice: {message}", file=sys.stderr)
+    logger.info(f"notice: {message}")
 
 
 __all__ = ["Accuracies", "CSV_COLUMNS", "load_accuracies", "read_accuracy_csvs",

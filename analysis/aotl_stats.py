@@ -11,38 +11,32 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
-from domainbed.errors import UnknownNameError, UserError
+from oodutils.accuracy import AOTL_CLIP, check_clip, probit
+from oodutils.errors import UnknownNameError, UserError
 
 SCALES = ("probit", "logit", "identity")
 VERDICTS = ("inverse line", "weak", "on the line")
 
 
-def _check_clip(clip):
-    if not (0 <= clip < 0.5):
-        raise UserError(f"--clip must lie in [0, 0.5), got {clip}")
-
-
-def transform(acc, scale="probit", clip=0.01):
-    """Accuracies -> the fitting scale: ``probit`` Phi^-1, ``logit`` or ``identity``.
+def transform(acc, scale="probit", clip=AOTL_CLIP):
+    """Accuracies -> the fitting scale: ``probit`` Phi^-1 (:func:`oodutils.accuracy.probit`),
+    ``logit`` or ``identity``.
 
     Probit and logit clip accuracies to [clip, 1 - clip] first (identity never clips).
     """
-    a = np.asarray(acc, dtype=float)
     if scale == "identity":
-        return a.copy()
+        return np.asarray(acc, dtype=float).copy()
     if scale not in SCALES:
         raise UnknownNameError("scale", scale, SCALES)
-    _check_clip(clip)
-    if clip > 0:
+    if scale == "probit":
+        return probit(acc, clip)
+    a = np.asarray(acc, dtype=float)
+    if check_clip(clip) > 0:
         a = np.clip(a, clip, 1 - clip)
-    return special.ndtri(a) if scale == "probit" else special.logit(a)
+    return special.logit(a)
 
 
-def probit(acc, clip=0.01):
-    return transform(acc, "probit", clip)
-
-
-def logit(acc, clip=0.01):
+def logit(acc, clip=AOTL_CLIP):
     return transform(acc, "logit", clip)
 
 
@@ -55,7 +49,7 @@ def inverse_transform(t, scale="probit"):
     return t
 
 
-def fit_line(x, y, scale="probit", clip=0.01, where="fit"):
+def fit_line(x, y, scale="probit", clip=AOTL_CLIP, where="fit"):
     """Fit OOD accuracy ``y`` on ID accuracy ``x`` on the chosen scale.
 
     Returns a dict with ``scipy.stats.linregress`` semantics: n, slope, intercept, r, r2,
@@ -205,7 +199,7 @@ def changepoints(tx, ty, pen=None, min_size=None, jump=None):
     3 * sigma^2 * ln(n) with sigma^2 the residual variance of one line through all points.
     Returns (order, end indices of the segments in the sorted order, pen used).
     """
-    from domainbed.errors import require
+    from oodutils.errors import require
     rpt = require("ruptures", extra="analysis")
     BaseCost = require("ruptures.base", extra="analysis").BaseCost
     order = np.argsort(tx, kind="stable")

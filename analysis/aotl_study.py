@@ -10,8 +10,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from domainbed import fileio
 from domainbed.records import load_records
+from oodutils import fileio
 
 
 def zoo_facts(runs_dir):
@@ -55,7 +55,7 @@ def run_aotl(runs_dir, out_dir):
              "pairwise_csv": os.path.join(out_dir, "aotl_pairwise.csv"),
              "pairwise_md": os.path.join(out_dir, "aotl_pairwise.md"),
              "plots": os.path.join(out_dir, "plots")}
-    from domainbed.errors import UserError
+    from oodutils.errors import UserError
     for table in ("per-ood", "pairwise"):
         stem = table.replace("-", "_")
         for fmt in ("csv", "markdown"):
@@ -91,7 +91,7 @@ def run_oodselect(runs_dir, dataset, ood_env, out_dir, steps=1500, seed=0):
 
 
 def _md(df, digits=3):
-    from analysis.report import render
+    from oodutils.tables import render
     return render(df, "markdown", digits).strip() if len(df) else "(empty)"
 
 
@@ -148,7 +148,7 @@ def analyse(runs_dir, out_dir, dataset, ood_env=None, oodselect_steps=1500,
     start = time.time()
     facts = zoo_facts(runs_dir)
     if facts is None:
-        from domainbed.errors import UserError
+        from oodutils.errors import UserError
         raise UserError(f"no finished runs under {runs_dir}: nothing to analyse")
     paths = run_aotl(runs_dir, out_dir)
     per_ood = pd.read_csv(paths["per_ood_csv"])
@@ -157,7 +157,7 @@ def analyse(runs_dir, out_dir, dataset, ood_env=None, oodselect_steps=1500,
     t = time.time()
     oodselect, notes = None, []
     if oodselect_steps > 0:
-        from domainbed.errors import UserError
+        from oodutils.errors import UserError
         try:
             oodselect = run_oodselect(runs_dir, dataset, ood_env,
                                       os.path.join(out_dir, "oodselect"), oodselect_steps)

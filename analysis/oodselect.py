@@ -32,13 +32,22 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from domainbed.errors import UserError
+from oodutils.accuracy import OODSELECT_CLIP
+from oodutils.accuracy import probit as _probit
+from oodutils.errors import UserError
+from oodutils.log import get_logger
 
-PROBIT_EPS = 1e-6       # [code] clamp(x, eps, 1 - eps) before the probit
+if TYPE_CHECKING:
+    import pandas as pd
+
+logger = get_logger(__name__)
+
+PROBIT_EPS = OODSELECT_CLIP   # [code] clamp(x, eps, 1 - eps) before the probit
 VAR_EPS = 1e-6          # [code] added to both variances in the Pearson denominator
 PENALTY_FORMS = ("softplus", "squared")
 LOSSES = ("r", "r2")
@@ -67,12 +76,9 @@ class Hparams:
 
 
 def probit(x, eps=PROBIT_EPS):
-    """Phi^-1(clip(x, eps, 1 - eps)) for a torch tensor or anything array-like."""
-    if torch.is_tensor(x):
-        x = x.clamp(eps, 1 - eps)
-        return math.sqrt(2.0) * torch.erfinv(2 * x - 1)
-    from scipy.special import ndtri
-    return ndtri(np.clip(np.asarray(x, dtype=np.float64), eps, 1 - eps))
+    """Phi^-1(clip(x, eps, 1 - eps)) for a torch tensor or anything array-like: the shared
+    :func:`oodutils.accuracy.probit` at OODSelect's clip."""
+    return _probit(x, eps)
 
 
 def pearson(u, v, var_eps=VAR_EPS):
@@ -86,7 +92,7 @@ def pearson(u, v, var_eps=VAR_EPS):
     return num / lib.sqrt(((uc * uc).mean(-1) + var_eps) * ((vc * vc).mean(-1) + var_eps))
 
 
-def subset_accuracy(A, subset):
+def subset_accuracy(A, subset) -> np.ndarray:
     """Per-model accuracy on the examples `subset` (indices, or a boolean mask)."""
     A = np.asarray(A)
     sub = np.asarray(subset)
@@ -97,7 +103,7 @@ def subset_accuracy(A, subset):
     return A[:, sub].mean(axis=1, dtype=np.float64)
 
 
-def subset_correlation(A, y, subset, eps=PROBIT_EPS, method="pearson"):
+def subset_correlation(A, y, subset, eps=PROBIT_EPS, method="pearson") -> float:
     """Correlation across models of probit(y) and probit(accuracy on `subset`).
     method: "pearson" (the authors' formula) or "spearman". Undefined (NaN, never 0.0)
     when either side is constant across the models: there is nothing to correlate."""
@@ -287,7 +293,7 @@ def _optimize_batch(A_train, y_train, sizes, hparams, A_val, y_val, *, steps=300
                        history=history)
 
 
-def top_subset(scores, n):
+def top_subset(scores, n) -> np.ndarray:
     """Indices of the n largest scores, best first (ties broken by index)."""
     scores = np.asarray(scores)
     order = np.lexsort((np.arange(scores.size), -scores))
@@ -320,7 +326,8 @@ class OODSelect:
     After ``fit``: ``sizes_``, ``subsets_`` (index arrays in rank order, one per size),
     ``scores_`` (sigmoid(theta), one array per size), ``val_r_``, ``hparams_`` (the
     chosen Hparams per size), ``best_step_``, ``n_steps_``, ``trials_`` (a list of
-    dicts, one per trial run).
+    dicts, one per trial run). As DataFrames: :meth:`results_frame` (one row per size)
+    and :meth:`trials_frame` (one row per trial).
     """
 
     def __init__(self, hparams=None, trials=0, steps=3000, patience=500,
@@ -343,7 +350,7 @@ class OODSelect:
                               loss=self.loss, eps=self.eps, restore_best=self.restore_best,
                               eval_every=self.eval_every, seed=seed, device=self.device)
 
-    def fit(self, A_train, y_train, n, A_val=None, y_val=None):
+    def fit(self, A_train, y_train, n, A_val=None, y_val=None) -> OODSelect:
         sizes = [int(v) for v in np.atleast_1d(n)]
         A_train = np.asarray(A_train)
         dev = _device(self.device)
@@ -376,8 +383,24 @@ class OODSelect:
         self.hparams_ = chosen
         return self
 
+    def results_frame(self) -> pd.DataFrame:
+        """After ``fit``: one row per subset size n: val_r, best_step, n_steps, the chosen
+        hyperparameters, and the selected example indices (rank order)."""
+        import pandas as pd
+        rows = [{"n": n, "val_r": float(r), "best_step": int(b), "n_steps": int(s),
+                 **hp.as_dict(), "subset": np.asarray(sub).tolist()}
+                for n, r, b, s, hp, sub in zip(self.sizes_, self.val_r_, self.best_step_,
+                                               self.n_steps_, self.hparams_, self.subsets_)]
+        return pd.DataFrame(rows)
+
+    def trials_frame(self) -> pd.DataFrame:
+        """After ``fit``: ``trials_`` as a DataFrame (one row per Optuna trial; empty
+        with fixed hyperparameters)."""
+        import pandas as pd
+        return pd.DataFrame(self.trials_)
+
     def _tune(self, A_tr, y_train, sizes, A_va, y_val):
-        from domainbed.errors import require
+        from oodutils.errors import require
         optuna = require("optuna", extra="analysis")
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         studies = []
@@ -416,8 +439,8 @@ class OODSelect:
             bar.update(b)
             batch_no += 1
             if self.verbose:
-                print(f"[oodselect] {done}/{self.trials} trials per size; best val r: "
-                      + ", ".join(f"n={s}: {b_[0]:.3f}" for s, b_ in zip(sizes, best)))
+                logger.info(f"[oodselect] {done}/{self.trials} trials per size; best val r: "
+                            + ", ".join(f"n={s}: {b_[0]:.3f}" for s, b_ in zip(sizes, best)))
         bar.close()
         return ([b_[1] for b_ in best], [b_[0] for b_ in best], [b_[2] for b_ in best],
                 [b_[3] for b_ in best], [b_[4] for b_ in best])
@@ -425,5 +448,5 @@ class OODSelect:
 
 if __name__ == "__main__":  # python -m analysis.oodselect
     from analysis.oodselect_cli import main as _main
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     run_cli(_main)

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from analysis.oodselect import PROBIT_EPS, _torch_threads, pearson, probit
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 
 
 def masks_correlation(A, y, masks, eps=PROBIT_EPS, chunk=256):

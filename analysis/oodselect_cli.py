@@ -27,7 +27,11 @@ from analysis import oodselect as core
 from analysis import oodselect_baselines as bl
 from analysis import oodselect_data as data
 from analysis import oodselect_report as rep
-from domainbed.errors import UserError, epilog_example
+from oodutils.cli import add_logging_flags, configure_logging
+from oodutils.errors import UserError, epilog_example
+from oodutils.log import get_logger
+
+logger = get_logger(__name__)
 
 EPILOG = epilog_example("oodselect", "analysis.oodselect",
                         "--matrix A_y.npz --sizes 100 500 --seed 0 --output oodselect/")
@@ -76,9 +80,11 @@ def run_selection(cm, sizes, seed=0, out_dir=None, split="run", fractions=(0.6, 
                   test_archs=None, selector=None, baselines=("random", "hard", "greedy",
                   "exhaustive"), random_draws=100, hard_reference="train",
                   greedy_max_cost=2e10, exhaustive_max=1_000_000, fisher_m=None,
-                  n_boot=1000, plots=True, log=print):
+                  n_boot=1000, plots=True, log=None) -> tuple[pd.DataFrame, dict]:
     """The whole protocol on one correctness matrix. Returns (summary DataFrame, dict of
-    results); writes the files described in the module docstring when out_dir is set."""
+    results); writes the files described in the module docstring when out_dir is set.
+    ``log``: where progress lines go (default: this package's logger, at INFO)."""
+    log = log or logger.info
     A, y, N = cm.A, cm.y, cm.n_examples
     sizes = sorted({int(n) for n in sizes})
     bad = [n for n in sizes if not 1 <= n <= N]
@@ -248,7 +254,7 @@ def build_parser():
                    help="Fisher intervals with m = 100 as Table A.3 (default: test models)")
     b.add_argument("--bootstrap", type=int, default=1000)
     b.add_argument("--no-plots", action="store_true")
-    b.add_argument("--quiet", action="store_true")
+    add_logging_flags(p)   # -q / --quiet: no progress lines and no summary table
     return p
 
 
@@ -267,7 +273,7 @@ def load_input(args):
 
 def check_args(args):
     """Bad numbers and paths are one clear error before the matrix is even read."""
-    from domainbed.fileio import check_output_path
+    from oodutils.fileio import check_output_path
     if args.steps < 1:
         raise UserError(f"--steps must be at least 1, got {args.steps}")
     for name in ("lr", "eta_min", "penalty"):
@@ -291,9 +297,9 @@ def check_args(args):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    configure_logging(args)
     check_args(args)
-    log = (lambda *a, **k: None) if args.quiet else (
-        lambda *a, **k: print(*a, file=sys.stderr, **k))
+    log = logger.info     # -q (or --quiet) hides the progress lines, as it always did
     cm = load_input(args)
     sizes = args.sizes or [n for n in DEFAULT_SIZES if n < cm.n_examples]
     if not sizes:
@@ -321,22 +327,19 @@ def main(argv=None):
     return 0
 
 
-def format_summary(summary):
+def format_summary(summary) -> str:
     cols = [c for c in ("method", "n", "r_test", "r_test_lo", "r_test_hi", "r_test_sd",
                         "r_val", "spearman_test", "m_test") if c in summary]
     table = summary[cols]
-    try:
-        from analysis.report import render
-        return render(table, "text", digits=3)
-    except ImportError:  # pragma: no cover - the renderer is another module's
-        return table.to_string(index=False, float_format=lambda v: f"{v:.3f}")
+    from oodutils.tables import render
+    return render(table, "text", digits=3)
 
 def cli():
     """The `oodselect` console command ([project.scripts])."""
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     sys.exit(run_cli(main))
 
 
 if __name__ == "__main__":
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     run_cli(main)

@@ -11,13 +11,16 @@ from arrays or an ``.npz`` with :func:`load_matrix` (keys ``A`` and ``y``, optio
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from domainbed.errors import UserError
+from oodutils.accuracy import check_accuracies
+from oodutils.errors import UserError
+from oodutils.log import get_logger
+
+logger = get_logger(__name__)
 
 EXAMPLE_COLUMNS = ("label", "env", "split", "group", "path")
 
@@ -44,8 +47,7 @@ class CorrectnessMatrix:
             raise UserError(f"need at least 5 models and 1 example, got A of shape {M}x{N}")
         if not np.isin(self.A, (0, 1)).all():
             raise UserError("A must hold 0/1 correctness values")
-        if not np.isfinite(self.y).all() or (self.y < 0).any() or (self.y > 1).any():
-            raise UserError("y must hold accuracies in [0, 1]")
+        check_accuracies(self.y, "y (the ID accuracy of each model)")
         self.A = self.A.astype(np.uint8, copy=False)
         if len(self.models) != M or len(self.examples) != N:
             raise UserError("the model and example tables must match A's shape")
@@ -106,7 +108,7 @@ def load_matrix(path):
 
 def save_matrix(path, cm):
     """Write a CorrectnessMatrix as ``.npz`` (readable back by :func:`load_matrix`)."""
-    from domainbed.fileio import atomic_savez
+    from oodutils.fileio import atomic_savez
     arrays = {"A": cm.A, "y": cm.y, "example_id": cm.examples["id"].to_numpy()}
     for key in ("run", "arch", "run_dir", "step", "algorithm"):
         if key in cm.models:
@@ -195,8 +197,8 @@ def from_runs(input_dir, dataset=None, id_envs=None, ood_env=None, require_done=
     view = prediction_matrix(recs, ood_env, splits=(0, 1))
     missing = view.skipped
     if missing and not quiet:
-        print(f"warning: {missing} checkpoint(s) without a predictions file were skipped",
-              file=sys.stderr)
+        logger.warning(f"warning: {missing} checkpoint(s) without a predictions file were "
+                       f"skipped")
     A = view.values
     y = np.array([float(np.mean([r[k] for k in keys])) for r in view.checkpoints])
     models = pd.DataFrame([{"run": r["run_dir"], "run_dir": r["run_dir"], "step": int(r["step"]),

@@ -9,7 +9,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from domainbed.fileio import atomic_write_text, finite_json
+from oodutils.accuracy import OODSELECT_CLIP, probit
+from oodutils.fileio import atomic_write_text, finite_json
+from oodutils.plotting import figure_and_axes, save_figure
 
 Z95 = 1.959963984540054
 PAPER_FISHER_M = 100      # Table A.3's parentheticals use m_b = 100 "trials" (notes_001 3.3)
@@ -145,32 +147,21 @@ def write_json(path, obj):
 
 # ------------------------------------------------------------------------------ plots
 
-def _figure(width, height):
-    try:
-        from analysis.plots import figure
-        return figure(width, height)
-    except ImportError:  # pragma: no cover - the shared helpers are another module's
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        return plt.subplots(figsize=(width, height))
+def _finish(fig, own, path):
+    """Lay out a figure we made (never the caller's), save it if asked; the Figure."""
+    if own:
+        fig.tight_layout()
+    if path is not None:
+        save_figure(fig, path, dpi=120, bbox_inches="tight")
+    return fig
 
 
-def _save(fig, path):
-    fig.tight_layout()
-    try:
-        from analysis.plots import save
-        save(fig, path)
-    except ImportError:  # pragma: no cover
-        import matplotlib.pyplot as plt
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-
-
-def plot_correlation_vs_size(summary, path, full_r=None, title=None):
+def plot_correlation_vs_size(summary, path=None, full_r=None, title=None, ax=None):
     """r on the test models against subset size (log x), one line per method, with the
-    Fisher 95% band (random: its 2.5-97.5% spread over draws)."""
-    fig, ax = _figure(6, 4)
+    Fisher 95% band (random: its 2.5-97.5% spread over draws). Drawn on ``ax`` if given,
+    saved as PNG to ``path`` if given; returns the Figure."""
+    own = ax is None
+    fig, ax = figure_and_axes(ax, (6, 4))
     for method, part in summary.groupby("method", sort=False):
         part = part.sort_values("n")
         line, = ax.plot(part["n"], part["r_test"], marker="o", ms=3, label=method)
@@ -187,16 +178,18 @@ def plot_correlation_vs_size(summary, path, full_r=None, title=None):
     ax.set_ylabel("Pearson r (probit), test models")
     ax.set_title(title or "ID vs OOD-subset accuracy correlation")
     ax.legend(fontsize=8)
-    _save(fig, path)
+    return _finish(fig, own, path)
 
 
-def plot_probit_scatter(y, acc_all, acc_subset, path, n=None, eps=1e-6, title=None):
+def plot_probit_scatter(y, acc_all, acc_subset, path=None, n=None, eps=OODSELECT_CLIP,
+                        title=None, ax=None):
     """Probit ID accuracy against probit OOD accuracy on all examples and on the
-    selected subset (test models), each with its least-squares line."""
-    from scipy.special import ndtri
-    pr = lambda a: ndtri(np.clip(np.asarray(a, float), eps, 1 - eps))  # noqa: E731
+    selected subset (test models), each with its least-squares line. Drawn on ``ax`` if
+    given, saved as PNG to ``path`` if given; returns the Figure."""
+    pr = lambda a: probit(a, eps)  # noqa: E731
     x = pr(y)
-    fig, ax = _figure(5, 4)
+    own = ax is None
+    fig, ax = figure_and_axes(ax, (5, 4))
     for acc, label, color in ((acc_all, "all OOD examples", "tab:blue"),
                               (acc_subset, f"selected subset (n={n})", "tab:red")):
         v = pr(acc)
@@ -209,5 +202,5 @@ def plot_probit_scatter(y, acc_all, acc_subset, path, n=None, eps=1e-6, title=No
     ax.set_ylabel("probit(OOD accuracy)")
     ax.set_title(title or "Test models")
     ax.legend(fontsize=8)
-    _save(fig, path)
+    return _finish(fig, own, path)
 

@@ -1,45 +1,35 @@
-"""Shared plotting helpers (matplotlib, Agg backend: no display needed).
+"""Plotting helpers of the analyses (matplotlib). No backend is chosen here: figures are
+the caller's axes or backend-less Figures (:mod:`oodutils.plotting`), so they work in a
+notebook and headless alike.
 
-- :func:`figure` / :func:`save`: a figure and an atomic PNG write.
+- :func:`figure` / :func:`save`: a figure (or the caller's axes) and an atomic PNG write.
 - :func:`accuracy_axes`: put accuracy tick labels on probit (or logit) axes.
 - :func:`identity_line`, :func:`fit_line`: the y = x reference and a fitted line.
 - :func:`aotl_scatter`: the accuracy-on-the-line scatter of one split.
 """
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import numpy as np
 
+from oodutils.accuracy import AOTL_CLIP
+from oodutils.plotting import figure_and_axes, save_figure
+
 ACC_TICKS = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
 
 
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-    return plt
+def figure(width=6.0, height=5.0, ax=None):
+    """``(fig, ax)``: the caller's axes, or a new backend-less Figure of this size."""
+    return figure_and_axes(ax, (width, height))
 
 
-def figure(width=6.0, height=5.0):
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(width, height))
-    return fig, ax
+def save(fig, path, dpi=120) -> Path:
+    """Write ``fig`` as PNG to ``path`` atomically (tight bounding box); returns the path."""
+    return save_figure(fig, path, dpi=dpi, bbox_inches="tight")
 
 
-def save(fig, path, dpi=120):
-    """Write ``fig`` as PNG to ``path`` atomically and close it; returns the path."""
-    from domainbed.fileio import atomic_write_bytes
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
-    _plt().close(fig)
-    path = Path(path)
-    atomic_write_bytes(path, buf.getvalue())
-    return path
-
-
-def accuracy_axes(ax, transform, scale="probit", clip=0.01, ticks=ACC_TICKS, axis="both"):
+def accuracy_axes(ax, transform, scale="probit", clip=AOTL_CLIP, ticks=ACC_TICKS, axis="both"):
     """Ticks at transform(acc) labelled as accuracies (percent), inside the current view
     limits (which stay as they are)."""
     if scale == "identity":
@@ -69,21 +59,22 @@ def fit_line(ax, slope, intercept, lo, hi, **kw):
     ax.plot(xs, slope * xs + intercept, **kw)
 
 
-def aotl_scatter(series, overall, path, scale="probit", clip=0.01, title=None,
-                 transform=None, max_points=5000, seed=0):
-    """Scatter of one split on the fitting scale, with accuracy tick labels.
+def aotl_scatter(series, overall, path=None, scale="probit", clip=AOTL_CLIP, title=None,
+                 transform=None, max_points=5000, seed=0, ax=None):
+    """Scatter of one split on the fitting scale, with accuracy tick labels; drawn on
+    ``ax`` if given, saved as PNG to ``path`` if given; returns the Figure.
 
     ``series``: list of (label, x_acc, y_acc, fit) with ``fit`` a dict holding slope,
     intercept and r (one per ID environment); ``overall``: the same for the overall fit
     (its points are not drawn). At most ``max_points`` points per series are drawn (a
     random subset), fits use all of them.
     """
+    import matplotlib
     if transform is None:
         from .aotl import transform
-    plt = _plt()
-    fig, ax = figure()
+    fig, ax = figure(ax=ax)
     rng = np.random.default_rng(seed)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     everything = []
     for i, (label, x, y, fit) in enumerate(series):
         tx, ty = transform(x, scale, clip), transform(y, scale, clip)
@@ -114,4 +105,6 @@ def aotl_scatter(series, overall, path, scale="probit", clip=0.01, title=None,
         ax.set_title(title)
     ax.legend(fontsize=7, loc="best")
     ax.grid(alpha=0.3)
-    return save(fig, path)
+    if path is not None:
+        save(fig, path)
+    return fig

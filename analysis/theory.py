@@ -33,6 +33,8 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, special, stats
 
+from oodutils.accuracy import THEORY_CLIP, probit
+
 MU_DG = np.array([1.0, 1.0])
 MU_SPU = np.array([1.0, 1.0])
 
@@ -61,7 +63,7 @@ def _mat(x, dim):
 # Theorems 1-2, Lemma 2, A.7
 # ---------------------------------------------------------------------------------------------
 
-def thm1_margin(w_spu, M, mu_spu, delta=0.05, lipschitz=1.0, kappa=1.0):
+def thm1_margin(w_spu, M, mu_spu, delta=0.05, lipschitz=1.0, kappa=1.0) -> float:
     """Theorem 1's left-hand side: w^T (M mu) + sqrt(2) L_phi kappa ||w|| sqrt(log(1/delta)).
 
     Negative means the split is well-specified with probability at least 1 - delta.
@@ -74,7 +76,7 @@ def thm1_margin(w_spu, M, mu_spu, delta=0.05, lipschitz=1.0, kappa=1.0):
                  * np.sqrt(np.log(1.0 / delta)))
 
 
-def thm1_well_specified(w_spu, M, mu_spu, delta=0.05, lipschitz=1.0, kappa=1.0):
+def thm1_well_specified(w_spu, M, mu_spu, delta=0.05, lipschitz=1.0, kappa=1.0) -> bool:
     """Theorem 1's sufficient condition (a bool)."""
     return thm1_margin(w_spu, M, mu_spu, delta, lipschitz, kappa) < 0
 
@@ -107,7 +109,7 @@ def thm2_well_specified(*args, **kwargs):
     return lhs < rhs
 
 
-def lemma2_accuracy(r, p=0.5, cdf=stats.norm.cdf):
+def lemma2_accuracy(r, p=0.5, cdf=stats.norm.cdf) -> float | np.ndarray:
     """Lemma 2: accuracy of 1{U > 0} when U|Y=0 ~ sigma W0 and U|Y=1 ~ mu1 + sigma W0.
 
     acc = p F_W0(r) + (1 - p) / 2 with r = mu1 / sigma; strictly increasing in r.
@@ -117,7 +119,7 @@ def lemma2_accuracy(r, p=0.5, cdf=stats.norm.cdf):
     return p * cdf(np.asarray(r, dtype=float)) + (1 - p) / 2
 
 
-def gaussian_accuracy(w, mean, cov, bias=0.0, p=0.5):
+def gaussian_accuracy(w, mean, cov, bias=0.0, p=0.5) -> float:
     """Exact accuracy of sign(w^T x + b) when x | y ~ N(y * mean, cov), y = +-1, P(y=1) = p."""
     w, mean = _vec(w), _vec(mean)
     cov = _mat(cov, len(mean))
@@ -185,7 +187,7 @@ class LinearClassifier:
         return float(np.mean(self.predict(X) == np.asarray(y)))
 
 
-def fit_logistic(X, y, C=1.0):
+def fit_logistic(X, y, C=1.0) -> LinearClassifier:
     """L2-regularised logistic regression: min 0.5 ||w||^2 + C sum log(1 + exp(-y (Xw + b)))."""
     X = np.asarray(X, dtype=float)
     y = np.where(np.asarray(y) > 0, 1.0, -1.0)
@@ -236,7 +238,7 @@ def simulate_domain(M, n, rng, mu_dg=MU_DG, mu_spu=MU_SPU, sigma_dg=None, sigma_
     return np.hstack([z_dg, z_spu]), y_obs
 
 
-def generate_shifts(n, dim=2, bound=10.0, include_nd=True, rng=None):
+def generate_shifts(n, dim=2, bound=10.0, include_nd=True, rng=None) -> list[np.ndarray]:
     """The authors' random shifts: S = (A + A^T)/2 with A ~ randn, PD = S diag(|eig S| + 0.1) S^T
     rescaled to Frobenius norm U(0, 1) * bound, and ND = -PD. Returns n PD matrices, followed
     (include_nd) by their n negatives."""
@@ -271,7 +273,7 @@ FIGURE2_SETTINGS = ("identity", "extrapolation", "interpolation")
 
 
 def simulate_figure2(setting="identity", n_test=50, n=1000, seed=1234, delta=0.5,
-                     label_noise=0.0, bound=10.0, n_train_components=4):
+                     label_noise=0.0, bound=10.0, n_train_components=4) -> pd.DataFrame:
     """One row per test shift: f_X's and f_dg's OOD accuracy and what the theory says.
 
     setting:
@@ -348,7 +350,7 @@ def simulate_figure2(setting="identity", n_test=50, n=1000, seed=1234, delta=0.5
     return df
 
 
-def probit_fit(acc_id, acc_ood, clip=1e-6):
+def probit_fit(acc_id, acc_ood, clip=THEORY_CLIP) -> dict[str, float]:
     """linregress(probit(acc_id), probit(acc_ood)) via analysis.aotl_stats.fit_line: a dict
     with slope, intercept, R, p, stderr (and fit_line's other keys). The default clip is
     tiny: the authors' Fig. 3 notebook fits unclipped probits; clipping only keeps
@@ -358,7 +360,8 @@ def probit_fit(acc_id, acc_ood, clip=1e-6):
     return {**fit, "R": fit["r"]}
 
 
-def simulate_figure3(a=-1.0, n_classifiers=50, n=1000, seed=1234, label_noise=0.0):
+def simulate_figure3(a=-1.0, n_classifiers=50, n=1000, seed=1234, label_noise=0.0
+                     ) -> tuple[pd.DataFrame, dict[str, float]]:
     """ID vs OOD accuracies of ``n_classifiers`` logistic regressions, each trained on a domain
     with a random shift M_train ~ randn(2, 2) (so they lean on the spurious features to
     different degrees), evaluated ID (M = I) and OOD (M = a I; ``a=None``: a fresh random M per
@@ -382,10 +385,9 @@ def simulate_figure3(a=-1.0, n_classifiers=50, n=1000, seed=1234, label_noise=0.
             X_ood, y_ood = fixed_ood
         rows.append({"acc_id": f.accuracy(X_id, y_id), "acc_ood": f.accuracy(X_ood, y_ood),
                      "w_spu_mu": float(f.coef[2:] @ MU_SPU)})
-    from analysis.aotl_stats import transform
     df = pd.DataFrame(rows)
-    df["probit_id"] = transform(df["acc_id"], "probit", 1e-6)
-    df["probit_ood"] = transform(df["acc_ood"], "probit", 1e-6)
+    df["probit_id"] = probit(df["acc_id"], THEORY_CLIP)
+    df["probit_ood"] = probit(df["acc_ood"], THEORY_CLIP)
     fit = probit_fit(df["acc_id"], df["acc_ood"])
     df.attrs.update(a=a, **fit)
     return df, fit

@@ -32,7 +32,8 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
-from domainbed.errors import UserError
+from oodutils.accuracy import check_accuracies
+from oodutils.errors import UserError
 
 DEFAULT_THRESHOLDS = {"erm_failure": 5.0, "disc_power": 2.5, "conv_validity": 0.1}
 STRATEGIES = ("all", "valid", "closest")
@@ -51,26 +52,6 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 # input checks
 # ---------------------------------------------------------------------------------------------
-
-def check_accuracies(values, what="accuracies", allow_nan=False):
-    """``values`` as a float array; UserError when empty, non-numeric, or outside [0, 1]."""
-    try:
-        arr = np.asarray(values, dtype=float)
-    except (TypeError, ValueError):
-        raise UserError(f"{what} must be numbers") from None
-    if arr.size == 0:
-        raise UserError(f"no {what} given (empty input)")
-    finite = arr[~np.isnan(arr)]
-    if not allow_nan and finite.size != arr.size:
-        raise UserError(f"{what} contain missing values (NaN)")
-    if finite.size == 0:
-        raise UserError(f"{what} are all missing")
-    if np.isinf(finite).any() or finite.min() < 0 or finite.max() > 1:
-        bad = finite[(finite < 0) | (finite > 1) | np.isinf(finite)][0]
-        raise UserError(f"{what} must be fractions in [0, 1]; got {bad:g}"
-                        + (" (percentages? divide by 100)" if 1 < bad <= 100 else ""))
-    return arr
-
 
 def _require_columns(df, columns, what):
     missing = [c for c in columns if c not in df.columns]
@@ -95,7 +76,7 @@ def _wga_frame(wga, what="worst-group accuracies"):
 # groups and accuracies
 # ---------------------------------------------------------------------------------------------
 
-def per_group_accuracy(labels, preds, groups):
+def per_group_accuracy(labels, preds, groups) -> pd.Series:
     """Accuracy per group (a Series indexed by group, sorted)."""
     labels, preds, groups = map(np.asarray, (labels, preds, groups))
     if labels.size == 0:
@@ -106,7 +87,7 @@ def per_group_accuracy(labels, preds, groups):
     return correct.groupby(groups).mean().rename("accuracy").rename_axis("group")
 
 
-def worst_group_accuracy(labels, preds, groups):
+def worst_group_accuracy(labels, preds, groups) -> float:
     return float(per_group_accuracy(labels, preds, groups).min())
 
 
@@ -115,7 +96,7 @@ def _sd(arr, ddof, scale):
     return 0.0 if np.ptp(arr) == 0 else float(np.std(arr, ddof=ddof) * scale)
 
 
-def erm_failure(group_accuracies, ddof=1, scale=100.0):
+def erm_failure(group_accuracies, ddof=1, scale=100.0) -> float:
     """SD over groups of ERM's per-group test accuracy.
 
     ``group_accuracies``: one value per group, or a seeds x groups array / DataFrame (averaged
@@ -130,7 +111,7 @@ def erm_failure(group_accuracies, ddof=1, scale=100.0):
     return _sd(arr, ddof, scale)
 
 
-def discriminative_power(wga_by_method, ddof=1, scale=100.0):
+def discriminative_power(wga_by_method, ddof=1, scale=100.0) -> float:
     """SD over methods of worst-group test accuracy (each method already averaged over seeds).
     Accepts a sequence, dict or Series; returned in ``scale`` units (pp)."""
     if isinstance(wga_by_method, dict):
@@ -147,7 +128,7 @@ def discriminative_power(wga_by_method, ddof=1, scale=100.0):
 # K: the Bayes factor
 # ---------------------------------------------------------------------------------------------
 
-def log_likelihood(logits, labels):
+def log_likelihood(logits, labels) -> np.ndarray:
     """log p(label | x) per example, from logits (n, C); (n,) or (n, 1) is DomainBed's binary
     single-logit case (p(y=1) = sigmoid(z)). Computed in float64."""
     z = np.asarray(logits, dtype=np.float64)
@@ -176,7 +157,7 @@ def _predicted(logits):
     return z.argmax(axis=1)
 
 
-def group_inverse_weights(groups):
+def group_inverse_weights(groups) -> np.ndarray:
     """w_i = N / N_{g_i} (inverse group size, Eq. 2): the reweighted model's sample weights."""
     groups = np.asarray(groups)
     if groups.size == 0:
@@ -198,7 +179,7 @@ class KResult:
 
 
 def bayes_factor_k(logits_ref, logits_erm, labels, groups, worst_group="erm_lowest_acc",
-                   reduction="mean"):
+                   reduction="mean") -> KResult:
     """K = log P(Y^WG | X^WG, M_ref) - log P(Y^WG | X^WG, M_ERM) on the worst test group.
 
     logits_ref: the reference model's test logits (group-reweighted ERM by default in the
@@ -243,7 +224,7 @@ def bayes_factor_k(logits_ref, logits_erm, labels, groups, worst_group="erm_lowe
 # mutual information (the baseline the paper argues against)
 # ---------------------------------------------------------------------------------------------
 
-def mutual_information(y, a, base=None):
+def mutual_information(y, a, base=None) -> float:
     """I(Y; A) = sum_{y,a} P(y,a) log(P(y,a) / (P(y) P(a))) of the empirical joint; nats
     unless ``base`` (e.g. 2 for bits)."""
     y, a = np.asarray(y), np.asarray(a)
@@ -260,7 +241,7 @@ def mutual_information(y, a, base=None):
     return mi / math.log(base) if base else mi
 
 
-def attributes_from_groups(groups, labels, n_groups, num_classes):
+def attributes_from_groups(groups, labels, n_groups, num_classes) -> np.ndarray:
     """Attributes under the SubpopBench convention g = y * |A| + a (checked against labels)."""
     groups, labels = np.asarray(groups), np.asarray(labels)
     if not n_groups or not num_classes or n_groups % num_classes:
@@ -277,7 +258,7 @@ def attributes_from_groups(groups, labels, n_groups, num_classes):
 # agreement between benchmarks, convergent validity, robustness
 # ---------------------------------------------------------------------------------------------
 
-def agreement_matrix(wga, method="pearson", min_methods=3):
+def agreement_matrix(wga, method="pearson", min_methods=3) -> pd.DataFrame:
     """Benchmark x benchmark correlation (over methods run on both) of WG test accuracies.
     Pairs with fewer than ``min_methods`` shared methods or a constant column are NaN."""
     wga = _wga_frame(wga)
@@ -295,7 +276,7 @@ def agreement_matrix(wga, method="pearson", min_methods=3):
 
 
 def convergent_validity(wga, K, benchmarks=None, pool=None, min_pairs=3, min_methods=3,
-                        arch=None, method="pearson"):
+                        arch=None, method="pearson") -> pd.DataFrame:
     """-slope of the OLS fit r(b, b') = alpha + beta |K_b - K_b'| over b' in ``pool``.
 
     wga: methods x benchmarks WG test accuracies; K: benchmark -> K (Series or dict).
@@ -334,7 +315,7 @@ def convergent_validity(wga, K, benchmarks=None, pool=None, min_pairs=3, min_met
                                        "r2", "n_pairs"]).set_index("benchmark")
 
 
-def method_robustness(wga, K=None, scale=100.0):
+def method_robustness(wga, K=None, scale=100.0) -> pd.DataFrame:
     """Per method over benchmarks: median and IQR of WG test accuracy (pp), and the OLS fit of
     WG accuracy on K (slope, R^2) where K is given for at least 3 of its benchmarks."""
     wga = _wga_frame(wga)
@@ -354,8 +335,10 @@ def method_robustness(wga, K=None, scale=100.0):
     return pd.DataFrame(rows).set_index("method")
 
 
-def best_methods(wga):
-    """Per benchmark: the list of methods with the highest WG accuracy (several on a tie)."""
+def best_methods(wga, as_frame: bool = False) -> dict[str, list[str]] | pd.DataFrame:
+    """Per benchmark: the list of methods with the highest WG accuracy (several on a tie).
+    ``as_frame=True``: a DataFrame instead, one row per (benchmark, best method) with its
+    WG accuracy (columns benchmark, method, wga)."""
     wga = _wga_frame(wga)
     out = {}
     for b in wga.columns:
@@ -363,6 +346,10 @@ def best_methods(wga):
         if col.empty:
             continue
         out[b] = [m for m, v in col.items() if abs(v - col.max()) <= _TIE_ATOL]
+    if as_frame:
+        return pd.DataFrame([{"benchmark": b, "method": m, "wga": float(wga.loc[m, b])}
+                             for b, methods in out.items() for m in methods],
+                            columns=["benchmark", "method", "wga"])
     return out
 
 
@@ -370,7 +357,7 @@ def best_methods(wga):
 # the Table-1 report
 # ---------------------------------------------------------------------------------------------
 
-def validity_table(measures, thresholds=None):
+def validity_table(measures, thresholds=None) -> pd.DataFrame:
     """Add pass/fail flags to a per-benchmark table of measures (Table 1 style).
 
     measures: DataFrame indexed by benchmark with columns erm_failure, disc_power (pp) and
@@ -410,7 +397,7 @@ def validity_table(measures, thresholds=None):
 # choosing a method (section 5)
 # ---------------------------------------------------------------------------------------------
 
-def closest_benchmarks(k, K, candidates=None, exclude=(), atol=_TIE_ATOL):
+def closest_benchmarks(k, K, candidates=None, exclude=(), atol=_TIE_ATOL) -> list[str]:
     """The benchmarks whose K is closest to ``k`` (several when tied within ``atol``), in the
     order of ``K``. candidates: restrict to these (e.g. the valid ones of the same
     architecture); exclude: drop these (e.g. the test dataset itself)."""
@@ -441,7 +428,7 @@ def _mean_over(wga, benchmarks):
 
 
 def recommend_method(wga, strategy, valid=None, K=None, query_k=None, exclude=(),
-                     arch=None, query_arch=None):
+                     arch=None, query_arch=None) -> Recommendation:
     """Pick a method for a new dataset (section 5).
 
     wga: methods x benchmarks WG test accuracies. strategy: 'all' (best mean over all
@@ -489,7 +476,7 @@ def recommend_method(wga, strategy, valid=None, K=None, query_k=None, exclude=()
 
 
 def leave_one_out(wga, K, valid, arch=None, test_datasets=None, exclude_test=True,
-                  scale=100.0):
+                  scale=100.0) -> pd.DataFrame:
     """Table 2: for each test dataset, the WG accuracy on it of the method each strategy picks
     (All / Valid / Closest), choosing from the other benchmarks (``exclude_test``; the paper
     leaves open whether its averages dropped the test dataset). Closest ties: every tied
@@ -531,7 +518,7 @@ def leave_one_out(wga, K, valid, arch=None, test_datasets=None, exclude_test=Tru
     return pd.DataFrame(rows).set_index("dataset")
 
 
-def strategy_win_counts(all_acc, valid_acc, closest_acc=None):
+def strategy_win_counts(all_acc, valid_acc, closest_acc=None) -> dict[str, int]:
     """Table 2's claims: on how many test datasets Valid beats All, and on how many Closest is
     the best of the three (with ties counted as wins, and strictly). NaN Closest rows (no
     comparable benchmark) are left out of the Closest counts."""
@@ -554,14 +541,14 @@ def strategy_win_counts(all_acc, valid_acc, closest_acc=None):
 
 
 # ---------------------------------------------------------------------------------------------
-# command line (the records adapter lives in analysis.validity_records)
+# command line (in analysis.validity_cli; the records adapter is analysis.validity_records)
 # ---------------------------------------------------------------------------------------------
 
 def main(argv=None):
-    from analysis import validity_records
-    return validity_records.main(argv)
+    from analysis import validity_cli
+    return validity_cli.main(argv)
 
 
 if __name__ == "__main__":
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     sys.exit(run_cli(main))

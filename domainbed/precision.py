@@ -1,10 +1,12 @@
 """Numerical precision of a run: fp32, or bf16 autocast where the hardware supports it."""
 import os
-import sys
 
 import torch
 
 from domainbed.errors import UserError
+from oodutils.log import get_logger
+
+logger = get_logger(__name__)
 
 # Lets bf16 run where the CPU only emulates it: slow, but its numerics can be studied.
 ALLOW_EMULATED_BF16 = "DOMAINBED_ALLOW_EMULATED_BF16"
@@ -38,9 +40,9 @@ def check_precision(device, precision):
         raise UserError("--precision bf16 needs a GPU with bfloat16 support")
     if device.type == "cpu" and not cpu_supports_bf16():
         if os.environ.get(ALLOW_EMULATED_BF16) == "1":
-            print(f"notice: {ALLOW_EMULATED_BF16}=1: bfloat16 is emulated on this CPU (same "
-                  "rounding, many times slower); use it to study bf16 numerics, not speed",
-                  file=sys.stderr)
+            logger.info(f"notice: {ALLOW_EMULATED_BF16}=1: bfloat16 is emulated on this CPU "
+                        "(same rounding, many times slower); use it to study bf16 numerics, "
+                        "not speed")
             return
         raise UserError("--precision bf16 needs a CPU with AVX-512 BF16 or AMX; this CPU has "
                         "neither, so bfloat16 would be emulated and slower: use fp32 (or set "

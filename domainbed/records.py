@@ -10,16 +10,28 @@ directory is any directory holding a ``results.jsonl``, at any depth under the i
 Corrupt or truncated lines, and (with ``require_done=True``) runs without a ``done``
 marker, are skipped and counted, with one warning on stderr; they never stop the read.
 """
+from __future__ import annotations
+
 import json
 import os
 import re
-import sys
 import zipfile
 import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
 from domainbed.errors import UserError
+from oodutils.log import get_logger
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+logger = get_logger(__name__)
+
+Record = dict[str, Any]           # one results.jsonl line, plus "run_dir"
+PathLike = Union[str, "os.PathLike[str]"]
 
 RESULTS_FILE = "results.jsonl"
 DONE_FILE = "done"
@@ -39,32 +51,33 @@ class Records:
         input_dirs: the directories that were searched.
     """
 
-    def __init__(self, records, skipped_lines=0, skipped_runs=0, run_dirs=(),
-                 input_dirs=()):
+    def __init__(self, records: Iterable[Record], skipped_lines: int = 0,
+                 skipped_runs: int = 0, run_dirs: Iterable[str] = (),
+                 input_dirs: Iterable[str] = ()) -> None:
         self.records = list(records)
         self.skipped_lines = int(skipped_lines)
         self.skipped_runs = int(skipped_runs)
         self.run_dirs = list(run_dirs)
         self.input_dirs = list(input_dirs)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.records)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Record]:
         return iter(self.records)
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int) -> Record:
         return self.records[index]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"Records({len(self.records)} records from {len(self.run_dirs)} runs, "
                 f"skipped_lines={self.skipped_lines}, skipped_runs={self.skipped_runs})")
 
-    def to_frame(self):
+    def to_frame(self) -> pd.DataFrame:
         """One row per checkpoint (see `records_to_frame`): a pandas DataFrame."""
         return records_to_frame(self.records)
 
-    def skip_summary(self):
+    def skip_summary(self) -> str | None:
         """What was skipped, in words ("2 corrupt ... lines and 1 run without ..."), or
         None when nothing was."""
         parts = []
@@ -77,7 +90,7 @@ class Records:
                          f"{RESULTS_FILE}")
         return " and ".join(parts) or None
 
-    def warning(self):
+    def warning(self) -> str | None:
         """The one-line skip warning, or None when nothing was skipped."""
         summary = self.skip_summary()
         if summary is None:
@@ -94,7 +107,7 @@ def _as_dir_list(input_dir):
     return dirs
 
 
-def find_run_dirs(input_dir):
+def find_run_dirs(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
     """Every directory holding a results.jsonl under `input_dir` (itself included),
     sorted by path. Raises UserError when `input_dir` is not a directory."""
     found = []
@@ -121,7 +134,7 @@ def _parse_line(line):
     return record
 
 
-def read_run(run_dir):
+def read_run(run_dir: str) -> tuple[list[Record], int]:
     """(records, skipped_lines) of one run directory; raises OSError when unreadable."""
     records, skipped = [], 0
     with open(os.path.join(run_dir, RESULTS_FILE), "rb") as f:
@@ -137,11 +150,12 @@ def read_run(run_dir):
     return records, skipped
 
 
-def load_records(input_dir, require_done=True, quiet=False):
+def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = True,
+                 quiet: bool = False) -> Records:
     """Read every run under `input_dir` (a path, or a list of paths) into a Records.
 
     require_done: skip runs without a ``done`` marker (still running, or killed).
-    quiet: do not print the skip warning (it stays available as ``Records.warning()``).
+    quiet: do not log the skip warning (it stays available as ``Records.warning()``).
     Raises UserError when an input directory is missing.
     """
     dirs = _as_dir_list(input_dir)
@@ -160,9 +174,11 @@ def load_records(input_dir, require_done=True, quiet=False):
         records.extend(run_records)
         kept_dirs.append(run_dir)
     result = Records(records, skipped_lines, skipped_runs, kept_dirs, dirs)
+    logger.debug(f"read {len(records)} records from {len(kept_dirs)} run(s) under "
+                 f"{', '.join(map(str, dirs))}")
     message = result.warning()
     if message and not quiet:
-        print(message, file=sys.stderr)
+        logger.warning(message)
     return result
 
 
@@ -174,7 +190,7 @@ def _hashable(value):
     return value
 
 
-def records_to_frame(records):
+def records_to_frame(records: Records | Iterable[Record]) -> pd.DataFrame:
     """One row per checkpoint (a Records, or a list of record dicts).
 
     Columns: ``run_dir``, ``dataset``, ``algorithm``, ``test_envs`` (tuple),
@@ -211,11 +227,11 @@ def records_to_frame(records):
     return pd.DataFrame(rows)
 
 
-def prediction_path(run_dir, step):
+def prediction_path(run_dir: PathLike, step: int) -> str:
     return os.path.join(os.fspath(run_dir), PREDICTIONS_DIR, f"step_{int(step):07d}.npz")
 
 
-def list_prediction_steps(run_dir):
+def list_prediction_steps(run_dir: PathLike) -> list[int]:
     """The checkpoint steps that have a predictions file in `run_dir`, ascending."""
     directory = os.path.join(os.fspath(run_dir), PREDICTIONS_DIR)
     if not os.path.isdir(directory):
@@ -228,7 +244,7 @@ def list_prediction_steps(run_dir):
     return sorted(steps)
 
 
-def load_predictions(run_dir, step):
+def load_predictions(run_dir: PathLike, step: int) -> dict[str, np.ndarray]:
     """The predictions of one checkpoint: a dict of arrays (id, env, split, label, pred,
     correct, group, and logits when saved). Raises UserError when missing or corrupt."""
     path = prediction_path(run_dir, step)
@@ -263,16 +279,19 @@ class PredictionMatrix:
         skipped: records skipped because their checkpoint has no predictions file.
     """
 
-    def __init__(self, values, examples, checkpoints, skipped=0):
+    def __init__(self, values: np.ndarray, examples: pd.DataFrame,
+                 checkpoints: Iterable[Record], skipped: int = 0) -> None:
         self.values, self.examples = values, examples
         self.checkpoints, self.skipped = list(checkpoints), int(skipped)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"PredictionMatrix({self.values.shape[0]} checkpoints x "
                 f"{self.values.shape[1]} examples, skipped={self.skipped})")
 
 
-def prediction_matrix(records, env, splits=(0, 1), field="correct"):
+def prediction_matrix(records: Records | Iterable[Record], env: int,
+                      splits: Sequence[int] = (0, 1), field: str = "correct"
+                      ) -> PredictionMatrix:
     """The examples x checkpoints view: one row per record (checkpoint) whose predictions
     file exists, one column per example of environment `env` in `splits` (0 = in,
     1 = out, 2 = the UDA split), columns sorted by example id.

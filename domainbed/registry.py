@@ -7,15 +7,26 @@ Another installed package registers with an entry point in the group
 ``domainbed.algorithms`` (or ``domainbed.datasets``) pointing at its class (or at a
 module whose import registers classes with the decorators).
 """
+from __future__ import annotations
+
 import importlib
-import sys
+import warnings
+from collections.abc import Callable
 from importlib import metadata
+from typing import TypeVar
 
 from domainbed.errors import UnknownNameError, UserError
+from oodutils.log import ProjectWarning
+
+T = TypeVar("T", bound=type)
 
 
 class RegistryClash(UserError, ValueError):
     """Two different classes want the same registered name."""
+
+
+class PluginWarning(ProjectWarning):
+    """An installed plug-in (entry point) failed to load; the registry goes on without it."""
 
 
 def _full_name(cls):
@@ -31,21 +42,22 @@ def _same_class(a, b):
 
 
 class Registry:
-    def __init__(self, kind, entry_point_group, builtin_module):
+    def __init__(self, kind: str, entry_point_group: str, builtin_module: str) -> None:
         self.kind = kind
         self.group = entry_point_group
         self.builtin_module = builtin_module
-        self._classes = {}
-        self._overridden = set()
+        self._classes: dict[str, type] = {}
+        self._overridden: set[str] = set()
         self._loaded = False
         self._loading = False
 
-    def register(self, name=None, override=False):
+    def register(self, name: str | None = None, override: bool = False
+                 ) -> Callable[[T], T]:
         """Register a class under `name`. A name taken by another class is an error
         naming both, unless the newcomer asks to replace it with ``override=True`` (a
         re-import of the same module is not a clash); a later plain registration never
         replaces an explicit override."""
-        def decorator(cls):
+        def decorator(cls: T) -> T:
             key = name or cls.__name__
             existing = self._classes.get(key)
             if existing is not None and not override and key in self._overridden:
@@ -62,7 +74,7 @@ class Registry:
             return cls
         return decorator
 
-    def _load(self):
+    def _load(self) -> None:
         if self._loaded or self._loading:
             return
         self._loading = True
@@ -74,8 +86,8 @@ class Registry:
                 except RegistryClash:
                     raise
                 except Exception as e:  # a broken plug-in must not break the registry
-                    print(f"warning: could not load {self.kind} plug-in {ep.name!r} "
-                          f"({ep.value}): {e}", file=sys.stderr)
+                    warnings.warn(f"could not load {self.kind} plug-in {ep.name!r} "
+                                  f"({ep.value}): {e}", PluginWarning, stacklevel=2)
                     continue
                 if isinstance(obj, type) and self._classes.get(ep.name) is not obj:
                     self.register(ep.name)(obj)
@@ -83,17 +95,17 @@ class Registry:
         finally:
             self._loading = False
 
-    def get(self, name):
+    def get(self, name: str) -> type:
         self._load()
         if name not in self._classes:
             raise UnknownNameError(self.kind, name, self._classes)
         return self._classes[name]
 
-    def names(self):
+    def names(self) -> list[str]:
         self._load()
         return sorted(self._classes)
 
-    def __contains__(self, name):
+    def __contains__(self, name: object) -> bool:
         self._load()
         return name in self._classes
 
@@ -104,9 +116,11 @@ register_algorithm = ALGORITHMS.register
 register_dataset = DATASETS.register
 
 
-def get_algorithm_class(name):
+def get_algorithm_class(name: str) -> type:
+    """The algorithm class registered as `name` (UnknownNameError lists the valid ones)."""
     return ALGORITHMS.get(name)
 
 
-def get_dataset_class(name):
+def get_dataset_class(name: str) -> type:
+    """The dataset class registered as `name` (UnknownNameError lists the valid ones)."""
     return DATASETS.get(name)

@@ -1,18 +1,21 @@
-"""Rendering results tables: text (as DomainBed's collect_results prints), markdown,
-LaTeX (as DomainBed's ``--latex``) and CSV (long format, one row per cell).
+"""Results tables of a sweep: text (as DomainBed's collect_results prints), markdown,
+LaTeX (as DomainBed's ``--latex``), CSV (long format, one row per cell) and HTML. The
+layout is DomainBed's; the cells are laid out by the shared renderer,
+:mod:`oodutils.tables` (one LaTeX escaper, one markdown escaper for the whole project).
 
 A Report holds Sections (one per model selection method), each a list of Tables.
 Cells are Cell(mean, err, n) in percent, or None for a missing cell ('X').
 """
-import csv
 import dataclasses
-import io
-from typing import List, Optional
+import html
+from typing import Iterable, List, Optional
 
 import numpy as np
 
-FORMATS = ("text", "markdown", "latex", "csv")
-SUFFIXES = {"text": "txt", "markdown": "md", "latex": "tex", "csv": "csv"}
+from oodutils import tables
+
+FORMATS = tables.FORMATS
+SUFFIXES = tables.SUFFIXES
 
 
 @dataclasses.dataclass
@@ -22,7 +25,7 @@ class Cell:
     n: int        # number of trials
 
 
-def summarize(values):
+def summarize(values: Iterable[float]) -> Optional[Cell]:
     """Accuracies (fractions) over trials -> Cell(mean, standard error) in percent, or
     None when empty. Standard error = np.std (ddof 0) / sqrt(n), as DomainBed."""
     values = [float(v) for v in values]
@@ -33,18 +36,18 @@ def summarize(values):
                 100 * float(np.std(data / np.sqrt(len(data)))), len(data))
 
 
-def format_cell(cell, style="text"):
+def format_cell(cell: Optional[Cell], style: str = "text") -> str:
     if cell is None:
         return "X"
     sep = {"text": "+/-", "latex": "$\\pm$", "markdown": "±"}.get(style, "+/-")
     return f"{cell.mean:.1f} {sep} {cell.err:.1f}"
 
 
-def format_avg(value):
+def format_avg(value: Optional[float]) -> str:
     return "X" if value is None else f"{value:.1f}"
 
 
-def row_average(cells):
+def row_average(cells: List[Optional[Cell]]) -> Optional[float]:
     """The Avg column: mean of the cell means, or None when any cell is missing."""
     if not cells or any(c is None for c in cells):
         return None
@@ -76,12 +79,6 @@ class Report:
     sections: List[Section]
 
 
-def _text_row(cells, width):
-    # DomainBed's misc.print_row: cells left-justified to the column width, joined by two
-    # spaces, and print(..., "") leaves one trailing space. Columns widen, never truncate.
-    return "  ".join(str(c).ljust(width) for c in cells) + " "
-
-
 def _table_strings(table, style):
     header = ["Algorithm", *table.columns, "Avg"]
     body = [[name, *(format_cell(c, style) for c in cells), format_avg(avg)]
@@ -89,25 +86,24 @@ def _table_strings(table, style):
     return header, body
 
 
-def render_text(report):
+def render_text(report: Report) -> str:
+    # DomainBed's misc.print_row: cells left-justified to one column width (the table's
+    # colwidth, widened to its longest cell, never truncated), joined by two spaces, and
+    # print(..., "") leaves one trailing space.
     lines = [f"Total records: {report.total_records}"]
     for section in report.sections:
         for table in section.tables:
             header, body = _table_strings(table, "text")
-            width = max([table.colwidth] + [len(str(c)) for row in [header, *body]
-                                            for c in row])
-            lines += ["", f"-------- {table.title}", _text_row(header, width)]
-            lines += [_text_row(row, width) for row in body]
+            lines += ["", f"-------- {table.title}"]
+            lines += tables.text_lines(header, body, min_width=table.colwidth, uniform=True,
+                                       rule=False, end=" ")
     return "\n".join(lines) + "\n"
 
 
-def latex_escape(text):
-    special = {"\\": "\\textbackslash{}", "&": "\\&", "%": "\\%", "#": "\\#",
-               "_": "\\_", "$": "\\$", "{": "\\{", "}": "\\}"}
-    return "".join(special.get(char, char) for char in str(text))
+latex_escape = tables.latex_escape
 
 
-def render_latex(report):
+def render_latex(report: Report) -> str:
     lines = ["\\documentclass{article}", "\\usepackage{booktabs}",
              "\\usepackage{adjustbox}", "\\begin{document}",
              "\\section{Full DomainBed results}",
@@ -119,33 +115,35 @@ def render_latex(report):
             header = ["\\textbf{" + latex_escape(c) + "}" for c in header]
             body = [[latex_escape(row[0]), *row[1:]] for row in body]
             lines += ["", f"\\subsubsection{{{latex_escape(table.heading)}}}", "",
-                      "\\begin{center}", "\\adjustbox{max width=\\textwidth}{%",
-                      "\\begin{tabular}{l" + "c" * (len(table.columns) + 1) + "}",
-                      "\\toprule"]
-            width = table.colwidth
-            for r, row in enumerate([header, *body]):
-                lines.append(" & ".join(str(c).ljust(width) for c in row) + " \\\\")
-                if r == 0:
-                    lines.append("\\midrule")
-            lines += ["\\bottomrule", "\\end{tabular}}", "\\end{center}"]
+                      "\\begin{center}", "\\adjustbox{max width=\\textwidth}{%"]
+            lines += tables.latex_tabular(header, body, "l" + "c" * (len(table.columns) + 1),
+                                          pad=table.colwidth, escape=False)
+            lines[-1] += "}"    # closes the adjustbox
+            lines.append("\\end{center}")
     lines.append("\\end{document}")
     return "\n".join(lines) + "\n"
 
 
-def _md(text):
-    return str(text).replace("|", "\\|")
-
-
-def render_markdown(report):
+def render_markdown(report: Report) -> str:
     lines = [f"Total records: {report.total_records}"]
     for section in report.sections:
         lines += ["", f"## Model selection: {section.method_name}"]
         for table in section.tables:
             header, body = _table_strings(table, "markdown")
-            lines += ["", f"### {_md(table.heading)}", "",
-                      "| " + " | ".join(_md(c) for c in header) + " |",
-                      "|" + "|".join(["---"] + [":---:"] * (len(header) - 1)) + "|"]
-            lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in body]
+            lines += ["", f"### {tables.markdown_escape(table.heading)}", ""]
+            lines += tables.markdown_lines(header, body, [None] + ["center"] * (len(header) - 1))
+    return "\n".join(lines) + "\n"
+
+
+def render_html(report: Report) -> str:
+    """An HTML fragment: a heading per model selection method, a table per dataset."""
+    lines = [f"<p>Total records: {report.total_records}</p>"]
+    for section in report.sections:
+        lines.append(f"<h2>Model selection: {html.escape(section.method_name)}</h2>")
+        for table in section.tables:
+            header, body = _table_strings(table, "markdown")
+            lines.append(f"<h3>{html.escape(table.heading)}</h3>")
+            lines += tables.html_table(header, body, ["left"] + ["center"] * (len(header) - 1))
     return "\n".join(lines) + "\n"
 
 
@@ -153,31 +151,30 @@ CSV_COLUMNS = ["selection_method", "table", "algorithm", "column", "env", "mean"
                "stderr", "n_trials"]
 
 
-def render_csv(report):
+def render_csv(report: Report) -> str:
     """Long format: one line per cell (Avg cells included, with empty stderr/n_trials);
     means and standard errors in percent, unrounded; missing cells have an empty mean."""
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    rows = []
     for section in report.sections:
         for table in section.tables:
             envs = table.env_indices or [""] * len(table.columns)
             for name, cells, avg in zip(table.rows, table.cells, table.avg):
                 for column, env, cell in zip(table.columns, envs, cells):
-                    writer.writerow([section.method_name, table.heading, name, column, env,
-                                     "" if cell is None else repr(cell.mean),
-                                     "" if cell is None else repr(cell.err),
-                                     "" if cell is None else cell.n])
-                writer.writerow([section.method_name, table.heading, name, "Avg", "",
-                                 "" if avg is None else repr(avg), "", ""])
-    return buf.getvalue()
+                    rows.append([section.method_name, table.heading, name, column, env,
+                                 "" if cell is None else repr(cell.mean),
+                                 "" if cell is None else repr(cell.err),
+                                 "" if cell is None else cell.n])
+                rows.append([section.method_name, table.heading, name, "Avg", "",
+                             "" if avg is None else repr(avg), "", ""])
+    return tables.csv_text(CSV_COLUMNS, rows)
 
 
 RENDERERS = {"text": render_text, "markdown": render_markdown, "latex": render_latex,
-             "csv": render_csv}
+             "csv": render_csv, "html": render_html}
 
 
-def render(report, fmt="text"):
-    if fmt not in RENDERERS:
-        raise ValueError(f"unknown format {fmt!r}; valid formats: {', '.join(FORMATS)}")
+def render(report: Report, fmt: str = "text") -> str:
+    """The whole report in ``fmt`` (one of :data:`FORMATS`); an unknown format is an
+    UnknownNameError (a UserError) naming the valid ones."""
+    tables.check_format(fmt)
     return RENDERERS[fmt](report)

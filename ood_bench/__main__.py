@@ -1,8 +1,8 @@
 """python -m ood_bench COMMAND ... (see ood_bench.cli)."""
 import sys
 
-from domainbed.errors import run_cli
 from ood_bench.cli import main
+from oodutils.errors import run_cli
 
 if __name__ == "__main__":
     sys.exit(run_cli(main))

@@ -12,16 +12,17 @@ disk) for images, or any `domainbed.networks.Featurizer`.
 """
 import copy
 import math
-import sys
 import time
+import warnings
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from domainbed.errors import UserError
 from ood_bench.data import fetch, iterate
+from oodutils.errors import UserError
+from oodutils.log import ProjectWarning
 
 BACKBONES = ("auto", "mlp", "resnet18", "resnet34", "resnet50", "featurizer")
 SELECTIONS = ("acc", "loss", "last")
@@ -220,7 +221,8 @@ def train_env_classifier(sides, backbone="auto", dim_z=8, steps=2000, batch_size
             if _better(cand, best, select):
                 best = dict(cand, state=copy.deepcopy(model.state_dict()))
     if not math.isfinite(loss_ema if loss_ema is not None else 0.0):
-        print("warning: the environment classifier's loss is not finite", file=sys.stderr)
+        warnings.warn("the environment classifier's loss is not finite", ProjectWarning,
+                      stacklevel=2)
     model.load_state_dict(best["state"])
     model.eval()
     return model, {"backbone": name, "selected_step": best["step"], "selection": select,

@@ -15,25 +15,14 @@ import json
 import os
 import sys
 
-from domainbed.errors import UserError, epilog_example
-from domainbed.fileio import atomic_write_json, atomic_write_text
 from ood_bench import quantify as q
 from ood_bench.trials import TrialConfig
+from oodutils.cli import add_logging_flags, configure_logging, parse_json_object
+from oodutils.errors import UserError, epilog_example
+from oodutils.fileio import atomic_write_json, atomic_write_text
 
 EPILOG = epilog_example("ood-bench", "ood_bench",
                         "quantify --features features.npz --seed 0 --output result.json")
-
-
-def _json_arg(text, what):
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError as e:
-        raise UserError(f"{what} is not valid JSON: {e}") from None
-    if not isinstance(value, dict):
-        raise UserError(f"{what} must be a JSON object")
-    return value
 
 
 def add_training_arguments(p, dataset_required=True):
@@ -67,7 +56,6 @@ def add_training_arguments(p, dataset_required=True):
     g.add_argument("--extract-split", default="out", choices=("out", "train", "all"),
                    help="which examples' features are written (default: held-out)")
     g.add_argument("--n-workers", type=int, default=0)
-    g.add_argument("--verbose", action="store_true")
 
 
 def config_from_args(a):
@@ -76,12 +64,12 @@ def config_from_args(a):
     est = q.estimator_options(a) if hasattr(a, "sample_size") else {}
     return TrialConfig(
         dataset=a.dataset, data_dir=a.data_dir, envs_p=a.envs_p, envs_q=a.envs_q,
-        dataset_settings=_json_arg(a.dataset_settings, "--dataset-settings"),
+        dataset_settings=parse_json_object(a.dataset_settings, "--dataset-settings"),
         data_seed=a.data_seed, holdout_fraction=a.holdout_fraction, backbone=a.backbone,
         dim_z=a.dim_z, steps=a.steps, batch_size=a.batch_size, lr=a.lr,
         weight_decay=a.weight_decay, eval_every=a.eval_every, mlp_width=a.mlp_width,
         pretrained=a.pretrained, pretrained_path=a.pretrained_path,
-        featurizer_hparams=_json_arg(a.featurizer_hparams, "--featurizer-hparams"),
+        featurizer_hparams=parse_json_object(a.featurizer_hparams, "--featurizer-hparams"),
         select=a.select, extract_split=a.extract_split, n_workers=a.n_workers,
         **{k: v for k, v in est.items()})
 
@@ -231,7 +219,6 @@ def _reduced_training_args(p):
         p.add_argument(flag, type=typ, default=None)
     p.add_argument("--num-threads", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--verbose", action="store_true")
 
 
 def build_parser():
@@ -312,12 +299,15 @@ def build_parser():
     p.add_argument("--grid", help="heatmap_*.json (heatmap)")
     p.add_argument("--output", "--out", "--output-dir", dest="out", required=True, help="PNG path")
     p.set_defaults(func=cmd_plot)
+    for p in sub.choices.values():   # -v / --verbose: training progress; -q: warnings only
+        add_logging_flags(p)
     return parser
 
 
 def main(argv=None):
-    from domainbed.fileio import check_output_path
+    from oodutils.fileio import check_output_path
     args = build_parser().parse_args(argv)
+    configure_logging(args)
     if getattr(args, "out", None):
         check_output_path(args.out, "--out")
     if getattr(args, "output_dir", None):
@@ -327,10 +317,10 @@ def main(argv=None):
 
 def cli():
     """The `ood-bench` console command ([project.scripts])."""
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     sys.exit(run_cli(main))
 
 
 if __name__ == "__main__":
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     sys.exit(run_cli(main))

@@ -7,13 +7,16 @@ label-shift-free datasets: p(y) = q(y)), optionally replaces the two sides by a 
 class into a training part and a held-out part (`holdout_fraction`, 0.1 as the paper).
 """
 import inspect
-import sys
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from domainbed.errors import UserError
+from oodutils.errors import UserError
+from oodutils.log import ProjectWarning, get_logger
+
+logger = get_logger(__name__)
 
 
 def load_dataset(name, data_dir, hparams=None, data_seed=0):
@@ -26,8 +29,8 @@ def load_dataset(name, data_dir, hparams=None, data_seed=0):
     merged = {k: h.default for k, h in space.items()}
     unknown = sorted(set(hparams or {}) - set(space))
     if unknown:
-        print(f"notice: dataset settings {unknown} are not declared by {name}; passed on "
-              f"anyway", file=sys.stderr)
+        logger.info(f"notice: dataset settings {unknown} are not declared by {name}; passed "
+                    f"on anyway")
     merged.update(hparams or {})
     merged["data_augmentation"] = False
     kwargs = {}
@@ -92,8 +95,8 @@ def balance(p, q, rng):
     cp, cq = _per_class(p.y), _per_class(q.y)
     dropped = sorted(set(cp) ^ set(cq))
     if dropped:
-        print(f"warning: classes {dropped} appear on one side only and are left out "
-              f"(the estimator assumes p(y) = q(y))", file=sys.stderr)
+        warnings.warn(f"classes {dropped} appear on one side only and are left out (the "
+                      f"estimator assumes p(y) = q(y))", ProjectWarning, stacklevel=2)
     keys_p, keys_q = [], []
     for c in sorted(set(cp) & set(cq)):
         n = min(len(cp[c]), len(cq[c]))

@@ -6,11 +6,14 @@ Fig. 4 grids (one trial per cell, as the paper):
   'mu-div' (b) diversity shift over (mu_tr, mu_te), rho_tr = 0.1, rho_te = 0.9, sigma 0.1;
   'mu-cor' (c) correlation shift over (mu_tr, mu_te), rho_tr = 0.1, rho_te = 0.9, sigma 0.25.
 """
-import os
 
 import numpy as np
 
-from domainbed.errors import UserError
+from oodutils.errors import UserError
+from oodutils.log import get_logger
+from oodutils.plotting import figure_and_axes, save_figure
+
+logger = get_logger(__name__)
 
 #: Table 8 (mean, standard error over 5 runs), the points of Fig. 3
 PAPER_TABLE8 = {
@@ -43,16 +46,6 @@ HEATMAPS = {
 }
 
 
-def _figure_and_axes(ax, figsize):
-    """The caller's axes (a notebook's, say) or a new Figure that no backend owns: library
-    code never picks or forces a matplotlib backend."""
-    if ax is not None:
-        return ax.figure, ax
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=figsize)
-    return fig, fig.add_subplot()
-
-
 def plane_points_from_summaries(named_paths):
     """{name: ((div mean, se), (cor mean, se))} from summary.json files."""
     import json
@@ -75,7 +68,7 @@ def plot_plane(points, out=None, paper=False, title="Diversity and correlation s
                ax=None):
     """Fig. 3: every dataset a point (x = diversity, y = correlation) with SE bars; drawn
     on `ax` if given, saved as PNG to `out` if given; returns the Figure."""
-    fig, ax = _figure_and_axes(ax, (5.5, 4.5))
+    fig, ax = figure_and_axes(ax, (5.5, 4.5))
     series = [("ours", points, "o", "C0")]
     if paper:
         series.append(("paper (Table 8)", PAPER_TABLE8, "s", "C7"))
@@ -106,11 +99,7 @@ def plot_plane(points, out=None, paper=False, title="Diversity and correlation s
 
 
 def _save(fig, out):
-    directory = os.path.dirname(os.path.abspath(out))
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".tmp-{os.getpid()}-{os.path.basename(out)}")
-    fig.savefig(tmp, dpi=150, format="png")
-    os.replace(tmp, out)
+    save_figure(fig, out, dpi=150)
 
 
 def run_heatmap(kind, values, data_dir, seed=0, verbose=False, **overrides):
@@ -129,8 +118,8 @@ def run_heatmap(kind, values, data_dir, seed=0, verbose=False, **overrides):
             s = run_trials(cfg, 1, seed, None, verbose=verbose)
             grid[i, j] = s[spec["metric"]]["mean"]
             if verbose:
-                print(f"{kind}: {spec['axes'][0]}={v_tr}, {spec['axes'][1]}={v_te}: "
-                      f"{spec['metric']} {grid[i, j]:.4f}")
+                logger.info(f"{kind}: {spec['axes'][0]}={v_tr}, {spec['axes'][1]}={v_te}: "
+                            f"{spec['metric']} {grid[i, j]:.4f}")
     return {"kind": kind, "metric": spec["metric"], "axes": list(spec["axes"]),
             "fixed": spec["fixed"], "values": values, "grid": grid.tolist(), "seed": seed}
 
@@ -142,7 +131,7 @@ def plot_heatmap(grid, out=None, ax=None):
     labels = HEATMAPS.get(kind, HEATMAPS["rho"])["labels"]
     values = grid["values"]
     g = np.array(grid["grid"], dtype=float)
-    fig, ax = _figure_and_axes(ax, (4.8, 4.2))
+    fig, ax = figure_and_axes(ax, (4.8, 4.2))
     im = ax.imshow(g, cmap="viridis", origin="lower", vmin=0.0,
                    vmax=max(1.0, float(np.nanmax(g)) if np.isfinite(g).any() else 1.0))
     ticks = [f"{v:g}" for v in values]

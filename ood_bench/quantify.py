@@ -13,8 +13,10 @@ import json
 import sys
 import warnings
 
-from domainbed.errors import UserError, run_cli
 from ood_bench.estimator import DEFAULTS, ShiftEstimationError, estimate_shifts
+from oodutils.cli import add_logging_flags, configure_logging
+from oodutils.errors import UserError, run_cli
+from oodutils.log import show_warning
 
 
 def add_estimator_arguments(parser):
@@ -77,6 +79,9 @@ def torch_threads(n):
 
 
 def build_parser(parser=None):
+    """The quantify options, on `parser` (the ood_bench subcommand, which adds -v / -q
+    itself) or on a parser of their own."""
+    standalone = parser is None
     parser = parser or argparse.ArgumentParser(
         prog="python -m ood_bench.quantify", description=__doc__.split("\n\n")[0])
     parser.add_argument("--features", required=True, help="npz with z_p, y_p, z_q, y_q")
@@ -85,6 +90,8 @@ def build_parser(parser=None):
                         default=None, help="result JSON (default: stdout only)")
     parser.add_argument("--mode", choices=("both", "div", "cor"), default="both")
     add_estimator_arguments(parser)
+    if standalone:
+        add_logging_flags(parser)
     return parser
 
 
@@ -93,7 +100,7 @@ def quantify_file(path, seed=0, mode="both", num_threads=0, **options):
     feats = load_features(path)
     with torch_threads(num_threads), warnings.catch_warnings():
         warnings.simplefilter("always")
-        warnings.showwarning = _warn_line
+        warnings.showwarning = show_warning
         try:
             result = estimate_shifts(feats["z_p"], feats["y_p"], feats["z_q"], feats["y_q"],
                                      seed=seed, mode=mode, **options)
@@ -107,19 +114,16 @@ def quantify_file(path, seed=0, mode="both", num_threads=0, **options):
     return result
 
 
-def _warn_line(message, category, filename, lineno, file=None, line=None):
-    print(f"warning: {message}", file=sys.stderr)
-
-
 def main(argv=None):
-    from domainbed.fileio import check_output_path
+    from oodutils.fileio import check_output_path
     args = build_parser().parse_args(argv)
+    configure_logging(args)
     if args.out:
         check_output_path(args.out, "--out")
     result = quantify_file(args.features, args.seed, args.mode, args.num_threads,
                            **estimator_options(args))
     if args.out:
-        from domainbed.fileio import atomic_write_json
+        from oodutils.fileio import atomic_write_json
         atomic_write_json(args.out, result)
     shown = {k: result[k] for k in ("diversity", "correlation") if k in result}
     print(json.dumps(shown))

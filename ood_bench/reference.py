@@ -8,7 +8,7 @@ def reference_estimate(z_p, y_p, z_q, y_q, sample_size=10000, eps_div=1e-12, eps
                        seed=0, bw_method=None):
     from scipy.stats import gaussian_kde
 
-    from domainbed.errors import require
+    from oodutils.errors import require
     StandardScaler = require("sklearn.preprocessing", extra="analysis").StandardScaler
     z_p, z_q = np.asarray(z_p, dtype=np.float64), np.asarray(z_q, dtype=np.float64)
     y_p, y_q = np.asarray(y_p), np.asarray(y_q)

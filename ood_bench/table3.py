@@ -98,9 +98,9 @@ def format_table3(results, digits=2):
     rows = table3_rows(results, digits)
     if not rows:
         return "(no rows)"
+    from oodutils.tables import markdown_lines
     cols = list(rows[0])
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
+    lines = markdown_lines(cols, [[str(r[c]) for c in cols] for r in rows])
     if "iid" in results:
         iid = results["iid"]
         lines.append("")

@@ -18,12 +18,16 @@ import json
 import os
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from domainbed.fileio import atomic_savez, atomic_write_json
 from ood_bench.estimator import DEFAULTS, ShiftDensities, iid_split
+from oodutils.fileio import atomic_savez, atomic_write_json
+from oodutils.log import ProjectWarning, get_logger
+
+logger = get_logger(__name__)
 
 
 @dataclass
@@ -59,7 +63,7 @@ class TrialConfig:
 
 
 def _log(verbose):
-    return (lambda msg: print(msg, file=sys.stderr, flush=True)) if verbose else None
+    return logger.info if verbose else None
 
 
 def extract_trial(cfg, seed, force_iid=False, verbose=False, dataset=None):
@@ -93,7 +97,7 @@ def save_features(path, feats, meta=None):
 
 
 def load_features(path):
-    from domainbed.errors import UserError
+    from oodutils.errors import UserError
     if not os.path.isfile(path):
         raise UserError(f"features file {path!r} does not exist")
     import zipfile
@@ -115,7 +119,7 @@ def load_features(path):
 
 
 def check_feature_shapes(path, feats):
-    from domainbed.errors import UserError
+    from oodutils.errors import UserError
     for side in ("p", "q"):
         z, y = feats[f"z_{side}"], feats[f"y_{side}"]
         if z.ndim != 2 or y.ndim != 1 or len(z) != len(y) or len(z) == 0:
@@ -170,9 +174,10 @@ def bisect_thresholds(iid, lower=5e-3, upper=1e-2, max_iters=20, eps_div_range=(
         elif avg_cor > upper:
             lo_c = eps_cor
     if not converged:
-        print(f"warning: calibration did not bring the i.i.d. estimates into [{lower}, "
-              f"{upper}] in {max_iters} iterations (last: div {avg_div:.3g}, cor "
-              f"{avg_cor:.3g}); using the last thresholds", file=sys.stderr)
+        warnings.warn(f"calibration did not bring the i.i.d. estimates into [{lower}, "
+                      f"{upper}] in {max_iters} iterations (last: div {avg_div:.3g}, cor "
+                      f"{avg_cor:.3g}); using the last thresholds", ProjectWarning,
+                      stacklevel=2)
     return {"eps_div": eps_div, "eps_cor": eps_cor, "iid_div": avg_div, "iid_cor": avg_cor,
             "converged": converged, "iterations": len(history), "history": history,
             "lower_bound": lower, "upper_bound": upper}
@@ -209,8 +214,8 @@ def run_trials(cfg, n_trials=5, seed=0, output_dir=None, calibrate=False,
             save_features(os.path.join(output_dir, f"trial_{s}", "features.npz"), f,
                           {"config": asdict(cfg), "seed": s})
         if verbose:
-            print(f"trial seed {s}: div {dens[-1].diversity(cfg.eps_div):.4f}, cor "
-                  f"{dens[-1].correlation(cfg.eps_cor):.4f}", file=sys.stderr, flush=True)
+            logger.info(f"trial seed {s}: div {dens[-1].diversity(cfg.eps_div):.4f}, cor "
+                        f"{dens[-1].correlation(cfg.eps_cor):.4f}")
     iid, calibration = None, None
     if calibrate or iid_reference:
         if calibration_level == "data":
@@ -224,7 +229,7 @@ def run_trials(cfg, n_trials=5, seed=0, output_dir=None, calibrate=False,
         elif calibration_level == "features":
             iid = iid_feature_densities(feats, cfg, seed)
         else:
-            from domainbed.errors import UserError
+            from oodutils.errors import UserError
             raise UserError(f"--calibration-level must be data or features, not "
                             f"{calibration_level!r}")
     eps_div, eps_cor = cfg.eps_div, cfg.eps_cor
@@ -258,7 +263,7 @@ def run_trials(cfg, n_trials=5, seed=0, output_dir=None, calibrate=False,
 
 def load_results(paths):
     """result.json files as dicts; a missing or malformed one is one clear UserError."""
-    from domainbed.errors import UserError
+    from oodutils.errors import UserError
     out = []
     for p in paths:
         try:

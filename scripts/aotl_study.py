@@ -17,7 +17,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from domainbed.errors import UserError, run_cli  # noqa: E402
+from oodutils.errors import UserError, run_cli  # noqa: E402
 
 DATASETS = ("ColoredMNIST", "RotatedMNIST")
 

@@ -27,8 +27,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from domainbed.errors import UserError  # noqa: E402
 from domainbed.registry import get_dataset_class  # noqa: E402
+from oodutils.errors import UserError  # noqa: E402
 from tests import dataset_fixtures as fx  # noqa: E402
 
 IMAGE = {"image_size": 8}

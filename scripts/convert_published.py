@@ -6,9 +6,9 @@
 import argparse
 from pathlib import Path
 
-from domainbed.errors import UserError, run_cli
-from domainbed.fileio import atomic_write_text
 from domainbed.leaderboard.published import dumps_source, parse_results_tex
+from oodutils.errors import UserError, run_cli
+from oodutils.fileio import atomic_write_text
 
 REPO = Path(__file__).resolve().parents[1]
 # shared/ sits beside the clone (CI) or beside the folder of worktrees.

@@ -9,7 +9,7 @@ import argparse
 import os
 import shutil
 
-from domainbed.errors import UserError, run_cli
+from oodutils.errors import UserError, run_cli
 
 
 def find(*names):

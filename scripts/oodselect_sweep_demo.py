@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from analysis import oodselect as core  # noqa: E402
 from analysis import oodselect_cli as cli  # noqa: E402
 from analysis import oodselect_data as data  # noqa: E402
-from domainbed.errors import run_cli  # noqa: E402
+from oodutils.errors import run_cli  # noqa: E402
 
 
 def default_sizes(N):

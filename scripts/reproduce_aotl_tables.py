@@ -26,9 +26,9 @@ if str(REPO) not in sys.path:
 
 import pandas as pd  # noqa: E402
 
-from analysis import report  # noqa: E402
 from analysis.aotl import pairwise_table, per_ood_table  # noqa: E402
 from analysis.aotl_inputs import read_accuracy_csvs  # noqa: E402
+from oodutils import tables as report  # noqa: E402
 
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "aotl_reference"
 STATS = ("slope", "intercept", "r", "p", "stderr")

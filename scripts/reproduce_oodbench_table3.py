@@ -20,8 +20,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from domainbed.errors import run_cli  # noqa: E402
 from ood_bench.cli import main as ood_bench_main  # noqa: E402
+from oodutils.errors import run_cli  # noqa: E402
 
 
 def main(argv=None):

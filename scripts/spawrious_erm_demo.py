@@ -24,8 +24,9 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from domainbed.errors import UserError, run_cli  # noqa: E402
-from domainbed.fileio import atomic_write_json, atomic_write_text  # noqa: E402
+from oodutils.cli import parse_json_object  # noqa: E402
+from oodutils.errors import UserError, run_cli  # noqa: E402
+from oodutils.fileio import atomic_write_json, atomic_write_text  # noqa: E402
 from spawrious.constants import CLASS_LIST, LOCATIONS  # noqa: E402
 from spawrious.splits import build_split, check_benchmark  # noqa: E402
 
@@ -104,7 +105,7 @@ def main(argv=None):
     ap.add_argument("--train-args", default="", help="extra flags for domainbed.scripts.train")
     args = ap.parse_args(argv)
     benchmarks = [check_benchmark(b) for b in args.benchmarks]
-    hparams = json.loads(args.hparams)
+    hparams = parse_json_object(args.hparams, "--hparams")
     hparams["image_size"] = args.size
     run([sys.executable, "-m", "spawrious.generate", "--backend", "procedural", "--out", args.root,
          "--per-cell", str(args.per_cell), "--seed", str(args.seed), "--size", str(args.size)])

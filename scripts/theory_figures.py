@@ -22,7 +22,8 @@ import numpy as np  # noqa: E402
 
 from analysis import plots, theory  # noqa: E402
 from analysis.aotl_stats import transform  # noqa: E402
-from domainbed.errors import UserError, run_cli  # noqa: E402
+from oodutils.accuracy import THEORY_CLIP  # noqa: E402
+from oodutils.errors import UserError, run_cli  # noqa: E402
 
 PANELS = {"identity": "(a) train at M = I",
           "extrapolation": "(b) extrapolation (PD training mixture)",
@@ -58,7 +59,7 @@ def draw_figure3(results, path):
                        label=f"slope {fit['slope']:.2f}, R {fit['R']:.2f}")
         both = np.r_[df["probit_id"], df["probit_ood"]]
         plots.identity_line(ax, both.min(), both.max())
-        plots.accuracy_axes(ax, transform, "probit", clip=1e-6)
+        plots.accuracy_axes(ax, transform, "probit", clip=THEORY_CLIP)
         ax.set_xlabel("ID accuracy (probit scale)")
         ax.set_ylabel("OOD accuracy (probit scale)")
         ax.set_title(title)

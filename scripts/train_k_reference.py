@@ -25,7 +25,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from domainbed.errors import UserError, run_cli  # noqa: E402
+from oodutils.cli import parse_json_object  # noqa: E402
+from oodutils.errors import UserError, run_cli  # noqa: E402
 
 REFERENCES = ("ReweightedERM", "GroupDRO")
 
@@ -51,12 +52,7 @@ def resolve_reference(requested):
 
 def commands(args, reference):
     """[(run_dir, argv)] of every training run, ERM first for each seed."""
-    try:
-        hparams = json.loads(args.hparams) if args.hparams else {}
-    except json.JSONDecodeError as e:
-        raise UserError(f"--hparams is not valid JSON: {e}") from None
-    if not isinstance(hparams, dict):
-        raise UserError("--hparams must be a JSON object")
+    hparams = parse_json_object(args.hparams, "--hparams")
     hparams = {"lr": args.lr, **hparams}
     envs = "_".join(map(str, args.test_envs))
     out = []

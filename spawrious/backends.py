@@ -7,7 +7,7 @@ image is None when the backend refused it (info["nsfw"] True).
 
 from PIL import Image
 
-from domainbed.errors import UnknownNameError, UserError
+from oodutils.errors import UnknownNameError, UserError
 from spawrious.caption import check_model_location
 from spawrious.constants import NEGATIVE_PROMPT
 

@@ -9,7 +9,7 @@ The special keyword "*" accepts any non-empty caption (captions are still record
 import os
 import re
 
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 
 DEFAULT_CAPTIONER = "nlpconnect/vit-gpt2-image-captioning"
 

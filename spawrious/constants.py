@@ -5,7 +5,7 @@ spurious background. Lists keep the paper's order, duplicates included (time of 
 lists "bright sunny day" twice, so it has double weight: 4 x 3 x 6 = 72 prompts per
 (breed, location)).
 """
-from domainbed.errors import UnknownNameError
+from oodutils.errors import UnknownNameError
 
 # Breeds in the paper's order (generation order); labels use CLASS_LIST (alphabetical).
 BREEDS = ("bulldog", "dachshund", "labrador", "corgi")

@@ -16,8 +16,10 @@ import os
 import sys
 import time
 
-from domainbed.errors import UserError, epilog_example, run_cli
-from domainbed.fileio import atomic_write_bytes, atomic_write_json
+from oodutils.cli import add_logging_flags, configure_logging
+from oodutils.errors import UserError, epilog_example, run_cli
+from oodutils.fileio import atomic_write_bytes, atomic_write_json
+from oodutils.log import get_logger
 from spawrious.caption import DEFAULT_CAPTIONER, caption_passes
 from spawrious.constants import (
     BREEDS,
@@ -33,6 +35,8 @@ from spawrious.constants import (
 from spawrious.layout import INFO_FILE, cell_relpath, read_info
 from spawrious.manifest import append_records, image_name, reconcile
 from spawrious.prompts import image_seed, prompt_for_attempt
+
+logger = get_logger(__name__)
 
 EPILOG = epilog_example("spawrious-generate", "spawrious.generate",
                         "--backend procedural --output data --per-cell 50 --seed 0")
@@ -231,11 +235,13 @@ def build_parser():
                    help="keep an image only if its caption has one of these words ('*': any)")
     c.add_argument("--max-attempts", type=int, default=None,
                    help="attempts per cell before giving up (default 5 x per-cell, >= 20)")
+    add_logging_flags(p)
     return p
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    configure_logging(args)
     from spawrious.backends import ProceduralBackend, StableDiffusionBackend, check_backend
     check_backend(args.backend)
     if args.per_cell < 1:
@@ -243,7 +249,7 @@ def main(argv=None):
     if args.size < 16:
         raise UserError("--size must be >= 16")
     cells = _cells(args.pools, args.locations, args.breeds)
-    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    log = logger.info
     captioner_name = args.captioner or (
         "none" if args.backend == "procedural" else DEFAULT_CAPTIONER)
     max_attempts = args.max_attempts or max(5 * args.per_cell, 20)
@@ -275,7 +281,7 @@ def main(argv=None):
 
 def cli():
     """The `spawrious-generate` console command ([project.scripts])."""
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     sys.exit(run_cli(main))
 
 

@@ -9,7 +9,7 @@ Files are always selected in sorted name order (the original used unsorted listd
 import json
 import os
 
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 from spawrious.constants import DATASET_DIRNAME
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")

@@ -16,8 +16,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from domainbed.errors import UserError
-from domainbed.fileio import atomic_write_text
+from oodutils.errors import UserError
+from oodutils.fileio import atomic_write_text
 from spawrious.layout import cell_dir, list_images, manifest_path
 
 NAME_RE = re.compile(r"^(?P<backend>[a-z0-9]+)_(?P<attempt>\d{6,})\.png$")

@@ -22,7 +22,8 @@ m2m_medium with another per-environment assignment); its O2O columns equal the c
 import sys
 from dataclasses import dataclass
 
-from domainbed.errors import UnknownNameError, UserError, epilog_example
+from oodutils.cli import add_logging_flags, configure_logging
+from oodutils.errors import UnknownNameError, UserError, epilog_example
 from spawrious.constants import BREEDS, CLASS_LIST, DEFAULT_PER_CELL, LOCATIONS
 from spawrious.layout import cell_dir, cell_relpath, list_images
 
@@ -225,6 +226,7 @@ def build_parser():
                    help="csv: env,breed,location,count rows; files: env,label,breed,location,path")
     p.add_argument("--validate", action="store_true",
                    help="also print the correlation report (stderr with csv/json/files)")
+    add_logging_flags(p)
     return p
 
 
@@ -236,6 +238,7 @@ def main(argv=None):
     from spawrious.layout import read_info, resolve_dataset_dir
     from spawrious.validate import format_report, validate_counts
     args = build_parser().parse_args(argv)
+    configure_logging(args)
     benchmark, variant = check_benchmark(args.benchmark), check_variant(args.variant)
     dataset_dir = resolve_dataset_dir(args.root) if args.root is not None else None
     per_cell = args.per_cell
@@ -284,10 +287,10 @@ def main(argv=None):
 
 def cli():
     """The `spawrious-splits` console command ([project.scripts])."""
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     sys.exit(run_cli(main))
 
 
 if __name__ == "__main__":
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     run_cli(main)

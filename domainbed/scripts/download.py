@@ -19,6 +19,10 @@ from dataclasses import dataclass, field
 
 from domainbed.downloading import extract, fetch, fetch_and_extract
 from domainbed.errors import UserError, epilog_example, require, run_cli
+from oodutils.cli import add_logging_flags, configure_logging
+from oodutils.log import get_logger
+
+logger = get_logger(__name__)
 
 EPILOG = epilog_example("domainbed-download", "domainbed.scripts.download",
                         "--data_dir ./data --datasets MNIST PACS VLCS")
@@ -227,7 +231,9 @@ def main(argv=None):
     p.add_argument("--weights_dir", type=str, default="",
                    help="where --weights go (default: torch hub's checkpoints folder); pass "
                         "the same folder to train --weights_dir")
+    add_logging_flags(p)
     args = p.parse_args(argv)
+    configure_logging(args)
     unknown = [d for d in args.datasets if d not in DATASETS]
     if unknown:
         raise UserError(f"unknown dataset {unknown[0]!r}; downloadable: {', '.join(DATASETS)}")
@@ -251,13 +257,13 @@ def main(argv=None):
             if download_dataset(name, args.data_dir) == "done":
                 print(f"{name}: done ({args.data_dir})")
         except UserError as e:
-            print(f"{name}: error: {e}", file=sys.stderr)
+            logger.error(f"{name}: error: {e}")
             failed.append(name)
     for name in args.weights:
         try:
             print(f"{name}: {download_weights(name, args.weights_dir)}")
         except UserError as e:
-            print(f"{name}: error: {e}", file=sys.stderr)
+            logger.error(f"{name}: error: {e}")
             failed.append(name)
     if failed:
         total = len(args.datasets) + len(args.weights)

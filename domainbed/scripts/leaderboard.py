@@ -10,11 +10,14 @@ leaderboard.csv. Open index.html from disk or copy the folder to any static host
 """
 import argparse
 import os
-import sys
 
 from domainbed import model_selection
 from domainbed.errors import run_cli
 from domainbed.leaderboard.site import build_site
+from oodutils.cli import add_logging_flags, configure_logging
+from oodutils.log import get_logger
+
+logger = get_logger(__name__)
 
 
 def parse_args(argv=None):
@@ -29,7 +32,10 @@ def parse_args(argv=None):
                    " (default: all)")
     p.add_argument("--include_unfinished", action="store_true",
                    help="also read runs without a 'done' marker")
-    return p.parse_args(argv)
+    add_logging_flags(p)
+    args = p.parse_args(argv)
+    configure_logging(args)
+    return args
 
 
 def main(argv=None):
@@ -40,7 +46,7 @@ def main(argv=None):
     model = build_site(args.input_dir, args.out, args.oodselect, args.include_unfinished,
                        methods)
     for note in model["notes"]:
-        print(f"warning: {note}", file=sys.stderr)
+        logger.warning(f"warning: {note}")
     print(f"leaderboard: {os.path.join(os.path.abspath(args.out), 'index.html')} "
           f"({model['total_records']} records, {len(model['datasets'])} datasets)")
     return 0

@@ -13,6 +13,10 @@ from domainbed import model_selection
 from domainbed.errors import UserError, epilog_example, run_cli
 from domainbed.records import load_records
 from domainbed.scripts.collect_results import DOMAINBED_ALGORITHMS, order_names
+from oodutils.cli import add_logging_flags, configure_logging
+from oodutils.log import get_logger
+
+logger = get_logger(__name__)
 
 EPILOG = epilog_example("domainbed-list-top-hparams", "domainbed.scripts.list_top_hparams",
                         "--input_dir sweeps/s1 --dataset ColoredMNIST --test_env 2")
@@ -30,7 +34,10 @@ def parse_args(argv=None):
                         help="default: every algorithm run on the dataset")
     parser.add_argument("--include_unfinished", action="store_true",
                         help="also read runs without a 'done' marker")
-    return parser.parse_args(argv)
+    add_logging_flags(parser)
+    args = parser.parse_args(argv)
+    configure_logging(args)
+    return args
 
 
 def _groups_for(records, dataset, algorithm, test_env):
@@ -77,7 +84,7 @@ def main(argv=None):
         raise UserError(f"no records found under {', '.join(args.input_dir)}"
                         + (f" (skipped {skipped})" if skipped else ""))
     if loaded.warning():
-        print(loaded.warning(), file=sys.stderr)
+        logger.warning(loaded.warning())
     records = loaded.records
     _check_request(records, args)
     print("Total records:", len(records))

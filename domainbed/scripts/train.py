@@ -2,20 +2,29 @@
 (DomainBed's flags, plus --data_seed, --precision, --save_logits, resume on rerun)."""
 import argparse
 import functools
-import json
 import os
 import sys
 import traceback
 
 from domainbed.errors import UserError, epilog_example, run_cli
+from oodutils.cli import add_logging_flags
+from oodutils.log import configure, get_logger
+
+logger = get_logger(__name__)
 
 EPILOG = epilog_example("domainbed-train", "domainbed.scripts.train",
                         "--data_dir ./data --dataset ColoredMNIST --algorithm ERM --test_envs 2 "
                         "--output_dir runs/erm --steps 100")
 
 
-def parse_args(argv=None):
-    return build_parser().parse_args(argv)
+def parse_args(argv=None, configure_logging=False):
+    """The run's arguments. -v / -q set the messages (with ``configure_logging``) and are
+    then dropped: how chatty a run is is not part of what it is (its records' args)."""
+    args = build_parser().parse_args(argv)
+    verbosity = args.__dict__.pop("verbose") - args.__dict__.pop("quiet")
+    if configure_logging:
+        configure(verbosity)
+    return args
 
 
 @functools.lru_cache(maxsize=1)
@@ -71,6 +80,7 @@ def build_parser():
     p.add_argument("--feature_cache_dir", type=str, default="",
                    help="frozen-feature cache of linear probes (default "
                         "~/.cache/domainbed/features; 'none' computes features every step)")
+    add_logging_flags(p)
     return p
 
 
@@ -142,13 +152,9 @@ def make_output_dir(path):
 
 
 def parse_overrides(args):
-    try:
-        overrides = json.loads(args.hparams) if args.hparams else {}
-    except json.JSONDecodeError as e:
-        raise UserError(f"--hparams is not valid JSON: {e}") from None
-    if not isinstance(overrides, dict):
-        raise UserError("--hparams must be a JSON object")
-    return overrides
+    """--hparams as a dict (the shared parser: one error line for bad JSON)."""
+    from oodutils.cli import parse_json_object
+    return parse_json_object(args.hparams, "--hparams")
 
 
 def resolve_hparams(args, notify):
@@ -179,9 +185,9 @@ def check_job(argv, checked=None):
 def main(argv=None):
     from domainbed import training
 
-    args = parse_args(argv)
+    args = parse_args(argv, configure_logging=True)
     algorithm_cls, dataset_cls = validate(args)
-    hparams = resolve_hparams(args, notify=lambda m: print(m, file=sys.stderr))
+    hparams = resolve_hparams(args, notify=logger.info)
     make_output_dir(args.output_dir)
     try:
         training.run(args, hparams, algorithm_cls, dataset_cls)

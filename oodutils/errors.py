@@ -1,0 +1,43 @@
+"""User-facing errors: the CLIs print these as one line on stderr and exit non-zero."""
+
+
+class UserError(Exception):
+    """A problem with the user's input (names, paths, indices, records), not a bug."""
+
+
+class UnknownNameError(UserError, KeyError):
+    def __init__(self, kind, name, valid):
+        self.kind, self.name, self.valid = kind, name, sorted(valid)
+        super().__init__(f"unknown {kind} {name!r}; valid {kind}s: {', '.join(self.valid)}")
+
+    def __str__(self):
+        return self.args[0]
+
+
+def run_cli(main, argv=None):
+    """Run `main(argv)`, turning UserError into one clear stderr line and exit code 2."""
+    import sys
+    try:
+        return main(argv)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+def epilog_example(command, module, example):
+    """The `--help` epilog every CLI ends with: one example, as command and as module."""
+    return f"example:\n  {command} {example}\n(the same as: python -m {module} {example})"
+
+
+def require(module, extra):
+    """Import an optional package, or stop with one line naming the extra that installs it:
+    `require("ruptures", extra="analysis")`."""
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise UserError(f"{module} is not installed ({e}); install it with: "
+                        f"pip install 'oodbed[{extra}]'") from None

@@ -1,0 +1,30 @@
+"""Figures without a backend: library code draws on the caller's axes or on a new
+``matplotlib.figure.Figure`` that no backend owns, and never imports pyplot or calls
+``matplotlib.use`` (that is the application's choice: a notebook's inline backend, a
+script's Agg). Plotting functions across the project take ``ax=`` and return the Figure;
+PNGs are written atomically."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+
+def figure_and_axes(ax=None, figsize=(6.0, 5.0)):
+    """``(ax.figure, ax)`` when the caller gave axes, else a new Figure and its one Axes."""
+    if ax is not None:
+        return ax.figure, ax
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=figsize)
+    return fig, fig.add_subplot()
+
+
+def save_figure(fig, path, dpi: int = 120, bbox_inches=None) -> Path:
+    """Write ``fig`` as a PNG to ``path`` atomically (temp file + rename); returns the
+    path. The figure stays open: it is the caller's (or nobody's, for a backend-less
+    Figure)."""
+    from oodutils.fileio import atomic_write_bytes
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches=bbox_inches)
+    path = Path(path)
+    atomic_write_bytes(path, buf.getvalue())
+    return path

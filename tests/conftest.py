@@ -1,0 +1,12 @@
+"""Shared test set-up: a CLI called in-process with -q / -v sets the project's log levels
+for the whole process (as it should for a command); put them back after every test so the
+next one sees the defaults."""
+import pytest
+
+from oodutils import log
+
+
+@pytest.fixture(autouse=True)
+def _default_log_levels():
+    yield
+    log.configure(0, warning_lines=False)
