@@ -28,7 +28,9 @@ import time
 from dataclasses import dataclass, field
 
 from domainbed.errors import UnknownNameError, UserError, require
+from oodutils.log import get_logger
 
+LOG = get_logger(__name__)
 LOCK_FILE = ".lock"
 LOG_FILE = "launcher.log"
 DONE_FILE = "done"
@@ -364,7 +366,7 @@ def multi_gpu_launcher(commands, **_):
     if not gpus:
         raise UserError("the multi_gpu launcher found no GPU (CUDA_VISIBLE_DEVICES is empty "
                         "or torch sees no CUDA device); use --command_launcher local")
-    print(f"multi_gpu launcher: {len(gpus)} GPU(s): {', '.join(gpus)}")
+    LOG.info(f"multi_gpu launcher: {len(gpus)} GPU(s): {', '.join(gpus)}")
     return _run_pool(commands, [{"CUDA_VISIBLE_DEVICES": g} for g in gpus])
 
 

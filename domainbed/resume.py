@@ -131,7 +131,7 @@ def load_resume_state(path, algorithm, identity):
     return state
 
 
-def read_kept_records(path, vouched, log=print):
+def read_kept_records(path, vouched, log):
     """The records a resumed run keeps: exactly those its state vouches for. When
     results.jsonl does not start with them (a foreign or torn line, an edit), it is moved
     aside to results.jsonl.prev and rewritten from the state, and the log says so.

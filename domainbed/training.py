@@ -54,6 +54,9 @@ from domainbed.resume import (  # noqa: F401
     read_kept_records,
     save_resume_state,
 )
+from oodutils.log import get_logger
+
+LOG = get_logger(__name__)
 
 
 class TrainingDiverged(UserError):
@@ -86,10 +89,10 @@ class TrainingRun:
     `train_step(step)` for each step and `checkpoint(step)` where `is_checkpoint(step)`;
     `finish()` writes model.pkl and `done`."""
 
-    def __init__(self, args, hparams, algorithm_cls, dataset_cls, log=print, data=None):
+    def __init__(self, args, hparams, algorithm_cls, dataset_cls, log=None, data=None):
         """`data`: a RunData to share (the fused launcher builds it once per group of
         runs with the same dataset and splits); built here when None."""
-        self.args, self.hparams, self.log = args, hparams, log
+        self.args, self.hparams, self.log = args, hparams, log or LOG.info
         self.algorithm_cls, self.dataset_cls = algorithm_cls, dataset_cls
         self.out = args.output_dir
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -293,8 +296,9 @@ def build_run_data(dataset_cls, args, hparams):
     return RunData(dataset, *make_splits(dataset, args, hparams))
 
 
-def prepare_output_dir(out, log=print):
+def prepare_output_dir(out, log=None):
     """False when `out` already holds a finished run (nothing to do)."""
+    log = log or LOG.info
     os.makedirs(out, exist_ok=True)
     if os.path.exists(os.path.join(out, "done")):
         log(f"notice: {out} already holds a finished run; nothing to do")
@@ -304,8 +308,10 @@ def prepare_output_dir(out, log=print):
     return True
 
 
-def run(args, hparams, algorithm_cls, dataset_cls, log=print):
-    """Train one run into args.output_dir (resuming if it holds an unfinished one)."""
+def run(args, hparams, algorithm_cls, dataset_cls, log=None):
+    """Train one run into args.output_dir (resuming if it holds an unfinished one).
+    `log`: where notices and checkpoint lines go (default: the domainbed logger)."""
+    log = log or LOG.info
     if not prepare_output_dir(args.output_dir, log):
         return None
     training_run = TrainingRun(args, hparams, algorithm_cls, dataset_cls, log)
@@ -323,7 +329,6 @@ def run(args, hparams, algorithm_cls, dataset_cls, log=print):
                                   if k.endswith("_out_acc")})
             if progress.disable:  # a log file (`tail -f launcher.log`): one line each
                 log(checkpoint_line(results))
-                sys.stdout.flush()
     progress.close()
     training_run.finish()
     return training_run.last_results

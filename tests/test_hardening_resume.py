@@ -93,6 +93,7 @@ def test_corrupt_resume_state_is_one_clear_error_then_restart(tmp_path, capsys):
     state = out / "resume_state.pt"
     state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
     old_records = (out / "results.jsonl").read_text()
+    capsys.readouterr()   # the runs above logged their checkpoint lines to stderr
     for _ in range(2):  # the same clear error on every rerun, nothing changed
         code, err = train(train_argv(out), capsys)
         assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1

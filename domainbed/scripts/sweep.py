@@ -31,6 +31,7 @@ from domainbed import (  # noqa: F401  (zoo and fused_launcher register their la
 )
 from domainbed.errors import UserError, epilog_example, run_cli
 from domainbed.hparams import seed_hash
+from oodutils.cli import add_logging_flags, configure_logging, parse_json_object
 
 EPILOG = epilog_example("domainbed-sweep", "domainbed.scripts.sweep",
                         "launch --datasets ColoredMNIST --algorithms ERM IRM --data_dir ./data "
@@ -308,6 +309,7 @@ def build_parser():
     ray = parser.add_argument_group("ray launcher")
     ray.add_argument("--ray_address", type=str, default=None)
     ray.add_argument("--ray_gpus_per_job", type=float, default=None)
+    add_logging_flags(parser)
     return parser
 
 
@@ -324,12 +326,7 @@ def check_args(args):
     if args.fused_max_models < 1:
         raise UserError(f"--fused_max_models must be at least 1, got {args.fused_max_models}")
     if args.hparams is not None:
-        try:
-            parsed = json.loads(args.hparams)
-        except json.JSONDecodeError as e:
-            raise UserError(f"--hparams is not valid JSON ({e}): {args.hparams!r}") from None
-        if not isinstance(parsed, dict):
-            raise UserError(f"--hparams must be a JSON object, got {args.hparams!r}")
+        parse_json_object(args.hparams, "--hparams")
     launchers.get_launcher(args.command_launcher)
     if args.eval_splits:
         from domainbed.evaluation import check_eval_splits
@@ -338,6 +335,7 @@ def check_args(args):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    configure_logging(args)
     check_args(args)
     datasets = args.datasets or _default_datasets()
     algorithms = args.algorithms or _default_algorithms()
