@@ -131,25 +131,38 @@ def fused_launcher(commands, max_workers=1, echo=None, fused_max_models=FUSED_MA
     if work.groups:
         echo(f"fused: {sum(map(len, work.groups))} jobs in {len(work.groups)} groups "
              f"({', '.join(str(len(g)) for g in work.groups)} models)")
-        for result in run_groups(work.groups, max_workers):
+        from domainbed.progress import SweepProgress
+        progress = SweepProgress(sum(map(len, work.groups)), max_workers, echo)
+        echo = progress.echo
+        started = {}
+
+        def on_start(index, commands):
+            started[index] = time.monotonic()
+            for _ in commands:
+                progress.job_started()
+        for index, result in run_groups(work.groups, max_workers, on_start, progress.tick):
+            seconds = (time.monotonic() - started[index]) / max(1, len(work.groups[index]))
             outcomes.extend(result.outcomes)
             for outcome in result.outcomes:
                 launchers._report(outcome, echo)
+                progress.job_finished(outcome, seconds)
             echo(result.summary)
             if result.fallback:
                 echo(f"fused: {len(result.fallback)} jobs continue as ordinary jobs "
                      f"({result.fallback_reason})")
                 ordinary.extend(result.fallback)
+        progress.close()
     if ordinary:
         outcomes.extend(launchers.local_launcher(ordinary, max_workers=max_workers))
     return outcomes
 
 
-def run_groups(groups, max_workers):
-    """Yield each group's GroupResult, training `max_workers` groups at a time, each in a
+def run_groups(groups, max_workers, on_start=None, on_idle=None):
+    """Yield (index, GroupResult) of each group, training `max_workers` groups at a time, each in a
     fresh spawned process (safe with CUDA; its memory is freed when it ends). A process
     that dies without a result (killed, out of memory) fails its members, not the
-    sweep."""
+    sweep. `on_start(index, commands)` when a group's process starts; `on_idle()` every
+    second of waiting."""
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     pending, running = list(enumerate(groups)), {}
@@ -161,19 +174,23 @@ def run_groups(groups, max_workers):
                                                                         results))
                 process.start()
                 running[index] = process
+                if on_start:
+                    on_start(index, commands)
             try:
                 index, result = results.get(timeout=1.0)
             except queue.Empty:
+                if on_idle:
+                    on_idle()
                 for index, process in list(running.items()):
                     # exit code 0 comes only after the result is queued (read next time)
                     if process.exitcode not in (None, 0):
                         running.pop(index)
-                        yield _died(groups[index], process.exitcode)
+                        yield index, _died(groups[index], process.exitcode)
                 continue
             process = running.pop(index, None)
             if process is not None:
                 process.join()
-            yield result
+            yield index, result
     finally:
         for process in running.values():
             process.terminate()

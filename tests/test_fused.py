@@ -222,6 +222,7 @@ def test_a_group_process_that_dies_fails_its_members_not_the_launcher(tmp_path):
     (tmp_path / "file").write_text("not a directory")
     doomed = [command(train_flags(tmp_path / "file" / f"run{i}", tmp_path, seed=i))
               for i in range(2)]
-    (result,) = list(run_groups([doomed], max_workers=1))
+    ((index, result),) = list(run_groups([doomed], max_workers=1))
+    assert index == 0
     assert [o.status for o in result.outcomes] == ["failed", "failed"]
     assert "died (exit code 1)" in result.summary
