@@ -128,7 +128,7 @@ class FusedGroup:
                         for n, _ in networks[0].named_buffers()}
         self.buffers.update({n: r.to(self.device) for n, r in dropout_rates.items()})
         self.hp = self._member_hp()
-        self.state = {name: _stack([self._initial_state(m, name) for m in self.members])
+        self.state = {name: _stack([getattr(m.algorithm, name) for m in self.members])
                       for name in self.form.state}
         self._load_adam()
         self._step = vmap(self._member_step, randomness="different")
@@ -144,12 +144,6 @@ class FusedGroup:
                 continue
             hp[name] = hparam_tensor(values, self.device)
         return hp
-
-    def _initial_state(self, member, name):
-        value = getattr(member.algorithm, name).detach()
-        if name == "q" and value.numel() != len(member.train_envs):  # GroupDRO's fresh q
-            value = torch.ones(len(member.train_envs), device=self.device)
-        return value
 
     def _load_adam(self):
         """Adam's moments and step counts from each member's torch optimizer (fresh, or

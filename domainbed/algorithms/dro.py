@@ -38,17 +38,15 @@ class GroupDRO(ERM):
         self.register_buffer("q", torch.ones(num_domains))
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # q's length is that of the state being loaded (DomainBed saves an empty q before the
-        # first step), so adopt its shape instead of failing on a size mismatch.
+        # DomainBed saves an empty q before the first step (it makes q on first use): read
+        # as the uniform start, so update() and the fused launcher always see one weight
+        # per training environment.
         saved = state_dict.get(prefix + "q")
-        if saved is not None and saved.shape != self.q.shape:
-            self.q = torch.empty_like(saved, device=self.q.device)
+        if saved is not None and saved.numel() == 0:
+            state_dict[prefix + "q"] = torch.ones_like(self.q)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def update(self, minibatches, unlabeled=None):
-        device = minibatches[0][0].device
-        if len(self.q) != len(minibatches):
-            self.q = torch.ones(len(minibatches), device=device)
         values, state = self.objective_update(group_dro_objective, minibatches,
                                               self.FUSED.member_hparams, {"q": self.q})
         self.q = state["q"].detach()
