@@ -1,5 +1,4 @@
 """The train script: run directory contents, determinism, resume after SIGKILL, bad input."""
-import json
 import os
 import random
 import signal
@@ -10,8 +9,9 @@ import time
 import numpy as np
 import pytest
 
+from tests.hardening_util import comparable, records
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VOLATILE = ("step_time", "mem_gb")
 
 
 def train_cmd(out, *extra, dataset="Debug28", algorithm="ERM", steps=6, freq=2):
@@ -29,18 +29,6 @@ def run(cmd, env=None, check=True):
     return proc
 
 
-def records(out):
-    with open(out / "results.jsonl") as f:
-        return [json.loads(line) for line in f]
-
-
-def comparable(recs):
-    out = []
-    for r in recs:
-        r = {k: v for k, v in r.items() if k not in VOLATILE}
-        r["args"] = {k: v for k, v in r["args"].items() if k != "output_dir"}
-        out.append(r)
-    return out
 
 
 def test_run_directory_contents(tmp_path):
