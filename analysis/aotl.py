@@ -21,7 +21,7 @@ Command line::
     python -m analysis.aotl PATH [PATH ...] --table pairwise|per-ood [--id-envs 0 1 2]
         [--clip 0.01] [--format text|markdown|latex|csv|html] [--plot DIR] ...
 
-PATH: a sweep directory (read with ``domainbed.records``) or accuracy CSV files (plain or
+PATH: a sweep directory (read with ``domainbed.results.records``) or accuracy CSV files (plain or
 .gz; or directories of them) in the schema of ``shared/data/aotl_reference``.
 """
 from __future__ import annotations

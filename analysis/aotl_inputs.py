@@ -181,10 +181,10 @@ def read_accuracy_csvs(paths) -> Accuracies:
 
 def _load_records(path):
     try:
-        from domainbed.records import load_records
+        from domainbed.results.records import load_records
     except ImportError as e:  # pragma: no cover - only while the records module is missing
-        raise UserError(f"cannot read sweep directory {path}: domainbed.records is unavailable "
-                        f"({e})") from None
+        raise UserError(f"cannot read sweep directory {path}: domainbed.results.records is "
+                        f"unavailable ({e})") from None
     return load_records(path).records
 
 

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from domainbed.records import load_records
+from domainbed.results.records import load_records
 from oodutils import fileio
 
 

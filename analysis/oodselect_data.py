@@ -148,7 +148,7 @@ def from_runs(input_dir, dataset=None, id_envs=None, ood_env=None, require_done=
     A covers the OOD environment's in and out splits, columns sorted by example id.
     Raises UserError when models were scored on different OOD examples, naming the runs.
     """
-    from domainbed.records import load_records, prediction_matrix
+    from domainbed.results.records import load_records, prediction_matrix
 
     recs = load_records(input_dir, require_done=require_done, quiet=quiet).records
     if not recs:

@@ -1,10 +1,8 @@
-"""Render a pandas DataFrame as text, markdown, LaTeX, HTML or CSV: the project's one
-table renderer, :mod:`oodutils.tables`, under the name the analysis modules have always
-used.
+"""Deprecated: moved to :mod:`oodutils.tables`. Importing this module warns and gives the same
+objects, so old imports keep working for one more release."""
+import warnings
 
-    >>> print(render(df, "markdown", digits=2))
-"""
-from oodutils.tables import (
+from oodutils.tables import (  # noqa: F401
     FORMATS,
     format_for_path,
     format_value,
@@ -20,3 +18,6 @@ from oodutils.tables import (
 
 __all__ = ["FORMATS", "format_for_path", "format_value", "latex_escape", "render", "to_csv",
            "to_html", "to_latex", "to_markdown", "to_text", "write"]
+
+warnings.warn("analysis.report is deprecated: import from oodutils.tables",
+              DeprecationWarning, stacklevel=2)

@@ -21,7 +21,7 @@ from analysis.validity_records import (
     validity_report,
     wga_matrix,
 )
-from domainbed.records import load_records
+from domainbed.results.records import load_records
 from oodutils.cli import add_logging_flags, configure_logging
 from oodutils.errors import UserError, epilog_example
 from oodutils.tables import FORMATS

@@ -2,7 +2,8 @@
 is :mod:`analysis.validity_cli`).
 
 Reads group-annotated records (``env{i}_{in,out}_acc_g{g}``, ``env{i}_{in,out}_wga``,
-``args.group_names``) through ``domainbed.records`` and hands arrays to ``analysis.validity``.
+``args.group_names``) through ``domainbed.results.records`` and hands arrays to
+``analysis.validity``.
 
 A *benchmark* is a dataset (one label per data variant, as collect_results labels them) and,
 where a dataset was run with several test environments, a test environment (``name/env1``).
@@ -35,8 +36,8 @@ import numpy as np
 import pandas as pd
 
 from analysis import validity as V
-from domainbed import model_selection as ms
-from domainbed.records import list_prediction_steps, load_predictions, load_records
+from domainbed.results import model_selection as ms
+from domainbed.results.records import list_prediction_steps, load_predictions, load_records
 from oodutils.errors import UserError
 
 REFERENCE_ALGORITHMS = ("ReweightedERM", "GroupDRO")

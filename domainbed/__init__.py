@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from domainbed.records import Records
+    from domainbed.results.records import Records
 
 __version__ = "0.1.0"
 

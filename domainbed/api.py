@@ -1,50 +1,61 @@
-"""The Python API for notebooks: train one run without building an argparse Namespace.
+"""The Python API for notebooks and launchers: train one run from a `RunConfig` or from its
+fields as keyword arguments.
 
     import domainbed
     records = domainbed.train(dataset="ColoredMNIST", algorithm="ERM", test_envs=[2],
                               output_dir="runs/erm", data_dir="data", steps=50)
     records.to_frame()
 
-The options and their defaults are those of `python -m domainbed.scripts.train` (its
-parser is the single source), spelled as keyword arguments; `hparams` may be a dict.
+The options and their defaults are `domainbed.RunConfig`'s fields (the train command's
+flags without dashes); `hparams` may be a dict.
 """
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from domainbed.errors import UserError
+from domainbed.config import RunConfig
+from oodutils.errors import UserError
+from oodutils.log import get_logger
 
 if TYPE_CHECKING:
-    from domainbed.records import Records
+    from domainbed.results.records import Records
+
+LOG = get_logger(__name__)
+
+
+def run_config(config: RunConfig, notify: Callable[[str], None] | None = None) -> None:
+    """Check `config`, then train (or resume, or find finished) its run. A failure is
+    written to the run's err.txt (a UserError as its one line, anything else as the
+    traceback) and raised."""
+    from domainbed.training import loop as training
+    notify = notify or LOG.info
+    algorithm_cls, dataset_cls = config.validate()
+    hparams = config.resolve_hparams(notify=notify)
+    config.make_output_dir()
+    try:
+        training.run(config, hparams, algorithm_cls, dataset_cls)
+    except UserError as e:
+        training.write_error(config.output_dir, f"error: {e}")
+        raise
+    except Exception:
+        training.write_error(config.output_dir, traceback.format_exc())
+        raise
 
 
 def train(dataset: str = "ColoredMNIST", algorithm: str = "ERM",
           test_envs: Sequence[int] | int = (0,), output_dir: str | os.PathLike = "train_output",
           hparams: dict[str, Any] | str | None = None, **options: Any) -> Records:
     """Train (or resume, or find finished) one run into `output_dir`; return its records
-    (`domainbed.records.Records`, `.to_frame()` for a DataFrame). `options` are the train
-    CLI's flags without dashes: data_dir, steps, checkpoint_freq, hparams_seed, seed, ..."""
-    from domainbed import hparams as hp
-    from domainbed import training
-    from domainbed.records import load_records
-    from domainbed.scripts.train import parse_args, parse_overrides, validate
-
-    args = parse_args([])
-    unknown = sorted(set(options) - set(vars(args)))
-    if unknown:
-        raise UserError(f"unknown training option(s) {', '.join(unknown)}; valid: "
-                        f"{', '.join(sorted(vars(args)))}")
-    if isinstance(hparams, dict):
-        hparams = json.dumps(hparams)
-    test_envs = [test_envs] if isinstance(test_envs, int) else [int(e) for e in test_envs]
-    vars(args).update(options, dataset=dataset, algorithm=algorithm, test_envs=test_envs,
-                      output_dir=os.fspath(output_dir), hparams=hparams)
-    algorithm_cls, dataset_cls = validate(args)
-    overrides = parse_overrides(args)
-    run_hparams = hp.resolve(args.algorithm, args.dataset, args.hparams_seed,
-                             args.trial_seed, overrides)
-    training.run(args, run_hparams, algorithm_cls, dataset_cls)
-    return load_records(args.output_dir)
+    (`domainbed.results.records.Records`, `.to_frame()` for a DataFrame). `options` are
+    the other RunConfig fields: data_dir, steps, checkpoint_freq, hparams_seed, seed, ..."""
+    from domainbed.results.records import load_records
+    config = RunConfig.from_options(dataset=dataset, algorithm=algorithm, test_envs=test_envs,
+                                    output_dir=output_dir, hparams=hparams, **options)
+    algorithm_cls, dataset_cls = config.validate()
+    hparams_dict = config.resolve_hparams()
+    from domainbed.training import loop as training
+    training.run(config, hparams_dict, algorithm_cls, dataset_cls)
+    return load_records(config.output_dir)

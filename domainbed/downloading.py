@@ -22,7 +22,7 @@ import urllib.error
 import urllib.request
 import zipfile
 
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 
 CHUNK = 1 << 20
 USER_AGENT = "domainbed-downloader"

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 
 
 def seed_hash(*args):

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from importlib import metadata
 from typing import TypeVar
 
-from domainbed.errors import UnknownNameError, UserError
+from oodutils.errors import UnknownNameError, UserError
 from oodutils.log import ProjectWarning
 
 T = TypeVar("T", bound=type)

@@ -3,7 +3,7 @@
 Library modules log through their package's logger::
 
     from oodutils.log import get_logger
-    log = get_logger(__name__)          # "domainbed.records" -> under the "domainbed" logger
+    log = get_logger(__name__)   # "domainbed.results.records" -> under the "domainbed" logger
     log.info("notice: ...")              # shown by default (the old print to stderr)
     log.warning("warning: ...")          # shown unless -qq
     log.debug("read %d records", n)     # shown with -v

@@ -8,7 +8,7 @@ DIR/summary.md and DIR/aotl_per_ood.csv.
 
 Run directories are ordinary sweep jobs under DIR/runs; rerunning resumes (finished runs
 are untouched, interrupted ones continue from their last checkpoint) and, with a larger
---models, extends the same zoo. See `domainbed.zoo` for what the zoo is.
+--models, extends the same zoo. See `domainbed.launch.zoo` for what the zoo is.
 """
 import argparse
 import os
@@ -55,7 +55,7 @@ def check(args):
         raise UserError(f"--workers must be at least 1, got {args.workers}")
     if args.steps < 1 or args.checkpoint_freq < 1:
         raise UserError("--steps and --checkpoint_freq must be at least 1")
-    from domainbed.evaluation import check_eval_splits
+    from domainbed.training.evaluation import check_eval_splits
     check_eval_splits(args.eval_splits)
 
 
@@ -63,7 +63,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     check(args)
     from analysis import aotl_study
-    from domainbed import launchers, zoo
+    from domainbed.launch import launchers, zoo
     from domainbed.scripts import sweep
 
     start = time.time()

@@ -5,7 +5,7 @@ evaluation time for M models of one architecture on ColoredMNIST, on this machin
         [--archs mlp mnist_cnn] [--threads 1] [--json out.json]
 
 "separate" trains the M runs one after another (the local launcher's arithmetic, without
-process start); "fused" trains them as one domainbed.fused_training.FusedGroup. Both
+process start); "fused" trains them as one domainbed.launch.fused_training.FusedGroup. Both
 draw the same minibatches. Reported: milliseconds per model-step and per model-evaluation
 of the out splits, and the speed-up of fused over separate (above 1: fused is faster).
 """
@@ -23,18 +23,18 @@ ARCH_HPARAMS = {"mlp": {"arch": "mlp", "mlp_width": 256}, "mnist_cnn": {"arch": 
 
 
 def build_runs(arch, n_models, root, steps, threads):
-    from domainbed.scripts import train
-    from domainbed.training import TrainingRun, build_run_data
+    from domainbed.config import RunConfig
+    from domainbed.training.loop import TrainingRun, build_run_data
     runs, data = [], None
     for i in range(n_models):
         hparams = dict(ARCH_HPARAMS[arch], lr=1e-3 * (1 + i % 3), batch_size=64)
-        args = train.parse_args([
+        args = RunConfig.from_argv([
             "--dataset", "ColoredMNIST", "--algorithm", "ERM", "--data_dir", root,
             "--output_dir", os.path.join(root, f"run{i}"), "--test_envs", "2",
             "--steps", str(steps + 1), "--seed", str(i), "--num_threads", str(threads),
             "--eval_splits", "out", "--hparams", json.dumps(hparams)])
-        algorithm_cls, dataset_cls = train.validate(args)
-        resolved = train.resolve_hparams(args, notify=lambda m: None)
+        algorithm_cls, dataset_cls = args.validate()
+        resolved = args.resolve_hparams(notify=lambda m: None)
         data = data or build_run_data(dataset_cls, args, resolved)
         runs.append(TrainingRun(args, resolved, algorithm_cls, dataset_cls, log=lambda m: None,
                                 data=data))
@@ -53,8 +53,8 @@ def timed(fn, device):
 
 
 def bench(arch, n_models, steps, threads, device):
-    from domainbed.evaluation import evaluate
-    from domainbed.fused_training import FusedGroup
+    from domainbed.launch.fused_training import FusedGroup
+    from domainbed.training.evaluation import evaluate
     with tempfile.TemporaryDirectory() as root:
         runs = build_runs(arch, n_models, root, steps, threads)
         for run in runs:   # warm-up

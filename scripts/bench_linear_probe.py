@@ -5,7 +5,7 @@
 
 A synthetic three-environment image set (a class signal plus noise, in memory) trains
 ERM with a ResNet-18 (random initialization: the cost is the same as with ImageNet
-weights) through the real training loop (`domainbed.training.run`): the first
+weights) through the real training loop (`domainbed.training.loop.run`): the first
 `linear_probe` run (it extracts and caches every example's features), `--later-runs` more
 linear-probe runs with other learning rates (cache hits), and a full fine-tuning run of
 `--full-steps` steps and one checkpoint whose set-up, per-step and per-checkpoint times
@@ -26,15 +26,15 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from domainbed import hparams as hp  # noqa: E402
-from domainbed import training  # noqa: E402
 from domainbed.algorithms.erm import ERM  # noqa: E402
+from domainbed.config import RunConfig  # noqa: E402
 from domainbed.datasets.base import (  # noqa: E402
     MultipleDomainDataset,
     TensorEnvironment,
     fingerprint_arrays,
 )
 from domainbed.networks import feature_cache  # noqa: E402
-from domainbed.scripts.train import parse_args  # noqa: E402
+from domainbed.training import loop as training
 
 
 def synthetic_images(per_env, size, n_classes=4):
@@ -61,7 +61,7 @@ def synthetic_images(per_env, size, n_classes=4):
 
 
 def timed_run(dataset_cls, out, steps, checkpoint_freq, cache, threads, **hparams_overrides):
-    args = parse_args(["--test_envs", "0", "--output_dir", out, "--steps", str(steps),
+    args = RunConfig.from_argv(["--test_envs", "0", "--output_dir", out, "--steps", str(steps),
                        "--checkpoint_freq",
                        str(checkpoint_freq), "--data_dir", out, "--feature_cache_dir", cache,
                        "--num_threads", str(threads), "--skip_model_save"])
@@ -77,7 +77,7 @@ def timed_run(dataset_cls, out, steps, checkpoint_freq, cache, threads, **hparam
 def time_full_finetuning(dataset_cls, out, n_steps, threads):
     """Set-up, per-step and per-checkpoint seconds of a full fine-tuning run (TrainingRun's
     own pieces: n_steps steps, then one checkpoint), for extrapolation."""
-    args = parse_args(["--test_envs", "0", "--output_dir", out, "--data_dir", out,
+    args = RunConfig.from_argv(["--test_envs", "0", "--output_dir", out, "--data_dir", out,
                        "--feature_cache_dir", "none",
                        "--num_threads", str(threads), "--skip_model_save"])
     hparams = hp.draw(hp.hparam_space(ERM, dataset_cls), 0)

@@ -25,9 +25,9 @@ import torch
 import torch.nn.functional as F
 
 from domainbed import hparams as hp
-from domainbed import training
-from domainbed.records import load_predictions
 from domainbed.registry import get_algorithm_class, get_dataset_class
+from domainbed.results.records import load_predictions
+from domainbed.training import loop as training
 
 
 def cpu_flags():

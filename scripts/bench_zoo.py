@@ -38,7 +38,7 @@ class Clock:
 
 def process_start_cost():
     """CPU and wall seconds of starting Python and importing the train CLI's modules."""
-    code = ("import domainbed.scripts.train, domainbed.training, domainbed.registry as r; "
+    code = ("import domainbed.config, domainbed.training.loop, domainbed.registry as r; "
             "r.get_algorithm_class('ERM'); r.get_dataset_class('ColoredMNIST')")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall = time.perf_counter()
@@ -51,11 +51,11 @@ def process_start_cost():
 
 def bench_arch(arch, extra, data_dir, steps, eval_splits, algorithm="ERM"):
     from domainbed import hparams as hp
+    from domainbed.config import RunConfig
     from domainbed.registry import get_algorithm_class, get_dataset_class
-    from domainbed.scripts import train
-    from domainbed.training import TrainingRun
+    from domainbed.training.loop import TrainingRun
     out = os.path.join(data_dir, ".bench_zoo_run")
-    args = train.parse_args(["--dataset", "ColoredMNIST", "--algorithm", algorithm,
+    args = RunConfig.from_argv(["--dataset", "ColoredMNIST", "--algorithm", algorithm,
                              "--data_dir", data_dir, "--output_dir", out, "--test_envs", "2",
                              "--steps", str(steps + 1), "--num_threads", "1",
                              "--skip_model_save", "--eval_splits", *eval_splits])

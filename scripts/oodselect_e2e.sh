@@ -27,7 +27,7 @@ echo "OODSelect: $(( T2 - T1 )) s (wall); total $(( T2 - T0 )) s"
 python - "$OUT" "$DATA" <<'PY'
 import glob, os, sys
 import numpy as np, pandas as pd
-from domainbed.records import list_prediction_steps, load_predictions
+from domainbed.results.records import list_prediction_steps, load_predictions
 out, data = sys.argv[1], sys.argv[2]
 run = sorted(glob.glob(os.path.join(out, "sweep", "*_h*/")))[0]
 p = load_predictions(run, list_prediction_steps(run)[-1])

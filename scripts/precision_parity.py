@@ -19,8 +19,8 @@ import tempfile
 
 import numpy as np
 
-from domainbed.model_selection import IIDAccuracySelectionMethod
-from domainbed.records import read_run
+from domainbed.results.model_selection import IIDAccuracySelectionMethod
+from domainbed.results.records import read_run
 
 TEST_ENV = 2
 

@@ -16,8 +16,8 @@ def train_argv(out, *extra, algorithm="ERM", steps=6, freq=2, hparams='{"arch": 
 
 def train(argv, capsys=None):
     """Run the train CLI in-process; returns (exit code, stderr)."""
-    from domainbed.errors import run_cli
     from domainbed.scripts.train import main
+    from oodutils.errors import run_cli
     code = 0
     try:
         run_cli(main, argv)
@@ -30,10 +30,10 @@ def train(argv, capsys=None):
 def train_partially(argv, stop_after):
     """Train like the CLI but stop after step `stop_after` (state as a SIGKILL leaves it)."""
     from domainbed import hparams as hp
-    from domainbed import training
-    from domainbed.scripts.train import parse_args, validate
-    args = parse_args(argv)
-    algorithm_cls, dataset_cls = validate(args)
+    from domainbed.config import RunConfig
+    from domainbed.training import loop as training
+    args = RunConfig.from_argv(argv)
+    algorithm_cls, dataset_cls = args.validate()
     overrides = json.loads(args.hparams) if args.hparams else {}
     hparams = hp.resolve(args.algorithm, args.dataset, args.hparams_seed, args.trial_seed,
                          overrides, notify=lambda m: None)

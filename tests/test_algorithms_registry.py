@@ -15,7 +15,7 @@ from domainbed import hparams as hp
 from domainbed import registry
 from domainbed.algorithms.base import TrainingContext
 from domainbed.datasets.base import TensorEnvironment
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 
 NAMES = registry.ALGORITHMS.names()
 LEGACY_MODULES = {"domainbed.algorithms.erm", "domainbed.algorithms.irm",
@@ -201,7 +201,7 @@ def test_group_methods_refuse_data_without_groups(name):
 # --- resume: an interrupted run continues to the same records ---------------------------
 
 def resume_saves_python_and_numpy_rng():
-    from domainbed import resume
+    from domainbed.training import resume
     source = inspect.getsource(resume)
     return "np.random" in source or "numpy" in source.split('"""', 2)[-1]
 
@@ -212,13 +212,13 @@ RESUME_HPARAMS = {"batch_size": 8, "arch": "mlp", "mlp_width": 32}
 def train_in_process(out, algorithm, steps, stop_after=None):
     """Train with the CLI's arguments; with stop_after, drop the run right after the
     checkpoint at that step plus one more (lost) step, as a kill would."""
-    from domainbed import training
-    from domainbed.scripts.train import parse_args, validate
-    args = parse_args(["--dataset", "Debug28", "--algorithm", algorithm, "--data_dir",
+    from domainbed.config import RunConfig
+    from domainbed.training import loop as training
+    args = RunConfig.from_argv(["--dataset", "Debug28", "--algorithm", algorithm, "--data_dir",
                        str(out.parent), "--output_dir", str(out), "--steps", str(steps),
                        "--checkpoint_freq", "2", "--test_envs", "0", "--num_threads", "1",
                        "--hparams", json.dumps(RESUME_HPARAMS)])
-    algorithm_cls, dataset_cls = validate(args)
+    algorithm_cls, dataset_cls = args.validate()
     hparams = hp.resolve(algorithm, "Debug28", 0, 0, RESUME_HPARAMS)
     training.prepare_output_dir(str(out), log=lambda *a: None)
     run = training.TrainingRun(args, hparams, algorithm_cls, dataset_cls, log=lambda *a: None)
@@ -271,7 +271,7 @@ def check_resume(tmp_path, name):
 def test_state_dict_round_trip_continues_identically(name):
     """Two more steps after loading a copy's state_dict (plus its optimizers' states, as the
     resume file holds them) equal two more steps of the original."""
-    from domainbed.resume import optimizer_attributes
+    from domainbed.training.resume import optimizer_attributes
     shape, extra = ((3, 8, 8), {"arch": "mlp"}) if needs_images(name) else ((6,), {})
     algorithm, envs = build(name, shape, n_steps=4, n=6, **extra)
     step(algorithm, envs)

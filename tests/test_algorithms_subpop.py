@@ -16,7 +16,7 @@ from domainbed.algorithms.mixing import LISA
 from domainbed.algorithms.reweighting import cvar_weights, generalized_cross_entropy
 from domainbed.algorithms.two_stage import group_balanced_subset
 from domainbed.datasets.base import TensorEnvironment
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 from tests.test_algorithms_registry import build, context_for, hparams_for, make_env, step
 
 
@@ -150,15 +150,15 @@ def test_cvar_weights_concentrate_on_worst_fraction():
 # --- through the training loop ----------------------------------------------------------
 
 def training_run(tmp_path, algorithm, dataset_cls=None, steps=4, overrides=None):
-    from domainbed import training
-    from domainbed.scripts.train import parse_args, validate
+    from domainbed.config import RunConfig
+    from domainbed.training import loop as training
     overrides = {"batch_size": 8, "arch": "mlp", "mlp_width": 16, **(overrides or {})}
     out = tmp_path / algorithm
-    args = parse_args(["--dataset", "Debug28", "--algorithm", algorithm, "--data_dir",
+    args = RunConfig.from_argv(["--dataset", "Debug28", "--algorithm", algorithm, "--data_dir",
                        str(tmp_path), "--output_dir", str(out), "--steps", str(steps),
                        "--checkpoint_freq", "1", "--test_envs", "0", "--num_threads", "1",
                        "--hparams", json.dumps(overrides)])
-    algorithm_cls, debug_cls = validate(args)
+    algorithm_cls, debug_cls = args.validate()
     hparams = hp.resolve(algorithm, "Debug28", 0, 0, overrides)
     training.prepare_output_dir(str(out), log=lambda *a: None)
     return training.TrainingRun(args, hparams, algorithm_cls, dataset_cls or debug_cls,

@@ -18,7 +18,7 @@ from analysis.aotl_inputs import (
     load_accuracies,
     read_accuracy_csvs,
 )
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ import sys
 import pandas as pd
 import pytest
 
-from domainbed import launchers, zoo
+from domainbed.launch import launchers, pooled, zoo
 from domainbed.scripts import sweep
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -89,7 +89,7 @@ def test_pooled_launcher_matches_local(tmp_path):
     assert records["local"] == records["pooled"]
     # a second launch skips the finished job
     job = sweep.Job(args, str(tmp_path / "pooled"))
-    assert [o.status for o in zoo.pooled_launcher([job.command])] == ["skipped_done"]
+    assert [o.status for o in pooled.pooled_launcher([job.command])] == ["skipped_done"]
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -3,7 +3,7 @@ real training through it; here the cheap checks)."""
 import pytest
 
 import domainbed
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 
 
 def test_unknown_option_is_one_clear_error(tmp_path):

@@ -17,8 +17,8 @@ from domainbed import hparams as hp
 from domainbed import networks
 from domainbed.algorithms.erm import ERM
 from domainbed.datasets.debug import Debug
-from domainbed.errors import UserError
 from domainbed.networks import backbones
+from oodutils.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 # Forward only for the largest networks and deeper twins of a family that trains (resnet18,

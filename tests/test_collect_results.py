@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from domainbed import model_selection as ms
-from domainbed.errors import run_cli
+from domainbed.results import model_selection as ms
 from domainbed.scripts import collect_results, list_top_hparams
+from oodutils.errors import run_cli
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 SWEEP_ROOT = SHARED / "domainbed_test_sweep"

@@ -4,7 +4,7 @@ import pytest
 
 from domainbed.datasets import oodbench_images as ob
 from domainbed.datasets import subpopulation
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 from tests.dataset_fixtures import write_celeba, write_nico
 
 

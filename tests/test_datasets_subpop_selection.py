@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from domainbed import model_selection as ms
+from domainbed.results import model_selection as ms
 from domainbed.scripts import collect_results
 
 ENV_NAMES = ["train", "val", "test"]
@@ -44,7 +44,7 @@ def sweep(tmp_path):
 
 
 def test_selects_best_val_worst_group(sweep):
-    from domainbed.records import load_records
+    from domainbed.results.records import load_records
     records = load_records([str(sweep)], quiet=True).records
     table = ms.select(records, ms.ValWorstGroupSelectionMethod)
     assert set(table["test_env"]) == {2}  # one row per run, for the test env
@@ -90,7 +90,7 @@ def test_sweep_uses_the_datasets_default_test_envs():
 
 def test_validity_selects_with_val_worst_group(sweep):
     from analysis import validity_records as VR
-    from domainbed.records import load_records
+    from domainbed.results.records import load_records
     results = VR.group_results(load_records([str(sweep)], quiet=True).records)
     assert set(results["benchmark"]) == {"Waterbirds"}  # one benchmark: its test env
     erm = results[results["method"] == "ERM"]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from domainbed.datasets import subpopulation as sp
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 from tests.dataset_fixtures import (
     last_record,
     train_cli,

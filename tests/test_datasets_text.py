@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from domainbed.datasets import text as T
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 from tests.dataset_fixtures import (
     IDENTITIES,
     default_civil_spec,

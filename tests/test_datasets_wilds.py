@@ -3,8 +3,8 @@ SVIRO's image-folder layout."""
 import numpy as np
 import pytest
 
-from domainbed.errors import UserError
 from domainbed.registry import get_dataset_class
+from oodutils.errors import UserError
 from tests.dataset_fixtures import (
     last_record,
     save_image,

@@ -3,8 +3,8 @@ import urllib.error
 
 import pytest
 
-from domainbed.errors import UserError
 from domainbed.scripts import download
+from oodutils.errors import UserError
 
 
 def test_offline_download_is_a_clear_error(tmp_path, monkeypatch):

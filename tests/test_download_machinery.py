@@ -11,8 +11,8 @@ import zipfile
 import pytest
 
 from domainbed import downloading
-from domainbed.errors import UserError
 from domainbed.scripts import download
+from oodutils.errors import UserError
 
 
 class Server:

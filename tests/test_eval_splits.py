@@ -7,10 +7,10 @@ import sys
 import numpy as np
 import pytest
 
-from domainbed import model_selection
-from domainbed.errors import UserError
-from domainbed.records import list_prediction_steps, load_predictions
+from domainbed.results import model_selection
+from domainbed.results.records import list_prediction_steps, load_predictions
 from domainbed.scripts import collect_results, sweep, train
+from oodutils.errors import UserError
 
 
 def train_run(out, *extra, test_env="2", steps=3):

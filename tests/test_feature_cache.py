@@ -13,14 +13,14 @@ import pytest
 from PIL import Image
 
 from domainbed import hparams as hp
-from domainbed import training
 from domainbed.algorithms.erm import ERM
 from domainbed.datasets.debug import Debug
 from domainbed.datasets.image_folders import MultipleEnvironmentImageFolder
-from domainbed.errors import UserError
 from domainbed.networks import feature_cache
 from domainbed.registry import get_algorithm_class
 from domainbed.scripts.train import parse_args
+from domainbed.training import loop as training
+from oodutils.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -109,7 +109,8 @@ def test_cache_key_changes_with_data_seed_and_weights(tmp_path):
 KILLER = textwrap.dedent("""
     import os, signal, sys
     import numpy as np
-    from domainbed import hparams as hp, training
+    from domainbed import hparams as hp
+    from domainbed.training import loop as training
     from domainbed.algorithms.erm import ERM
     from domainbed.scripts.train import parse_args
     sys.path.insert(0, {tests!r})

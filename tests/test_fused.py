@@ -12,8 +12,8 @@ import time
 import pytest
 import torch
 
-from domainbed import launchers
-from domainbed.fused_launcher import plan, run_group
+from domainbed.launch import launchers
+from domainbed.launch.fused import plan, run_group
 from domainbed.scripts import train
 
 ALGORITHMS_THAT_FUSE = ["CORAL", "ERM", "GroupDRO", "IRM", "MMD", "ReweightedERM", "VREx"]
@@ -218,7 +218,7 @@ def test_sweep_with_the_fused_launcher(tmp_path):
 
 
 def test_a_group_process_that_dies_fails_its_members_not_the_launcher(tmp_path):
-    from domainbed.fused_launcher import run_groups
+    from domainbed.launch.fused import run_groups
     (tmp_path / "file").write_text("not a directory")
     doomed = [command(train_flags(tmp_path / "file" / f"run{i}", tmp_path, seed=i))
               for i in range(2)]

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from domainbed.errors import UserError, run_cli
+from oodutils.errors import UserError, run_cli
 
 
 def cli_error(main, argv, capsys):
@@ -87,7 +87,7 @@ def test_spawrious_info_json(tmp_path, info, message):
 
 
 def test_prediction_arrays_of_different_lengths(tmp_path):
-    from domainbed.records import prediction_matrix
+    from domainbed.results.records import prediction_matrix
     run = tmp_path / "run"
     (run / "predictions").mkdir(parents=True)
     n = 6

@@ -6,8 +6,8 @@ import stat
 
 import pytest
 
-from domainbed import fileio
-from domainbed.errors import UserError
+from oodutils import fileio
+from oodutils.errors import UserError
 from tests.hardening_util import quiet_threads, train, train_argv  # noqa: F401
 
 

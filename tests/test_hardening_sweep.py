@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from domainbed import launchers
+from domainbed.launch import launchers
 from domainbed.scripts import sweep
 from tests.test_sweep import fake_names, fake_train, flags, jobs_for  # noqa: F401
 
@@ -52,7 +52,7 @@ def test_fifo_lock_is_refused_without_blocking(tmp_path):
     (("--num_threads", "-1"), "--num_threads must be 0"),
 ])
 def test_launch_checks_every_job_before_launching_any(tmp_path, capsys, extra, message):
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     argv = ["launch"] + flags(tmp_path, *extra)
     argv[argv.index("--algorithms") + 1] = "ERM"  # declares the base hyperparameters
     with pytest.raises(SystemExit) as exit_info:
@@ -64,7 +64,7 @@ def test_launch_checks_every_job_before_launching_any(tmp_path, capsys, extra, m
 
 
 def test_launch_into_an_output_dir_that_is_a_file(tmp_path, capsys):
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     data = tmp_path / "data"
     data.mkdir()
     out = tmp_path / "sweep"

@@ -78,8 +78,8 @@ def test_data_dir_that_is_a_file(tmp_path, capsys):
 
 
 def test_empty_split_is_nan_and_read_as_missing():
-    from domainbed.evaluation import split_metrics
-    from domainbed.model_selection import IIDAccuracySelectionMethod
+    from domainbed.results.model_selection import IIDAccuracySelectionMethod
+    from domainbed.training.evaluation import split_metrics
     metrics = split_metrics("env1_out", np.zeros(0, np.uint8), None, 0)
     assert math.isnan(metrics["env1_out_acc"])
     record = {"args": {"test_envs": [0]}, "step": 5, "env0_in_acc": 0.7,

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from domainbed import hparams as hp
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 
 
 def test_defaults_and_small_image_dependence():

@@ -7,9 +7,9 @@ import torch
 from PIL import Image
 
 from domainbed.datasets.image_folders import MultipleEnvironmentImageFolder
-from domainbed.errors import UserError
 from domainbed.hparams import default_hparams
 from domainbed.registry import get_dataset_class
+from oodutils.errors import UserError
 
 SPECS = {
     "VLCS": ("VLCS", ["Caltech101", "LabelMe", "SUN09", "VOC2007"], ["C", "L", "S", "V"], 300),

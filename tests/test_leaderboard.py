@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from domainbed import model_selection
 from domainbed.leaderboard import model as lbmodel
 from domainbed.leaderboard import published
+from domainbed.results import model_selection
 from domainbed.scripts import collect_results
 from domainbed.scripts import leaderboard as cli
 
@@ -161,7 +161,7 @@ def test_subpopbench_selection_and_published_worst_group(mixed_site):
 
 def test_runs_behind_each_cell(mixed_site):
     out, model = mixed_site
-    from domainbed.records import load_records
+    from domainbed.results.records import load_records
     selected = model_selection.select(load_records(str(SWEEP), quiet=True),
                                       model_selection.OracleSelectionMethod)
     table = next(t for s in model["sections"] if s["key"] == "oracle"
@@ -317,7 +317,7 @@ def test_transcriptions_match_paper_notes():
 def test_dataset_level_published_rows_land_in_the_avg_column(tmp_path):
     """Spawrious' Table 3 gives one number per benchmark: it sits in the Avg column of the
     dataset's table and in the overview, with the difference to the user's number."""
-    from domainbed.records import load_records
+    from domainbed.results.records import load_records
     args = {"dataset": "SpawriousO2O_easy", "algorithm": "ERM", "trial_seed": 0,
             "hparams_seed": 0, "test_envs": [2], "env_names": ["e0", "e1", "test"]}
     record = {"args": args, "hparams": {}, "step": 10, "env0_in_acc": 0.9,

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from domainbed.datasets.mnist import ColoredMNIST, RotatedMNIST, load_mnist_digits
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 
 
 def write_idx(path, array):

@@ -57,7 +57,7 @@ def test_oodbench_colored_mnist(tmp_path):
     assert blue.input_shape == (3, 14, 14)
     share = [float(env.x[:, 2].sum() / env.x.sum()) for env in blue]
     assert share[0] < 0.15 and share[1] > 0.85  # mu_tr = 0, mu_te = 1, sigma = 0.1
-    from domainbed.errors import UserError
+    from oodutils.errors import UserError
     with pytest.raises(UserError):
         OoDBenchColoredMNIST(str(tmp_path), [], {"cmnist_rho_te": 1.5})
 
@@ -75,7 +75,7 @@ def test_sides_are_label_shift_free_and_split(tmp_path):
     assert len(sides.out_p) == pytest.approx(0.2 * n, abs=2)
     iid = make_sides(ds, [0], [1], 0.2, seed=3, force_iid=True)
     assert set(np.unique(iid.out_p.env)) == {0, 1}
-    from domainbed.errors import UserError
+    from oodutils.errors import UserError
     with pytest.raises(UserError):
         make_sides(ds, [0], [0])
     with pytest.raises(UserError):
@@ -218,8 +218,8 @@ def test_image_folder_dataset_features(tmp_path):
             d.mkdir(parents=True)
             for i in range(6):
                 Image.fromarray((rng.rand(36, 36, 3) * 255).astype(np.uint8)).save(d / f"{i}.png")
-    from domainbed.errors import UserError
     from ood_bench.cli import main
+    from oodutils.errors import UserError
     out = tmp_path / "f.npz"
     common = ["extract", "--dataset", "PACS", "--data-dir", str(tmp_path), "--envs-q", "3",
               "--dataset-settings", '{"image_size": 32}', "--backbone", "resnet18",

@@ -16,7 +16,7 @@ from analysis import oodselect_baselines as bl
 from analysis import oodselect_cli as cli
 from analysis import oodselect_data as data
 from analysis import oodselect_report as rep
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAST = dict(steps=700, patience=250)
@@ -298,7 +298,7 @@ def test_cli_contract(tmp_path):
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     np.savez(tmp_path / "bad.npz", A=np.zeros((10, 5)))
     with pytest.raises(SystemExit) as e:
         run_cli(cli.main, ["--matrix", str(tmp_path / "bad.npz"), "--sizes", "2",

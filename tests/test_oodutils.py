@@ -55,7 +55,7 @@ def test_latex_and_its_one_escaper(frame):
         r"\textasciitilde{}\textasciicircum{}\textbackslash{}\{\}\#\$\%\&\_")
     # every package uses this one escaper
     from analysis import report
-    from domainbed import reporting
+    from domainbed.results import tables as reporting
     assert reporting.latex_escape is tables.latex_escape is report.latex_escape
 
 
@@ -82,7 +82,7 @@ def test_unknown_format_and_paths(frame, tmp_path):
 
 
 def test_domainbed_report_in_all_five_formats():
-    from domainbed import reporting as R
+    from domainbed.results import tables as R
     cell = R.Cell(12.345, 1.25, 3)
     table = R.Table(title="Dataset: D_1, model selection method: m", heading="D_1",
                     columns=["e0", "e1"], rows=["ERM", "A|B"], cells=[[cell, None], [cell, cell]],
@@ -185,7 +185,7 @@ def test_bad_json_option_is_one_error_line(tmp_path, module, argv):
 
 # --- package boundaries ----------------------------------------------------------------
 
-GENERIC = ("domainbed.errors", "domainbed.fileio", "domainbed.reporting", "analysis.report")
+GENERIC = ("domainbed.errors", "domainbed.fileio", "domainbed.results.tables", "analysis.report")
 
 
 def generic_imports(package):

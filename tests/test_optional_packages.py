@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from domainbed.errors import UserError, require
+from oodutils.errors import UserError, require
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,5 +1,5 @@
 """A job's log shows where it is: one line per checkpoint (step, epoch, losses, accuracies)."""
-from domainbed.training import checkpoint_line
+from domainbed.training.loop import checkpoint_line
 
 
 def test_checkpoint_line_has_step_epoch_values_and_accuracies():

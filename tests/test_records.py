@@ -1,4 +1,4 @@
-"""domainbed.records: reading run directories (ours and DomainBed's), skip-and-count of
+"""domainbed.results.records: reading run directories (ours and DomainBed's), skip-and-count of
 corrupt lines and unfinished runs, the DataFrame view, per-example predictions."""
 import json
 import shutil
@@ -7,15 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from domainbed.errors import UserError
-from domainbed.fileio import atomic_savez
-from domainbed.records import (
+from domainbed.results.records import (
     list_prediction_steps,
     load_predictions,
     load_records,
     prediction_matrix,
     records_to_frame,
 )
+from oodutils.errors import UserError
+from oodutils.fileio import atomic_savez
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 SWEEP = SHARED / "domainbed_test_sweep" / "test_sweep_data"

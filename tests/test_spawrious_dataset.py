@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-from domainbed.errors import UserError
 from domainbed.hparams import default_hparams
 from domainbed.registry import get_dataset_class
+from oodutils.errors import UserError
 from spawrious.constants import CLASS_LIST, LOCATIONS
 from spawrious.generate import generate_procedural_fast, prepare_output
 from spawrious.splits import BENCHMARKS, build_split

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from domainbed.errors import UnknownNameError, UserError
+from oodutils.errors import UnknownNameError, UserError
 from spawrious.backends import ProceduralBackend
 from spawrious.caption import CallableCaptioner, caption_passes
 from spawrious.constants import BREEDS, LOCATIONS

@@ -10,7 +10,7 @@ pytest.importorskip("transformers")
 
 import torch  # noqa: E402
 
-from domainbed.errors import UserError  # noqa: E402
+from oodutils.errors import UserError  # noqa: E402
 from spawrious.generate import main  # noqa: E402
 from spawrious.layout import list_images, manifest_path  # noqa: E402
 from spawrious.manifest import read_records  # noqa: E402

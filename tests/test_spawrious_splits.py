@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from domainbed.errors import UnknownNameError, UserError
+from oodutils.errors import UnknownNameError, UserError
 from spawrious import splits as sp
 from spawrious.constants import (
     BREEDS,

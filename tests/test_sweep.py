@@ -12,11 +12,12 @@ import time
 
 import pytest
 
-from domainbed import launchers
-from domainbed.errors import UnknownNameError, UserError
 from domainbed.hparams import seed_hash
+from domainbed.launch import launchers
+from domainbed.launch import sweep as sweep_plan
 from domainbed.registry import ALGORITHMS, DATASETS
 from domainbed.scripts import sweep
+from oodutils.errors import UnknownNameError, UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATASET, ALGORITHM = "_SweepTest3", "_SweepTestAlg"
@@ -70,7 +71,7 @@ def fake_names():
 def fake_train(tmp_path, monkeypatch, fake_names):
     script = tmp_path / "fake_train.py"
     script.write_text(FAKE_TRAIN)
-    monkeypatch.setattr(sweep, "TRAIN_COMMAND", [sys.executable, str(script)])
+    monkeypatch.setattr(sweep_plan, "TRAIN_COMMAND", [sys.executable, str(script)])
     monkeypatch.delenv("FAKE_FAIL_ENV", raising=False)
     monkeypatch.delenv("FAKE_HANG_ENV", raising=False)
     return [sys.executable, str(script)]
@@ -126,7 +127,7 @@ def test_unset_pass_through_flags_keep_domainbed_hashes(tmp_path, fake_names):
     assert "data_seed" not in plain[0].train_args and "save_logits" not in plain[0].argv
     assert {j.output_dir for j in plain}.isdisjoint(j.output_dir for j in extra)
     argv = extra[0].argv
-    assert argv[:len(sweep.TRAIN_COMMAND)] == sweep.TRAIN_COMMAND
+    assert argv[:len(sweep_plan.TRAIN_COMMAND)] == sweep_plan.TRAIN_COMMAND
     assert argv[argv.index("--hparams") + 1] == '{"lr": 0.1}'
     assert argv[argv.index("--data_seed") + 1] == "3"
     assert "--save_logits" in argv and argv[argv.index("--save_logits") + 1].startswith("--")
@@ -287,9 +288,10 @@ def test_sigkill_of_sweep_then_relaunch(tmp_path, fake_train):
         import sys
         from domainbed.registry import register_algorithm, register_dataset
         import domainbed.scripts.sweep as s
+        import domainbed.launch.sweep as plan
         register_dataset({DATASET!r})(type("D", (), {{"ENVIRONMENTS": ["a", "b", "c"]}}))
         register_algorithm({ALGORITHM!r})(type("A", (), {{}}))
-        s.TRAIN_COMMAND = {fake_train!r}
+        plan.TRAIN_COMMAND = {fake_train!r}
         sys.exit(s.main(sys.argv[1:]))
     """)
     argv = [sys.executable, "-c", code, "launch"] + flags(tmp_path)

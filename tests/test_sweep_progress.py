@@ -2,7 +2,7 @@
 import io
 from types import SimpleNamespace
 
-from domainbed.progress import SweepProgress, format_duration
+from domainbed.launch.progress import SweepProgress, format_duration
 
 
 class FakeClock:
@@ -46,7 +46,7 @@ def test_no_bar_without_a_terminal_and_durations_format():
 def test_local_launcher_reports_progress(tmp_path, capsys):
     import sys
 
-    from domainbed.launchers import Command, local_launcher
+    from domainbed.launch.launchers import Command, local_launcher
     commands = []
     for name in ("a", "b"):
         out = tmp_path / name

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from domainbed import networks
-from domainbed.errors import UserError
 from domainbed.networks import text as NT
+from oodutils.errors import UserError
 
 HP = {name: h.default for name, h in NT.TEXT_HPARAMS.items()}
 

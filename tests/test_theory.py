@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from analysis import theory
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 W = np.array([1.0, 1.0])

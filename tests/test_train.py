@@ -133,7 +133,7 @@ def test_other_algorithms_hparam_is_ignored_with_notice(tmp_path):
 def test_bf16_refused_clearly_without_cpu_support(tmp_path):
     import torch
 
-    from domainbed.training import cpu_supports_bf16
+    from domainbed.training.loop import cpu_supports_bf16
     if torch.cuda.is_available() or cpu_supports_bf16():
         pytest.skip("this machine supports bf16; the refusal path cannot be exercised")
     proc = run(train_cmd(tmp_path / "run", "--precision", "bf16"), check=False)
@@ -155,8 +155,8 @@ def test_bf16_runs_under_autocast_when_emulation_is_allowed(tmp_path):
     assert records(fp32)[-1]["args"]["precision"] == "fp32"
     import torch
 
-    from domainbed.records import load_predictions
-    from domainbed.training import cpu_supports_bf16
+    from domainbed.results.records import load_predictions
+    from domainbed.training.loop import cpu_supports_bf16
     if not (torch.cuda.is_available() or cpu_supports_bf16()):
         assert "emulated" in proc.stderr
     # bf16 rounding (8-bit mantissa) moves the logits away from the fp32 run's.
@@ -170,7 +170,7 @@ def test_group_balanced_sampling_weights():
     import torch
 
     from domainbed.datasets.base import TensorEnvironment
-    from domainbed.training import BatchSampler, sampling_weights
+    from domainbed.training.loop import BatchSampler, sampling_weights
     groups = np.array([0] * 90 + [1] * 10)
     env = TensorEnvironment(torch.zeros(100, 1), torch.zeros(100, dtype=torch.long),
                             np.arange(100), groups)

@@ -12,7 +12,7 @@ import pytest
 
 from analysis import validity as V
 from analysis import validity_records as VR
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

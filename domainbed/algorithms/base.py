@@ -5,8 +5,8 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 
-from domainbed.errors import UserError
 from domainbed.hparams import Hparam, small_or_large
+from oodutils.errors import UserError
 
 
 @dataclass

@@ -6,9 +6,9 @@ import torch.nn.functional as F
 
 from domainbed.algorithms.common import choice, concat, log_uniform
 from domainbed.algorithms.erm import ERM
-from domainbed.errors import UserError
 from domainbed.hparams import Hparam
 from domainbed.registry import register_algorithm
+from oodutils.errors import UserError
 
 
 @register_algorithm("Focal")

@@ -100,7 +100,7 @@ class ARM(ERM):
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         if len(input_shape) != 3:
-            from domainbed.errors import UserError
+            from oodutils.errors import UserError
             raise UserError("ARM needs image inputs (channels, height, width); "
                             f"got input shape {tuple(input_shape)}")
         original = tuple(input_shape)

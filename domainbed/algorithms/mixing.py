@@ -266,7 +266,7 @@ class LISA(ERM):
 
     def update(self, minibatches, unlabeled=None, groups=None):
         if groups is None or self.num_attributes is None:
-            from domainbed.errors import UserError
+            from oodutils.errors import UserError
             raise UserError("LISA needs prepare() and per-batch groups")
         all_x, all_y = concat(minibatches)
         attributes = torch.cat(groups) % self.num_attributes

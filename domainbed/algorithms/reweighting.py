@@ -13,9 +13,9 @@ from domainbed import networks
 from domainbed.algorithms.base import Algorithm, require_groups
 from domainbed.algorithms.common import adam, concat, log_uniform, uniform
 from domainbed.algorithms.erm import ERM
-from domainbed.errors import UserError
 from domainbed.hparams import Hparam
 from domainbed.registry import register_algorithm
+from oodutils.errors import UserError
 
 
 def training_group_sizes(name, context):

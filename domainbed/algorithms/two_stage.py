@@ -12,9 +12,9 @@ from domainbed.algorithms.base import Algorithm, require_groups
 from domainbed.algorithms.common import log_uniform, uniform
 from domainbed.algorithms.erm import ERM
 from domainbed.algorithms.reweighting import normalized, training_group_sizes
-from domainbed.errors import UserError
 from domainbed.hparams import seed_hash
 from domainbed.registry import register_algorithm
+from oodutils.errors import UserError
 
 
 class TwoStage(Algorithm):

@@ -28,9 +28,9 @@ import torch
 from PIL import Image, ImageFile
 
 from domainbed.datasets.base import Environment, EnvironmentSubset, MultipleDomainDataset
-from domainbed.errors import UserError
 from domainbed.hparams import Hparam
 from domainbed.registry import register_dataset
+from oodutils.errors import UserError
 
 ImageFile.LOAD_TRUNCATED_IMAGES = True
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")

@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 
 FILE_SAMPLE = 256  # image files checked per dataset (evenly spaced, so the check stays cheap)
 

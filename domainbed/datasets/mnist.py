@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from domainbed.datasets.base import MultipleDomainDataset, TensorEnvironment, fingerprint_arrays
-from domainbed.errors import UserError
 from domainbed.registry import register_dataset
+from oodutils.errors import UserError
 from oodutils.log import get_logger
 
 logger = get_logger(__name__)

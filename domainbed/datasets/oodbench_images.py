@@ -28,9 +28,9 @@ import numpy as np
 
 from domainbed.datasets.layout import check_sampled_files, find_root, require_files
 from domainbed.datasets.subpopulation import SubpopulationDataset, group_names, read_celeba
-from domainbed.errors import UserError
 from domainbed.hparams import Hparam
 from domainbed.registry import register_dataset
+from oodutils.errors import UserError
 
 CELEBA_BLOND_CELLS = {  # env -> {(blond, male): count}
     "unbalanced_1": {(1, 1): 462, (1, 0): 11671, (0, 1): 11671, (0, 0): 462},

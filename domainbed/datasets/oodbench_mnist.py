@@ -26,9 +26,9 @@ import torch
 
 from domainbed.datasets.base import MultipleDomainDataset, TensorEnvironment
 from domainbed.datasets.mnist import load_mnist_digits
-from domainbed.errors import UserError
 from domainbed.hparams import Hparam
 from domainbed.registry import register_dataset
+from oodutils.errors import UserError
 
 
 def _fixed(value, doc, low=None, high=None):

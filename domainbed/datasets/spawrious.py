@@ -27,9 +27,9 @@ import numpy as np
 
 from domainbed.datasets.base import MultipleDomainDataset
 from domainbed.datasets.image_folders import IMAGENET_MEAN, IMAGENET_STD, ImageEnvironment
-from domainbed.errors import UserError
 from domainbed.hparams import Hparam
 from domainbed.registry import register_dataset
+from oodutils.errors import UserError
 from spawrious.constants import CLASS_LIST, DEFAULT_PER_CELL, LOCATIONS
 from spawrious.layout import read_info, resolve_dataset_dir
 from spawrious.splits import ENVIRONMENTS, build_split, select_files

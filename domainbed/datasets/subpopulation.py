@@ -40,9 +40,9 @@ from domainbed.datasets.layout import (
     read_csv,
     require_files,
 )
-from domainbed.errors import UserError
 from domainbed.hparams import Hparam
 from domainbed.registry import register_dataset
+from oodutils.errors import UserError
 
 WATERBIRDS_DIRS = ("waterbirds/waterbird_complete95_forest2water2",
                    "waterbird_complete95_forest2water2", "waterbirds_v1.0")

@@ -42,9 +42,9 @@ import numpy as np
 from domainbed.datasets.base import MultipleDomainDataset, TensorEnvironment
 from domainbed.datasets.layout import find_root, fingerprint_columns, read_csv
 from domainbed.datasets.subpopulation import group_names
-from domainbed.errors import UserError
 from domainbed.networks.text import TEXT_HPARAMS
 from domainbed.registry import register_dataset
+from oodutils.errors import UserError
 
 IDENTITIES = ["male", "female", "LGBTQ", "christian", "muslim", "other_religions", "black",
               "white"]
@@ -248,8 +248,8 @@ def mnli_texts(name, feature_dir, data_dir):
     the slow part of loading MultiNLI."""
     import json
 
-    from domainbed import fileio
     from domainbed.networks.text import cache_dir
+    from oodutils import fileio
     stats = [(f, os.path.getsize(os.path.join(feature_dir, f)),
               os.path.getmtime(os.path.join(feature_dir, f))) for f in MNLI_FEATURE_FILES]
     key = hashlib.sha256(json.dumps(stats).encode()).hexdigest()[:24]

@@ -19,9 +19,9 @@ import numpy as np
 from domainbed.datasets.base import MultipleDomainDataset
 from domainbed.datasets.image_folders import ImageEnvironment, make_transforms
 from domainbed.datasets.layout import check_sampled_files, fingerprint_columns
-from domainbed.errors import UserError
 from domainbed.hparams import Hparam
 from domainbed.registry import register_dataset
+from oodutils.errors import UserError
 
 
 class WILDSImageDataset(MultipleDomainDataset):

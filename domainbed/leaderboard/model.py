@@ -10,9 +10,10 @@ behind each cell, why a cell is missing, ranks, gains over ERM and the published
 """
 import collections
 
-from domainbed import model_selection, reporting
 from domainbed.leaderboard.published import format_published
-from domainbed.scripts import collect_results
+from domainbed.results import model_selection
+from domainbed.results import report as collect_results
+from domainbed.results import tables as reporting
 
 BASELINE = "ERM"
 LOO_NEEDS = "leave-one-domain-out needs runs with two test environments"

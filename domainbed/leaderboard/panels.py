@@ -8,8 +8,8 @@ import csv
 import os
 import shutil
 
-from domainbed.errors import UserError
 from domainbed.leaderboard.pages import esc, slug
+from oodutils.errors import UserError
 
 OODSELECT_SUMMARY = "summary.csv"
 OODSELECT_CURVE = "correlation_vs_size.png"

@@ -15,8 +15,8 @@ import json
 import re
 from importlib import resources
 
-from domainbed import model_selection
-from domainbed.errors import UserError
+from domainbed.results import model_selection
+from oodutils.errors import UserError
 
 DATA_PACKAGE = "domainbed.leaderboard.data"
 _SUBSECTION = re.compile(r"^\\subsection\{Model selection: (.*)\}\s*$")

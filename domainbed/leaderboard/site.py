@@ -13,13 +13,14 @@ import shutil
 import tempfile
 from importlib import resources
 
-from domainbed import model_selection, reporting
-from domainbed.errors import UserError
-from domainbed.fileio import finite_json
 from domainbed.leaderboard import model as lbmodel
 from domainbed.leaderboard import pages, panels
 from domainbed.leaderboard.published import load_published
-from domainbed.records import load_records
+from domainbed.results import model_selection
+from domainbed.results import tables as reporting
+from domainbed.results.records import load_records
+from oodutils.errors import UserError
+from oodutils.fileio import finite_json
 
 SITE_MARKER = "leaderboard.json"
 ASSETS = ("style.css", "leaderboard.js")

@@ -6,7 +6,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from domainbed.errors import UserError
 from domainbed.hparams import Hparam, small_or_large
 from domainbed.networks.backbones import (
     BACKBONE_CHOICES,
@@ -15,6 +14,7 @@ from domainbed.networks.backbones import (
     Backbone,
     build_featurizer,
 )
+from oodutils.errors import UserError
 
 SMALL_ARCHS = ("mnist_cnn", "mlp", "resnet_small")
 # Hyperparameters that only set nn.Dropout rates (so fused runs may differ in them).

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 
 TRANSFER_MODES = ("full", "linear_probe")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

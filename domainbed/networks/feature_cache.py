@@ -32,10 +32,10 @@ import numpy as np
 import torch
 
 from domainbed.datasets.base import Environment, EnvironmentSubset
-from domainbed.errors import UserError
-from domainbed.evaluation import iterate_split
 from domainbed.networks.backbones import Backbone
-from domainbed.precision import autocast_context
+from domainbed.training.evaluation import iterate_split
+from domainbed.training.precision import autocast_context
+from oodutils.errors import UserError
 
 FORMAT_VERSION = 1
 STATS = collections.Counter()  # "extracted" / "loaded": how often each happened (tests)

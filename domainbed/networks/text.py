@@ -28,9 +28,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from domainbed import fileio
-from domainbed.errors import UserError
 from domainbed.hparams import Hparam
+from oodutils import fileio
+from oodutils.errors import UserError
 from oodutils.log import get_logger
 
 logger = get_logger(__name__)

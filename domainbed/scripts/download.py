@@ -18,8 +18,8 @@ import urllib.error
 from dataclasses import dataclass, field
 
 from domainbed.downloading import extract, fetch, fetch_and_extract
-from domainbed.errors import UserError, epilog_example, require, run_cli
 from oodutils.cli import add_logging_flags, configure_logging
+from oodutils.errors import UserError, epilog_example, require, run_cli
 from oodutils.log import get_logger
 
 logger = get_logger(__name__)

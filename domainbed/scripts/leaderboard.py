@@ -11,10 +11,10 @@ leaderboard.csv. Open index.html from disk or copy the folder to any static host
 import argparse
 import os
 
-from domainbed import model_selection
-from domainbed.errors import run_cli
 from domainbed.leaderboard.site import build_site
+from domainbed.results import model_selection
 from oodutils.cli import add_logging_flags, configure_logging
+from oodutils.errors import run_cli
 from oodutils.log import get_logger
 
 logger = get_logger(__name__)

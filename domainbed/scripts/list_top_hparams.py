@@ -9,11 +9,11 @@ Without --algorithm every algorithm run on the dataset is listed, one after anot
 import argparse
 import sys
 
-from domainbed import model_selection
-from domainbed.errors import UserError, epilog_example, run_cli
-from domainbed.records import load_records
+from domainbed.results import model_selection
+from domainbed.results.records import load_records
 from domainbed.scripts.collect_results import DOMAINBED_ALGORITHMS, order_names
 from oodutils.cli import add_logging_flags, configure_logging
+from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.log import get_logger
 
 logger = get_logger(__name__)
@@ -125,7 +125,7 @@ def main(argv=None):
 
 def cli():
     """The `domainbed-list-top-hparams` console command ([project.scripts])."""
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     sys.exit(run_cli(main))
 
 

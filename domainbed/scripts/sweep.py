@@ -16,29 +16,33 @@ the same directory), besides the jobs never launched. Finished jobs are never to
 and a job that another process is still running is left alone.
 """
 import argparse
-import copy
-import hashlib
-import json
 import os
-import random
-import shutil
 import sys
 
-from domainbed import (  # noqa: F401  (zoo and fused_launcher register their launchers)
-    fused_launcher,
-    launchers,
-    zoo,
+from domainbed.launch import launchers
+from domainbed.launch.fused import FUSED_MAX_MODELS
+from domainbed.launch.sweep import (  # noqa: F401  (the planning API, by its old path)
+    TRAIN_COMMAND,
+    Job,
+    _default_algorithms,
+    _default_datasets,
+    all_test_env_combinations,
+    check_jobs,
+    check_names,
+    default_test_envs,
+    delete,
+    launch,
+    make_args_list,
+    num_environments,
+    summarize,
+    train_argv,
 )
-from domainbed.errors import UserError, epilog_example, run_cli
-from domainbed.hparams import seed_hash
 from oodutils.cli import add_logging_flags, configure_logging, parse_json_object
+from oodutils.errors import UserError, epilog_example, run_cli
 
 EPILOG = epilog_example("domainbed-sweep", "domainbed.scripts.sweep",
                         "launch --datasets ColoredMNIST --algorithms ERM IRM --data_dir ./data "
                         "--output_dir sweeps/s1 --command_launcher local --max_workers 2")
-
-# The command that runs one job; tests swap it for a fake.
-TRAIN_COMMAND = [sys.executable, "-m", "domainbed.scripts.train"]
 
 # Our train flags that the sweep can pass through; a flag left unset is not passed, so
 # job hashes stay equal to DomainBed's for a DomainBed-style sweep.
@@ -66,137 +70,6 @@ PASS_THROUGH = {   # name -> argparse kwargs
 }
 
 
-class Job:
-    def __init__(self, train_args, sweep_output_dir, train_command=None):
-        args_str = json.dumps(train_args, sort_keys=True)
-        args_hash = hashlib.md5(args_str.encode("utf-8")).hexdigest()
-        self.output_dir = os.path.join(sweep_output_dir, args_hash)
-        self.train_args = copy.deepcopy(train_args)
-        self.train_args["output_dir"] = self.output_dir
-        self.argv = list(train_command or TRAIN_COMMAND) + train_argv(self.train_args)
-        self.refresh()
-
-    def refresh(self):
-        self.state = launchers.job_state(self.output_dir)
-        return self.state
-
-    @property
-    def command(self):
-        return launchers.Command(self.argv, self.output_dir)
-
-    def describe(self):
-        a = self.train_args
-        return (f"{a['dataset']} {a['algorithm']} test_envs={a['test_envs']} "
-                f"hparams_seed={a['hparams_seed']} trial_seed={a['trial_seed']}")
-
-    def __str__(self):
-        line = f"{self.state:<12} {self.output_dir} {self.describe()}"
-        if self.state == launchers.FAILED:
-            line += f" | {launchers.last_error(self.output_dir) or 'no error output'}"
-        return line
-
-
-def train_argv(train_args):
-    """`--flag value` pairs as an argv list: lists become several values, True a bare
-    flag, False/None nothing, everything else its str()."""
-    argv = []
-    for key, value in sorted(train_args.items()):
-        if value is None or value is False:
-            continue
-        if value is True:
-            argv.append(f"--{key}")
-        elif isinstance(value, (list, tuple)):
-            argv += [f"--{key}"] + [str(v) for v in value]
-        else:
-            argv += [f"--{key}", str(value)]
-    return argv
-
-
-def num_environments(dataset):
-    from domainbed.registry import get_dataset_class
-    envs = getattr(get_dataset_class(dataset), "ENVIRONMENTS", None)
-    if not envs:
-        raise UserError(f"dataset {dataset!r} declares no ENVIRONMENTS; "
-                        f"cannot build its test environments")
-    return len(envs)
-
-
-def default_test_envs(dataset):
-    """A dataset's own test environments (e.g. SubpopBench's [val, test]), or None."""
-    from domainbed.registry import get_dataset_class
-    envs = getattr(get_dataset_class(dataset), "DEFAULT_TEST_ENVS", None)
-    return list(envs) if envs else None
-
-
-def all_test_env_combinations(n):
-    """Every single test env and, with at least 3 envs, every pair (DomainBed's order)."""
-    for i in range(n):
-        yield [i]
-        if n >= 3:
-            for j in range(i + 1, n):
-                yield [i, j]
-
-
-def make_args_list(n_trials, dataset_names, algorithms, n_hparams_from, n_hparams, steps,
-                   data_dir, task, holdout_fraction, single_test_envs, hparams,
-                   extra_args=None):
-    """DomainBed's make_args_list; `extra_args` (pass-through train flags) are added to
-    every job only where set."""
-    args_list = []
-    for trial_seed in range(n_trials):
-        for dataset in dataset_names:
-            for algorithm in algorithms:
-                n_envs = num_environments(dataset)
-                if default_test_envs(dataset):  # fixed splits: --single_test_envs n/a
-                    all_test_envs = [default_test_envs(dataset)]
-                elif single_test_envs:
-                    all_test_envs = [[i] for i in range(n_envs)]
-                else:
-                    all_test_envs = all_test_env_combinations(n_envs)
-                for test_envs in all_test_envs:
-                    for hparams_seed in range(n_hparams_from, n_hparams):
-                        train_args = {
-                            "dataset": dataset,
-                            "algorithm": algorithm,
-                            "test_envs": test_envs,
-                            "holdout_fraction": holdout_fraction,
-                            "hparams_seed": hparams_seed,
-                            "data_dir": data_dir,
-                            "task": task,
-                            "trial_seed": trial_seed,
-                            "seed": seed_hash(dataset, algorithm, test_envs, hparams_seed,
-                                              trial_seed),
-                        }
-                        if steps is not None:
-                            train_args["steps"] = steps
-                        if hparams is not None:
-                            train_args["hparams"] = hparams
-                        for key, value in (extra_args or {}).items():
-                            if value is not None and value is not False:
-                                train_args[key] = value
-                        args_list.append(train_args)
-    return args_list
-
-
-def _default_datasets():
-    from domainbed.registry import DATASETS
-    return [d for d in DATASETS.names() if "Debug" not in d]
-
-
-def _default_algorithms():
-    from domainbed.registry import ALGORITHMS
-    return ALGORITHMS.names()
-
-
-def check_names(datasets, algorithms):
-    """Unknown names fail here, with the valid names, before any job is built."""
-    from domainbed.registry import get_algorithm_class, get_dataset_class
-    for d in datasets:
-        get_dataset_class(d)
-    for a in algorithms:
-        get_algorithm_class(a)
-
-
 def ask_for_confirmation(skip, prompt="Are you sure? (y/n) "):
     """True to go on. Without a terminal to ask on, --skip_confirmation is required."""
     if skip:
@@ -213,56 +86,6 @@ def ask_for_confirmation(skip, prompt="Are you sure? (y/n) "):
         print("Nevermind!")
         return False
     return True
-
-
-def summarize(jobs):
-    counts = {s: 0 for s in (launchers.DONE, launchers.RUNNING, launchers.FAILED,
-                             launchers.NOT_LAUNCHED)}
-    for j in jobs:
-        counts[j.state] += 1
-    return (f"{len(jobs)} jobs: {counts[launchers.DONE]} done, "
-            f"{counts[launchers.RUNNING]} running, {counts[launchers.FAILED]} "
-            f"failed/incomplete, {counts[launchers.NOT_LAUNCHED]} not launched.")
-
-
-def check_jobs(jobs):
-    """Every job's train arguments (steps, checkpoint_freq, hparams names/types/ranges,
-    output directory) are valid, or one clear error before any job is launched."""
-    from domainbed.scripts.train import check_job
-    checked = set()
-    for job in jobs:
-        try:
-            check_job(train_argv(job.train_args), checked)
-        except UserError as e:
-            raise UserError(f"job {job.describe()}: {e}; nothing launched") from None
-
-
-def launch(jobs, launcher_name, options, seed=0):
-    """Run the jobs that are neither done nor running: incomplete ones first (they
-    resume), then the ones never launched, each group in a seeded random order."""
-    launcher_fn = launchers.get_launcher(launcher_name)
-    rng = random.Random(seed)
-    incomplete = [j for j in jobs if j.state == launchers.FAILED]
-    fresh = [j for j in jobs if j.state == launchers.NOT_LAUNCHED]
-    rng.shuffle(incomplete)
-    rng.shuffle(fresh)
-    to_launch = incomplete + fresh
-    print(f"Launching {len(to_launch)} jobs ({len(incomplete)} to resume, "
-          f"{len(fresh)} new) with the {launcher_name} launcher.")
-    outcomes = launcher_fn([j.command for j in to_launch], **options) or []
-    failed = [o for o in outcomes if o.failed]
-    if outcomes:
-        ran = sum(o.status in ("ok", "failed") for o in outcomes)
-        print(f"Ran {ran} jobs: {ran - len(failed)} finished, {len(failed)} failed.")
-    else:
-        print(f"Launched {len(to_launch)} jobs!")
-    return failed
-
-
-def delete(jobs):
-    for job in jobs:
-        shutil.rmtree(job.output_dir, ignore_errors=False)
-    print(f"Deleted {len(jobs)} jobs!")
 
 
 def build_parser():
@@ -297,7 +120,7 @@ def build_parser():
                         help="jobs the local launcher runs at once (1: one after another)")
     for name, kwargs in PASS_THROUGH.items():
         parser.add_argument(f"--{name}", **kwargs)
-    parser.add_argument("--fused_max_models", type=int, default=fused_launcher.FUSED_MAX_MODELS,
+    parser.add_argument("--fused_max_models", type=int, default=FUSED_MAX_MODELS,
                         help="fused launcher: most models trained together in one group")
     slurm = parser.add_argument_group("slurm launcher (submitit)")
     slurm.add_argument("--slurm_partition", type=str, default=None)
@@ -329,7 +152,7 @@ def check_args(args):
         parse_json_object(args.hparams, "--hparams")
     launchers.get_launcher(args.command_launcher)
     if args.eval_splits:
-        from domainbed.evaluation import check_eval_splits
+        from domainbed.training.evaluation import check_eval_splits
         check_eval_splits(args.eval_splits)
 
 
@@ -392,7 +215,7 @@ def main(argv=None):
 
 def cli():
     """The `domainbed-sweep` console command ([project.scripts])."""
-    from domainbed.errors import run_cli
+    from oodutils.errors import run_cli
     sys.exit(run_cli(main))
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 from oodutils.log import get_logger
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Model selection over hyperparameters and checkpoints, with DomainBed's semantics.
 
-Records (dicts, as read by ``domainbed.records``) are grouped as DomainBed groups them:
+Records (dicts, as read by ``domainbed.results.records``) are grouped as DomainBed groups them:
 by (trial_seed, dataset, algorithm, test_env), a run with two test envs belonging to
 both groups (leave-one-domain-out needs those runs). Inside a group the runs of one
 hyperparameter setting (same ``hparams_seed`` and hyperparameter values) form a candidate;
@@ -28,7 +28,7 @@ import re
 
 import numpy as np
 
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 
 DATA_KEYS = ("data_source", "data_fingerprint", "data_seed", "precision", "weights_sha256")
 _WGA_KEY = re.compile(r"^env\d+_(in|out)_wga$")

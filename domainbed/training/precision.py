@@ -3,7 +3,7 @@ import os
 
 import torch
 
-from domainbed.errors import UserError
+from oodutils.errors import UserError
 from oodutils.log import get_logger
 
 logger = get_logger(__name__)

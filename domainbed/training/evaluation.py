@@ -1,50 +1,20 @@
 """Evaluation of a model on named splits: accuracies, per-group and worst-group accuracy,
 and the per-example prediction table of one checkpoint (see docs/CONTRACTS.md)."""
-import re
-
 import numpy as np
 import torch
 
-from domainbed.errors import UserError
-from domainbed.precision import autocast_context
-
-# --eval_splits tokens: every split, a kind of split in every environment, every split of
-# the test / training environments, or one split by name (env2_in).
-EVAL_SPLIT_TOKENS = ("all", "in", "out", "uda", "test", "train")
-_SPLIT_NAME = re.compile(r"^env(\d+)_(in|out|uda)$")
+from domainbed.training.precision import autocast_context
+from domainbed.training.splits import (  # noqa: F401  (part of evaluation's API)
+    EVAL_SPLIT_TOKENS,
+    check_eval_splits,
+    select_splits,
+)
 
 
 class RunContext:
     def __init__(self, device, precision, memory_format, eval_batch_size, n_workers):
         self.device, self.precision, self.memory_format = device, precision, memory_format
         self.eval_batch_size, self.n_workers = eval_batch_size, n_workers
-
-
-
-def check_eval_splits(tokens):
-    for token in tokens or []:
-        if token not in EVAL_SPLIT_TOKENS and not _SPLIT_NAME.match(token):
-            raise UserError(f"--eval_splits {token!r}: not one of "
-                            f"{', '.join(EVAL_SPLIT_TOKENS)} or a split name like env0_out")
-
-
-def select_splits(named_splits, tokens, test_envs):
-    """The named splits that `--eval_splits` keeps (the union of its tokens), in their
-    order. None or ["all"] keeps every split (DomainBed's behaviour)."""
-    tokens = list(tokens or ["all"])
-    check_eval_splits(tokens)
-    names = {name for name, _, _, _ in named_splits}
-    for token in tokens:
-        if _SPLIT_NAME.match(token) and token not in names:
-            raise UserError(f"--eval_splits {token}: this run has no such split "
-                            f"(splits: {', '.join(sorted(names))})")
-
-    def kept(name, env_i, kind):
-        is_test = env_i in test_envs
-        return any(t == "all" or t == kind or t == name or (t == "test" and is_test)
-                   or (t == "train" and not is_test) for t in tokens)
-
-    return [s for s in named_splits if kept(*s[:3])]
 
 
 def iterate_split(split, batch_size, n_workers):

@@ -1,5 +1,5 @@
 """The `fused` command launcher: a sweep's jobs that can share one process train
-together, with stacked parameters (see domainbed.fused_training), for accelerators.
+together, with stacked parameters (see domainbed.launch.fused_training), for accelerators.
 
 Jobs fuse when they train the same algorithm (one with a `FusedForm`: ERM,
 ReweightedERM, GroupDRO, IRM, VREx, CORAL, MMD) on the same data (dataset, data seed,
@@ -24,9 +24,10 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from domainbed import launchers
-from domainbed.errors import UserError
-from domainbed.zoo import train_flags
+from domainbed.config import RunConfig
+from domainbed.launch import jobs, local
+from domainbed.launch.pooled import train_flags
+from oodutils.errors import UserError
 
 FUSED_MAX_MODELS = 64
 # Arguments that may differ within a group (each member's own) or do not shape training.
@@ -35,8 +36,8 @@ MEMBER_ARGS = ("seed", "hparams_seed", "hparams", "output_dir", "restart", "num_
 
 @dataclass
 class Job:
-    command: launchers.Command
-    args: object = None
+    command: jobs.Command
+    args: RunConfig = None
     hparams: dict = None
     algorithm_cls: type = None
     dataset_cls: type = None
@@ -51,14 +52,13 @@ class Plan:
 
 def parse_job(command):
     """The job's parsed train arguments and hyperparameters, or why it cannot fuse."""
-    from domainbed.scripts import train
     flags = train_flags(command)
     if flags is None:
         return None, "not a train command"
     try:
-        args = train.parse_args(flags)
-        algorithm_cls, dataset_cls = train.validate(args, check_data_dir=False)
-        hparams = train.resolve_hparams(args, notify=lambda message: None)
+        args = RunConfig.from_argv(flags)
+        algorithm_cls, dataset_cls = args.validate(check_data_dir=False)
+        hparams = args.resolve_hparams(notify=lambda message: None)
     except (UserError, SystemExit):
         return None, "its arguments are invalid (the ordinary job reports why)"
     from domainbed.algorithms.base import fused_form
@@ -71,7 +71,7 @@ def parse_job(command):
 
 def group_key(job):
     """Jobs with equal keys train together: everything but each member's own values."""
-    from domainbed.fused_training import member_hparams
+    from domainbed.launch.fused_training import member_hparams
     free = set(member_hparams(job.algorithm_cls))
     args = {k: v for k, v in vars(job.args).items() if k not in MEMBER_ARGS}
     hparams = {k: v for k, v in job.hparams.items() if k not in free}
@@ -113,7 +113,6 @@ def fusable_algorithms():
     return sorted(name for name in ALGORITHMS.names() if fused_form(ALGORITHMS.get(name)))
 
 
-@launchers.register_launcher("fused")
 def fused_launcher(commands, max_workers=1, echo=None, fused_max_models=FUSED_MAX_MODELS,
                    **_):
     """Train fusable jobs in groups (one process per group, `max_workers` groups at a
@@ -131,7 +130,7 @@ def fused_launcher(commands, max_workers=1, echo=None, fused_max_models=FUSED_MA
     if work.groups:
         echo(f"fused: {sum(map(len, work.groups))} jobs in {len(work.groups)} groups "
              f"({', '.join(str(len(g)) for g in work.groups)} models)")
-        from domainbed.progress import SweepProgress
+        from domainbed.launch.progress import SweepProgress
         progress = SweepProgress(sum(map(len, work.groups)), max_workers, echo)
         echo = progress.echo
         started = {}
@@ -144,7 +143,7 @@ def fused_launcher(commands, max_workers=1, echo=None, fused_max_models=FUSED_MA
             seconds = (time.monotonic() - started[index]) / max(1, len(work.groups[index]))
             outcomes.extend(result.outcomes)
             for outcome in result.outcomes:
-                launchers._report(outcome, echo)
+                local._report(outcome, echo)
                 progress.job_finished(outcome, seconds)
             echo(result.summary)
             if result.fallback:
@@ -153,7 +152,7 @@ def fused_launcher(commands, max_workers=1, echo=None, fused_max_models=FUSED_MA
                 ordinary.extend(result.fallback)
         progress.close()
     if ordinary:
-        outcomes.extend(launchers.local_launcher(ordinary, max_workers=max_workers))
+        outcomes.extend(local.local_launcher(ordinary, max_workers=max_workers))
     return outcomes
 
 
@@ -201,8 +200,8 @@ def _group_process(index, commands, results):
 
 
 def _died(commands, exitcode):
-    outcomes = [launchers.Outcome(c.output_dir, "failed", exitcode) for c in commands
-                if not os.path.exists(os.path.join(c.output_dir, launchers.DONE_FILE))]
+    outcomes = [jobs.Outcome(c.output_dir, "failed", exitcode) for c in commands
+                if not os.path.exists(os.path.join(c.output_dir, jobs.DONE_FILE))]
     return GroupResult(outcomes, [], summary=f"fused: the process of a group of "
                                              f"{len(commands)} died (exit code {exitcode}); "
                                              f"relaunch to resume its members")
@@ -218,7 +217,7 @@ class GroupResult:
 
 def run_group(commands):
     """Train one group in this process (the pool's worker); see fused_group.py."""
-    from domainbed.fused_group import GroupRunner
+    from domainbed.launch.fused_group import GroupRunner
     started = time.time()
     runner = GroupRunner(commands)
     try:
@@ -233,4 +232,4 @@ def run_group(commands):
 
 
 def pid_line():
-    return f"{launchers.LOG_PREFIX} pid {os.getpid()}"
+    return f"{jobs.LOG_PREFIX} pid {os.getpid()}"

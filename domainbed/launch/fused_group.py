@@ -15,9 +15,11 @@ import traceback
 import numpy as np
 import torch
 
-from domainbed import launchers, training
-from domainbed.errors import UserError
-from domainbed.zoo import train_flags
+from domainbed.config import RunConfig
+from domainbed.launch import jobs
+from domainbed.launch.pooled import train_flags
+from domainbed.training import loop as training
+from oodutils.errors import UserError
 
 
 def _rng_states():
@@ -43,25 +45,25 @@ class Member:
     def acquire(self):
         """Take the job as run_command does; False (with an outcome) when it is not ours
         to run."""
-        done = os.path.join(self.out, launchers.DONE_FILE)
+        done = os.path.join(self.out, jobs.DONE_FILE)
         if os.path.exists(done):
-            self.outcome = launchers.Outcome(self.out, "skipped_done")
+            self.outcome = jobs.Outcome(self.out, "skipped_done")
             return False
         os.makedirs(self.out, exist_ok=True)
         try:
-            self.lock_fd = launchers._try_lock(os.path.join(self.out, launchers.LOCK_FILE))
+            self.lock_fd = jobs._try_lock(os.path.join(self.out, jobs.LOCK_FILE))
             if self.lock_fd is not None:
-                self.log = os.fdopen(launchers.open_in_place(
-                    os.path.join(self.out, launchers.LOG_FILE),
+                self.log = os.fdopen(jobs.open_in_place(
+                    os.path.join(self.out, jobs.LOG_FILE),
                     os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab")
-        except launchers.UnsafeJobFile:
-            self.outcome = launchers.Outcome(self.out, "failed")
+        except jobs.UnsafeJobFile:
+            self.outcome = jobs.Outcome(self.out, "failed")
             return False
         if self.lock_fd is None:
-            self.outcome = launchers.Outcome(self.out, "skipped_running")
+            self.outcome = jobs.Outcome(self.out, "skipped_running")
             return False
         if os.path.exists(done):
-            self.outcome = launchers.Outcome(self.out, "skipped_done")
+            self.outcome = jobs.Outcome(self.out, "skipped_done")
             return False
         os.ftruncate(self.lock_fd, 0)
         os.pwrite(self.lock_fd, f"{os.getpid()}\n".encode(), 0)
@@ -76,9 +78,9 @@ class Member:
         try:
             training.write_error(self.out, message)
             self.write_log(message.rstrip())
-            self.write_log(f"{launchers.LOG_PREFIX} exit code {code}")
+            self.write_log(f"{jobs.LOG_PREFIX} exit code {code}")
         finally:
-            self.outcome = launchers.Outcome(self.out, "failed", code)
+            self.outcome = jobs.Outcome(self.out, "failed", code)
 
     def release(self):
         if self.log is not None:
@@ -108,7 +110,7 @@ class GroupRunner:
     def run(self):
         active = [m for m in self.members if m.acquire()]
         for member in active:
-            member.write_log(f"{launchers.LOG_PREFIX} pid {os.getpid()} running fused "
+            member.write_log(f"{jobs.LOG_PREFIX} pid {os.getpid()} running fused "
                              f"with {len(active)} models: {member.command}")
         built = [m for m in active if self._build(m)]
         by_start = {}
@@ -121,15 +123,14 @@ class GroupRunner:
             self._train(members, start)
 
     def _build(self, member):
-        """The member's TrainingRun, as the train CLI's main builds it."""
-        from domainbed.scripts import train
+        """The member's TrainingRun, as `domainbed.api.run_config` builds it."""
         try:
-            args = train.parse_args(train_flags(member.command))
-            algorithm_cls, dataset_cls = train.validate(args)
-            hparams = train.resolve_hparams(args, notify=member.write_log)
-            train.make_output_dir(args.output_dir)
+            args = RunConfig.from_argv(train_flags(member.command))
+            algorithm_cls, dataset_cls = args.validate()
+            hparams = args.resolve_hparams(notify=member.write_log)
+            args.make_output_dir()
             if not training.prepare_output_dir(args.output_dir, member.write_log):
-                member.outcome = launchers.Outcome(member.out, "skipped_done")
+                member.outcome = jobs.Outcome(member.out, "skipped_done")
                 return False
             if args.num_threads:
                 torch.set_num_threads(args.num_threads)
@@ -153,7 +154,7 @@ class GroupRunner:
         return self.shared_data or None
 
     def _train(self, members, start):
-        from domainbed.fused_training import train_group
+        from domainbed.launch.fused_training import train_group
 
         by_run = {id(m.run): m for m in members}
         try:
@@ -176,8 +177,8 @@ class GroupRunner:
             member = by_run[id(run)]
             try:
                 run.finish()
-                member.write_log(f"{launchers.LOG_PREFIX} exit code 0")
-                member.outcome = launchers.Outcome(member.out, "ok", 0)
+                member.write_log(f"{jobs.LOG_PREFIX} exit code 0")
+                member.outcome = jobs.Outcome(member.out, "ok", 0)
             except Exception as e:
                 member.fail(e)
 

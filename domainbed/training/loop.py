@@ -20,8 +20,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from domainbed import fileio
-from domainbed.batches import (  # noqa: F401  (re-exported: part of training's API)
+from domainbed.training.batches import (  # noqa: F401  (re-exported: part of training's API)
     BatchSampler,
     MinibatchSource,
     build_dataset,
@@ -30,8 +29,7 @@ from domainbed.batches import (  # noqa: F401  (re-exported: part of training's 
     sampling_weights,
     training_view,
 )
-from domainbed.errors import UserError
-from domainbed.evaluation import (  # noqa: F401
+from domainbed.training.evaluation import (  # noqa: F401
     RunContext,
     evaluate,
     iterate_split,
@@ -40,13 +38,13 @@ from domainbed.evaluation import (  # noqa: F401
     select_splits,
     split_metrics,
 )
-from domainbed.precision import (  # noqa: F401
+from domainbed.training.precision import (  # noqa: F401
     ALLOW_EMULATED_BF16,
     autocast_context,
     check_precision,
     cpu_supports_bf16,
 )
-from domainbed.resume import (  # noqa: F401
+from domainbed.training.resume import (  # noqa: F401
     NON_IDENTITY_ARGS,
     RESUME_FILE,
     args_identity,
@@ -54,6 +52,8 @@ from domainbed.resume import (  # noqa: F401
     read_kept_records,
     save_resume_state,
 )
+from oodutils import fileio
+from oodutils.errors import UserError
 from oodutils.log import get_logger
 
 LOG = get_logger(__name__)

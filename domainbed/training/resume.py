@@ -15,8 +15,8 @@ import random
 import numpy as np
 import torch
 
-from domainbed import fileio
-from domainbed.errors import UserError
+from oodutils import fileio
+from oodutils.errors import UserError
 
 RESUME_FILE = "resume_state.pt"
 STATE_VERSION = 2

@@ -24,9 +24,9 @@ import torch.nn as nn
 from torch.func import functional_call, grad, vmap
 
 from domainbed.algorithms.base import fused_form, hparam_tensor
-from domainbed.evaluation import iterate_split
 from domainbed.networks import DROPOUT_HPARAMS
-from domainbed.precision import autocast_context
+from domainbed.training.evaluation import iterate_split
+from domainbed.training.precision import autocast_context
 
 MEMBER_OPTIMIZER_HPARAMS = ("lr", "weight_decay")
 

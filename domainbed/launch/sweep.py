@@ -1,0 +1,205 @@
+"""Planning a sweep: every (trial, dataset, algorithm, test envs, hparams seed) as one job.
+
+Jobs and their directories are built exactly as DomainBed's sweep builds them (same
+train arguments, same seed, same md5 directory names), so a sweep started with
+DomainBed's flags finds the same job directories. `launch` runs the incomplete jobs of an
+earlier, interrupted sweep (each resumes from its last checkpoint) before the jobs never
+launched; finished jobs and jobs another process is running are left alone.
+"""
+import copy
+import hashlib
+import json
+import os
+import random
+import shutil
+import sys
+
+from domainbed.hparams import seed_hash
+from domainbed.launch import jobs as launchers
+from domainbed.launch.launchers import get_launcher
+from oodutils.errors import UserError
+
+# The command that runs one job; tests swap it for a fake.
+TRAIN_COMMAND = [sys.executable, "-m", "domainbed.scripts.train"]
+
+class Job:
+    def __init__(self, train_args, sweep_output_dir, train_command=None):
+        args_str = json.dumps(train_args, sort_keys=True)
+        args_hash = hashlib.md5(args_str.encode("utf-8")).hexdigest()
+        self.output_dir = os.path.join(sweep_output_dir, args_hash)
+        self.train_args = copy.deepcopy(train_args)
+        self.train_args["output_dir"] = self.output_dir
+        self.argv = list(train_command or TRAIN_COMMAND) + train_argv(self.train_args)
+        self.refresh()
+
+    def refresh(self):
+        self.state = launchers.job_state(self.output_dir)
+        return self.state
+
+    @property
+    def command(self):
+        return launchers.Command(self.argv, self.output_dir)
+
+    def describe(self):
+        a = self.train_args
+        return (f"{a['dataset']} {a['algorithm']} test_envs={a['test_envs']} "
+                f"hparams_seed={a['hparams_seed']} trial_seed={a['trial_seed']}")
+
+    def __str__(self):
+        line = f"{self.state:<12} {self.output_dir} {self.describe()}"
+        if self.state == launchers.FAILED:
+            line += f" | {launchers.last_error(self.output_dir) or 'no error output'}"
+        return line
+
+
+def train_argv(train_args):
+    """`--flag value` pairs as an argv list: lists become several values, True a bare
+    flag, False/None nothing, everything else its str()."""
+    argv = []
+    for key, value in sorted(train_args.items()):
+        if value is None or value is False:
+            continue
+        if value is True:
+            argv.append(f"--{key}")
+        elif isinstance(value, (list, tuple)):
+            argv += [f"--{key}"] + [str(v) for v in value]
+        else:
+            argv += [f"--{key}", str(value)]
+    return argv
+
+
+def num_environments(dataset):
+    from domainbed.registry import get_dataset_class
+    envs = getattr(get_dataset_class(dataset), "ENVIRONMENTS", None)
+    if not envs:
+        raise UserError(f"dataset {dataset!r} declares no ENVIRONMENTS; "
+                        f"cannot build its test environments")
+    return len(envs)
+
+
+def default_test_envs(dataset):
+    """A dataset's own test environments (e.g. SubpopBench's [val, test]), or None."""
+    from domainbed.registry import get_dataset_class
+    envs = getattr(get_dataset_class(dataset), "DEFAULT_TEST_ENVS", None)
+    return list(envs) if envs else None
+
+
+def all_test_env_combinations(n):
+    """Every single test env and, with at least 3 envs, every pair (DomainBed's order)."""
+    for i in range(n):
+        yield [i]
+        if n >= 3:
+            for j in range(i + 1, n):
+                yield [i, j]
+
+
+def make_args_list(n_trials, dataset_names, algorithms, n_hparams_from, n_hparams, steps,
+                   data_dir, task, holdout_fraction, single_test_envs, hparams,
+                   extra_args=None):
+    """DomainBed's make_args_list; `extra_args` (pass-through train flags) are added to
+    every job only where set."""
+    args_list = []
+    for trial_seed in range(n_trials):
+        for dataset in dataset_names:
+            for algorithm in algorithms:
+                n_envs = num_environments(dataset)
+                if default_test_envs(dataset):  # fixed splits: --single_test_envs n/a
+                    all_test_envs = [default_test_envs(dataset)]
+                elif single_test_envs:
+                    all_test_envs = [[i] for i in range(n_envs)]
+                else:
+                    all_test_envs = all_test_env_combinations(n_envs)
+                for test_envs in all_test_envs:
+                    for hparams_seed in range(n_hparams_from, n_hparams):
+                        train_args = {
+                            "dataset": dataset,
+                            "algorithm": algorithm,
+                            "test_envs": test_envs,
+                            "holdout_fraction": holdout_fraction,
+                            "hparams_seed": hparams_seed,
+                            "data_dir": data_dir,
+                            "task": task,
+                            "trial_seed": trial_seed,
+                            "seed": seed_hash(dataset, algorithm, test_envs, hparams_seed,
+                                              trial_seed),
+                        }
+                        if steps is not None:
+                            train_args["steps"] = steps
+                        if hparams is not None:
+                            train_args["hparams"] = hparams
+                        for key, value in (extra_args or {}).items():
+                            if value is not None and value is not False:
+                                train_args[key] = value
+                        args_list.append(train_args)
+    return args_list
+
+
+def _default_datasets():
+    from domainbed.registry import DATASETS
+    return [d for d in DATASETS.names() if "Debug" not in d]
+
+
+def _default_algorithms():
+    from domainbed.registry import ALGORITHMS
+    return ALGORITHMS.names()
+
+
+def check_names(datasets, algorithms):
+    """Unknown names fail here, with the valid names, before any job is built."""
+    from domainbed.registry import get_algorithm_class, get_dataset_class
+    for d in datasets:
+        get_dataset_class(d)
+    for a in algorithms:
+        get_algorithm_class(a)
+
+
+def summarize(jobs):
+    counts = {s: 0 for s in (launchers.DONE, launchers.RUNNING, launchers.FAILED,
+                             launchers.NOT_LAUNCHED)}
+    for j in jobs:
+        counts[j.state] += 1
+    return (f"{len(jobs)} jobs: {counts[launchers.DONE]} done, "
+            f"{counts[launchers.RUNNING]} running, {counts[launchers.FAILED]} "
+            f"failed/incomplete, {counts[launchers.NOT_LAUNCHED]} not launched.")
+
+
+def check_jobs(jobs):
+    """Every job's train arguments (steps, checkpoint_freq, hparams names/types/ranges,
+    output directory) are valid, or one clear error before any job is launched."""
+    from domainbed.config import check_job
+    checked = set()
+    for job in jobs:
+        try:
+            check_job(train_argv(job.train_args), checked)
+        except UserError as e:
+            raise UserError(f"job {job.describe()}: {e}; nothing launched") from None
+
+
+def launch(jobs, launcher_name, options, seed=0):
+    """Run the jobs that are neither done nor running: incomplete ones first (they
+    resume), then the ones never launched, each group in a seeded random order."""
+    launcher_fn = get_launcher(launcher_name)
+    rng = random.Random(seed)
+    incomplete = [j for j in jobs if j.state == launchers.FAILED]
+    fresh = [j for j in jobs if j.state == launchers.NOT_LAUNCHED]
+    rng.shuffle(incomplete)
+    rng.shuffle(fresh)
+    to_launch = incomplete + fresh
+    print(f"Launching {len(to_launch)} jobs ({len(incomplete)} to resume, "
+          f"{len(fresh)} new) with the {launcher_name} launcher.")
+    outcomes = launcher_fn([j.command for j in to_launch], **options) or []
+    failed = [o for o in outcomes if o.failed]
+    if outcomes:
+        ran = sum(o.status in ("ok", "failed") for o in outcomes)
+        print(f"Ran {ran} jobs: {ran - len(failed)} finished, {len(failed)} failed.")
+    else:
+        print(f"Launched {len(to_launch)} jobs!")
+    return failed
+
+
+def delete(jobs):
+    for job in jobs:
+        shutil.rmtree(job.output_dir, ignore_errors=False)
+    print(f"Deleted {len(jobs)} jobs!")
+
+

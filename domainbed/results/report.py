@@ -1,0 +1,202 @@
+"""The report of a sweep as DomainBed's collect_results lays it out: one table per dataset
+and selection method, the averages, the worst-group sections. collect_results and the
+leaderboard both build their tables here, from records alone."""
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from domainbed.results import model_selection
+from domainbed.results import tables as reporting
+from oodutils.errors import UnknownNameError
+from oodutils.log import get_logger
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from domainbed.results.records import Records
+
+logger = get_logger(__name__)
+Record = dict[str, Any]
+
+# DomainBed's own orders for its datasets and algorithms; other names follow, sorted.
+DOMAINBED_DATASETS = [
+    "Debug28", "Debug224", "ColoredMNIST", "RotatedMNIST", "VLCS", "PACS", "OfficeHome",
+    "TerraIncognita", "DomainNet", "SVIRO", "WILDSCamelyon", "WILDSFMoW", "CMNISTMod",
+    "SpawriousO2O_easy", "SpawriousO2O_medium", "SpawriousO2O_hard",
+    "SpawriousM2M_easy", "SpawriousM2M_medium", "SpawriousM2M_hard"]
+DOMAINBED_ALGORITHMS = [
+    "ERM", "ERMPlusPlus", "Fish", "IRM", "GroupDRO", "Mixup", "MLDG", "CORAL", "MMD", "DANN",
+    "CDANN", "MTL", "SagNet", "ARM", "VREx", "RSC", "SD", "ANDMask", "SANDMask", "IGA",
+    "SelfReg", "Fishr", "TRM", "IB_ERM", "IB_IRM", "CAD", "CondCAD", "Transfer",
+    "CausIRL_CORAL", "CausIRL_MMD", "EQRM", "RDM", "ADRMX", "URM"]
+
+
+def order_names(names: Iterable[str], canonical: Sequence[str]) -> list[str]:
+    names = set(names)
+    known = [n for n in canonical if n in names]
+    return known + sorted((n for n in names if n not in canonical), key=str)
+
+
+def registered_environments(dataset: str | None) -> list[str] | None:
+    """ENVIRONMENTS of a registered dataset class, or None (unknown, or not importable)."""
+    try:
+        from domainbed.registry import get_dataset_class
+        return list(get_dataset_class(dataset).ENVIRONMENTS or [])
+    except (UnknownNameError, ImportError):
+        return None
+    except Exception as e:  # a broken dataset module must not stop a results table
+        logger.warning(f"warning: could not read the environments of dataset {dataset!r} "
+                       f"from the registry ({type(e).__name__}: {e}); using env indices")
+        return None
+
+
+class DatasetInfo:
+    """What the tables need to know about one dataset (label) from its records."""
+
+    def __init__(self, label: str, records: list[Record]) -> None:
+        self.label = label
+        self.name = records[0]["args"].get("dataset")
+        self.n_envs = max(model_selection.num_envs(r) for r in records)
+        self.has_worst_group = model_selection.has_worst_group(records)
+        self.env_names = self._env_names(records)
+        self.official_splits = "val" in self.env_names and "test" in self.env_names
+
+    def _env_names(self, records):
+        for r in records:
+            names = r["args"].get("env_names")
+            if isinstance(names, list) and len(names) == self.n_envs:
+                return [str(n) for n in names]
+        names = registered_environments(self.name)
+        if names and len(names) == self.n_envs:
+            return [str(n) for n in names]
+        return [str(i) for i in range(self.n_envs)]
+
+
+def dataset_infos(records: Iterable[Record], labels: dict) -> dict[str, DatasetInfo]:
+    by_label = collections.defaultdict(list)
+    for r in records:
+        if r["args"].get("dataset") is not None:
+            by_label[model_selection.dataset_label(r, labels)].append(r)
+    infos = {label: DatasetInfo(label, rs) for label, rs in by_label.items()}
+    base_order = order_names({i.name for i in infos.values()}, DOMAINBED_DATASETS)
+    ordered = sorted(infos.values(), key=lambda i: (base_order.index(i.name), i.label))
+    return {i.label: i for i in ordered}
+
+
+def build_section(records: list[Record], method: type, infos: dict[str, DatasetInfo],
+                  algorithms: Sequence[str], labels: dict,
+                  selected: pd.DataFrame | None = None) -> reporting.Section:
+    """One Section: a table per dataset in `infos`, then the averages table.
+    `selected`: model_selection.select's frame for these records, when already computed."""
+    if selected is None:
+        selected = model_selection.select(records, method, labels)
+    accs = collections.defaultdict(list)       # (dataset, algorithm, test_env) -> accs
+    for row in selected.itertuples(index=False):
+        accs[(row.dataset, row.algorithm, row.test_env)].append((row.trial_seed,
+                                                                  row.test_acc))
+    tables = []
+    for info in infos.values():
+        envs = list(range(info.n_envs))
+        cells = [[reporting.summarize(a for _, a in accs[(info.label, alg, e)])
+                  for e in envs] for alg in algorithms]
+        tables.append(reporting.Table(
+            title=f"Dataset: {info.label}, model selection method: {method.name}",
+            heading=info.label, columns=info.env_names, rows=list(algorithms),
+            cells=cells, avg=[reporting.row_average(c) for c in cells],
+            colwidth=20, env_indices=envs))
+
+    avg_cells = []
+    for alg in algorithms:
+        row = []
+        for info in infos.values():
+            by_trial = collections.defaultdict(list)
+            for e in range(info.n_envs):
+                for trial_seed, acc in accs[(info.label, alg, e)]:
+                    by_trial[trial_seed].append(acc)
+            row.append(reporting.summarize(
+                sum(v) / len(v) for v in by_trial.values()))
+        avg_cells.append(row)
+    tables.append(reporting.Table(
+        title=f"Averages, model selection method: {method.name}", heading="Averages",
+        columns=list(infos), rows=list(algorithms), cells=avg_cells,
+        avg=[reporting.row_average(c) for c in avg_cells], colwidth=25))
+    return reporting.Section(method.name, tables, method.key)
+
+
+def build_val_worst_group_section(records: list[Record], infos: dict[str, DatasetInfo],
+                                  labels: dict) -> reporting.Section | None:
+    """SubpopBench's selection (best val worst-group accuracy) for datasets whose environments
+    are official splits: a worst-group and an average test accuracy table (columns: datasets)."""
+    method = model_selection.ValWorstGroupSelectionMethod
+    infos = {k: i for k, i in infos.items() if i.official_splits and i.has_worst_group}
+    if not infos:
+        logger.warning("warning: no dataset with val/test environments and worst-group "
+                       "accuracies; no val_worst_group tables")
+        return None
+    records = [r for r in records if model_selection.dataset_label(r, labels) in infos]
+    algorithms = order_names({r["args"].get("algorithm") for r in records
+                              if r["args"].get("algorithm") is not None}, DOMAINBED_ALGORITHMS)
+    selected = model_selection.select(records, method, labels)
+    tables = []
+    for column, what in (("test_acc", "worst-group"), ("test_avg_acc", "average")):
+        accs = collections.defaultdict(list)
+        for row in selected.itertuples(index=False):
+            accs[(row.dataset, row.algorithm)].append(getattr(row, column))
+        cells = [[reporting.summarize(a for a in accs[(label, alg)] if a == a)
+                  for label in infos] for alg in algorithms]
+        tables.append(reporting.Table(
+            title=f"Test {what} accuracy, model selection method: {method.name}",
+            heading=f"Test {what} accuracy", columns=list(infos), rows=algorithms,
+            cells=cells, avg=[reporting.row_average(c) for c in cells], colwidth=20))
+    return reporting.Section(method.name, tables, method.key)
+
+
+def build_report(records: Records | list[Record], methods: Sequence[type] | None = None
+                 ) -> reporting.Report:
+    """Records -> reporting.Report. `methods`: selection method classes; default
+    DomainBed's three, plus worst-group selection when any record has worst-group
+    accuracies. Worst-group tables cover only the datasets that have them."""
+    records = getattr(records, "records", records)
+    labels = model_selection.dataset_labels(records)
+    infos = dataset_infos(records, labels)
+    if methods is None:
+        methods = list(model_selection.DOMAINBED_METHODS)
+        if any(i.has_worst_group for i in infos.values()):
+            methods.append(model_selection.WorstGroupSelectionMethod)
+        if any(i.official_splits and i.has_worst_group for i in infos.values()):
+            methods.append(model_selection.ValWorstGroupSelectionMethod)
+    for note in model_selection.missing_split_notes(records, methods):
+        logger.warning(note)
+    sections = []
+    for method in methods:
+        if method is model_selection.ValWorstGroupSelectionMethod:
+            section = build_val_worst_group_section(records, infos, labels)
+            sections += [section] if section else []
+            continue
+        inputs = section_inputs(records, method, infos, labels)
+        if inputs is None:
+            logger.warning("warning: no records carry worst-group accuracies (env*_wga); "
+                           "no worst-group tables")
+            continue
+        sections.append(build_section(inputs[0], method, inputs[1], inputs[2], labels))
+    return reporting.Report(len(records), sections)
+
+
+def section_inputs(records: list[Record], method: type, infos: dict[str, DatasetInfo],
+                   labels: dict
+                   ) -> tuple[list[Record], dict[str, DatasetInfo], list[str]] | None:
+    """(records, infos, algorithms) that `method`'s section covers, or None when it
+    covers nothing (worst-group selection without worst-group accuracies)."""
+    section_infos, section_records = infos, records
+    if method is model_selection.WorstGroupSelectionMethod:
+        section_infos = {k: i for k, i in infos.items() if i.has_worst_group}
+        if not section_infos:
+            return None
+        section_records = [r for r in records
+                           if model_selection.dataset_label(r, labels) in section_infos]
+    algorithms = order_names({r["args"].get("algorithm") for r in section_records
+                              if r["args"].get("algorithm") is not None},
+                             DOMAINBED_ALGORITHMS)
+    return section_records, section_infos, algorithms
