@@ -446,7 +446,6 @@ class OODSelect:
                 [b_[3] for b_ in best], [b_[4] for b_ in best])
 
 
-if __name__ == "__main__":  # python -m analysis.oodselect
-    from analysis.oodselect_cli import main as _main
-    from oodutils.errors import run_cli
-    run_cli(_main)
+if __name__ == "__main__":  # python -m analysis.oodselect runs analysis.oodselect_cli
+    import runpy
+    runpy.run_module("analysis.oodselect_cli", run_name="__main__", alter_sys=True)

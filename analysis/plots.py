@@ -71,7 +71,7 @@ def aotl_scatter(series, overall, path=None, scale="probit", clip=AOTL_CLIP, tit
     """
     import matplotlib
     if transform is None:
-        from .aotl import transform
+        from analysis.aotl_stats import transform
     fig, ax = figure(ax=ax)
     rng = np.random.default_rng(seed)
     colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]

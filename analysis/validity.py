@@ -25,7 +25,6 @@ Defaults where the paper is silent (each a parameter):
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -540,15 +539,6 @@ def strategy_win_counts(all_acc, valid_acc, closest_acc=None) -> dict[str, int]:
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# command line (in analysis.validity_cli; the records adapter is analysis.validity_records)
-# ---------------------------------------------------------------------------------------------
-
-def main(argv=None):
-    from analysis import validity_cli
-    return validity_cli.main(argv)
-
-
-if __name__ == "__main__":
-    from oodutils.errors import run_cli
-    sys.exit(run_cli(main))
+if __name__ == "__main__":  # python -m analysis.validity runs analysis.validity_cli
+    import runpy
+    runpy.run_module("analysis.validity_cli", run_name="__main__", alter_sys=True)

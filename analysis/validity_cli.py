@@ -294,3 +294,8 @@ def cli():
     """The `benchmark-validity` console command ([project.scripts])."""
     from oodutils.errors import run_cli
     sys.exit(run_cli(main))
+
+
+if __name__ == "__main__":
+    from oodutils.errors import run_cli
+    sys.exit(run_cli(main))

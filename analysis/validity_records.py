@@ -336,15 +336,3 @@ def validity_report(results, K=None, thresholds=None, erm="ERM", ddof=1, with_mi
     out = V.validity_table(table, thr)
     out.attrs["notes"] = notes
     return out
-
-
-# The command line lives in analysis.validity_cli; these keep `validity_records.main`/`cli`.
-def main(argv=None):
-    from analysis.validity_cli import main as _main
-    return _main(argv)
-
-
-def cli():
-    """The `benchmark-validity` console command ([project.scripts])."""
-    from analysis.validity_cli import cli as _cli
-    return _cli()

@@ -215,16 +215,16 @@ class RunConfig:
     def resolve_hparams(self, notify: Callable[[str], None] = print) -> dict[str, Any]:
         """The run's hyperparameters: defaults or the seeded draw, then --hparams
         (`notify` hears of overrides only other algorithms use)."""
-        from domainbed import hparams as hp
-        return hp.resolve(self.algorithm, self.dataset, self.hparams_seed, self.trial_seed,
-                          self.overrides(), notify=notify)
+        from domainbed import run_hparams
+        return run_hparams.resolve(self.algorithm, self.dataset, self.hparams_seed,
+                                   self.trial_seed, self.overrides(), notify=notify)
 
 
 def check_job(argv: Sequence[str], checked: set | None = None) -> None:
     """Everything a run checks before training, creating nothing: the sweep checks every
     job with it before launching any (the data directory it checks itself). `checked`:
     a set remembering (algorithm, dataset, hparams) already found valid."""
-    from domainbed import hparams as hp
+    from domainbed import run_hparams
     try:
         config = RunConfig.from_argv(argv)
     except SystemExit:
@@ -232,7 +232,7 @@ def check_job(argv: Sequence[str], checked: set | None = None) -> None:
     config.validate(check_data_dir=False)
     key = (config.algorithm, config.dataset, config.hparams)
     if checked is None or key not in checked:
-        hp.check_overrides(config.algorithm, config.dataset, config.overrides(),
+        run_hparams.check_overrides(config.algorithm, config.dataset, config.overrides(),
                            notify=lambda m: None)
         if checked is not None:
             checked.add(key)

@@ -104,16 +104,6 @@ def declared_space(cls, dataset_cls):
     return space
 
 
-def hparam_space(algorithm_cls, dataset_cls):
-    """Everything a run of `algorithm_cls` on `dataset_cls` reads: network, dataset, algorithm."""
-    from domainbed import networks
-    space = {}
-    space.update(declared_space(networks.Networks, dataset_cls))
-    space.update(declared_space(dataset_cls, dataset_cls))
-    space.update(declared_space(algorithm_cls, dataset_cls))
-    return space
-
-
 def _to_builtin(value):
     if isinstance(value, np.generic):
         return value.item()
@@ -129,56 +119,3 @@ def draw(space, seed):
         rs = np.random.RandomState(seed_hash(seed, name))
         out[name] = _to_builtin(h.sample(rs))
     return out
-
-
-def default_hparams(algorithm, dataset):
-    from domainbed.registry import get_algorithm_class, get_dataset_class
-    return draw(hparam_space(get_algorithm_class(algorithm), get_dataset_class(dataset)), 0)
-
-
-def random_hparams(algorithm, dataset, seed):
-    """DomainBed's random_hparams(algorithm, dataset, seed); seed 0 still means random here."""
-    from domainbed.registry import get_algorithm_class, get_dataset_class
-    space = hparam_space(get_algorithm_class(algorithm), get_dataset_class(dataset))
-    return {name: _to_builtin(h.sample(np.random.RandomState(seed_hash(seed, name))))
-            for name, h in sorted(space.items())}
-
-
-def names_declared_elsewhere(dataset_cls):
-    """Names any registered algorithm declares (a sweep passes one JSON to all algorithms)."""
-    from domainbed.registry import ALGORITHMS
-    names = set()
-    for algo in ALGORITHMS.names():
-        names.update(declared_space(ALGORITHMS.get(algo), dataset_cls))
-    return names
-
-
-def resolve(algorithm, dataset, hparams_seed=0, trial_seed=0, overrides=None, notify=print):
-    """The hyperparameters of one run: default or seeded draw, then the user's overrides."""
-    from domainbed.registry import get_algorithm_class, get_dataset_class
-    algorithm_cls, dataset_cls = get_algorithm_class(algorithm), get_dataset_class(dataset)
-    space = hparam_space(algorithm_cls, dataset_cls)
-    if hparams_seed == 0:
-        hparams = draw(space, 0)
-    else:
-        hparams = draw(space, seed_hash(hparams_seed, trial_seed))
-    hparams.update(check_overrides(algorithm, dataset, overrides, notify))
-    return hparams
-
-
-def check_overrides(algorithm, dataset, overrides, notify=print):
-    """The overrides a run of `algorithm` on `dataset` uses, each checked (`check_value`);
-    names only other algorithms declare are ignored with a notice, unknown ones refused."""
-    from domainbed.registry import get_algorithm_class, get_dataset_class
-    algorithm_cls, dataset_cls = get_algorithm_class(algorithm), get_dataset_class(dataset)
-    space = hparam_space(algorithm_cls, dataset_cls)
-    used = {}
-    for name, value in (overrides or {}).items():
-        if name in space:
-            used[name] = check_value(name, space[name], value)
-        elif name in names_declared_elsewhere(dataset_cls):
-            notify(f"notice: hyperparameter {name!r} is not used by {algorithm}; ignored")
-        else:
-            raise UserError(f"unknown hyperparameter {name!r} for {algorithm} on {dataset}; "
-                            f"valid names: {', '.join(sorted(space))}")
-    return used

@@ -22,7 +22,7 @@ import time
 import numpy as np
 import torch
 
-from domainbed import hparams as hp
+from domainbed import run_hparams
 from domainbed.algorithms.base import TrainingContext
 from domainbed.datasets.base import TensorEnvironment
 from domainbed.registry import ALGORITHMS, get_algorithm_class
@@ -43,7 +43,7 @@ def environments(batch_size, device):
 
 
 def time_algorithm(name, steps, warmup, device):
-    hparams = hp.default_hparams(name, "ColoredMNIST")
+    hparams = run_hparams.default_hparams(name, "ColoredMNIST")
     torch.manual_seed(0)
     np.random.seed(0)
     envs = environments(hparams["batch_size"], device)

@@ -26,6 +26,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from domainbed import hparams as hp  # noqa: E402
+from domainbed import run_hparams  # noqa: E402
 from domainbed.algorithms.erm import ERM  # noqa: E402
 from domainbed.config import RunConfig  # noqa: E402
 from domainbed.datasets.base import (  # noqa: E402
@@ -65,7 +66,7 @@ def timed_run(dataset_cls, out, steps, checkpoint_freq, cache, threads, **hparam
                        "--checkpoint_freq",
                        str(checkpoint_freq), "--data_dir", out, "--feature_cache_dir", cache,
                        "--num_threads", str(threads), "--skip_model_save"])
-    hparams = hp.draw(hp.hparam_space(ERM, dataset_cls), 0)
+    hparams = hp.draw(run_hparams.hparam_space(ERM, dataset_cls), 0)
     hparams.update(backbone="resnet18", pretrained=False, batch_size=32)
     hparams.update(hparams_overrides)
     os.makedirs(out, exist_ok=True)
@@ -80,7 +81,7 @@ def time_full_finetuning(dataset_cls, out, n_steps, threads):
     args = RunConfig.from_argv(["--test_envs", "0", "--output_dir", out, "--data_dir", out,
                        "--feature_cache_dir", "none",
                        "--num_threads", str(threads), "--skip_model_save"])
-    hparams = hp.draw(hp.hparam_space(ERM, dataset_cls), 0)
+    hparams = hp.draw(run_hparams.hparam_space(ERM, dataset_cls), 0)
     hparams.update(backbone="resnet18", pretrained=False, batch_size=32, transfer="full")
     os.makedirs(out, exist_ok=True)
     start = time.perf_counter()

@@ -24,7 +24,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from domainbed import hparams as hp
+from domainbed import run_hparams
 from domainbed.registry import get_algorithm_class, get_dataset_class
 from domainbed.results.records import load_predictions
 from domainbed.training import loop as training
@@ -56,7 +56,7 @@ def paired_median_times(fn_a, fn_b, repeats):
 
 def bench(precision, memory_format, args, splits, dataset):
     device = torch.device("cpu")
-    hparams = hp.resolve("ERM", "ColoredMNIST", 0, 0)
+    hparams = run_hparams.resolve("ERM", "ColoredMNIST", 0, 0)
     torch.manual_seed(0)
     algorithm = get_algorithm_class("ERM")(dataset.input_shape, 2, 2, hparams)
     algorithm = algorithm.to(memory_format=memory_format)

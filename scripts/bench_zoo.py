@@ -50,7 +50,7 @@ def process_start_cost():
 
 
 def bench_arch(arch, extra, data_dir, steps, eval_splits, algorithm="ERM"):
-    from domainbed import hparams as hp
+    from domainbed import run_hparams
     from domainbed.config import RunConfig
     from domainbed.registry import get_algorithm_class, get_dataset_class
     from domainbed.training.loop import TrainingRun
@@ -59,7 +59,7 @@ def bench_arch(arch, extra, data_dir, steps, eval_splits, algorithm="ERM"):
                              "--data_dir", data_dir, "--output_dir", out, "--test_envs", "2",
                              "--steps", str(steps + 1), "--num_threads", "1",
                              "--skip_model_save", "--eval_splits", *eval_splits])
-    hparams = hp.resolve(algorithm, "ColoredMNIST", 0, 0, {"arch": arch, **extra},
+    hparams = run_hparams.resolve(algorithm, "ColoredMNIST", 0, 0, {"arch": arch, **extra},
                          notify=lambda m: None)
     with Clock() as setup:
         run = TrainingRun(args, hparams, get_algorithm_class(algorithm),

@@ -29,13 +29,13 @@ def train(argv, capsys=None):
 
 def train_partially(argv, stop_after):
     """Train like the CLI but stop after step `stop_after` (state as a SIGKILL leaves it)."""
-    from domainbed import hparams as hp
+    from domainbed import run_hparams
     from domainbed.config import RunConfig
     from domainbed.training import loop as training
     args = RunConfig.from_argv(argv)
     algorithm_cls, dataset_cls = args.validate()
     overrides = json.loads(args.hparams) if args.hparams else {}
-    hparams = hp.resolve(args.algorithm, args.dataset, args.hparams_seed, args.trial_seed,
+    hparams = run_hparams.resolve(args.algorithm, args.dataset, args.hparams_seed, args.trial_seed,
                          overrides, notify=lambda m: None)
     assert training.prepare_output_dir(args.output_dir, log=lambda m: None)
     run = training.TrainingRun(args, hparams, algorithm_cls, dataset_cls, log=lambda m: None)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from domainbed import hparams as hp
-from domainbed import registry
+from domainbed import registry, run_hparams
 from domainbed.algorithms.alignment import GAUSSIAN_GAMMAS, mean_cov_distance, mmd_gaussian
 from domainbed.algorithms.irm import irm_penalty
 from tests.test_algorithms_golden import GOLDEN_DIR
@@ -221,16 +221,16 @@ def test_declared_defaults_match_domainbed(name):
 
 def test_irm_hparams_resolve(monkeypatch):
     dataset = small_dataset_name(monkeypatch)
-    default = hp.resolve("IRM", dataset, hparams_seed=0, trial_seed=0)
+    default = run_hparams.resolve("IRM", dataset, hparams_seed=0, trial_seed=0)
     assert default["irm_lambda"] == 1e2 and default["irm_penalty_anneal_iters"] == 500
     assert default["lr"] == 1e-3
-    drawn = hp.resolve("IRM", dataset, hparams_seed=3, trial_seed=1)
+    drawn = run_hparams.resolve("IRM", dataset, hparams_seed=3, trial_seed=1)
     assert 10 ** -1 <= drawn["irm_lambda"] <= 10 ** 5
     assert isinstance(drawn["irm_penalty_anneal_iters"], int)
     assert 1 <= drawn["irm_penalty_anneal_iters"] <= 10 ** 4
     # DomainBed's draw: one RandomState per name, seeded from (seed_hash(hseed, trial), name)
     rs = np.random.RandomState(hp.seed_hash(hp.seed_hash(3, 1), "irm_lambda"))
     assert drawn["irm_lambda"] == pytest.approx(10 ** rs.uniform(-1, 5))
-    assert drawn == hp.resolve("IRM", dataset, hparams_seed=3, trial_seed=1)
-    over = hp.resolve("IRM", dataset, overrides={"irm_lambda": 5.0})
+    assert drawn == run_hparams.resolve("IRM", dataset, hparams_seed=3, trial_seed=1)
+    over = run_hparams.resolve("IRM", dataset, overrides={"irm_lambda": 5.0})
     assert over["irm_lambda"] == 5.0

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from domainbed import hparams as hp
-from domainbed import registry
+from domainbed import registry, run_hparams
 from domainbed.algorithms.base import TrainingContext
 from domainbed.datasets.base import TensorEnvironment
 from oodutils.errors import UserError
@@ -41,7 +41,7 @@ class LargeImages:
 
 
 def hparams_for(name, dataset_cls=SmallImages, **extra):
-    space = hp.hparam_space(registry.get_algorithm_class(name), dataset_cls)
+    space = run_hparams.hparam_space(registry.get_algorithm_class(name), dataset_cls)
     h = hp.draw(space, 0)
     h.update({k: v for k, v in FAST.items() if k in h})
     h.update(extra)
@@ -151,7 +151,7 @@ def within(decl, value):
 def test_hparam_draws_deterministic_and_in_range(name):
     cls = registry.get_algorithm_class(name)
     for dataset_cls in (SmallImages, LargeImages):
-        space = hp.hparam_space(cls, dataset_cls)
+        space = run_hparams.hparam_space(cls, dataset_cls)
         for name_ in own_names(cls, dataset_cls):
             decl = space[name_]
             assert decl.choices is not None or decl.low is not None or \
@@ -174,7 +174,7 @@ LEARNABLE = {"irm_lambda": 1.0, "ib_lambda": 1.0, "penalty": 10.0, "tau": 0.6,
 def test_learns_a_toy_task(name):
     shape = (3, 8, 8) if needs_images(name) else (6,)
     extra = {"arch": "mlp"} if needs_images(name) else {}
-    space = hp.hparam_space(registry.get_algorithm_class(name), SmallImages)
+    space = run_hparams.hparam_space(registry.get_algorithm_class(name), SmallImages)
     extra.update({k: v for k, v in LEARNABLE.items() if k in space})
     n_steps = 30
     algorithm, envs = build(name, shape, n_steps=n_steps, num_domains=3, n=16, **extra)
@@ -219,7 +219,7 @@ def train_in_process(out, algorithm, steps, stop_after=None):
                        "--checkpoint_freq", "2", "--test_envs", "0", "--num_threads", "1",
                        "--hparams", json.dumps(RESUME_HPARAMS)])
     algorithm_cls, dataset_cls = args.validate()
-    hparams = hp.resolve(algorithm, "Debug28", 0, 0, RESUME_HPARAMS)
+    hparams = run_hparams.resolve(algorithm, "Debug28", 0, 0, RESUME_HPARAMS)
     training.prepare_output_dir(str(out), log=lambda *a: None)
     run = training.TrainingRun(args, hparams, algorithm_cls, dataset_cls, log=lambda *a: None)
     for s in range(run.restore(), run.n_steps):

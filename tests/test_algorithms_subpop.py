@@ -10,8 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from domainbed import hparams as hp
-from domainbed import registry
+from domainbed import registry, run_hparams
 from domainbed.algorithms.mixing import LISA
 from domainbed.algorithms.reweighting import cvar_weights, generalized_cross_entropy
 from domainbed.algorithms.two_stage import group_balanced_subset
@@ -159,7 +158,7 @@ def training_run(tmp_path, algorithm, dataset_cls=None, steps=4, overrides=None)
                        "--checkpoint_freq", "1", "--test_envs", "0", "--num_threads", "1",
                        "--hparams", json.dumps(overrides)])
     algorithm_cls, debug_cls = args.validate()
-    hparams = hp.resolve(algorithm, "Debug28", 0, 0, overrides)
+    hparams = run_hparams.resolve(algorithm, "Debug28", 0, 0, overrides)
     training.prepare_output_dir(str(out), log=lambda *a: None)
     return training.TrainingRun(args, hparams, algorithm_cls, dataset_cls or debug_cls,
                                 log=lambda *a: None), out

@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from domainbed import hparams as hp
-from domainbed import networks
+from domainbed import networks, run_hparams
 from domainbed.algorithms.erm import ERM
 from domainbed.datasets.debug import Debug
 from domainbed.networks import backbones
@@ -35,7 +35,7 @@ class Tiny32(Debug):
 
 
 def _hparams(**overrides):
-    hparams = hp.draw(hp.hparam_space(ERM, Tiny32), 0)
+    hparams = hp.draw(run_hparams.hparam_space(ERM, Tiny32), 0)
     hparams.update(pretrained=False, batch_size=4, lr=1e-3)
     hparams.update(overrides)
     return hparams
@@ -184,11 +184,11 @@ def test_weight_sources_table_has_file_url_and_checksum():
 
 
 def test_random_search_draws_the_backbone_from_the_datasets_zoo():
-    space = hp.hparam_space(ERM, Tiny32)
+    space = run_hparams.hparam_space(ERM, Tiny32)
     assert space["backbone"].default == "auto" and space["transfer"].default == "full"
     drawn = {hp.draw(space, seed)["backbone"] for seed in range(1, 40)}
     assert drawn == set(Tiny32.BACKBONE_ZOO)
-    assert {hp.draw(hp.hparam_space(ERM, Debug), s)["backbone"] for s in range(1, 5)} == \
+    assert {hp.draw(run_hparams.hparam_space(ERM, Debug), s)["backbone"] for s in range(1, 5)} == \
         {"auto"}
     assert "timm:anything" in space["backbone"].choices
     assert "resnet7" not in space["backbone"].choices

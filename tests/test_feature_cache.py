@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from domainbed import hparams as hp
+from domainbed import run_hparams
 from domainbed.algorithms.erm import ERM
 from domainbed.datasets.debug import Debug
 from domainbed.datasets.image_folders import MultipleEnvironmentImageFolder
@@ -32,7 +33,7 @@ class Tiny32(Debug):
 
 
 def _hparams(dataset_cls=Tiny32, algorithm_cls=ERM, **overrides):
-    hparams = hp.draw(hp.hparam_space(algorithm_cls, dataset_cls), 0)
+    hparams = hp.draw(run_hparams.hparam_space(algorithm_cls, dataset_cls), 0)
     hparams.update(backbone="resnet18", pretrained=False, transfer="linear_probe",
                    batch_size=8, lr=1e-2)
     hparams.update(overrides)
@@ -110,6 +111,7 @@ KILLER = textwrap.dedent("""
     import os, signal, sys
     import numpy as np
     from domainbed import hparams as hp
+    from domainbed import run_hparams
     from domainbed.training import loop as training
     from domainbed.algorithms.erm import ERM
     from domainbed.scripts.train import parse_args

@@ -2,8 +2,8 @@
 loop or two links to one folder do not multiply images."""
 import os
 
-from domainbed.hparams import default_hparams
 from domainbed.registry import get_dataset_class
+from domainbed.run_hparams import default_hparams
 from tests.test_image_folders import _tree
 
 ENVS = ["art_painting", "cartoon", "photo", "sketch"]

@@ -7,8 +7,8 @@ import torch
 from PIL import Image
 
 from domainbed.datasets.image_folders import MultipleEnvironmentImageFolder
-from domainbed.hparams import default_hparams
 from domainbed.registry import get_dataset_class
+from domainbed.run_hparams import default_hparams
 from oodutils.errors import UserError
 
 SPECS = {

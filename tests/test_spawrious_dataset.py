@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from domainbed.hparams import default_hparams
 from domainbed.registry import get_dataset_class
+from domainbed.run_hparams import default_hparams
 from oodutils.errors import UserError
 from spawrious.constants import CLASS_LIST, LOCATIONS
 from spawrious.generate import generate_procedural_fast, prepare_output

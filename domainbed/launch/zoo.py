@@ -59,7 +59,7 @@ def _hparams_json(dataset, algorithm, fixed):
     """Only the names the algorithm declares (others would be refused)."""
     import json
 
-    from domainbed.hparams import hparam_space
     from domainbed.registry import get_algorithm_class, get_dataset_class
+    from domainbed.run_hparams import hparam_space
     space = hparam_space(get_algorithm_class(algorithm), get_dataset_class(dataset))
     return json.dumps({k: v for k, v in sorted(fixed.items()) if k in space}, sort_keys=True)

@@ -10,13 +10,13 @@ from domainbed.hparams import Hparam, small_or_large
 from domainbed.networks.backbones import (
     BACKBONE_CHOICES,
     BACKBONES,
+    SMALL_ARCHS,
     TRANSFER_MODES,
     Backbone,
     build_featurizer,
 )
 from oodutils.errors import UserError
 
-SMALL_ARCHS = ("mnist_cnn", "mlp", "resnet_small")
 # Hyperparameters that only set nn.Dropout rates (so fused runs may differ in them).
 DROPOUT_HPARAMS = ("mlp_dropout", "resnet_dropout")
 ARCHS = SMALL_ARCHS + ("resnet",)

@@ -38,6 +38,10 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
+# The small-image architectures (DomainBed's MNIST_CNN, the MLP, a small ResNet): every other
+# `arch` on large images is a zoo backbone.
+SMALL_ARCHS = ("mnist_cnn", "mlp", "resnet_small")
+
 
 @dataclass(frozen=True)
 class BackboneSpec:
@@ -235,7 +239,6 @@ def file_sha256(path):
 
 def uses_backbone(input_shape, hparams):
     """True where networks.Featurizer builds a zoo backbone (large images)."""
-    from domainbed.networks import SMALL_ARCHS
     if len(input_shape) != 3 or "text_featurizer" in hparams:
         return False
     default = "mnist_cnn" if tuple(input_shape[1:3]) == (28, 28) else "resnet"

@@ -1,0 +1,128 @@
+"""The architecture holds (docs/ARCHITECTURE.md): no import cycles in the project's static
+import graph (module- and function-level imports, outside TYPE_CHECKING), no library
+module imports a command-line module, analysis reads records and never training
+internals."""
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("oodutils", "domainbed", "analysis", "ood_bench", "spawrious")
+
+
+def module_name(path):
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def project_modules():
+    return {module_name(p): p for package in PACKAGES for p in (ROOT / package).rglob("*.py")}
+
+
+def _type_checking_nodes(tree):
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for child in node.body for n in ast.walk(child))
+    return skip
+
+
+def imported_modules(path, name, modules):
+    """The project modules `path` imports (the longest known prefix of each name)."""
+    tree = ast.parse(path.read_text(), str(path))
+    skip = _type_checking_nodes(tree)
+    is_package = path.name == "__init__.py"
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".")
+                anchor = anchor[:len(anchor) - node.level + (1 if is_package else 0)]
+                base = ".".join(anchor + ([base] if base else []))
+            # `from package import module` imports the module; `from module import name`
+            # the module
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                     for a in node.names]
+        for full in names:
+            parts = full.split(".")
+            for i in range(len(parts), 0, -1):
+                candidate = ".".join(parts[:i])
+                if candidate in modules:
+                    if candidate != name:
+                        found.add(candidate)
+                    break
+    return found
+
+
+def import_graph():
+    modules = project_modules()
+    return {name: imported_modules(path, name, modules) for name, path in modules.items()}
+
+
+def cycles(graph):
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on_stack, result, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                result.append(sorted(component))
+
+    import sys
+    sys.setrecursionlimit(10000)
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return result
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    found = cycles(import_graph())
+    assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_no_library_module_imports_a_command_line_module():
+    offenders = [(name, target) for name, targets in import_graph().items()
+                 if not name.startswith("domainbed.scripts") for target in targets
+                 if target.startswith("domainbed.scripts")]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("internal", ["domainbed.training", "domainbed.launch",
+                                      "domainbed.algorithms", "domainbed.networks"])
+def test_analysis_never_imports_training_internals(internal):
+    offenders = [(name, target) for name, targets in import_graph().items()
+                 if name.startswith("analysis") for target in targets
+                 if target == internal or target.startswith(internal + ".")]
+    assert offenders == []
