@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import math
 import os
+import types
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -63,7 +64,7 @@ class RunConfig:
     output_dir: str = option("train_output", "the run directory")
     holdout_fraction: float = option(0.2, "fraction of each environment held out for "
                                           "validation")
-    uda_holdout_fraction: float = option(0.0, "for domain adaptation, %% of test to use "
+    uda_holdout_fraction: float = option(0, "for domain adaptation, %% of test to use "
                                               "unlabeled for training")
     skip_model_save: bool = option(False, "do not write model.pkl")
     save_model_every_checkpoint: bool = option(False, "write model_step{N}.pkl at every "
@@ -254,8 +255,9 @@ def _argument(f: dataclasses.Field) -> tuple[str, dict[str, Any]]:
     if kind is bool:
         kwargs["action"] = "store_true"
         return f"--{f.name}", kwargs
-    args = [a for a in typing.get_args(kind) if a is not type(None)] or [kind]
-    base = args[0]
+    base = kind
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):   # X | None
+        base = next(a for a in typing.get_args(kind) if a is not type(None))
     if typing.get_origin(base) is list:
         kwargs.update(nargs="+", type=typing.get_args(base)[0])
     else:
