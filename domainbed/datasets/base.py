@@ -15,6 +15,7 @@ class MultipleDomainDataset:
     ENVIRONMENTS = None      # names of the environments, by index
     INPUT_SHAPE = None
     SMALL_IMAGES = False     # small-image hyperparameter defaults (DomainBed's SMALL_IMAGES)
+    NEEDS_DATA_DIR = True    # False: builds itself when --data_dir does not exist
     GROUP_NAMES = None       # list of group names where examples carry a group label
     HPARAMS = {
         "data_augmentation": Hparam(True, lambda r: True),

@@ -7,6 +7,7 @@ from domainbed.registry import register_dataset
 
 class Debug(MultipleDomainDataset):
     """Random inputs with a learnable signal; labels x a binary attribute form 4 groups."""
+    NEEDS_DATA_DIR = False   # random tensors: no files
     N_STEPS = 5
     CHECKPOINT_FREQ = 2
     N_WORKERS = 0

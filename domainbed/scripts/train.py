@@ -21,7 +21,21 @@ def parse_args(argv=None, configure_logging=False):
 
 def main(argv=None):
     from domainbed.api import run_config
-    run_config(parse_args(argv, configure_logging=True), notify=logger.info)
+    config = parse_args(argv, configure_logging=True)
+    results = run_config(config, notify=logger.info)
+    print(summary(config.output_dir, results), flush=True)
+
+
+def summary(output_dir, results):
+    """What the run left where: its directory and the last checkpoint's accuracies."""
+    lines = [f"run directory: {output_dir}"]
+    if results is None:
+        lines.append("(already finished: its records are in results.jsonl)")
+        return "\n".join(lines)
+    accs = [f"{k} {v:.3f}" for k, v in sorted(results.items())
+            if k.startswith("env") and k.endswith("_acc") and isinstance(v, float)]
+    lines.append(f"step {results['step']}: " + "  ".join(accs))
+    return "\n".join(lines)
 
 
 def cli():
