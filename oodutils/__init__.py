@@ -9,12 +9,14 @@ for generic utilities:
                         strict JSON
 - ``oodutils.tables``   one table renderer: text, markdown, LaTeX, CSV and HTML, one LaTeX
                         escaper
+- ``oodutils.templating`` HTML from Jinja2 templates (autoescape, strict), one environment
+                        per package, the rule for which links a page may write
 - ``oodutils.accuracy`` ``probit(acc, clip=...)`` with the named clip constants, and
                         ``check_accuracies`` (finite fractions in [0, 1])
 - ``oodutils.cli``      ``parse_json_object`` (the ``--hparams`` parser) and the ``-v`` /
                         ``-q`` flags
 - ``oodutils.log``      one logger per package, bare messages on stderr by default
 
-It depends on numpy and pandas only (torch and matplotlib when a caller hands it their
-objects), and on nothing else in this repository.
+It depends on numpy, pandas and jinja2 only (torch and matplotlib when a caller hands it
+their objects), and on nothing else in this repository.
 """

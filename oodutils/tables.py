@@ -19,7 +19,6 @@ are right-aligned, others left-aligned.
 from __future__ import annotations
 
 import csv
-import html as _html
 import io
 import math
 from pathlib import Path
@@ -27,6 +26,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
+
+from oodutils.templating import render as render_template
 
 FORMATS = ("text", "markdown", "latex", "csv", "html")
 SUFFIXES = {"text": "txt", "markdown": "md", "latex": "tex", "csv": "csv", "html": "html"}
@@ -125,20 +126,13 @@ def latex_tabular(header: Sequence[str], rows: Sequence[Sequence[str]], spec: st
 
 def html_table(header: Sequence[str], rows: Sequence[Sequence[str]],
                align: Optional[Sequence[Align]] = None, caption: Optional[str] = None
-               ) -> list[str]:
-    """An HTML ``<table>`` as lines; cells and caption are escaped here."""
+               ) -> str:
+    """An HTML ``<table>`` (from ``templates/table.html.j2``, autoescaped: cells and
+    caption are text, never markup)."""
     align = list(align) if align is not None else [None] * len(header)
-    out = ["<table>"]
-    if caption:
-        out.append(f"<caption>{_html.escape(caption)}</caption>")
-    out.append("<thead><tr>" + "".join(f"<th>{_html.escape(str(h))}</th>" for h in header)
-               + "</tr></thead>")
-    out.append("<tbody>")
-    for r in rows:
-        out.append("<tr>" + "".join(
-            (f'<td style="text-align:{a}">' if a else "<td>") + _html.escape(str(c)) + "</td>"
-            for c, a in zip(r, align)) + "</tr>")
-    return out + ["</tbody>", "</table>"]
+    rows = [[str(c) for c in r][:len(align)] for r in rows]
+    return render_template(__package__, "table.html.j2", header=[str(h) for h in header],
+                           rows=rows, align=align, caption=caption)
 
 
 def csv_text(header: Sequence, rows: Sequence[Sequence]) -> str:
@@ -212,7 +206,7 @@ def to_latex(df: pd.DataFrame, digits: int = 2, title: Optional[str] = None,
 
 def to_html(df: pd.DataFrame, digits: int = 2, title: Optional[str] = None) -> str:
     header, rows, align = _cells(df, digits)
-    return "\n".join(html_table(header, rows, align, caption=title)) + "\n"
+    return html_table(header, rows, align, caption=title)
 
 
 def to_csv(df: pd.DataFrame) -> str:

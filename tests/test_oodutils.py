@@ -73,6 +73,22 @@ def test_html_escapes(frame):
     assert '<td style="text-align:right">0.12</td>' in html
 
 
+def test_link_rules_keep_pages_inside_the_site():
+    from oodutils.templating import site_href, source_href
+    inside = ["index.html", "dataset_VLCS.html#cell-ERM-e1", "img/aotl_x_env0.png",
+              "#notes", "assets/style.css"]
+    outside = ["javascript:alert(1)", "JavaScript:alert(1)", " javascript:x", "//evil.org/x",
+               "../secret.html", "img/../../x.png", ".hidden", "data:text/html,<b>",
+               "file:///etc/passwd", "a.html?x=1", "a b.html", "", None, 3]
+    published = ["https://github.com/facebookresearch/DomainBed", "http://x.org/a?b=1&c=2"]
+    bad_published = ["https:/no-host", "https://x.org/\"onmouseover=alert(1)",
+                     "https://x.org/<script>", "vbscript:msgbox", "ftp://x.org/f"]
+    assert [site_href(u) for u in inside] == inside
+    assert [site_href(u) for u in outside + published] == [None] * 16
+    assert [source_href(u) for u in inside + published] == inside + published
+    assert [source_href(u) for u in outside + bad_published] == [None] * 19
+
+
 def test_unknown_format_and_paths(frame, tmp_path):
     with pytest.raises(UnknownNameError, match="valid formats: csv, html, latex"):
         tables.render(frame, "docx")

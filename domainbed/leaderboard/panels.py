@@ -1,14 +1,15 @@
 """Analysis panels: accuracy on the line per dataset (``analysis.aotl``) and OODSelect
 curves from an OODSelect output directory (``python -m analysis.oodselect --out DIR``).
 
-Each panel returns (html, data): the html refers to image files written into the site's
-``img/`` folder; data goes into leaderboard.json. A panel that cannot be drawn says why.
+Each panel returns (view, data): the view is what ``templates/macros.html.j2`` lays out
+(its ``kind`` picks the macro; images are files written into the site's ``img/`` folder);
+data goes into leaderboard.json. A panel that cannot be drawn says why.
 """
 import csv
 import os
 import shutil
 
-from domainbed.leaderboard.pages import esc, slug
+from domainbed.leaderboard.pages import slug
 from oodutils.errors import UserError
 
 OODSELECT_SUMMARY = "summary.csv"
@@ -21,42 +22,28 @@ def aotl_panel(records, label, site_dir):
     one dataset (all checkpoints of the runs with one test environment)."""
     from analysis import aotl
     from analysis.aotl_inputs import accuracies_from_records
-    title = "<h2>Accuracy on the line (probit axes)</h2>"
     try:
         acc = accuracies_from_records(records, split="out", checkpoints="all")
         table = aotl.per_ood_table(acc)
     except UserError as e:
-        return (f'<section class="analysis">{title}<p class="missing">Not drawn: {esc(e)}'
-                '</p></section>', {"missing": str(e)})
+        return {"kind": "aotl", "missing": str(e)}, {"missing": str(e)}
     dataset = acc.datasets()[0]
-    splits, figures = [], []
+    splits, shown = [], []
     for row in table.to_dict("records"):
         ood = int(row["ood_env"])
-        name = f"img/aotl_{slug(label)}_env{ood}.png"
+        name, error = f"img/aotl_{slug(label)}_env{ood}.png", None
         try:
             aotl.plot_split(acc, dataset, ood, os.path.join(site_dir, name))
         except UserError as e:
-            name = None
-            figures.append(f'<p class="missing">OOD env {ood}: not drawn: {esc(e)}</p>')
+            name, error = None, str(e)
         split = {"ood_env": ood, "n": int(row["n"]), "slope": float(row["slope"]),
                  "r": float(row["r"]), "verdict": str(row["verdict"]),
                  "well_specified": bool(row["well_specified"]), "image": name}
         splits.append(split)
-        if name:
-            figures.append(
-                f'<figure class="panel"><img src="{esc(name)}" alt="accuracy on the line, '
-                f'OOD env {ood}"><figcaption>OOD env {ood}: R = {split["r"]:.2f}, slope '
-                f'{split["slope"]:.2f}, {split["n"]} checkpoints: <b>{esc(split["verdict"])}'
-                '</b></figcaption></figure>')
-    rows = "".join(f'<tr><td>{s["ood_env"]}</td><td>{s["n"]}</td><td>{s["slope"]:.3f}</td>'
-                   f'<td>{s["r"]:.3f}</td><td>{esc(s["verdict"])}</td></tr>' for s in splits)
-    notes = "".join(f"<li>{esc(n)}</li>" for n in acc.notices)
-    html = (f'<section class="analysis">{title}<p>Per split: probit(mean ID accuracy) '
-            'against probit(OOD accuracy), one point per checkpoint; well-specified when '
-            'R &lt; 0.3 (analysis.aotl).</p><table><thead><tr><th>OOD env</th><th>n</th>'
-            f'<th>slope</th><th>R</th><th>verdict</th></tr></thead><tbody>{rows}</tbody>'
-            f'</table>{"".join(figures)}{f"<ul>{notes}</ul>" if notes else ""}</section>')
-    return html, {"splits": splits, "notices": list(acc.notices)}
+        shown.append({**split, "error": error})
+    notices = list(acc.notices)
+    view = {"kind": "aotl", "missing": None, "splits": shown, "notices": notices}
+    return view, {"splits": splits, "notices": notices}
 
 
 def check_oodselect_dir(path):
@@ -92,18 +79,10 @@ def oodselect_panel(path, number, site_dir):
         os.makedirs(os.path.join(site_dir, "img"), exist_ok=True)
         shutil.copyfile(os.path.join(path, OODSELECT_CURVE), os.path.join(site_dir, image))
     columns = [c for c in OODSELECT_COLUMNS if rows and c in rows[0]]
-    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{esc(_short(r[c]))}</td>" for c in columns) +
-                   "</tr>" for r in rows)
-    figure = (f'<figure class="panel"><img src="{esc(image)}" alt="OODSelect curve">'
-              '<figcaption>Correlation between ID and OOD accuracy on the selected subset, '
-              'by subset size</figcaption></figure>' if image else
-              f'<p class="missing">No {OODSELECT_CURVE} in {esc(path)} (run without '
-              '--no-plots to draw it)</p>')
-    html = (f'<section class="analysis"><h2>OODSelect: {esc(dataset or path)}</h2>'
-            f'<p>From <code>{esc(path)}</code>.</p>{figure}<table><thead><tr>{head}</tr>'
-            f'</thead><tbody>{body}</tbody></table></section>')
-    return html, {"dir": path, "dataset": dataset, "image": image, "summary": rows}
+    view = {"kind": "oodselect", "title": dataset or path, "path": path, "image": image,
+            "curve": OODSELECT_CURVE, "columns": columns,
+            "rows": [[_short(r[c]) for c in columns] for r in rows]}
+    return view, {"dir": path, "dataset": dataset, "image": image, "summary": rows}
 
 
 def _short(value):

@@ -112,22 +112,22 @@ def _write_site(stage, model, loaded, oodselect_dirs, sources):
     os.makedirs(os.path.join(stage, "img"), exist_ok=True)
     by_label = _records_by_label(loaded.records)
     analysis = {"aotl": {}, "oodselect": []}
-    ood_html = []
+    oodselect_views = []
     for number, path in enumerate(oodselect_dirs):
-        html, data = panels.oodselect_panel(path, number, stage)
-        ood_html.append(html)
+        view, data = panels.oodselect_panel(path, number, stage)
+        oodselect_views.append(view)
         analysis["oodselect"].append(data)
     for dataset in model["datasets"]:
-        html, data = panels.aotl_panel(by_label[dataset["label"]], dataset["label"], stage)
+        view, data = panels.aotl_panel(by_label[dataset["label"]], dataset["label"], stage)
         analysis["aotl"][dataset["label"]] = data
-        mine = [h for h, d in zip(ood_html, analysis["oodselect"])
+        mine = [v for v, d in zip(oodselect_views, analysis["oodselect"])
                 if d["dataset"] == dataset["name"]]
         _write(stage, pages.dataset_page(dataset["label"]),
-               pages.render_dataset(model, dataset, html + "".join(mine)))
+               pages.render_dataset(model, dataset, [view, *mine]))
     for s in model["sections"]:
         for t in s["tables"]:
             _write(stage, pages.runs_page(t["dataset"], s["key"]), pages.render_runs(model, s, t))
-    _write(stage, "index.html", pages.render_index(model, "".join(ood_html)))
+    _write(stage, "index.html", pages.render_index(model, oodselect_views))
     _write(stage, "published.html", pages.render_published(model, sources))
     for name in ASSETS:
         _write(stage, f"assets/{name}",

@@ -7,12 +7,12 @@ A Report holds Sections (one per model selection method), each a list of Tables.
 Cells are Cell(mean, err, n) in percent, or None for a missing cell ('X').
 """
 import dataclasses
-import html
 from typing import Iterable, List, Optional
 
 import numpy as np
 
 from oodutils import tables
+from oodutils.templating import render as render_template
 
 FORMATS = tables.FORMATS
 SUFFIXES = tables.SUFFIXES
@@ -136,15 +136,18 @@ def render_markdown(report: Report) -> str:
 
 
 def render_html(report: Report) -> str:
-    """An HTML fragment: a heading per model selection method, a table per dataset."""
-    lines = [f"<p>Total records: {report.total_records}</p>"]
+    """An HTML fragment (``templates/report.html.j2``): a heading per model selection
+    method, a table per dataset."""
+    sections = []
     for section in report.sections:
-        lines.append(f"<h2>Model selection: {html.escape(section.method_name)}</h2>")
+        shown = []
         for table in section.tables:
             header, body = _table_strings(table, "markdown")
-            lines.append(f"<h3>{html.escape(table.heading)}</h3>")
-            lines += tables.html_table(header, body, ["left"] + ["center"] * (len(header) - 1))
-    return "\n".join(lines) + "\n"
+            shown.append({"heading": table.heading, "header": header, "rows": body,
+                          "align": ["left"] + ["center"] * (len(header) - 1)})
+        sections.append({"method_name": section.method_name, "tables": shown})
+    return render_template(__package__, "report.html.j2",
+                           total_records=report.total_records, sections=sections)
 
 
 CSV_COLUMNS = ["selection_method", "table", "algorithm", "column", "env", "mean",
