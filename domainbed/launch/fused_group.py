@@ -104,7 +104,7 @@ class GroupRunner:
         built = [m.run for m in self.members if m.run is not None]
         if not built:
             return "nothing built"
-        args = built[0].args
+        args = built[0].config
         return f"{args.algorithm} on {args.dataset}, test envs {args.test_envs}"
 
     def run(self):

@@ -118,7 +118,7 @@ class FusedGroup:
         self.members = list(members)
         first = self.members[0]
         self.form = fused_form(first.algorithm_cls)
-        self.device, self.precision = first.device, first.args.precision
+        self.device, self.precision = first.device, first.config.precision
         networks = [m.algorithm.network for m in self.members]
         self.template, dropout_rates = _member_template(networks)
         self.param_names = [n for n, _ in networks[0].named_parameters()]

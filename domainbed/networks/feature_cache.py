@@ -31,6 +31,7 @@ import uuid
 import numpy as np
 import torch
 
+from domainbed.config import RunConfig
 from domainbed.datasets.base import Environment, EnvironmentSubset
 from domainbed.networks.backbones import Backbone
 from domainbed.training.evaluation import iterate_split
@@ -46,9 +47,9 @@ def default_cache_dir():
         os.path.expanduser("~"), ".cache", "domainbed", "features")
 
 
-def cache_dir_of(args):
+def cache_dir_of(config: RunConfig) -> str | None:
     """The cache root of a run, or None where caching is off (`--feature_cache_dir none`)."""
-    chosen = getattr(args, "feature_cache_dir", "") or default_cache_dir()
+    chosen = config.feature_cache_dir or default_cache_dir()
     return None if chosen == "none" else chosen
 
 
@@ -81,14 +82,14 @@ def _is_augmented(split):
 def cache_key(run, featurizer):
     """What the cached features depend on, and its hash (the entry's directory name)."""
     args = run.args_dict
-    weights = args.get("weights_sha256") or f"random_init:seed={run.args.seed}"
+    weights = args.get("weights_sha256") or f"random_init:seed={run.config.seed}"
     transforms = [repr(getattr(env, "eval_transform", None)) for env in run.dataset]
     fields = {
         "format": FORMAT_VERSION, "backbone": featurizer.name, "weights": weights,
-        "dataset": run.args.dataset, "data_source": args.get("data_source"),
-        "data_fingerprint": args.get("data_fingerprint"), "data_seed": run.args.data_seed,
+        "dataset": run.config.dataset, "data_source": args.get("data_source"),
+        "data_fingerprint": args.get("data_fingerprint"), "data_seed": run.config.data_seed,
         "eval_transforms": transforms, "input_shape": list(run.dataset.input_shape),
-        "env_sizes": [len(env) for env in run.dataset], "precision": run.args.precision}
+        "env_sizes": [len(env) for env in run.dataset], "precision": run.config.precision}
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:24]
     return fields, digest
 
@@ -169,7 +170,7 @@ def applies(run):
     found = [m for m in run.algorithm.modules() if isinstance(m, Backbone)]
     if len(found) != 1 or not found[0].linear_probe:
         return None
-    if cache_dir_of(run.args) is None or getattr(run.algorithm_cls, "TRANSFORMS_INPUTS", False):
+    if cache_dir_of(run.config) is None or getattr(run.algorithm_cls, "TRANSFORMS_INPUTS", False):
         return None
     return found[0]
 
@@ -191,7 +192,7 @@ def attach(run):
     if featurizer is None:
         return False
     check_not_augmented(run)
-    features = load_or_extract(run, featurizer, cache_dir_of(run.args))
+    features = load_or_extract(run, featurizer, cache_dir_of(run.config))
     env_index = {id(env): i for i, env in enumerate(run.dataset)}
     swapped = {}
 

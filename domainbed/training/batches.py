@@ -6,6 +6,7 @@ import inspect
 
 import torch
 
+from domainbed.config import RunConfig
 from domainbed.datasets.base import split_dataset
 from domainbed.hparams import seed_hash
 
@@ -18,16 +19,16 @@ def build_dataset(dataset_cls, data_dir, test_envs, hparams, data_seed):
     return dataset_cls(data_dir, test_envs, hparams)
 
 
-def make_splits(dataset, args, hparams):
+def make_splits(dataset, config: RunConfig, hparams: dict):
     """DomainBed's in/out (and uda) splits, seeded by the trial seed."""
     in_splits, out_splits, uda_splits = [], [], []
     for env_i, env in enumerate(dataset):
-        out, in_ = split_dataset(env, int(len(env) * args.holdout_fraction),
-                                 seed_hash(args.trial_seed, env_i))
+        out, in_ = split_dataset(env, int(len(env) * config.holdout_fraction),
+                                 seed_hash(config.trial_seed, env_i))
         uda = None
-        if env_i in args.test_envs and args.task == "domain_adaptation":
-            uda, in_ = split_dataset(in_, int(len(in_) * args.uda_holdout_fraction),
-                                     seed_hash(args.trial_seed, env_i))
+        if env_i in config.test_envs and config.task == "domain_adaptation":
+            uda, in_ = split_dataset(in_, int(len(in_) * config.uda_holdout_fraction),
+                                     seed_hash(config.trial_seed, env_i))
         in_splits.append(in_)
         out_splits.append(out)
         if uda is not None:

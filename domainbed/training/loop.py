@@ -20,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from domainbed.config import RunConfig
 from domainbed.training.batches import (  # noqa: F401  (re-exported: part of training's API)
     BatchSampler,
     MinibatchSource,
@@ -89,48 +90,49 @@ class TrainingRun:
     `train_step(step)` for each step and `checkpoint(step)` where `is_checkpoint(step)`;
     `finish()` writes model.pkl and `done`."""
 
-    def __init__(self, args, hparams, algorithm_cls, dataset_cls, log=None, data=None):
+    def __init__(self, config: RunConfig, hparams: dict, algorithm_cls: type,
+                 dataset_cls: type, log=None, data=None):
         """`data`: a RunData to share (the fused launcher builds it once per group of
         runs with the same dataset and splits); built here when None."""
-        self.args, self.hparams, self.log = args, hparams, log or LOG.info
+        self.config, self.hparams, self.log = config, hparams, log or LOG.info
         self.algorithm_cls, self.dataset_cls = algorithm_cls, dataset_cls
-        self.out = args.output_dir
+        self.out = config.output_dir
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        check_precision(self.device, args.precision)
-        if args.num_threads:
-            torch.set_num_threads(args.num_threads)
-        torch.manual_seed(args.seed)
-        np.random.seed(args.seed)
-        random.seed(args.seed)  # algorithms draw from python's `random` too (Mixup, RSC)
+        check_precision(self.device, config.precision)
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        torch.manual_seed(config.seed)
+        np.random.seed(config.seed)
+        random.seed(config.seed)  # algorithms draw from python's `random` too (Mixup, RSC)
         self._build_data(data)
         self._build_identity()
         self._build_model()
-        self.n_steps = args.steps or dataset_cls.N_STEPS
-        self.checkpoint_freq = args.checkpoint_freq or dataset_cls.CHECKPOINT_FREQ
+        self.n_steps = config.steps or dataset_cls.N_STEPS
+        self.checkpoint_freq = config.checkpoint_freq or dataset_cls.CHECKPOINT_FREQ
         self.steps_per_epoch = min(len(s) / hparams["batch_size"] for s in self.in_splits)
         self.results_path = os.path.join(self.out, "results.jsonl")
         self.resume_path = os.path.join(self.out, RESUME_FILE)
         self.records, self.accumulators, self.last_results = [], {}, None
 
     def _build_data(self, data=None):
-        args, hparams = self.args, self.hparams
-        data = data or build_run_data(self.dataset_cls, args, hparams)
+        config, hparams = self.config, self.hparams
+        data = data or build_run_data(self.dataset_cls, config, hparams)
         self.dataset = data.dataset
         n_envs = len(self.dataset)
         self.in_splits, self.out_splits, self.uda_splits = (data.in_splits, data.out_splits,
                                                             data.uda_splits)
-        self.train_envs = [i for i in range(n_envs) if i not in args.test_envs]
+        self.train_envs = [i for i in range(n_envs) if i not in config.test_envs]
         self.n_workers = min(getattr(self.dataset, "N_WORKERS", 0), os.cpu_count() or 1)
-        self.memory_format = pick_memory_format(args.memory_format, self.device,
-                                                args.precision)
-        self.ctx = RunContext(self.device, args.precision, self.memory_format,
-                              args.eval_batch_size, self.n_workers)
+        self.memory_format = pick_memory_format(config.memory_format, self.device,
+                                                config.precision)
+        self.ctx = RunContext(self.device, config.precision, self.memory_format,
+                              config.eval_batch_size, self.n_workers)
         self.minibatches = MinibatchSource(
             [training_view(self.in_splits[i]) for i in self.train_envs], self.train_envs,
-            hparams, args.seed, self.device, self.memory_format, self.n_workers)
+            hparams, config.seed, self.device, self.memory_format, self.n_workers)
         self.uda_source = MinibatchSource(
             [s for _, s in self.uda_splits], [i for i, _ in self.uda_splits], hparams,
-            args.seed + 1, self.device, self.memory_format,
+            config.seed + 1, self.device, self.memory_format,
             self.n_workers) if self.uda_splits else None
         named = [(f"env{i}_in", i, "in", s) for i, s in enumerate(self.in_splits)]
         named += [(f"env{i}_out", i, "out", s) for i, s in enumerate(self.out_splits)]
@@ -139,24 +141,24 @@ class TrainingRun:
             if hasattr(split, "set_transform"):
                 split.set_transform(False)
         # --eval_splits: a split left out is never evaluated and its keys never written
-        self.named_splits = select_splits(named, getattr(args, "eval_splits", None),
-                                          args.test_envs)
+        self.named_splits = select_splits(named, config.eval_splits,
+                                          config.test_envs)
         self.group_names = getattr(self.dataset, "group_names", None)
 
     def _build_identity(self):
         dataset = self.dataset
-        args_dict = dict(vars(self.args))
+        args_dict = self.config.to_dict()
         args_dict.pop("restart", None)  # how this run started, not what it is
         args_dict.update(dataset.identity() if hasattr(dataset, "identity") else {})
         from domainbed.networks import backbones
         for where in ("weights_dir", "feature_cache_dir"):  # where, not what: not identity
             args_dict.pop(where, None)
-        backbones.set_weights_dir(getattr(self.args, "weights_dir", "") or "")
+        backbones.set_weights_dir(self.config.weights_dir)
         args_dict.update(backbones.weights_identity(dataset.input_shape, self.hparams))
         args_dict.update({
             "env_names": list(getattr(self.dataset_cls, "ENVIRONMENTS", []) or []),
             "group_names": self.group_names, "num_classes": dataset.num_classes})
-        self.args_dict = args_dict
+        self.config_dict = args_dict
         self.identity = args_identity(args_dict)
 
     def _build_model(self):
@@ -174,13 +176,13 @@ class TrainingRun:
         """Optional algorithm hooks: the training data once (two-stage and group methods)."""
         from domainbed.algorithms.base import TrainingContext, require_groups
         if getattr(self.algorithm, "NEEDS_GROUPS", False):
-            require_groups(self.args.algorithm, [self.in_splits[i] for i in self.train_envs])
+            require_groups(self.config.algorithm, [self.in_splits[i] for i in self.train_envs])
         if hasattr(self.algorithm, "prepare"):
             self.algorithm.prepare(TrainingContext(
                 train_splits=[self.in_splits[i] for i in self.train_envs],
                 holdout_splits=[self.out_splits[i] for i in self.train_envs],
                 num_groups=len(self.group_names) if self.group_names else None,
-                n_steps=self.args.steps or self.dataset_cls.N_STEPS, seed=self.args.seed,
+                n_steps=self.config.steps or self.dataset_cls.N_STEPS, seed=self.config.seed,
                 device=self.device))
 
     def restore(self):
@@ -189,7 +191,7 @@ class TrainingRun:
         if any(s.paths is not None for _, _, _, s in self.named_splits) and \
                 not os.path.exists(os.path.join(out, "examples.csv")):
             write_example_paths(os.path.join(out, "examples.csv"), self.dataset)
-        if getattr(self.args, "restart", False) and os.path.lexists(self.resume_path):
+        if self.config.restart and os.path.lexists(self.resume_path):
             os.unlink(self.resume_path)
             self.log(f"notice: --restart: discarded the resume state of {out}")
         if os.path.lexists(self.resume_path):
@@ -218,7 +220,7 @@ class TrainingRun:
         extra = {}
         if getattr(self.algorithm, "NEEDS_GROUPS", False):
             extra["groups"] = self.minibatches.groups(step, group_balanced=balanced)
-        with autocast_context(self.device, self.args.precision):
+        with autocast_context(self.device, self.config.precision):
             step_vals = self.algorithm.update(batches, uda, **extra)
         self.accumulate(step, step_vals, time.time() - step_start)
         return step_vals
@@ -231,7 +233,7 @@ class TrainingRun:
             if not math.isfinite(value):
                 raise TrainingDiverged(
                     f"{key} became {value} at step {step} "
-                    f"({self.args.algorithm} on {self.args.dataset}); run stopped")
+                    f"({self.config.algorithm} on {self.config.dataset}); run stopped")
             self.accumulators.setdefault(key, []).append(value)
         self.accumulators.setdefault("step_time", []).append(seconds)
 
@@ -246,7 +248,7 @@ class TrainingRun:
         for key, values in self.accumulators.items():
             results[key] = float(np.mean(values))
         metrics, table = evaluate(self.algorithm, self.named_splits, self.ctx,
-                                  len(self.group_names or []), self.args.save_logits,
+                                  len(self.group_names or []), self.config.save_logits,
                                   logits=logits)
         results.update(metrics)
         stage = self.algorithm.stage() if hasattr(self.algorithm, "stage") else None
@@ -255,14 +257,14 @@ class TrainingRun:
         results["mem_gb"] = (torch.cuda.max_memory_allocated() / 1024 ** 3
                              if self.device.type == "cuda" else 0.0)
         results["hparams"] = self.hparams
-        results["args"] = self.args_dict
+        results["args"] = self.config_dict
         fileio.atomic_savez(os.path.join(self.out, "predictions", f"step_{step:07d}.npz"),
                             **table)
         self.records.append(json.dumps(results, sort_keys=True))
         fileio.atomic_write_text(self.results_path, "\n".join(self.records) + "\n",
                                  durable=True)
         self.accumulators = {}
-        if self.args.save_model_every_checkpoint:
+        if self.config.save_model_every_checkpoint:
             self.save_model(f"model_step{step}.pkl")
         save_resume_state(self.resume_path, self.algorithm, step + 1, self.records,
                           self.accumulators, self.identity)
@@ -270,12 +272,12 @@ class TrainingRun:
         return results
 
     def save_model(self, name):
-        save_model(os.path.join(self.out, name), self.args_dict, self.dataset,
+        save_model(os.path.join(self.out, name), self.config_dict, self.dataset,
                    self.algorithm, self.hparams, len(self.train_envs))
 
     def finish(self):
         """model.pkl, then `done` last; the resume state is no longer needed."""
-        if not self.args.skip_model_save:
+        if not self.config.skip_model_save:
             self.save_model("model.pkl")
         fileio.atomic_write_text(os.path.join(self.out, "done"), "done\n", durable=True)
         if os.path.exists(self.resume_path):
@@ -290,10 +292,10 @@ class RunData(NamedTuple):
     uda_splits: list
 
 
-def build_run_data(dataset_cls, args, hparams):
-    dataset = build_dataset(dataset_cls, args.data_dir, args.test_envs, hparams,
-                            args.data_seed)
-    return RunData(dataset, *make_splits(dataset, args, hparams))
+def build_run_data(dataset_cls: type, config: RunConfig, hparams: dict) -> RunData:
+    dataset = build_dataset(dataset_cls, config.data_dir, config.test_envs, hparams,
+                            config.data_seed)
+    return RunData(dataset, *make_splits(dataset, config, hparams))
 
 
 def prepare_output_dir(out, log=None):
@@ -308,18 +310,19 @@ def prepare_output_dir(out, log=None):
     return True
 
 
-def run(args, hparams, algorithm_cls, dataset_cls, log=None):
-    """Train one run into args.output_dir (resuming if it holds an unfinished one).
+def run(config: RunConfig, hparams: dict, algorithm_cls: type, dataset_cls: type,
+        log=None) -> dict | None:
+    """Train one run into config.output_dir (resuming if it holds an unfinished one).
     `log`: where notices and checkpoint lines go (default: the domainbed logger)."""
     log = log or LOG.info
-    if not prepare_output_dir(args.output_dir, log):
+    if not prepare_output_dir(config.output_dir, log):
         return None
-    training_run = TrainingRun(args, hparams, algorithm_cls, dataset_cls, log)
+    training_run = TrainingRun(config, hparams, algorithm_cls, dataset_cls, log)
     start_step = training_run.restore()
     from tqdm import tqdm
     progress = tqdm(total=training_run.n_steps, initial=start_step,
                     disable=not sys.stderr.isatty(),
-                    desc=f"{args.algorithm}/{args.dataset}", dynamic_ncols=True)
+                    desc=f"{config.algorithm}/{config.dataset}", dynamic_ncols=True)
     for step in range(start_step, training_run.n_steps):
         training_run.train_step(step)
         progress.update(1)
