@@ -58,6 +58,9 @@ def parse_args(argv=None):
                         "val/test environments)")
     parser.add_argument("--include_unfinished", action="store_true",
                         help="also read runs without a 'done' marker")
+    parser.add_argument("--stats", action="store_true",
+                        help="also print how sure the tables are: rank stability, paired "
+                             "comparison with ERM, selection regret, expected best accuracy")
     parser.add_argument("--no_save", action="store_true",
                         help="do not write results.<ext> into the input directory")
     add_logging_flags(parser)
@@ -86,6 +89,10 @@ def main(argv=None):
         logger.warning(loaded.warning())
 
     text = reporting.render(build_report(loaded, methods), fmt)
+    if args.stats:
+        from domainbed.results.stats import render_stats
+        text += "\n" + render_stats(loaded.records, methods or
+                                     list(model_selection.DOMAINBED_METHODS), fmt)
     sys.stdout.write(text)
     sys.stdout.flush()
     if not args.no_save and len(args.input_dir) == 1:
