@@ -72,13 +72,14 @@ logger = get_logger(__name__)
 EPILOG = epilog_example("aotl", "analysis.aotl",
                         "sweeps/s1 --table per-ood --format csv --output aotl.csv")
 RESAMPLE = ("runs", "models")
-TABLES = ("per-ood", "pairwise", "group-average", "group-pairwise", "regime", "changepoints",
-          "n-classifiers")
+TABLES = ("per-ood", "effective-robustness", "pairwise", "group-average", "group-pairwise",
+          "regime", "changepoints", "n-classifiers")
 FIT_COLUMNS = ["n", "slope", "intercept", "r", "r2", "p", "stderr", "intercept_stderr",
                "spearman"]
 
 __all__ = ["SCALES", "VERDICTS", "transform", "inverse_transform", "probit", "logit",
-           "fit_line", "bootstrap_r", "classify", "per_ood_table", "pairwise_table",
+           "fit_line", "bootstrap_r", "classify", "per_ood_table", "effective_robustness_table",
+           "pairwise_table",
            "group_table", "regime_table", "changepoint_table", "changepoints",
            "classifier_count", "classifier_count_table", "plot_split", "load_accuracies",
            "read_accuracy_csvs", "main"]
@@ -162,6 +163,42 @@ def per_ood_table(acc: Accuracies, id_envs=None, **options) -> pd.DataFrame:
         rows.append(_fit_row(meta, x, sub[acc_col(ood)].to_numpy(), sub["run"].to_numpy(),
                              opts, f"{dataset}, OOD env {ood}"))
     return _table(rows, "per-OOD fit")
+
+
+def effective_robustness_table(acc: Accuracies, id_envs=None,
+                               **options) -> pd.DataFrame:
+    """Each classifier's effective robustness (Taori et al. 2020, "Measuring Robustness to
+    Natural Distribution Shifts in Image Classification"): its OOD accuracy above (+) or
+    below (-) the split's accuracy-on-the-line fit of OOD on mean ID accuracy, fitted on
+    the chosen scale (probit by default). Columns: the residual on that scale (`er`) with
+    the standard error of the fitted line at the classifier's ID accuracy (`er_stderr`),
+    and the same in accuracy points (`effective_robustness` = OOD accuracy minus the
+    line's prediction, in percent)."""
+    opts = _options(**options)
+    rows = []
+    for dataset, ood in _ordered_splits(acc):
+        ids = _id_envs_for(acc, dataset, ood, id_envs)
+        if not ids:
+            continue
+        sub = _split_frame(acc, dataset, ood, [acc_col(e) for e in ids] + [acc_col(ood)])
+        x = sub[[acc_col(e) for e in ids]].to_numpy().mean(axis=1)
+        y = sub[acc_col(ood)].to_numpy()
+        fit = fit_line(x, y, opts["scale"], opts["clip"], f"{dataset}, OOD env {ood}")
+        tx, ty = transform(x, opts["scale"], opts["clip"]), transform(y, opts["scale"],
+                                                                      opts["clip"])
+        predicted = fit["slope"] * tx + fit["intercept"]
+        residual_sd = np.sqrt(np.sum((ty - predicted) ** 2) / max(len(tx) - 2, 1))
+        leverage = 1 / len(tx) + (tx - tx.mean()) ** 2 / np.sum((tx - tx.mean()) ** 2)
+        for i, run in enumerate(sub["run"].to_numpy()):
+            rows.append({"dataset": dataset, "ood_env": ood, "run": run,
+                         "id_acc": float(x[i]), "ood_acc": float(y[i]),
+                         "predicted_ood_acc": float(inverse_transform(predicted[i],
+                                                                      opts["scale"])),
+                         "effective_robustness": float(100 * (
+                             y[i] - inverse_transform(predicted[i], opts["scale"]))),
+                         "er": float(ty[i] - predicted[i]),
+                         "er_stderr": float(residual_sd * np.sqrt(leverage[i]))})
+    return _table(rows, "effective robustness")
 
 
 def pairwise_table(acc: Accuracies, id_envs=None, **options) -> pd.DataFrame:
@@ -410,6 +447,8 @@ def make_table(acc, args):
         return per_ood_table(acc, args.id_envs, **fit_opts)
     if table == "pairwise":
         return pairwise_table(acc, args.id_envs, **fit_opts)
+    if table == "effective-robustness":
+        return effective_robustness_table(acc, args.id_envs, **fit_opts)
     if table in ("group-average", "group-pairwise"):
         return group_table(acc, table.split("-")[1], args.id_envs, **fit_opts)
     if table == "regime":

@@ -11,13 +11,14 @@ import pandas as pd
 import pytest
 from scipy import special, stats
 
-from analysis import aotl, report
+from analysis import aotl
 from analysis.aotl_inputs import (
     accuracies_from_records,
     export_csv,
     load_accuracies,
     read_accuracy_csvs,
 )
+from oodutils import tables as report
 from oodutils.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]

@@ -54,9 +54,22 @@ def test_latex_and_its_one_escaper(frame):
     assert tables.latex_escape("~^\\{}#$%&_") == (
         r"\textasciitilde{}\textasciicircum{}\textbackslash{}\{\}\#\$\%\&\_")
     # every package uses this one escaper
-    from analysis import report
     from domainbed.results import tables as reporting
-    assert reporting.latex_escape is tables.latex_escape is report.latex_escape
+    assert reporting.latex_escape is tables.latex_escape
+
+
+@pytest.mark.parametrize("old, new", [("domainbed.errors", "oodutils.errors"),
+                                      ("domainbed.fileio", "oodutils.fileio"),
+                                      ("analysis.report", "oodutils.tables")])
+def test_moved_modules_warn_and_name_the_new_place(old, new):
+    code = (f"import warnings; warnings.simplefilter('error'); import {old}")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert proc.returncode == 1 and "DeprecationWarning" in proc.stderr
+    assert f"{old} is deprecated: import from {new}" in proc.stderr
+    module = __import__(old, fromlist=["x"])
+    new_module = __import__(new, fromlist=["x"])
+    assert all(getattr(module, name) is getattr(new_module, name) for name in module.__all__)
 
 
 def test_csv_keeps_full_precision(frame):
