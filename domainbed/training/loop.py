@@ -158,7 +158,7 @@ class TrainingRun:
         args_dict.update({
             "env_names": list(getattr(self.dataset_cls, "ENVIRONMENTS", []) or []),
             "group_names": self.group_names, "num_classes": dataset.num_classes})
-        self.config_dict = args_dict
+        self.args_dict = args_dict
         self.identity = args_identity(args_dict)
 
     def _build_model(self):
@@ -257,7 +257,7 @@ class TrainingRun:
         results["mem_gb"] = (torch.cuda.max_memory_allocated() / 1024 ** 3
                              if self.device.type == "cuda" else 0.0)
         results["hparams"] = self.hparams
-        results["args"] = self.config_dict
+        results["args"] = self.args_dict
         fileio.atomic_savez(os.path.join(self.out, "predictions", f"step_{step:07d}.npz"),
                             **table)
         self.records.append(json.dumps(results, sort_keys=True))
@@ -272,7 +272,7 @@ class TrainingRun:
         return results
 
     def save_model(self, name):
-        save_model(os.path.join(self.out, name), self.config_dict, self.dataset,
+        save_model(os.path.join(self.out, name), self.args_dict, self.dataset,
                    self.algorithm, self.hparams, len(self.train_envs))
 
     def finish(self):
