@@ -69,6 +69,8 @@ class RunConfig:
     skip_model_save: bool = option(False, "do not write model.pkl")
     save_model_every_checkpoint: bool = option(False, "write model_step{N}.pkl at every "
                                                       "checkpoint")
+    save_best_model: bool = option(False, "keep model_best.pkl: the checkpoint with the best "
+                                          "training-domain validation accuracy")
     save_logits: bool = option(False, "also save per-example float16 logits with the "
                                       "predictions")
     precision: str = option("fp32", "bf16 = bfloat16 autocast (needs AVX-512 BF16/AMX on "

@@ -61,6 +61,9 @@ def parse_args(argv=None):
     parser.add_argument("--stats", action="store_true",
                         help="also print how sure the tables are: rank stability, paired "
                              "comparison with ERM, selection regret, expected best accuracy")
+    parser.add_argument("--export_selected", default=None, metavar="DIR",
+                        help="copy (hard-link) the checkpoint each selection method picks "
+                             "for each cell into DIR, with a manifest.json")
     parser.add_argument("--no_save", action="store_true",
                         help="do not write results.<ext> into the input directory")
     add_logging_flags(parser)
@@ -95,6 +98,14 @@ def main(argv=None):
                                      list(model_selection.DOMAINBED_METHODS), fmt)
     sys.stdout.write(text)
     sys.stdout.flush()
+    if args.export_selected:
+        from domainbed.results.export import export_selected
+        manifest = export_selected(loaded.records, methods or
+                                   list(model_selection.DOMAINBED_METHODS),
+                                   args.export_selected)
+        kept = sum(e["model"] is not None for e in manifest["entries"])
+        logger.info(f"exported {kept} of {len(manifest['entries'])} selected models to "
+                    f"{args.export_selected} (manifest.json lists every cell)")
     if not args.no_save and len(args.input_dir) == 1:
         path = os.path.join(args.input_dir[0], f"results.{reporting.SUFFIXES[fmt]}")
         try:

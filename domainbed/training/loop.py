@@ -191,6 +191,10 @@ class TrainingRun:
         if any(s.paths is not None for _, _, _, s in self.named_splits) and \
                 not os.path.exists(os.path.join(out, "examples.csv")):
             write_example_paths(os.path.join(out, "examples.csv"), self.dataset)
+        if self.config.restart:   # a best model of the discarded attempt is not this run's
+            for name in ("model_best.json", "model_best.pkl"):
+                if os.path.lexists(os.path.join(out, name)):
+                    os.unlink(os.path.join(out, name))
         if self.config.restart and os.path.lexists(self.resume_path):
             os.unlink(self.resume_path)
             self.log(f"notice: --restart: discarded the resume state of {out}")
@@ -266,10 +270,31 @@ class TrainingRun:
         self.accumulators = {}
         if self.config.save_model_every_checkpoint:
             self.save_model(f"model_step{step}.pkl")
+        if self.config.save_best_model:
+            self.keep_if_best(step, results)
         save_resume_state(self.resume_path, self.algorithm, step + 1, self.records,
                           self.accumulators, self.identity)
         self.last_results = results
         return results
+
+    def keep_if_best(self, step, results):
+        """model_best.pkl + model_best.json (its step and validation accuracy) when this
+        checkpoint's training-domain validation accuracy (the mean of the training
+        environments' `out` accuracies) beats the kept one; read back on resume."""
+        vals = [results.get(f"env{i}_out_acc") for i in self.train_envs]
+        vals = [v for v in vals if isinstance(v, float) and math.isfinite(v)]
+        if not vals:
+            return
+        val = sum(vals) / len(vals)
+        meta_path = os.path.join(self.out, "model_best.json")
+        try:
+            with open(meta_path) as f:
+                kept = float(json.load(f)["val_acc"])
+        except (OSError, ValueError, KeyError, TypeError):
+            kept = -math.inf
+        if val > kept:
+            self.save_model("model_best.pkl")
+            fileio.atomic_write_json(meta_path, {"step": step, "val_acc": val})
 
     def save_model(self, name):
         save_model(os.path.join(self.out, name), self.args_dict, self.dataset,
