@@ -80,6 +80,11 @@ class RunConfig:
                                 choices=("auto", "channels_last", "contiguous"))
     eval_splits: list[str] = option(["all"], EVAL_SPLITS_HELP, metavar="SPLITS")
     eval_batch_size: int = option(64, "examples per evaluation batch")
+    metrics: list[str] = option([], "metrics beyond accuracy in every evaluated split's "
+                                    "record keys (env{i}_{split}_{metric}): nll, ece, brier, "
+                                    "balanced_acc, macro_f1, worst_class_acc, class_acc, "
+                                    "auroc (two classes); confusion matrices are saved "
+                                    "beside the predictions", metavar="METRIC")
     num_threads: int = option(0, "torch intra-op threads (0 = torch's default)")
     restart: bool = option(False, "discard the run directory's resume state (e.g. a corrupt "
                                   "one) and train from step 0; its old records are moved to "
@@ -196,6 +201,8 @@ class RunConfig:
                             f"{self.num_threads}")
         from domainbed.training.splits import check_eval_splits
         check_eval_splits(self.eval_splits)
+        from oodutils.metrics import check_metrics
+        check_metrics(self.metrics)
 
     def check_output_dir(self) -> None:
         """The output directory is (or can become) a writable directory: checked before

@@ -60,6 +60,8 @@ PASS_THROUGH = {   # name -> argparse kwargs
     "eval_splits": dict(nargs="+", default=None,
                         help="train.py's --eval_splits (default all; only passed when set)"),
     "save_logits": dict(action="store_true", help="save float16 logits per checkpoint"),
+    "metrics": dict(nargs="+", default=None, metavar="METRIC",
+                    help="train.py's --metrics (metrics beyond accuracy in the records)"),
     "skip_model_save": dict(action="store_true", help="train.py's --skip_model_save"),
     "save_model_every_checkpoint": dict(action="store_true",
                                         help="train.py's --save_model_every_checkpoint"),

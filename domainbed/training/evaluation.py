@@ -9,6 +9,7 @@ from domainbed.training.splits import (  # noqa: F401  (part of evaluation's API
     check_eval_splits,
     select_splits,
 )
+from oodutils.metrics import classification_metrics, confusion_matrix
 
 
 class RunContext:
@@ -64,13 +65,17 @@ def split_metrics(name, correct, groups, n_groups):
     return metrics
 
 
-def evaluate(algorithm, named_splits, ctx, n_groups, save_logits, logits=None):
+def evaluate(algorithm, named_splits, ctx, n_groups, save_logits, logits=None,
+             extra_metrics=(), num_classes=None):
     """Metrics of every split and the per-example prediction table of this checkpoint.
     `logits`: {split name: logits} computed elsewhere (a fused evaluation pass over many
-    models); missing names are predicted here."""
+    models); missing names are predicted here. `extra_metrics` (names of
+    `oodutils.metrics.METRICS`) add `{split}_{metric}` keys and a confusion matrix per
+    split (`table["confusion"]`: {split name: matrix})."""
     metrics, columns = {}, {k: [] for k in ("id", "env", "split", "label", "pred", "correct",
                                             "group", "logits")}
     split_codes = {"in": 0, "out": 1, "uda": 2}
+    confusion = {}
     algorithm.eval()
     given = logits or {}
     for name, env_i, kind, split in named_splits:
@@ -82,6 +87,10 @@ def evaluate(algorithm, named_splits, ctx, n_groups, save_logits, logits=None):
         label = split.y.numpy()
         correct = (pred == label).astype(np.uint8)
         metrics.update(split_metrics(name, correct, split.groups, n_groups))
+        if extra_metrics:
+            metrics.update({f"{name}_{k}": v for k, v in classification_metrics(
+                label, pred, logits.float().numpy(), num_classes, extra_metrics).items()})
+            confusion[name] = confusion_matrix(label, pred, num_classes)
         n = len(label)
         columns["id"].append(split.ids)
         columns["env"].append(np.full(n, env_i, np.int16))
@@ -96,6 +105,6 @@ def evaluate(algorithm, named_splits, ctx, n_groups, save_logits, logits=None):
     table = {k: np.concatenate(v) for k, v in columns.items() if k != "logits"}
     if save_logits:
         table["logits"] = np.concatenate(columns["logits"])
-    return metrics, table
+    return metrics, table, confusion
 
 

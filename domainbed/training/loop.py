@@ -251,9 +251,10 @@ class TrainingRun:
         results = {"step": step, "epoch": step / self.steps_per_epoch}
         for key, values in self.accumulators.items():
             results[key] = float(np.mean(values))
-        metrics, table = evaluate(self.algorithm, self.named_splits, self.ctx,
-                                  len(self.group_names or []), self.config.save_logits,
-                                  logits=logits)
+        metrics, table, confusion = evaluate(
+            self.algorithm, self.named_splits, self.ctx, len(self.group_names or []),
+            self.config.save_logits, logits=logits, extra_metrics=self.config.metrics,
+            num_classes=self.dataset.num_classes)
         results.update(metrics)
         stage = self.algorithm.stage() if hasattr(self.algorithm, "stage") else None
         if stage is not None:
@@ -264,6 +265,9 @@ class TrainingRun:
         results["args"] = self.args_dict
         fileio.atomic_savez(os.path.join(self.out, "predictions", f"step_{step:07d}.npz"),
                             **table)
+        if confusion:   # rows: true class, columns: predicted class, one array per split
+            fileio.atomic_savez(os.path.join(self.out, "confusion", f"step_{step:07d}.npz"),
+                                **confusion)
         self.records.append(json.dumps(results, sort_keys=True))
         fileio.atomic_write_text(self.results_path, "\n".join(self.records) + "\n",
                                  durable=True)
