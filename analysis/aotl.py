@@ -22,7 +22,7 @@ Command line::
         [--clip 0.01] [--format text|markdown|latex|csv|html] [--plot DIR] ...
 
 PATH: a sweep directory (read with ``domainbed.results.records``) or accuracy CSV files (plain or
-.gz; or directories of them) in the schema of ``shared/data/aotl_reference``.
+.gz; or directories of them) in the schema of ``tests/data/aotl_reference``.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ leave-one-domain-out split, with the classifier's accuracy on every environment:
 groups). ``run`` names the training run a checkpoint belongs to (bootstraps resample whole
 runs, since the checkpoints of a run are not independent models).
 
-Accuracy CSV schema (the one of ``shared/data/aotl_reference``; see its README): columns
+Accuracy CSV schema (the one of ``tests/data/aotl_reference``; see its README): columns
 ``x,y,train_env,algorithm,model_hparams,dataset,test_env``, one row per classifier and ID
 environment; rows of one classifier sit at the same position of every ``train_env`` block.
 Files may be gzip-compressed. Our exporter adds two optional trailing columns, ``run`` and

@@ -1,6 +1,6 @@
 """Convert DomainBed's published results.tex into the leaderboard's data file.
 
-    python scripts/convert_published.py [--tex ../shared/data/domainbed_published/results.tex]
+    python scripts/convert_published.py [--tex tests/data/domainbed_published/results.tex]
         [--out domainbed/leaderboard/data/domainbed_2020.json]
 """
 import argparse
@@ -11,9 +11,6 @@ from oodutils.errors import UserError, run_cli
 from oodutils.fileio import atomic_write_text
 
 REPO = Path(__file__).resolve().parents[1]
-# shared/ sits beside the clone (CI) or beside the folder of worktrees.
-SHARED = next((d / "shared" / "data" for d in (REPO.parent, REPO.parent.parent)
-               if (d / "shared" / "data").is_dir()), REPO.parent / "shared" / "data")
 SOURCE = {
     "short": "DomainBed 2020",
     "id": "domainbed_2020",
@@ -31,7 +28,8 @@ SOURCE = {
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--tex", default=str(SHARED / "domainbed_published" / "results.tex"))
+    p.add_argument("--tex", default=str(REPO / "tests" / "data" / "domainbed_published" /
+                                        "results.tex"))
     p.add_argument("--out", default=str(REPO / "domainbed" / "leaderboard" / "data" /
                                         "domainbed_2020.json"))
     args = p.parse_args(argv)

@@ -4,7 +4,7 @@ per-model accuracy CSVs, and print ours beside the published numbers.
 
     python scripts/reproduce_aotl_tables.py [DATA_DIR] [--tol 0.01] [--format text|markdown|csv]
 
-DATA_DIR defaults to ../shared/data/aotl_reference relative to the repository. Tables:
+DATA_DIR defaults to the repository's tests/data/aotl_reference (the authors' CSVs). Tables:
 ColoredMNIST T5 (per OOD env) / T6 (pairwise), Spawrious O2O-easy T7/T8, O2O-hard T9/T10,
 M2M-easy T11/T12, M2M-hard T13/T14, PACS T15/T16 (T15 averages ID envs among 0-2 only,
 ``--id-envs 0 1 2``), plus Table 1's TerraIncognita row. A row reproduces when slope,
@@ -30,7 +30,7 @@ from analysis.aotl import pairwise_table, per_ood_table  # noqa: E402
 from analysis.aotl_inputs import read_accuracy_csvs  # noqa: E402
 from oodutils import tables as report  # noqa: E402
 
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "aotl_reference"
+DEFAULT_DATA = REPO / "tests" / "data" / "aotl_reference"
 STATS = ("slope", "intercept", "r", "p", "stderr")
 
 # Published rows, transcribed from the paper (spec notes_000, section 4): (slope, intercept,

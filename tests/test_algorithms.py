@@ -10,6 +10,7 @@ from domainbed import hparams as hp
 from domainbed import registry, run_hparams
 from domainbed.algorithms.alignment import GAUSSIAN_GAMMAS, mean_cov_distance, mmd_gaussian
 from domainbed.algorithms.irm import irm_penalty
+from tests.requirements import need_data
 from tests.test_algorithms_golden import GOLDEN_DIR
 
 SIX = ["ERM", "IRM", "GroupDRO", "CORAL", "MMD", "VREx"]
@@ -19,9 +20,7 @@ TOL = dict(rtol=1e-5, atol=1e-5)
 
 @pytest.fixture(scope="module")
 def golden():
-    if not GOLDEN.is_file():
-        pytest.skip(f"DomainBed golden data not found at {GOLDEN} (shared dev data, not shipped)")
-    with open(GOLDEN) as f:
+    with open(need_data(GOLDEN, "DomainBed's golden outputs")) as f:
         return json.load(f)
 
 

@@ -3,20 +3,16 @@
 under the seeding protocol in its README), plus its standalone penalty helpers."""
 import base64
 import json
-import os
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from domainbed import registry
+from tests.requirements import data_dir, need_data
 
-# ../shared/data relative to the repo root; DOMAINBED_SHARED_DATA points elsewhere (worktrees)
-SHARED_DATA = Path(os.environ.get("DOMAINBED_SHARED_DATA",
-                                  Path(__file__).resolve().parents[2] / "shared" / "data"))
-GOLDEN_DIR = SHARED_DATA / "domainbed_golden"
+GOLDEN_DIR = data_dir("domainbed_golden")
 ZOO = GOLDEN_DIR / "golden_zoo.json"
 # Gaussian kernels with gammas up to 1000 and convolutions amplify float32 round-off (the
 # README measures up to 3e-5 between torch versions); 1e-5 elsewhere.
@@ -37,7 +33,7 @@ NAMES = sorted(GOLDEN["updates"]) if GOLDEN else ["<golden_zoo.json absent>"]
 @pytest.fixture
 def golden():
     if GOLDEN is None:
-        pytest.skip(f"DomainBed golden data not found at {ZOO} (shared dev data, not shipped)")
+        need_data(ZOO, "DomainBed's golden outputs")
     return GOLDEN
 
 

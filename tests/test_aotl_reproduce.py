@@ -15,14 +15,13 @@ import pytest
 
 from analysis.aotl import pairwise_table, per_ood_table
 from analysis.aotl_inputs import read_accuracy_csvs
+from tests.requirements import data_dir, need_data
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "aotl_reference"
+DATA = data_dir("aotl_reference")
 TOL = 0.01 + 1e-9
 
-pytestmark = pytest.mark.skipif(
-    not DATA.is_dir(), reason=f"shared reference accuracies not found at {DATA} "
-                              "(the authors' per-model CSVs; not shipped with the repo)")
+need_data(DATA, "the authors' per-model accuracy CSVs (accuracy-on-the-line reference data)")
 
 # (folder, kind, --id-envs, key, published row). Per-OOD keys: OOD env; pairwise: (OOD, ID).
 ROWS = [

@@ -19,6 +19,7 @@ from domainbed.algorithms.erm import ERM
 from domainbed.datasets.debug import Debug
 from domainbed.networks import backbones
 from oodutils.errors import UserError
+from tests.requirements import need_package
 
 REPO = Path(__file__).resolve().parents[1]
 # Forward only for the largest networks and deeper twins of a family that trains (resnet18,
@@ -242,7 +243,7 @@ def test_dinov2_loads_torch_hubs_original_checkpoint_through_timm(tmp_path, monk
 def test_text_encoders_record_transfer_mode_and_weights_sha256(tmp_path):
     """Hugging Face encoders from a local path: text_finetune is the transfer mode, the
     sha256 of the weight files is the identity (runs on other weights never pool)."""
-    transformers = pytest.importorskip("transformers")
+    transformers = need_package("transformers")
     config = transformers.BertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1,
                                      num_attention_heads=2, intermediate_size=16)
     torch.manual_seed(0)

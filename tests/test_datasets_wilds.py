@@ -12,8 +12,9 @@ from tests.dataset_fixtures import (
     write_camelyon,
     write_fmow,
 )
+from tests.requirements import need_package
 
-pytest.importorskip("wilds")
+need_package("wilds")
 
 
 def test_camelyon_hospitals(tmp_path):

@@ -19,19 +19,15 @@ from domainbed.leaderboard import published
 from domainbed.results import model_selection
 from domainbed.scripts import collect_results
 from domainbed.scripts import leaderboard as cli
+from tests.requirements import data_dir, need_data
 
 REPO = Path(__file__).resolve().parents[1]
-# shared/ sits beside the clone (CI) or beside the folder of worktrees.
-SHARED = next((d / "shared" for d in (REPO.parent, REPO.parent.parent)
-               if (d / "shared" / "data").is_dir()), REPO.parent / "shared")
-SWEEP = SHARED / "data" / "domainbed_test_sweep" / "test_sweep_data"
-TEX = SHARED / "data" / "domainbed_published" / "results.tex"
-NOTES = SHARED / "spec"
-
-
-def need(path, what):
-    if not path.exists():
-        pytest.skip(f"{what} is not available at {path}")
+SWEEP = data_dir("domainbed_test_sweep") / "test_sweep_data"
+TEX = data_dir("domainbed_published") / "results.tex"
+# The team's paper notes are development material, not shipped: shared/spec beside the clone
+# (CI) or beside the folder of worktrees.
+NOTES = next((d / "shared" / "spec" for d in (REPO.parent, REPO.parent.parent)
+              if (d / "shared" / "spec").is_dir()), REPO.parent / "shared" / "spec")
 
 
 def run_cli(argv):
@@ -73,7 +69,7 @@ def write_subpop_run(path):
 def mixed_site(tmp_path_factory):
     """DomainBed's test sweep (VLCS) + Debug28 runs on two data seeds (two fingerprints)
     + a corrupt results.jsonl line + an unfinished run, built into one site."""
-    need(SWEEP, "DomainBed's published test sweep")
+    need_data(SWEEP, "DomainBed's published test sweep")
     tmp = tmp_path_factory.mktemp("lb")
     debug = tmp / "debug"
     train(debug / "seed0", tmp / "data")
@@ -277,7 +273,7 @@ def shipped(name):
 
 
 def test_domainbed_conversion_matches_results_tex():
-    need(TEX, "DomainBed's published results.tex")
+    need_data(TEX, "DomainBed's published results.tex")
     rows = published.parse_results_tex(TEX.read_text())
     assert rows == shipped("domainbed_2020.json")["rows"]
     assert {r["method"] for r in rows} == {"training_domain", "leave_one_out", "oracle"}
@@ -291,7 +287,7 @@ def test_domainbed_conversion_matches_results_tex():
 
 
 def test_transcriptions_match_paper_notes():
-    need(NOTES / "notes_003.md", "the paper notes")
+    need_data(NOTES / "notes_003.md", "the team's paper notes (shared/spec, not shipped)")
     checks = [("spawrious_2023_table3.json", "notes_003.md", "ERM", "SpawriousO2O_easy",
                "72.15±0.03", "| ERM | 72.15±0.03 | 69.85±0.01 |"),
               ("spawrious_2023_table3.json", "notes_003.md", "MMD-AAE", "SpawriousM2M_hard",

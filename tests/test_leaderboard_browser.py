@@ -3,37 +3,19 @@ chromium-driver): tables render with the numbers of leaderboard.json, sorting a 
 reorders the rows, the filters hide what they should, and a screenshot is saved."""
 import io
 import json
-import shutil
 from contextlib import redirect_stdout
-from pathlib import Path
 
 import pytest
 
 from domainbed.scripts import leaderboard as cli
+from tests.requirements import data_dir, need_browser, need_data
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = next((d / "shared" for d in (REPO.parent, REPO.parent.parent)
-               if (d / "shared" / "data").is_dir()), REPO.parent / "shared")
-SWEEP = SHARED / "data" / "domainbed_test_sweep" / "test_sweep_data"
-
-
-def find_browser():
-    """(chromium, chromedriver) paths, or skip saying what is missing."""
-    pytest.importorskip("selenium", reason="selenium is not installed (pip install selenium)")
-    chromium = next((p for p in ("/usr/bin/chromium", shutil.which("chromium"),
-                                 shutil.which("chromium-browser"), shutil.which("google-chrome"))
-                     if p and Path(p).exists()), None)
-    driver = next((p for p in ("/usr/bin/chromedriver", shutil.which("chromedriver"))
-                   if p and Path(p).exists()), None)
-    if not chromium or not driver:
-        pytest.skip("no Chromium and chromedriver found (Debian: apt-get install chromium "
-                    "chromium-driver; .ci/run installs them)")
-    return chromium, driver
+SWEEP = data_dir("domainbed_test_sweep") / "test_sweep_data"
 
 
 @pytest.fixture(scope="module")
 def browser():
-    chromium, driver_path = find_browser()
+    chromium, driver_path = need_browser()
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     options = webdriver.ChromeOptions()
@@ -49,16 +31,7 @@ def browser():
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("site")
-    if SWEEP.is_dir():
-        sweep = SWEEP
-    else:   # no shared data: a one-run Debug28 sweep trained here
-        from domainbed.scripts import train
-        sweep, data = tmp / "sweep", tmp / "data"
-        data.mkdir()
-        with redirect_stdout(io.StringIO()):
-            train.main(["--dataset", "Debug28", "--data_dir", str(data), "--output_dir",
-                        str(sweep / "run"), "--steps", "2", "--checkpoint_freq", "1",
-                        "--num_threads", "1", "--skip_model_save"])
+    sweep = need_data(SWEEP, "DomainBed's test sweep")
     out = tmp / "site"
     with redirect_stdout(io.StringIO()):
         cli.main(["--input_dir", str(sweep), "--out", str(out), "--selection_methods",

@@ -17,6 +17,7 @@ from scipy.special import ndtri
 from oodutils import accuracy, tables
 from oodutils.cli import parse_json_object
 from oodutils.errors import UnknownNameError, UserError
+from tests.requirements import need_package
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -158,7 +159,7 @@ def test_probit_clips_are_named_and_used():
 
 
 def test_probit_on_tensors_matches_numpy():
-    torch = pytest.importorskip("torch")
+    torch = need_package("torch")
     a = np.array([0.0, 1e-3, 0.3, 0.5, 0.97, 1.0])
     t = accuracy.probit(torch.tensor(a, dtype=torch.float64), accuracy.OODSELECT_CLIP)
     assert torch.is_tensor(t) and t.dtype == torch.float64

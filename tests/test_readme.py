@@ -10,8 +10,9 @@ before a block (blank lines between are fine) steer the test:
     <!-- readme-test: append 'print("checked")' -->        code run after the block
 
 `bash`/`sh`/`console` blocks run under `bash -euo pipefail`, `python` blocks with this
-interpreter, `toml` blocks are parsed; other languages are shown, not run. Blocks that
-read `../shared/` (the dev setup's reference data) run only where it exists.
+interpreter, `toml` blocks are parsed; other languages are shown, not run. Blocks run in
+a reader's checkout: the repository's `scripts/` and `tests/` (its reference data in
+`tests/data`) beside them.
 """
 import os
 import re
@@ -25,8 +26,6 @@ import pytest
 import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
-# the dev setup's reference data beside the checkout (README_TEST_SHARED points elsewhere)
-SHARED = Path(os.environ.get("README_TEST_SHARED", REPO.parent / "shared"))
 FENCE = re.compile(r"^```(\w*)\s*$")
 DIRECTIVE = re.compile(r"^<!--\s*readme-test:\s*(.*?)\s*-->\s*$")
 RUN_LANGUAGES = {"bash", "sh", "console", "python", "toml"}
@@ -163,18 +162,20 @@ def test_readme_block_not_run(block):
     pytest.skip(f"{block.name} not run: {block.skip}")
 
 
+def test_no_readme_block_needs_data_beside_the_clone():
+    """A reader's clone has no ../shared: reference data ships in tests/data."""
+    assert [b.name for b in README_BLOCKS if "../shared" in b.code] == []
+
+
 def test_readme_code_blocks_run(tmp_path):
     blocks = readme_blocks((REPO / "README.md").read_text())
     runnable = [b for b in blocks if b.language in RUN_LANGUAGES and b.skip is None]
-    if not (SHARED / "data").is_dir():
-        runnable = [b for b in runnable if "../shared/" not in b.code]
     assert runnable, "no README block runs: did the fence or directive syntax change?"
-    # The reader's checkout: the repository's scripts and `../shared` beside it.
+    # The reader's checkout: the repository's scripts and tests (with tests/data).
     cwd = tmp_path / "checkout"
     cwd.mkdir()
-    (cwd / "scripts").symlink_to(REPO / "scripts")
-    if SHARED.is_dir():
-        (tmp_path / "shared").symlink_to(SHARED)
+    for folder in ("scripts", "tests"):
+        (cwd / folder).symlink_to(REPO / folder)
     env = reader_environment(tmp_path)
     for block in runnable:
         run_block(block, cwd, env)

@@ -16,9 +16,9 @@ from domainbed.results.records import (
 )
 from oodutils.errors import UserError
 from oodutils.fileio import atomic_savez
+from tests.requirements import data_dir, need_data
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-SWEEP = SHARED / "domainbed_test_sweep" / "test_sweep_data"
+SWEEP = data_dir("domainbed_test_sweep") / "test_sweep_data"
 
 
 def record(step, test_envs=(0,), trial_seed=0, hparams_seed=0, **extra):
@@ -188,8 +188,7 @@ def test_prediction_matrix_of_logits_and_of_no_predictions(tmp_path):
 
 
 def test_reads_domainbed_published_sweep(tmp_path):
-    if not SWEEP.is_dir():
-        pytest.skip(f"DomainBed's test sweep is not available at {SWEEP}")
+    need_data(SWEEP, "DomainBed's test sweep")
     loaded = load_records(SWEEP)
     assert len(loaded) == 200
     assert loaded.skipped_lines == 0 and loaded.skipped_runs == 0

@@ -9,6 +9,7 @@ import pytest
 
 from domainbed.results import model_selection as ms
 from domainbed.results import stats
+from tests.requirements import data_dir, need_data
 
 ROOT = Path(__file__).resolve().parents[1]
 IID = ms.IIDAccuracySelectionMethod
@@ -95,9 +96,8 @@ def test_expected_best_table_grows_with_draws_when_validation_is_informative():
 
 
 def test_collect_results_stats_on_domainbeds_test_sweep():
-    sweep_dir = ROOT.parent / "shared" / "data" / "domainbed_test_sweep" / "test_sweep_data"
-    if not sweep_dir.is_dir():
-        pytest.skip(f"DomainBed's test sweep not found at {sweep_dir}")
+    sweep_dir = need_data(data_dir("domainbed_test_sweep") / "test_sweep_data",
+                          "DomainBed's test sweep")
     proc = subprocess.run([sys.executable, "-m", "domainbed.scripts.collect_results",
                            "--input_dir", str(sweep_dir), "--no_save", "--stats"],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)

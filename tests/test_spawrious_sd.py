@@ -5,8 +5,10 @@ import os
 
 import pytest
 
-pytest.importorskip("diffusers")
-pytest.importorskip("transformers")
+from tests.requirements import need_package
+
+need_package("diffusers")
+need_package("transformers")
 
 import torch  # noqa: E402
 

