@@ -84,3 +84,27 @@ def test_trained_with_metrics_and_computed_afterwards_agree(tmp_path):
         # the saved logits are float16: afterwards is as close as that rounding allows
         assert after[-1][key] == pytest.approx(last[key], abs=2e-3), key
     assert (out / "results.jsonl").read_text().count("\n") == len(records)
+
+
+def test_collect_results_tables_on_a_metric(tmp_path):
+    """Selection is by accuracy as always; the cells report the chosen checkpoints' metric,
+    read from metrics.jsonl where the records lack it."""
+    from tests.test_records import write_run
+    for trial, ece in ((0, 0.10), (1, 0.30)):
+        rec = {"args": {"dataset": "Toy", "algorithm": "ERM", "test_envs": [0],
+                        "trial_seed": trial, "hparams_seed": 0}, "hparams": {}, "step": 5,
+               "env0_in_acc": 0.5, "env0_out_acc": 0.5, "env1_in_acc": 0.7,
+               "env1_out_acc": 0.6}
+        run = write_run(tmp_path / f"t{trial}", [rec])
+        (run / "metrics.jsonl").write_text(json.dumps({"step": 5, "env0_in_ece": ece}) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "domainbed.scripts.collect_results",
+                           "--input_dir", str(tmp_path), "--no_save", "--metric", "ece",
+                           "--selection_methods", "training_domain"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "model selection method: training-domain validation set, metric: ece (x100)" \
+        in proc.stdout
+    assert "20.0 +/- 7.1" in proc.stdout     # mean 0.2, std 0.1 / sqrt(2), in percent
+    bad = subprocess.run(proc.args[:-4] + ["--metric", "f2"], capture_output=True,
+                         text=True, timeout=300)
+    assert bad.returncode == 2 and "--metric 'f2'" in bad.stderr

@@ -87,11 +87,16 @@ def dataset_infos(records: Iterable[Record], labels: dict) -> dict[str, DatasetI
 
 def build_section(records: list[Record], method: type, infos: dict[str, DatasetInfo],
                   algorithms: Sequence[str], labels: dict,
-                  selected: pd.DataFrame | None = None) -> reporting.Section:
+                  selected: pd.DataFrame | None = None,
+                  metric: str | None = None) -> reporting.Section:
     """One Section: a table per dataset in `infos`, then the averages table.
-    `selected`: model_selection.select's frame for these records, when already computed."""
+    `selected`: model_selection.select's frame for these records, when already computed.
+    `metric`: report that metric of the selected checkpoints instead of accuracy."""
     if selected is None:
         selected = model_selection.select(records, method, labels)
+    what = method.name if metric is None else f"{method.name}, metric: {metric} (x100)"
+    if metric is not None:
+        selected = with_metric(selected, records, metric)
     accs = collections.defaultdict(list)       # (dataset, algorithm, test_env) -> accs
     for row in selected.itertuples(index=False):
         accs[(row.dataset, row.algorithm, row.test_env)].append((row.trial_seed,
@@ -102,7 +107,7 @@ def build_section(records: list[Record], method: type, infos: dict[str, DatasetI
         cells = [[reporting.summarize(a for _, a in accs[(info.label, alg, e)])
                   for e in envs] for alg in algorithms]
         tables.append(reporting.Table(
-            title=f"Dataset: {info.label}, model selection method: {method.name}",
+            title=f"Dataset: {info.label}, model selection method: {what}",
             heading=info.label, columns=info.env_names, rows=list(algorithms),
             cells=cells, avg=[reporting.row_average(c) for c in cells],
             colwidth=20, env_indices=envs))
@@ -119,7 +124,7 @@ def build_section(records: list[Record], method: type, infos: dict[str, DatasetI
                 sum(v) / len(v) for v in by_trial.values()))
         avg_cells.append(row)
     tables.append(reporting.Table(
-        title=f"Averages, model selection method: {method.name}", heading="Averages",
+        title=f"Averages, model selection method: {what}", heading="Averages",
         columns=list(infos), rows=list(algorithms), cells=avg_cells,
         avg=[reporting.row_average(c) for c in avg_cells], colwidth=25))
     return reporting.Section(method.name, tables, method.key)
@@ -153,8 +158,56 @@ def build_val_worst_group_section(records: list[Record], infos: dict[str, Datase
     return reporting.Section(method.name, tables, method.key)
 
 
-def build_report(records: Records | list[Record], methods: Sequence[type] | None = None
-                 ) -> reporting.Report:
+def metric_value(record: Record, side: dict, test_env: int, metric: str) -> float | None:
+    """The test environment's `in` split value of `metric` at this checkpoint: from the
+    record (trained with --metrics) or the run's metrics.jsonl (domainbed-metrics)."""
+    key = f"env{test_env}_in_{metric}"
+    value = record.get(key, side.get(key))
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else None
+
+
+def _side_file(run_dir: str) -> dict[int, dict]:
+    import json
+    import os
+    path = os.path.join(run_dir, "metrics.jsonl")
+    lines: dict[int, dict] = {}
+    if not os.path.isfile(path) or os.path.islink(path):
+        return lines
+    with open(path) as f:
+        for line in f:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and isinstance(entry.get("step"), int):
+                lines[entry["step"]] = entry
+    return lines
+
+
+def with_metric(selected: pd.DataFrame, records: list[Record], metric: str) -> pd.DataFrame:
+    """The selection frame with `test_acc` replaced by `metric` of the same checkpoints;
+    cells without that metric are left out (their tables show X)."""
+    by_checkpoint = {(r.get("run_dir"), r.get("step")): r for r in records}
+    sides: dict[str, dict] = {}
+    values = []
+    for row in selected.itertuples(index=False):
+        record = by_checkpoint.get((row.run_dir, row.step), {})
+        if row.run_dir not in sides:
+            sides[row.run_dir] = _side_file(row.run_dir) if row.run_dir else {}
+        values.append(metric_value(record, sides[row.run_dir].get(row.step, {}),
+                                   int(row.test_env), metric))
+    out = selected.assign(test_acc=values)
+    missing = out["test_acc"].isna().sum()
+    if missing:
+        logger.warning(f"warning: {missing} selected checkpoint(s) have no {metric!r} "
+                       f"(train with --metrics {metric}, or run domainbed-metrics); "
+                       f"their cells are X")
+    return out[out["test_acc"].notna()]
+
+
+def build_report(records: Records | list[Record], methods: Sequence[type] | None = None,
+                 metric: str | None = None) -> reporting.Report:
     """Records -> reporting.Report. `methods`: selection method classes; default
     DomainBed's three, plus worst-group selection when any record has worst-group
     accuracies. Worst-group tables cover only the datasets that have them."""
@@ -175,12 +228,17 @@ def build_report(records: Records | list[Record], methods: Sequence[type] | None
             section = build_val_worst_group_section(records, infos, labels)
             sections += [section] if section else []
             continue
+        if metric is not None and method.metric != "accuracy":
+            logger.warning(f"warning: --metric applies to accuracy-based selection; no "
+                           f"{method.name} tables")
+            continue
         inputs = section_inputs(records, method, infos, labels)
         if inputs is None:
             logger.warning("warning: no records carry worst-group accuracies (env*_wga); "
                            "no worst-group tables")
             continue
-        sections.append(build_section(inputs[0], method, inputs[1], inputs[2], labels))
+        sections.append(build_section(inputs[0], method, inputs[1], inputs[2], labels,
+                                      metric=metric))
     return reporting.Report(len(records), sections)
 
 

@@ -58,6 +58,11 @@ def parse_args(argv=None):
                         "val/test environments)")
     parser.add_argument("--include_unfinished", action="store_true",
                         help="also read runs without a 'done' marker")
+    parser.add_argument("--metric", default=None, metavar="NAME",
+                        help="tables of this metric of the selected checkpoints instead of "
+                             "accuracy (selection unchanged): nll, ece, brier, balanced_acc, "
+                             "macro_f1, worst_class_acc, auroc, acc_class<k>; read from the "
+                             "records (--metrics) or metrics.jsonl (domainbed-metrics)")
     parser.add_argument("--stats", action="store_true",
                         help="also print how sure the tables are: rank stability, paired "
                              "comparison with ERM, selection regret, expected best accuracy")
@@ -70,6 +75,15 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     configure_logging(args)
     return args
+
+
+def check_metric_name(name):
+    import re
+
+    from oodutils.metrics import METRICS
+    if name == "class_acc" or (name not in METRICS and not re.fullmatch(r"acc_class\d+", name)):
+        raise UserError(f"--metric {name!r}: not one of "
+                        f"{', '.join(m for m in METRICS if m != 'class_acc')} or acc_class<k>")
 
 
 def main(argv=None):
@@ -91,7 +105,9 @@ def main(argv=None):
     if loaded.warning():
         logger.warning(loaded.warning())
 
-    text = reporting.render(build_report(loaded, methods), fmt)
+    if args.metric is not None:
+        check_metric_name(args.metric)
+    text = reporting.render(build_report(loaded, methods, metric=args.metric), fmt)
     if args.stats:
         from domainbed.results.stats import render_stats
         text += "\n" + render_stats(loaded.records, methods or
