@@ -243,5 +243,6 @@ def test_weights_download_verifies_and_lands_where_runs_look(tmp_path, monkeypat
     monkeypatch.setattr(download, "fetch", fake_fetch)
     download.main(["--weights", "clip_vit_b16", "resnet34", "--weights_dir", str(tmp_path)])
     (clip_url, clip_dst, clip_sha), (_, r34_dst, r34_sha) = calls
-    assert clip_dst == str(tmp_path / "ViT-B-16.pt") and len(clip_sha) == 64
+    assert clip_dst == str(tmp_path / "clip_vit_b16_openai.safetensors")
+    assert clip_url.endswith(".safetensors") and clip_sha is None  # trust on first use
     assert r34_dst == str(tmp_path / "resnet34-b627a593.pth") and r34_sha == "b627a593"
