@@ -162,3 +162,23 @@ def test_multinli_layout_and_groups(tmp_path, monkeypatch):
     (tmp_path / "multinli" / "glue_data" / "MNLI" / T.MNLI_FEATURE_FILES[2]).unlink()
     with pytest.raises(UserError, match="cached_dev_bert-base-uncased_128_mnli-mm not found"):
         T.MultiNLI(str(tmp_path), [1, 2], BOW)
+
+
+class _Planted:
+    """Unpickling it would write a file: what a hostile cached feature file holds."""
+    def __init__(self, target):
+        self.target = target
+
+    def __reduce__(self):
+        from pathlib import Path
+        return (Path.write_text, (Path(self.target), "pwned"))
+
+
+def test_mnli_feature_files_never_build_other_objects(tmp_path):
+    import torch
+    target = tmp_path / "victim.txt"
+    for file in T.MNLI_FEATURE_FILES:
+        torch.save([_Planted(str(target))], tmp_path / file)
+    with pytest.raises(UserError, match="never built") as e:
+        T.read_mnli_token_ids("MultiNLI", str(tmp_path))
+    assert not target.exists() and "weights_only" not in str(e.value)

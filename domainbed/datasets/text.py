@@ -193,27 +193,8 @@ MNLI_FEATURE_FILES = ("cached_train_bert-base-uncased_128_mnli",
 
 
 class _InputFeatures:
-    """Stands in for group DRO's utils_glue.InputFeatures when reading the cached files."""
-
-
-def _restricted_pickle_module():
-    """A pickle module for torch.load that rebuilds InputFeatures and nothing executable."""
-    import pickle
-    import types
-
-    class Unpickler(pickle.Unpickler):
-        def find_class(self, module, name):
-            if name == "InputFeatures":
-                return _InputFeatures
-            if module == "builtins" and name in ("list", "dict", "tuple", "set", "int"):
-                return super().find_class(module, name)
-            if module == "torch._utils" and name.startswith("_rebuild"):
-                return super().find_class(module, name)
-            raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
-
-    return types.SimpleNamespace(Unpickler=Unpickler, load=lambda f, **kw: Unpickler(f,
-                                                                                   **kw).load(),
-                                 __name__="restricted_pickle")
+    """Stands in for group DRO's utils_glue.InputFeatures when reading the cached files: the
+    one class torch.load(weights_only=True) may build, filled with plain attributes."""
 
 
 def read_mnli_token_ids(name, feature_dir):
@@ -223,10 +204,13 @@ def read_mnli_token_ids(name, feature_dir):
     for file in MNLI_FEATURE_FILES:
         path = os.path.join(feature_dir, file)
         try:
-            features = torch.load(path, map_location="cpu", weights_only=False,
-                                  pickle_module=_restricted_pickle_module())
+            with torch.serialization.safe_globals([(_InputFeatures,
+                                                    "utils_glue.InputFeatures")]):
+                features = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:
-            raise UserError(f"{name}: cannot read {path} ({type(e).__name__}: {e})") from None
+            raise UserError(f"{name}: cannot read {path} ({type(e).__name__}); it must hold "
+                            "group DRO's InputFeatures lists and nothing else (objects of "
+                            "other classes are never built: that would run code)") from None
         ids += [f.input_ids for f in features]
         masks += [f.input_mask for f in features]
     return np.asarray(ids, dtype=np.int64), np.asarray(masks, dtype=np.int64)

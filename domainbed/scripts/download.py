@@ -231,9 +231,20 @@ def main(argv=None):
     p.add_argument("--weights_dir", type=str, default="",
                    help="where --weights go (default: torch hub's checkpoints folder); pass "
                         "the same folder to train --weights_dir")
+    p.add_argument("--convert_blond_split_pickles", action="store_true",
+                   help="UNSAFE: unpickle OoD-Bench's DATA_DIR/celeba/blond_split/*_df.pickle "
+                        "once and write the CSV lists CelebA_Blond reads. Unpickling runs any "
+                        "code a file holds: use it only on files you fetched yourself from "
+                        "the OoD-Bench repository, never on files someone else put there")
     add_logging_flags(p)
     args = p.parse_args(argv)
     configure_logging(args)
+    if args.convert_blond_split_pickles:
+        from domainbed.datasets.oodbench_images import convert_blond_split_pickles
+        for path in convert_blond_split_pickles(os.path.join(args.data_dir, "celeba")):
+            print(f"wrote {path}")
+        if not args.datasets and not args.weights:
+            return
     unknown = [d for d in args.datasets if d not in DATASETS]
     if unknown:
         raise UserError(f"unknown dataset {unknown[0]!r}; downloadable: {', '.join(DATASETS)}")
