@@ -144,3 +144,38 @@ def test_pages_of_datasets_never_collide_and_stay_short(tmp_path):
         linked.append(runs)
     assert not (linked[0] & linked[1] or linked[0] & linked[2] or linked[1] & linked[2])
     assert pages.slug("VLCS") == "VLCS" and pages.slug("a-b") != pages.slug("a_b")
+
+
+def _oodselect_folder(path, curve_bytes=None):
+    path.mkdir()
+    (path / "summary.csv").write_text("method,n,r_test,r_test_lo,r_test_hi,r_val\n"
+                                      "oodselect,5,0.25,0.1,0.4,0.3\n")
+    if curve_bytes is not None:
+        (path / "correlation_vs_size.png").write_bytes(curve_bytes)
+    return path
+
+
+def test_the_oodselect_folder_gives_only_its_regular_files_with_the_sites_mode(tmp_path):
+    from domainbed.leaderboard.site import build_site
+    secret = tmp_path / "secret.key"
+    secret.write_bytes(b"SECRET-KEY-MATERIAL")
+    secret.chmod(0o600)
+    linked = _oodselect_folder(tmp_path / "linked")
+    os.symlink(secret, linked / "correlation_vs_size.png")
+    private = _oodselect_folder(tmp_path / "private", b"\x89PNG fake curve")
+    (private / "correlation_vs_size.png").chmod(0o600)
+    (tmp_path / "empty").mkdir()
+    old = os.umask(0o022)
+    try:
+        model = build_site([str(tmp_path / "empty")], str(tmp_path / "site"),
+                           oodselect_dirs=[str(linked), str(private)])
+    finally:
+        os.umask(old)
+    site = tmp_path / "site"
+    first, second = model["analysis"]["oodselect"]
+    assert first["image"] is None and "symlink" in (site / "index.html").read_text()
+    for path in site.rglob("*"):
+        assert path.is_dir() or b"SECRET-KEY-MATERIAL" not in path.read_bytes(), path
+    copied = site / second["image"]
+    assert copied.read_bytes() == b"\x89PNG fake curve"
+    assert not copied.is_symlink() and (copied.stat().st_mode & 0o777) == 0o644
