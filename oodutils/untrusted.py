@@ -11,10 +11,14 @@ never hang it, exhaust its memory or make it read or publish something else.
   deep nesting (RecursionError) included.
 * ``copy_regular_file(src, dst, max_bytes)``: copies a regular file's bytes into a new file
   with the mode a plain write gives (``oodutils.fileio``), never the source's mode.
+* ``array_digest(array)``: the checksum caches store with an entry and verify on read.
 """
+import hashlib
 import json
 import os
 import stat
+
+import numpy as np
 
 from oodutils.fileio import atomic_write_bytes
 
@@ -82,3 +86,12 @@ def read_regular_bytes(path, max_bytes):
 def copy_regular_file(src, dst, max_bytes=64 << 20):
     """Copy the regular file `src` to `dst` (a fresh file, umask mode); see module doc."""
     atomic_write_bytes(dst, read_regular_bytes(src, max_bytes))
+
+
+def array_digest(array):
+    """sha256 of an array's dtype, shape and bytes: what a cache stores beside an entry and
+    checks on read, so a zeroed, truncated or altered entry is noticed."""
+    array = np.ascontiguousarray(array)
+    digest = hashlib.sha256(f"{array.dtype.str}|{list(array.shape)}|".encode())
+    digest.update(memoryview(array).cast("B") if array.size else b"")
+    return digest.hexdigest()
