@@ -1,5 +1,7 @@
 """CivilComments in its three framings (SubpopBench, seed 000, seed 001) from a tiny csv in
 WILDS' layout, and a few training steps through the train CLI."""
+import json
+
 import numpy as np
 import pytest
 
@@ -155,6 +157,13 @@ def test_multinli_layout_and_groups(tmp_path, monkeypatch):
     assert len(list((tmp_path / "cache" / "text_features").glob("mnli-texts-*.json"))) == 1
     again = T.MultiNLI(str(tmp_path), [1, 2], BOW)  # decoded texts from the cache
     assert again.data_fingerprint == ds.data_fingerprint
+    (cached,) = (tmp_path / "cache" / "text_features").glob("mnli-texts-*.json")
+    entry = json.loads(cached.read_text())
+    entry["texts"][0] = "poisoned"  # altered without its checksum: recomputed, not used
+    cached.write_text(json.dumps(entry))
+    assert T.mnli_texts("MultiNLI", str(tmp_path / "multinli" / "glue_data" / "MNLI"),
+                        str(tmp_path))[0] != "poisoned"
+    assert "poisoned" not in cached.read_text()
     assert ds[0].groups.tolist() == [0, 1, 2, 3, 4, 5]
     texts = T.decode_bert_ids(*T.read_mnli_token_ids(
         "MultiNLI", str(tmp_path / "multinli" / "glue_data" / "MNLI")))
