@@ -38,7 +38,10 @@ class Server:
                 if header and not server.ignore_range:
                     start = int(header.split("=")[1].split("-")[0])
                     if start >= len(data):
-                        self.send_error(416)
+                        self.send_response(416)
+                        self.send_header("Content-Range", f"bytes */{len(data)}")
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
                         return
                     self.send_response(206)
                     self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/"
