@@ -20,6 +20,7 @@ from domainbed.algorithms.erm import ERM
 from domainbed.datasets.debug import Debug
 from domainbed.networks import backbones
 from oodutils.errors import UserError
+from tests.hardening_util import PlantedPickle
 
 REPO = Path(__file__).resolve().parents[1]
 # Forward only for the largest networks and deeper twins of a family that trains (resnet18,
@@ -279,19 +280,9 @@ def test_torchscript_weight_files_are_refused_without_running_their_code(tmp_pat
     assert "scripted.pt" in str(e.value) and "weights_only=False" not in str(e.value)
 
 
-class _Planted:
-    """A pickled object whose unpickling would write a file (what a hostile weights file
-    does); weights_only refuses to build it."""
-    def __init__(self, target):
-        self.target = target
-
-    def __reduce__(self):
-        return (Path.write_text, (Path(self.target), "pwned"))
-
-
 def test_pickled_objects_in_weights_files_are_refused_before_they_run(tmp_path):
     target = tmp_path / "victim.txt"
-    torch.save({"weight": _Planted(str(target))}, tmp_path / "evil.pth")
+    torch.save({"weight": PlantedPickle(str(target))}, tmp_path / "evil.pth")
     with pytest.raises(UserError, match="tensors only"):
         backbones._read_state_dict(str(tmp_path / "evil.pth"))
     assert not target.exists()

@@ -14,6 +14,7 @@ from tests.dataset_fixtures import (
     train_cli,
     write_civilcomments,
 )
+from tests.hardening_util import PlantedPickle
 
 BOW = {"text_featurizer": "bow", "text_max_length": 16}
 
@@ -173,21 +174,11 @@ def test_multinli_layout_and_groups(tmp_path, monkeypatch):
         T.MultiNLI(str(tmp_path), [1, 2], BOW)
 
 
-class _Planted:
-    """Unpickling it would write a file: what a hostile cached feature file holds."""
-    def __init__(self, target):
-        self.target = target
-
-    def __reduce__(self):
-        from pathlib import Path
-        return (Path.write_text, (Path(self.target), "pwned"))
-
-
 def test_mnli_feature_files_never_build_other_objects(tmp_path):
     import torch
     target = tmp_path / "victim.txt"
     for file in T.MNLI_FEATURE_FILES:
-        torch.save([_Planted(str(target))], tmp_path / file)
+        torch.save([PlantedPickle(str(target))], tmp_path / file)
     with pytest.raises(UserError, match="never built") as e:
         T.read_mnli_token_ids("MultiNLI", str(tmp_path))
     assert not target.exists() and "weights_only" not in str(e.value)

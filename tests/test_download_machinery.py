@@ -170,9 +170,8 @@ def test_truncated_archive_leaves_nothing(tmp_path):
     assert list(into.iterdir()) == []
 
 
-def test_download_cli_waterbirds_end_to_end(server, tmp_path, monkeypatch, capsys):
-    """The Waterbirds entry: served archive -> the loader's layout -> loadable dataset."""
-    from domainbed.datasets.subpopulation import Waterbirds
+def waterbirds_tarball(tmp_path):
+    """The Stanford DRO tarball's layout, one image per cell: the archive's bytes."""
     from tests.dataset_fixtures import write_waterbirds
     src = tmp_path / "src"
     write_waterbirds(src, per_cell=1)
@@ -180,7 +179,13 @@ def test_download_cli_waterbirds_end_to_end(server, tmp_path, monkeypatch, capsy
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         tar.add(src / "waterbirds" / "waterbird_complete95_forest2water2",
                 arcname="waterbird_complete95_forest2water2")
-    server.files["/wb.tar.gz"] = buf.getvalue()
+    return buf.getvalue()
+
+
+def test_download_cli_waterbirds_end_to_end(server, tmp_path, monkeypatch, capsys):
+    """The Waterbirds entry: served archive -> the loader's layout -> loadable dataset."""
+    from domainbed.datasets.subpopulation import Waterbirds
+    server.files["/wb.tar.gz"] = waterbirds_tarball(tmp_path)
     step = download.DATASETS["Waterbirds"][0]
     monkeypatch.setattr(step, "url", server.url + "/wb.tar.gz")
     data = tmp_path / "data"

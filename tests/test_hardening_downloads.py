@@ -4,17 +4,15 @@ its sha256 in a lock beside the data (trust on first use) and every later downlo
 (a planted one is not resumed where nothing could verify the result); an oversize stale
 partial answered by HTTP 416 is not taken as complete. Against a server on 127.0.0.1."""
 import hashlib
-import io
 import json
 import os
-import tarfile
 
 import pytest
 
 from domainbed import downloading
 from domainbed.scripts import download
 from oodutils.errors import UserError
-from tests.test_download_machinery import PAYLOAD, SHA, Server
+from tests.test_download_machinery import PAYLOAD, SHA, Server, waterbirds_tarball
 
 
 @pytest.fixture
@@ -84,20 +82,9 @@ def test_an_existing_file_is_checked_not_trusted(server, tmp_path):
     assert dst.read_bytes() == b"tampered"  # reported, not silently replaced
 
 
-def _waterbirds_archive(tmp_path):
-    from tests.dataset_fixtures import write_waterbirds
-    src = tmp_path / "src"
-    write_waterbirds(src, per_cell=1)
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        tar.add(src / "waterbirds" / "waterbird_complete95_forest2water2",
-                arcname="waterbird_complete95_forest2water2")
-    return buf.getvalue()
-
-
 def test_verify_rechecks_an_extracted_dataset_against_its_first_download(
         server, tmp_path, monkeypatch, capsys):
-    server.files["/wb.tar.gz"] = _waterbirds_archive(tmp_path)
+    server.files["/wb.tar.gz"] = waterbirds_tarball(tmp_path)
     step = download.DATASETS["Waterbirds"][0]
     monkeypatch.setattr(step, "url", server.url + "/wb.tar.gz")
     data = tmp_path / "data"

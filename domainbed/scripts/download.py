@@ -357,43 +357,47 @@ def main(argv=None):
     os.makedirs(args.data_dir, exist_ok=True)
     if args.verify:
         return verify_all(args)
-    failed, fetched = [], {}
-    for name in args.datasets:
-        steps = DATASETS[name]
-        if id(steps) in fetched:  # e.g. CelebA and CelebA_Blond read the same files
-            print(f"{name}: done (same files as {fetched[id(steps)]})")
-            continue
-        fetched[id(steps)] = name
-        if isinstance(steps[0], Manual):
-            print(f"{name}: cannot be downloaded automatically (licence or login):")
-        try:
-            if download_dataset(name, args.data_dir) == "done":
-                print(f"{name}: done ({args.data_dir})")
-        except UserError as e:
-            logger.error(f"{name}: error: {e}")
-            failed.append(name)
-    for name in args.weights:
-        try:
-            print(f"{name}: {download_weights(name, args.weights_dir)}")
-        except UserError as e:
-            logger.error(f"{name}: error: {e}")
-            failed.append(name)
+    fetched = {}
+    checks = [(n, lambda n=n: _download_one_dataset(n, args.data_dir, fetched))
+              for n in args.datasets]
+    checks += [(n, lambda n=n: download_weights(n, args.weights_dir)) for n in args.weights]
+    failed = run_each(checks)
     if failed:
-        total = len(args.datasets) + len(args.weights)
-        raise UserError(f"{len(failed)} of {total} downloads failed: {', '.join(failed)}")
+        raise UserError(f"{len(failed)} of {len(checks)} downloads failed: {', '.join(failed)}")
+
+
+def _download_one_dataset(name, data_dir, fetched):
+    steps = DATASETS[name]
+    if id(steps) in fetched:  # e.g. CelebA and CelebA_Blond read the same files
+        return f"done (same files as {fetched[id(steps)]})"
+    fetched[id(steps)] = name
+    if isinstance(steps[0], Manual):
+        print(f"{name}: cannot be downloaded automatically (licence or login):")
+    return f"done ({data_dir})" if download_dataset(name, data_dir) == "done" else None
+
+
+def run_each(checks):
+    """Run each (name, action): print "name: <what it returns>", or log its UserError and
+    go on with the rest; the names that failed."""
+    failed = []
+    for name, action in checks:
+        try:
+            line = action()
+            if line:
+                print(f"{name}: {line}")
+        except UserError as e:
+            logger.error(f"{name}: error: {e}")
+            failed.append(name)
+    return failed
 
 
 def verify_all(args):
     """--verify: one line per dataset or weights file; a non-zero exit on any mismatch."""
-    failed = []
-    checks = [(n, lambda n=n: verify_dataset(n, args.data_dir)) for n in args.datasets]
-    checks += [(n, lambda n=n: verify_weights(n, args.weights_dir)) for n in args.weights]
-    for name, check in checks:
-        try:
-            print(f"{name}: verified ({check()})")
-        except UserError as e:
-            logger.error(f"{name}: error: {e}")
-            failed.append(name)
+    checks = [(n, lambda n=n: f"verified ({verify_dataset(n, args.data_dir)})")
+              for n in args.datasets]
+    checks += [(n, lambda n=n: f"verified ({verify_weights(n, args.weights_dir)})")
+               for n in args.weights]
+    failed = run_each(checks)
     if failed:
         raise UserError(f"{len(failed)} of {len(checks)} verifications failed: "
                         f"{', '.join(failed)}")
