@@ -300,7 +300,8 @@ def check_name_hash(path):
     if match and not file_sha256(path).startswith(match.group(1)):
         raise UserError(f"weights file {path} does not match the sha256 prefix "
                         f"{match.group(1)} in its name (got {file_sha256(path)[:8]}); it is "
-                        "damaged or not the published file: download it again")
+                        "damaged or not the published file: download it again (a file of "
+                        "your own whose name only looks like a hash: rename it)")
 
 
 def _read_state_dict(path):

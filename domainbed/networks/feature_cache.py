@@ -194,10 +194,10 @@ def _discard(entry):
     """Move a bad entry out of the way (never followed if it is a symlink), then delete."""
     aside = f"{entry}.bad-{uuid.uuid4().hex[:8]}"
     os.rename(entry, aside)
-    if os.path.islink(aside):
-        os.unlink(aside)
-    else:
+    if os.path.isdir(aside) and not os.path.islink(aside):
         shutil.rmtree(aside, ignore_errors=True)
+    else:
+        os.unlink(aside)
 
 
 def load_or_extract(run, featurizer, root):
