@@ -3,9 +3,16 @@
 * ``fetch(url, dst, sha256=None)``: streams into a temp file in dst's directory (a random
   name, ``.<dst name>.<random>.partial``); an interrupted download leaves that file, and the
   next call resumes it with an HTTP Range request (a server that ignores Range is answered by
-  starting over). The checksum the source publishes (a full SHA-256, or the hash prefix in
-  torch hub file names) is verified before the file gets its final name; a mismatch removes
-  it. A tqdm progress bar is shown on a terminal only. Network errors are one-line UserErrors.
+  starting over; an HTTP 416 is taken as "complete" only when the server's stated size is
+  the partial's, else the download starts over). The complete file is verified before it
+  gets its final name, and removed on a mismatch: against the checksum the source publishes
+  (a full SHA-256, or the hash prefix in torch hub file names), else against the sha256 the
+  first complete download recorded in the lock file beside it (``LOCK_FILE``: trust on
+  first use). A partial is resumed only where there is such a checksum to verify the result
+  (otherwise it is discarded: it may not be ours). An existing dst is checked, not fetched.
+  A tqdm progress bar is shown on a terminal only. Network errors are one-line UserErrors.
+* ``record`` / ``read_lock`` / ``tree_digest``: the lock file, and the digest of an
+  extracted tree (``--verify`` re-checks a dataset whose archive is gone with it).
 * ``extract(archive, into)``: unpacks a tar or zip archive into a fresh temp directory inside
   ``into``; a member that would land outside it (``..``, absolute paths, links out) is a
   UserError; only a complete extraction is renamed into place, entry by entry, so a later
@@ -13,7 +20,9 @@
 """
 import glob
 import hashlib
+import json
 import os
+import re
 import shutil
 import sys
 import tarfile
@@ -23,8 +32,12 @@ import urllib.request
 import zipfile
 
 from oodutils.errors import UserError
+from oodutils.fileio import atomic_write_text
+from oodutils.untrusted import parse_json, read_regular_bytes
 
 CHUNK = 1 << 20
+LOCK_FILE = "domainbed_checksums.lock.json"  # beside the data: sha256 of first downloads
+MAX_LOCK_BYTES = 1 << 20
 USER_AGENT = "domainbed-downloader"
 
 
@@ -37,7 +50,8 @@ def file_digest(path, algorithm="sha256"):
 
 
 def verify(path, sha256, source):
-    """sha256: the full hex digest, or a prefix of it (torch hub's `name-<prefix>.pth`)."""
+    """sha256: the full hex digest, or a prefix of it (torch hub's `name-<prefix>.pth`); a
+    mismatch removes the file."""
     if not sha256:
         return
     actual = file_digest(path)
@@ -47,18 +61,87 @@ def verify(path, sha256, source):
                         f"{actual[:len(sha256)]}; the file was removed, run again")
 
 
+# ------------------------------------------------------------- trust on first use (lock)
+
+def lock_path(directory):
+    return os.path.join(directory, LOCK_FILE)
+
+
+def read_lock(directory):
+    """{file name: {"url", "sha256", ...}} of the lock file in `directory` ({} if none);
+    a lock that is not a regular JSON file is a UserError, never silently ignored."""
+    path = lock_path(directory)
+    if not os.path.lexists(path):
+        return {}
+    try:
+        lock = parse_json(read_regular_bytes(path, MAX_LOCK_BYTES))
+    except OSError as e:
+        raise UserError(f"cannot read the checksum lock {path} ({e})") from None
+    if not isinstance(lock, dict) or not all(isinstance(v, dict) for v in lock.values()):
+        raise UserError(f"the checksum lock {path} is damaged; restore it or delete it (the "
+                        "next download then trusts what it gets)")
+    return lock
+
+
+def recorded_sha256(dst):
+    """The sha256 the lock beside `dst` recorded at its first download, or None."""
+    directory, name = os.path.split(os.path.abspath(dst))
+    value = read_lock(directory).get(name, {}).get("sha256")
+    return value if isinstance(value, str) and value else None
+
+
+def record(dst, **fields):
+    """Add `fields` to the lock entry of `dst` (the lock beside it)."""
+    directory, name = os.path.split(os.path.abspath(dst))
+    lock = read_lock(directory)
+    lock[name] = {**lock.get(name, {}), **fields}
+    atomic_write_text(lock_path(directory), json.dumps(lock, indent=1, sort_keys=True) + "\n")
+
+
+def expected_sha256(dst, sha256):
+    """What a download of `dst` must match: the published checksum, else the lock's."""
+    return sha256 or recorded_sha256(dst)
+
+
+def check_file(path, sha256, source):
+    """A UserError unless the file on disk matches `sha256` (full or prefix); kept as is."""
+    actual = file_digest(path)
+    if not actual.startswith(sha256.lower()):
+        raise UserError(f"{path} does not match the checksum of {source} (expected sha256 "
+                        f"{sha256}, got {actual[:len(sha256)]}); delete it and download "
+                        "again")
+    return actual
+
+
+def accept(partial, dst, url, sha256):
+    """A complete download: checked against the published or recorded checksum (removed on
+    a mismatch), recorded in the lock on first use, then renamed into place."""
+    expected = expected_sha256(dst, sha256)
+    actual = file_digest(partial)
+    if expected and not actual.startswith(expected.lower()):
+        os.unlink(partial)
+        what = "published" if sha256 else f"recorded in {lock_path(os.path.dirname(dst))}"
+        raise UserError(f"checksum mismatch for {url}: expected sha256 {expected} ({what}), "
+                        f"got {actual[:len(expected)]}; the download was removed")
+    if not sha256 and not expected:
+        record(dst, url=url, sha256=actual)
+    os.replace(partial, dst)
+    return dst
+
+
 def _partials(dst):
     directory, name = os.path.split(os.path.abspath(dst))
     return sorted(glob.glob(os.path.join(glob.escape(directory), f".{glob.escape(name)}.*"
                                          ".partial")), key=os.path.getsize, reverse=True)
 
 
-def _partial_file(dst):
-    """The largest partial download of dst to resume, or a new one with a random name."""
+def _partial_file(dst, resume=True):
+    """The largest partial download of dst to resume (only where the result will be checked
+    against a checksum), or a new one with a random name."""
     existing = _partials(dst)
-    for stale in existing[1:]:
+    for stale in existing[1 if resume else 0:]:
         os.unlink(stale)
-    if existing:
+    if existing and resume:
         return existing[0]
     directory, name = os.path.split(os.path.abspath(dst))
     fd, path = tempfile.mkstemp(prefix=f".{name}.", suffix=".partial", dir=directory)
@@ -84,8 +167,11 @@ def _stream(url, partial, timeout):
     try:
         response = _open(url, offset, timeout)
     except urllib.error.HTTPError as e:
-        if e.code == 416 and offset:  # nothing left to fetch: the partial file is complete
-            return
+        if e.code == 416 and offset:  # nothing left to fetch, or a stale, oversize partial
+            if _complete_size(e.headers) == offset:
+                return
+            os.truncate(partial, 0)
+            return _stream(url, partial, timeout)
         raise
     with response:
         status = getattr(response, "status", None)
@@ -102,12 +188,22 @@ def _stream(url, partial, timeout):
                           "bytes")
 
 
+def _complete_size(headers):
+    """The full size a 416 answer states (`Content-Range: bytes */SIZE`), or None."""
+    match = re.fullmatch(r"bytes \*/(\d+)", (headers or {}).get("Content-Range", "") or "")
+    return int(match.group(1)) if match else None
+
+
 def fetch(url, dst, sha256=None, timeout=60):
-    """Download url to dst (see the module docstring). Returns dst."""
-    if os.path.exists(dst):
+    """Download url to dst (see the module docstring). Returns dst. An existing dst is
+    checked against the published or recorded checksum, not downloaded again."""
+    expected = expected_sha256(dst, sha256)
+    if os.path.lexists(dst):
+        if expected:
+            check_file(dst, expected, url)
         return dst
     os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
-    partial = _partial_file(dst)
+    partial = _partial_file(dst, resume=bool(expected))
     try:
         _stream(url, partial, timeout)
     except (urllib.error.URLError, OSError, TimeoutError) as e:
@@ -117,9 +213,7 @@ def fetch(url, dst, sha256=None, timeout=60):
         reason = getattr(e, "reason", None) or e
         raise UserError(f"could not download {url} ({reason}); is the network reachable?"
                         + (" Run again to resume." if kept else "")) from None
-    verify(partial, sha256, url)
-    os.replace(partial, dst)
-    return dst
+    return accept(partial, dst, url, sha256)
 
 
 def _inside(root, path):
@@ -180,3 +274,19 @@ def fetch_and_extract(url, into, archive_name, sha256=None):
     """Download an archive into `into` (resumable, verified) and unpack it there."""
     archive = fetch(url, os.path.join(into, archive_name), sha256=sha256)
     return extract(archive, into)
+
+
+def tree_digest(root, names):
+    """sha256 over every regular file under root/<name> (relative path and content), in
+    sorted order; symlinks count by their target text, never followed."""
+    digest = hashlib.sha256()
+    for name in sorted(names):
+        top = os.path.join(root, name)
+        paths = [top] if not os.path.isdir(top) or os.path.islink(top) else sorted(
+            os.path.join(d, f) for d, _, files in os.walk(top) for f in files)
+        for path in paths:
+            rel = os.path.relpath(path, root).replace(os.sep, "/")
+            body = os.readlink(path) if os.path.islink(path) else file_digest(path)
+            digest.update(f"{rel}\0{body}\n".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
+

@@ -61,6 +61,17 @@ def comparable(recs):
     return out
 
 
+class PlantedPickle:
+    """An object whose unpickling would write "pwned" into `target`: what a hostile weights
+    or cache file holds; a reader that never runs code refuses to build it."""
+    def __init__(self, target):
+        self.target = target
+
+    def __reduce__(self):
+        from pathlib import Path
+        return (Path.write_text, (Path(self.target), "pwned"))
+
+
 @pytest.fixture
 def quiet_threads():
     import torch

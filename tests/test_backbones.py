@@ -2,6 +2,7 @@
 weights at a small input and trains (or, for the largest, runs forward); weights load only
 from disk (pretrained_path, --weights_dir, torch hub cache) with their sha256 in the run's
 args; transfer modes freeze what they should."""
+import dataclasses
 import hashlib
 import json
 import os
@@ -19,6 +20,7 @@ from domainbed.algorithms.erm import ERM
 from domainbed.datasets.debug import Debug
 from domainbed.networks import backbones
 from oodutils.errors import UserError
+from tests.hardening_util import PlantedPickle
 from tests.requirements import need_package
 
 REPO = Path(__file__).resolve().parents[1]
@@ -136,6 +138,11 @@ def test_weights_load_from_disk_and_their_sha256_is_the_identity(tmp_path, monke
         path = Path(torch.hub.get_dir()) / "checkpoints" / spec.file
         path.parent.mkdir(parents=True)
     torch.save(state, path)
+    if where != "pretrained_path":  # the hub file name's hash prefix must match the file
+        named = path.with_name(f"{name}-{_sha256(path)[:8]}.pth")
+        path.rename(named)
+        path = named
+        monkeypatch.setitem(backbones.BACKBONES, name, dataclasses.replace(spec, file=path.name))
     net = networks.Featurizer((3, 32, 32), hparams)
     torch.testing.assert_close(_first_conv(net), state["features.0.0.weight"])
     identity = backbones.weights_identity((3, 32, 32), hparams)
@@ -181,7 +188,8 @@ def test_weight_sources_table_has_file_url_and_checksum():
     for name, source in backbones.WEIGHT_SOURCES.items():
         assert source["file"] and source["url"].startswith("https://"), name
     assert backbones.WEIGHT_SOURCES["resnet50"]["sha256_prefix"] == "0676ba61"
-    assert len(backbones.WEIGHT_SOURCES["clip_vit_b16"]["sha256"]) == 64
+    # OpenAI's TorchScript file cannot be read without running code: safetensors instead
+    assert backbones.WEIGHT_SOURCES["clip_vit_b16"]["url"].endswith(".safetensors")
 
 
 def test_random_search_draws_the_backbone_from_the_datasets_zoo():
@@ -264,9 +272,33 @@ def test_text_encoders_record_transfer_mode_and_weights_sha256(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore::FutureWarning")
-def test_torchscript_weight_files_are_read_as_state_dicts(tmp_path):
-    """OpenAI's CLIP file (clip_vit_b16) is a TorchScript archive, not a pickled dict."""
+def test_torchscript_weight_files_are_refused_without_running_their_code(tmp_path):
+    """A TorchScript archive runs its stored code when loaded: refused, with the reason."""
     module = torch.jit.script(torch.nn.Linear(3, 2))
     module.save(str(tmp_path / "scripted.pt"))
-    state = backbones._read_state_dict(str(tmp_path / "scripted.pt"))
-    torch.testing.assert_close(state["weight"], module.weight)
+    with pytest.raises(UserError, match="runs code") as e:
+        backbones._read_state_dict(str(tmp_path / "scripted.pt"))
+    assert "scripted.pt" in str(e.value) and "weights_only=False" not in str(e.value)
+
+
+def test_pickled_objects_in_weights_files_are_refused_before_they_run(tmp_path):
+    target = tmp_path / "victim.txt"
+    torch.save({"weight": PlantedPickle(str(target))}, tmp_path / "evil.pth")
+    with pytest.raises(UserError, match="tensors only"):
+        backbones._read_state_dict(str(tmp_path / "evil.pth"))
+    assert not target.exists()
+
+
+def test_a_hash_prefix_in_the_file_name_is_checked_before_use(tmp_path):
+    state = {"weight": torch.arange(6.0).reshape(2, 3)}
+    draft = tmp_path / "draft.pth"
+    torch.save(state, draft)
+    prefix = _sha256(draft)[:8]
+    good = tmp_path / f"linear-{prefix}.pth"
+    draft.rename(good)
+    torch.testing.assert_close(backbones._read_state_dict(str(good))["weight"], state["weight"])
+    wrong = "0" * 8 if prefix != "0" * 8 else "1" * 8
+    bad = tmp_path / f"linear-{wrong}.pth"
+    good.rename(bad)
+    with pytest.raises(UserError, match=f"sha256 prefix {wrong}"):
+        backbones._read_state_dict(str(bad))

@@ -70,3 +70,48 @@ def test_nico_mixed_uses_the_authors_lists(tmp_path):
 def test_nico_missing_is_clear(tmp_path):
     with pytest.raises(UserError, match="NICO/animal not found"):
         ob.NICO_Mixed(str(tmp_path), [2, 3], {})
+
+
+def _blond_frame():
+    import pandas as pd
+    return pd.DataFrame({"filename": [f"{i:06d}.jpg" for i in range(1, 7)]})
+
+
+def _pickled_split(path, names):
+    import pandas as pd
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"y": range(len(names))}, index=names).to_pickle(path)
+
+
+def test_celeba_blond_reads_the_authors_split_from_csv_and_never_a_pickle(tmp_path):
+    import pandas as pd
+    dataset = object.__new__(ob.CelebA_Blond)
+    df = _blond_frame()
+    split = {"tr_env1": ["000002.jpg", "000001.jpg"], "tr_env2": ["000004.jpg"],
+             "te_env": ["000006.jpg", "000003.jpg"]}
+    for env in split:  # a pickle that would run code if unpickled
+        (tmp_path / "blond_split").mkdir(exist_ok=True)
+        (tmp_path / "blond_split" / f"{env}_df.pickle").write_bytes(b"cos\nsystem\n(S'x'\ntR.")
+    with pytest.raises(UserError, match="never read.*convert_blond_split_pickles"):
+        dataset.authors_split(str(tmp_path), df)
+    for env, names in split.items():
+        pd.DataFrame({"filename": names}).to_csv(tmp_path / "blond_split" / f"{env}_df.csv",
+                                                 index=False)
+    assert dataset.authors_split(str(tmp_path), df) == {
+        "unbalanced_1": [1, 0], "unbalanced_2": [3], "balanced": [5, 2]}
+    (tmp_path / "blond_split" / "te_env_df.csv").write_text("name\nx\n")
+    with pytest.raises(UserError, match="filename"):
+        dataset.authors_split(str(tmp_path), df)
+
+
+def test_the_unsafe_conversion_is_explicit_and_writes_the_csv_lists(tmp_path, capsys):
+    from domainbed.scripts import download
+    split = {"tr_env1": ["000002.jpg"], "tr_env2": ["000004.jpg", "000005.jpg"],
+             "te_env": ["000001.jpg"]}
+    for env, names in split.items():
+        _pickled_split(tmp_path / "celeba" / "blond_split" / f"{env}_df.pickle", names)
+    download.main(["--data_dir", str(tmp_path), "--convert_blond_split_pickles"])
+    assert capsys.readouterr().out.count("wrote ") == 3
+    dataset = object.__new__(ob.CelebA_Blond)
+    assert dataset.authors_split(str(tmp_path / "celeba"), _blond_frame()) == {
+        "unbalanced_1": [1], "unbalanced_2": [3, 4], "balanced": [0]}

@@ -1,5 +1,7 @@
 """CivilComments in its three framings (SubpopBench, seed 000, seed 001) from a tiny csv in
 WILDS' layout, and a few training steps through the train CLI."""
+import json
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,7 @@ from tests.dataset_fixtures import (
     train_cli,
     write_civilcomments,
 )
+from tests.hardening_util import PlantedPickle
 from tests.requirements import need_package
 
 BOW = {"text_featurizer": "bow", "text_max_length": 16}
@@ -156,6 +159,13 @@ def test_multinli_layout_and_groups(tmp_path, monkeypatch):
     assert len(list((tmp_path / "cache" / "text_features").glob("mnli-texts-*.json"))) == 1
     again = T.MultiNLI(str(tmp_path), [1, 2], BOW)  # decoded texts from the cache
     assert again.data_fingerprint == ds.data_fingerprint
+    (cached,) = (tmp_path / "cache" / "text_features").glob("mnli-texts-*.json")
+    entry = json.loads(cached.read_text())
+    entry["texts"][0] = "poisoned"  # altered without its checksum: recomputed, not used
+    cached.write_text(json.dumps(entry))
+    assert T.mnli_texts("MultiNLI", str(tmp_path / "multinli" / "glue_data" / "MNLI"),
+                        str(tmp_path))[0] != "poisoned"
+    assert "poisoned" not in cached.read_text()
     assert ds[0].groups.tolist() == [0, 1, 2, 3, 4, 5]
     texts = T.decode_bert_ids(*T.read_mnli_token_ids(
         "MultiNLI", str(tmp_path / "multinli" / "glue_data" / "MNLI")))
@@ -163,3 +173,13 @@ def test_multinli_layout_and_groups(tmp_path, monkeypatch):
     (tmp_path / "multinli" / "glue_data" / "MNLI" / T.MNLI_FEATURE_FILES[2]).unlink()
     with pytest.raises(UserError, match="cached_dev_bert-base-uncased_128_mnli-mm not found"):
         T.MultiNLI(str(tmp_path), [1, 2], BOW)
+
+
+def test_mnli_feature_files_never_build_other_objects(tmp_path):
+    import torch
+    target = tmp_path / "victim.txt"
+    for file in T.MNLI_FEATURE_FILES:
+        torch.save([PlantedPickle(str(target))], tmp_path / file)
+    with pytest.raises(UserError, match="never built") as e:
+        T.read_mnli_token_ids("MultiNLI", str(tmp_path))
+    assert not target.exists() and "weights_only" not in str(e.value)

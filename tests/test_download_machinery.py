@@ -38,7 +38,10 @@ class Server:
                 if header and not server.ignore_range:
                     start = int(header.split("=")[1].split("-")[0])
                     if start >= len(data):
-                        self.send_error(416)
+                        self.send_response(416)
+                        self.send_header("Content-Range", f"bytes */{len(data)}")
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
                         return
                     self.send_response(206)
                     self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/"
@@ -167,9 +170,8 @@ def test_truncated_archive_leaves_nothing(tmp_path):
     assert list(into.iterdir()) == []
 
 
-def test_download_cli_waterbirds_end_to_end(server, tmp_path, monkeypatch, capsys):
-    """The Waterbirds entry: served archive -> the loader's layout -> loadable dataset."""
-    from domainbed.datasets.subpopulation import Waterbirds
+def waterbirds_tarball(tmp_path):
+    """The Stanford DRO tarball's layout, one image per cell: the archive's bytes."""
     from tests.dataset_fixtures import write_waterbirds
     src = tmp_path / "src"
     write_waterbirds(src, per_cell=1)
@@ -177,7 +179,13 @@ def test_download_cli_waterbirds_end_to_end(server, tmp_path, monkeypatch, capsy
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         tar.add(src / "waterbirds" / "waterbird_complete95_forest2water2",
                 arcname="waterbird_complete95_forest2water2")
-    server.files["/wb.tar.gz"] = buf.getvalue()
+    return buf.getvalue()
+
+
+def test_download_cli_waterbirds_end_to_end(server, tmp_path, monkeypatch, capsys):
+    """The Waterbirds entry: served archive -> the loader's layout -> loadable dataset."""
+    from domainbed.datasets.subpopulation import Waterbirds
+    server.files["/wb.tar.gz"] = waterbirds_tarball(tmp_path)
     step = download.DATASETS["Waterbirds"][0]
     monkeypatch.setattr(step, "url", server.url + "/wb.tar.gz")
     data = tmp_path / "data"
@@ -243,5 +251,6 @@ def test_weights_download_verifies_and_lands_where_runs_look(tmp_path, monkeypat
     monkeypatch.setattr(download, "fetch", fake_fetch)
     download.main(["--weights", "clip_vit_b16", "resnet34", "--weights_dir", str(tmp_path)])
     (clip_url, clip_dst, clip_sha), (_, r34_dst, r34_sha) = calls
-    assert clip_dst == str(tmp_path / "ViT-B-16.pt") and len(clip_sha) == 64
+    assert clip_dst == str(tmp_path / "clip_vit_b16_openai.safetensors")
+    assert clip_url.endswith(".safetensors") and clip_sha is None  # trust on first use
     assert r34_dst == str(tmp_path / "resnet34-b627a593.pth") and r34_sha == "b627a593"

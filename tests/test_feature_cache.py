@@ -40,14 +40,14 @@ def _hparams(dataset_cls=Tiny32, algorithm_cls=ERM, **overrides):
     return hparams
 
 
-def _train(tmp_path, name, cache, dataset_cls=Tiny32, algorithm="ERM", **overrides):
+def _train(tmp_path, name, cache, dataset_cls=Tiny32, algorithm="ERM", log=None, **overrides):
     out = tmp_path / name
     algorithm_cls = get_algorithm_class(algorithm)
     args = parse_args(["--test_envs", "0", "--output_dir", str(out), "--steps", "5",
                        "--checkpoint_freq", "2", "--data_dir", str(tmp_path),
                        "--feature_cache_dir", str(cache), "--algorithm", algorithm])
     training.run(args, _hparams(dataset_cls, algorithm_cls, **overrides), algorithm_cls,
-                 dataset_cls, log=lambda m: None)
+                 dataset_cls, log=log or (lambda m: None))
     return out
 
 
@@ -82,7 +82,9 @@ def test_cache_is_written_once_then_hit_with_identical_records(tmp_path):
     first = _train(tmp_path, "first", cache)
     assert feature_cache.STATS == {"extracted": 1}
     (entry,) = _complete_entries(cache)
-    arrays = feature_cache.read_entry(str(entry), 3)
+    fields = json.loads((entry / "meta.json").read_text())
+    assert [a["rows"] for a in fields.pop("arrays")] == [24, 24, 24]
+    arrays = feature_cache.read_entry(str(entry), fields)
     assert [a.dtype for a in arrays] == [np.float16] * 3 and arrays[0].shape == (24, 512)
     second = _train(tmp_path, "second", cache)
     assert feature_cache.STATS == {"extracted": 1, "loaded": 1}
@@ -190,3 +192,44 @@ def test_prepare_hooks_see_features_and_image_mixing_is_not_cached(tmp_path):
     feature_cache.STATS.clear()
     _train(tmp_path, "mixup", tmp_path / "cache", algorithm="Mixup")
     assert feature_cache.STATS == {}
+
+
+def _poison(path):
+    array = np.load(path)
+    array[0, 0] += 1
+    np.save(path, array)
+
+
+def _zero(path):
+    path.write_bytes(b"\0" * path.stat().st_size)
+
+
+def _truncate(path):
+    path.write_bytes(path.read_bytes()[:200])
+
+
+def _fewer_rows(path):
+    np.save(path, np.load(path)[:5])
+
+
+def _replace_meta(path):
+    meta = json.loads((path.parent / "meta.json").read_text())
+    meta["arrays"] = [{"rows": 1}]
+    (path.parent / "meta.json").write_text(json.dumps(meta))
+
+
+def test_a_bad_cache_entry_is_recomputed_with_a_warning(tmp_path):
+    """Poisoned, zeroed, truncated, fewer rows, meta.json altered: each noticed, warned of,
+    recomputed into a whole entry (the next damage starts from it), records unchanged."""
+    cache = tmp_path / "cache"
+    feature_cache.STATS.clear()
+    first = _train(tmp_path, "first", cache)
+    for number, damage in enumerate([_poison, _zero, _truncate, _fewer_rows, _replace_meta]):
+        (entry,) = _complete_entries(cache)
+        damage(entry / "env1.npy")
+        messages = []
+        again = _train(tmp_path, f"again{number}", cache, log=messages.append)
+        assert feature_cache.STATS == {"extracted": 2 + number}, damage.__name__
+        warned = [m for m in messages if m.startswith("warning: frozen-feature cache entry")]
+        assert len(warned) == 1 and "recomputing" in warned[0], damage.__name__
+        _same_run(first, again)

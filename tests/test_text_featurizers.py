@@ -70,3 +70,44 @@ def test_hf_needs_a_model(tmp_path):
         NT.resolve_encoder({**HP, "text_featurizer": "hf"})
     with pytest.raises(UserError, match="without config.json"):
         NT.resolve_encoder({**HP, "text_featurizer": "hf", "text_model": str(tmp_path)})
+
+
+def _poison_entry(path):
+    import torch
+    entry = torch.load(path, weights_only=True)
+    entry["features"][0, 0] += 1
+    torch.save(entry, path)
+
+
+def _fewer_rows_entry(path):
+    import torch
+    entry = torch.load(path, weights_only=True)
+    entry["features"] = entry["features"][:1]
+    torch.save(entry, path)
+
+
+def _bare_tensor_entry(path):  # the old format: no row count, no checksum
+    import torch
+    torch.save(torch.load(path, weights_only=True)["features"], path)
+
+
+@pytest.mark.parametrize("damage", [
+    _poison_entry, _fewer_rows_entry, _bare_tensor_entry,
+    lambda p: p.write_bytes(b"\0" * p.stat().st_size),
+    lambda p: p.write_bytes(p.read_bytes()[:100])], ids=[
+        "poisoned", "fewer_rows", "old_format", "zeroed", "truncated"])
+def test_a_bad_text_cache_entry_is_recomputed_with_a_warning(tmp_path, monkeypatch, damage):
+    import torch
+    monkeypatch.setenv(NT.CACHE_ENV, str(tmp_path))
+    texts, hp = ["a b c", "d e", "f"], {**HP, "text_max_length": 4}
+    expected = NT.hashed_token_ids(texts, HP["text_hash_buckets"], 4)
+    logs = []
+    torch.testing.assert_close(NT.encode_texts(texts, hp, "unused", "fp", log=logs.append),
+                               expected)
+    (entry,) = (tmp_path / "text_features").iterdir()
+    damage(entry)
+    again = NT.encode_texts(texts, hp, "unused", "fp", log=logs.append)
+    torch.testing.assert_close(again, expected)
+    assert "damaged or altered" in logs[1] and logs[1].startswith("warning:")
+    NT.encode_texts(texts, hp, "unused", "fp", log=logs.append)
+    assert "cache hit" in logs[-1]

@@ -9,8 +9,10 @@ unbalanced_2 blond M 924 / F 11,209, not-blond M 11,209 / F 924; balanced 362 pe
 Built from the CelebA release (layout of ``domainbed.datasets.subpopulation.CelebA``, all
 official partitions pooled): per cell, the matching images in file-name order are permuted
 with ``RandomState(data_seed)`` and cut into balanced, unbalanced_1, unbalanced_2 in that
-order. Where the authors' split files ``celeba/blond_split/{tr_env1,tr_env2,te_env}_df.pickle``
-are present (from the OoD-Bench repository), their images are used instead.
+order. Where the authors' split lists ``celeba/blond_split/{tr_env1,tr_env2,te_env}_df.csv``
+are present (a `filename` column), their images are used instead. The OoD-Bench repository
+publishes them as pickles, which are never read here (unpickling runs code): convert them
+once with ``domainbed-download --convert_blond_split_pickles`` (``convert_blond_split_pickles``).
 
 ``NICO_Mixed``: environments [train1, train2, val, test] (OoD-Bench's NICOMixed), y = animal
 (0) / vehicle (1), attribute = context (on_snow, in_forest, on_beach, on_grass). Cells
@@ -97,21 +99,58 @@ class CelebA_Blond(SubpopulationDataset):
                                       [paths[r] for r in rows], test_envs, hparams, data_root)
 
     def authors_split(self, data_root, df):
-        files = [os.path.join(data_root, "blond_split", f"{e}_df.pickle")
-                 for e in ("tr_env1", "tr_env2", "te_env")]
-        if not all(os.path.exists(f) for f in files):
+        """{env: row indices} from the authors' split lists (CSV), or None without them."""
+        files = blond_split_files(data_root, ".csv")
+        if not all(os.path.isfile(f) for f in files):
+            if any(os.path.lexists(f) for f in blond_split_files(data_root, ".pickle")):
+                raise UserError(
+                    f"{self.registry_name}: {os.path.dirname(files[0])} holds the authors' "
+                    "split as pickles, which are never read (unpickling runs any code the "
+                    "file holds); convert them once with `domainbed-download --data_dir "
+                    "DATA_DIR --convert_blond_split_pickles` if you trust where they came "
+                    "from, or remove them to use the seeded split")
             return None
         import pandas as pd
         row_of = {f: i for i, f in enumerate(df["filename"])}
         out = {}
         for env, path in zip(self.ENVIRONMENTS, files):
-            names = pd.read_pickle(path).index
+            try:
+                names = pd.read_csv(path, dtype=str)["filename"].tolist()
+            except (ValueError, KeyError, OSError) as e:
+                raise UserError(f"{self.registry_name}: cannot read {path} (a CSV with a "
+                                f"`filename` column): {type(e).__name__}") from None
             missing = [n for n in names if n not in row_of]
             if missing:
                 raise UserError(f"{self.registry_name}: {path} lists {missing[0]}, which is "
                                 "not in list_attr_celeba.txt")
             out[env] = [row_of[n] for n in names]
         return out
+
+
+BLOND_SPLIT_NAMES = ("tr_env1", "tr_env2", "te_env")  # OoD-Bench's file names, env order
+
+
+def blond_split_files(celeba_root, suffix):
+    return [os.path.join(celeba_root, "blond_split", f"{e}_df{suffix}")
+            for e in BLOND_SPLIT_NAMES]
+
+
+def convert_blond_split_pickles(celeba_root):
+    """UNSAFE by nature: unpickles OoD-Bench's `blond_split/*_df.pickle` (the form the
+    authors publish; unpickling runs any code a file holds) once, and writes the image
+    names each lists as `*_df.csv`, the only form CelebA_Blond reads. Returns the CSVs."""
+    import pandas as pd
+
+    from oodutils.fileio import atomic_write_text
+    written = []
+    for source, target in zip(blond_split_files(celeba_root, ".pickle"),
+                              blond_split_files(celeba_root, ".csv")):
+        if not os.path.isfile(source):
+            raise UserError(f"no {source} to convert")
+        names = [str(n) for n in pd.read_pickle(source).index]
+        atomic_write_text(target, pd.DataFrame({"filename": names}).to_csv(index=False))
+        written.append(target)
+    return written
 
 
 @register_dataset("NICO_Mixed")

@@ -45,6 +45,7 @@ from domainbed.datasets.subpopulation import group_names
 from domainbed.networks.text import TEXT_HPARAMS
 from domainbed.registry import register_dataset
 from oodutils.errors import UserError
+from oodutils.log import get_logger
 
 IDENTITIES = ["male", "female", "LGBTQ", "christian", "muslim", "other_religions", "black",
               "white"]
@@ -187,33 +188,16 @@ class WILDSCivilComments(TextDataset):
                                      hparams, root, source)
 
 
+logger = get_logger(__name__)
+MAX_TEXT_CACHE_BYTES = 1 << 30  # MultiNLI's 412k decoded pairs take about 100 MB
 MNLI_FEATURE_FILES = ("cached_train_bert-base-uncased_128_mnli",
                       "cached_dev_bert-base-uncased_128_mnli",
                       "cached_dev_bert-base-uncased_128_mnli-mm")
 
 
 class _InputFeatures:
-    """Stands in for group DRO's utils_glue.InputFeatures when reading the cached files."""
-
-
-def _restricted_pickle_module():
-    """A pickle module for torch.load that rebuilds InputFeatures and nothing executable."""
-    import pickle
-    import types
-
-    class Unpickler(pickle.Unpickler):
-        def find_class(self, module, name):
-            if name == "InputFeatures":
-                return _InputFeatures
-            if module == "builtins" and name in ("list", "dict", "tuple", "set", "int"):
-                return super().find_class(module, name)
-            if module == "torch._utils" and name.startswith("_rebuild"):
-                return super().find_class(module, name)
-            raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
-
-    return types.SimpleNamespace(Unpickler=Unpickler, load=lambda f, **kw: Unpickler(f,
-                                                                                   **kw).load(),
-                                 __name__="restricted_pickle")
+    """Stands in for group DRO's utils_glue.InputFeatures when reading the cached files: the
+    one class torch.load(weights_only=True) may build, filled with plain attributes."""
 
 
 def read_mnli_token_ids(name, feature_dir):
@@ -223,10 +207,13 @@ def read_mnli_token_ids(name, feature_dir):
     for file in MNLI_FEATURE_FILES:
         path = os.path.join(feature_dir, file)
         try:
-            features = torch.load(path, map_location="cpu", weights_only=False,
-                                  pickle_module=_restricted_pickle_module())
+            with torch.serialization.safe_globals([(_InputFeatures,
+                                                    "utils_glue.InputFeatures")]):
+                features = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:
-            raise UserError(f"{name}: cannot read {path} ({type(e).__name__}: {e})") from None
+            raise UserError(f"{name}: cannot read {path} ({type(e).__name__}); it must hold "
+                            "group DRO's InputFeatures lists and nothing else (objects of "
+                            "other classes are never built: that would run code)") from None
         ids += [f.input_ids for f in features]
         masks += [f.input_mask for f in features]
     return np.asarray(ids, dtype=np.int64), np.asarray(masks, dtype=np.int64)
@@ -254,17 +241,38 @@ def mnli_texts(name, feature_dir, data_dir):
               os.path.getmtime(os.path.join(feature_dir, f))) for f in MNLI_FEATURE_FILES]
     key = hashlib.sha256(json.dumps(stats).encode()).hexdigest()[:24]
     path = os.path.join(cache_dir(data_dir), f"mnli-texts-{key}.json")
-    if os.path.exists(path):
-        try:
-            with open(path) as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            pass  # a damaged cache entry is rebuilt
+    if os.path.lexists(path):
+        texts = _checked_texts(path)
+        if texts is not None:
+            return texts
+        logger.warning(f"warning: decoded-text cache entry {path} is damaged or altered; "
+                       "recomputing it")
     texts = decode_bert_ids(*read_mnli_token_ids(name, feature_dir))
     try:
-        fileio.atomic_write_text(path, json.dumps(texts))
+        fileio.atomic_write_text(path, json.dumps({"texts": texts, "rows": len(texts),
+                                                   "sha256": _texts_digest(texts)}))
     except OSError:
         pass
+    return texts
+
+
+def _texts_digest(texts):
+    import json
+    return hashlib.sha256(json.dumps(texts).encode()).hexdigest()
+
+
+def _checked_texts(path):
+    """The texts of a decoded-text cache entry (a regular file whose row count and checksum
+    match), or None."""
+    from oodutils.untrusted import parse_json, read_regular_bytes
+    try:
+        entry = parse_json(read_regular_bytes(path, MAX_TEXT_CACHE_BYTES))
+    except OSError:
+        return None
+    texts = entry.get("texts") if isinstance(entry, dict) else None
+    if not (isinstance(texts, list) and all(isinstance(t, str) for t in texts)) or \
+            entry.get("rows") != len(texts) or entry.get("sha256") != _texts_digest(texts):
+        return None
     return texts
 
 

@@ -186,6 +186,7 @@ def build_model(loaded, sources=(), methods=None, notes=()):
     notes = list(notes)
     if loaded.skip_summary():
         notes.append(f"skipped {loaded.skip_summary()}")
+        notes += [f"skipped {note}" for note in loaded.shown_notes()]
     if len(records) < len(loaded.records):
         notes.append(f"skipped {len(loaded.records) - len(records)} records without a "
                      "dataset or algorithm in their args")

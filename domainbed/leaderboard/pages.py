@@ -9,6 +9,7 @@ path built from slugs (only a published source's http(s) address leaves the site
 only scripts and styles are the site's own files.
 """
 import dataclasses
+import hashlib
 import json
 import re
 from typing import Any, Optional
@@ -22,7 +23,15 @@ RANK_NOTE = "Rank per dataset after each cell (#1 = best); gain over ERM on the 
 
 
 def slug(text):
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text)).strip("_") or "x"
+    """A file-name-safe form of `text`, one per text: a short plain name (letters, digits,
+    `_`, `.`) stays as it is; any other gets its cleaned first 60 characters and `-` with
+    the first 10 hex digits of its sha256 ("My Data" and "My_Data" get different pages, a
+    300-character name a short one; a plain name never holds `-`)."""
+    text = str(text)
+    if re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.]{0,59}", text):
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return re.sub(r"[^A-Za-z0-9_.]+", "_", text)[:60].strip("_.") + "-" + digest
 
 
 def dataset_page(label):

@@ -4,17 +4,22 @@ curves from an OODSelect output directory (``python -m analysis.oodselect --out 
 Each panel returns (view, data): the view is what ``templates/macros.html.j2`` lays out
 (its ``kind`` picks the macro; images are files written into the site's ``img/`` folder);
 data goes into leaderboard.json. A panel that cannot be drawn says why.
+The OODSelect folder is not trusted: only regular files inside it are read or copied (a
+symlink, FIFO or device is refused), and a copy gets the site's file mode, never the
+source's.
 """
 import csv
+import io
 import os
-import shutil
 
 from domainbed.leaderboard.pages import slug
 from oodutils.errors import UserError
+from oodutils.untrusted import copy_regular_file, parse_json, read_regular_bytes
 
 OODSELECT_SUMMARY = "summary.csv"
 OODSELECT_CURVE = "correlation_vs_size.png"
 OODSELECT_COLUMNS = ("method", "n", "r_test", "r_test_lo", "r_test_hi", "r_val")
+MAX_PANEL_FILE_BYTES = 64 << 20
 
 
 def aotl_panel(records, label, site_dir):
@@ -55,32 +60,44 @@ def check_oodselect_dir(path):
                         "directory of python -m analysis.oodselect?)")
 
 
+def _read_text(path, name):
+    """A file of the OODSelect folder: a regular file in it (no symlink, FIFO or device),
+    at most MAX_PANEL_FILE_BYTES, as text."""
+    data = read_regular_bytes(os.path.join(path, name), MAX_PANEL_FILE_BYTES)
+    return data.decode("utf-8", errors="replace")
+
+
 def _read_summary(path):
-    with open(os.path.join(path, OODSELECT_SUMMARY), newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
+    try:
+        return list(csv.DictReader(io.StringIO(_read_text(path, OODSELECT_SUMMARY))))
+    except (OSError, csv.Error) as e:
+        raise UserError(f"--oodselect {path!r}: cannot read {OODSELECT_SUMMARY} ({e})") from None
 
 
 def _dataset_of(path):
-    import json
     try:
-        with open(os.path.join(path, "subsets.json"), encoding="utf-8") as f:
-            return (json.load(f).get("info") or {}).get("dataset")
-    except (OSError, ValueError):
+        info = parse_json(_read_text(path, "subsets.json"))
+    except OSError:
         return None
+    dataset = (info.get("info") or {}).get("dataset") if isinstance(info, dict) else None
+    return dataset if isinstance(dataset, str) else None
 
 
 def oodselect_panel(path, number, site_dir):
     """The correlation-vs-size curve and the summary table of one OODSelect output."""
     rows = _read_summary(path)
     dataset = _dataset_of(path)
-    image = None
-    if os.path.isfile(os.path.join(path, OODSELECT_CURVE)):
+    image = skipped = None
+    if os.path.lexists(os.path.join(path, OODSELECT_CURVE)):
         image = f"img/oodselect_{number}.png"
-        os.makedirs(os.path.join(site_dir, "img"), exist_ok=True)
-        shutil.copyfile(os.path.join(path, OODSELECT_CURVE), os.path.join(site_dir, image))
+        try:  # only a regular file inside the folder, written with the site's mode
+            copy_regular_file(os.path.join(path, OODSELECT_CURVE),
+                              os.path.join(site_dir, image), MAX_PANEL_FILE_BYTES)
+        except OSError as e:
+            image, skipped = None, f"{OODSELECT_CURVE} not copied: {e}"
     columns = [c for c in OODSELECT_COLUMNS if rows and c in rows[0]]
     view = {"kind": "oodselect", "title": dataset or path, "path": path, "image": image,
-            "curve": OODSELECT_CURVE, "columns": columns,
+            "curve": OODSELECT_CURVE, "skipped": skipped, "columns": columns,
             "rows": [[_short(r[c]) for c in columns] for r in rows]}
     return view, {"dir": path, "dataset": dataset, "image": image, "summary": rows}
 

@@ -13,8 +13,10 @@ file name and its sha256), so runs on different weights never pool.
 
 ``WEIGHT_SOURCES`` lists, per named backbone, the file name the weights take on disk, the
 URL they are published at and the published checksum where one exists (torchvision's
-file names carry the first hex digits of the file's sha256; OpenAI's CLIP URL the whole
-sha256): what a download script needs.
+file names carry the first hex digits of the file's sha256, checked before every load):
+what a download script needs. Weights are read as tensors only (safetensors, or
+``torch.load(weights_only=True)``); a TorchScript archive or a pickled object is refused,
+since loading one runs the code stored in it.
 
 Transfer mode (`transfer` hyperparameter): ``full`` trains everything (batch norm frozen
 when starting from pretrained weights, as DomainBed); ``linear_probe`` freezes the whole
@@ -25,6 +27,7 @@ cache and one computing features on the fly see the same numbers.
 import hashlib
 import os
 import re
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -102,10 +105,11 @@ BACKBONES.update({
         "https://dl.fbaipublicfiles.com/dinov2/dinov2_vits14/dinov2_vits14_pretrain.pth",
         doc="DINOv2 ViT-S/14 (torch hub's checkpoint file, built through timm)"),
     "clip_vit_b16": BackboneSpec(
-        "clip_vit_b16", "open_clip", "ViT-B-16-quickgelu", "ViT-B-16.pt",
-        "https://openaipublic.azureedge.net/clip/models/5806e77cd80f8b59890b7e101eabd078d9fb8"
-        "4e6937f9e85e4ecb61988df416f/ViT-B-16.pt",
-        sha256="5806e77cd80f8b59890b7e101eabd078d9fb84e6937f9e85e4ecb61988df416f",
+        # OpenAI's own ViT-B-16.pt is a TorchScript archive (loading it runs code): the
+        # same weights as a safetensors file from the Hugging Face repository instead
+        "clip_vit_b16", "open_clip", "ViT-B-16-quickgelu", "clip_vit_b16_openai.safetensors",
+        "https://huggingface.co/timm/vit_base_patch16_clip_224.openai/resolve/main/"
+        "open_clip_model.safetensors",
         hf_repo="timm/vit_base_patch16_clip_224.openai",
         doc="CLIP ViT-B/16 image tower (OpenAI weights, through open_clip)"),
 })
@@ -190,7 +194,6 @@ def candidate_paths(spec):
             paths += [os.path.join(_weights_dir, stem + ext) for ext in (".pth", ".bin")]
     paths.append(os.path.join(torch.hub.get_dir(), "checkpoints", spec.file))
     if spec.family == "open_clip":
-        paths.append(os.path.join(os.path.expanduser("~/.cache/clip"), spec.file))
         paths += _hf_cached(spec.hf_repo, ["open_clip_model.safetensors",
                                            "open_clip_pytorch_model.bin"])
     elif spec.family == "timm":
@@ -287,18 +290,46 @@ def weights_identity(input_shape, hparams):
     return out
 
 
+_HASH_IN_NAME = re.compile(r"-([0-9a-f]{8,64})\.(?:pth|pt|bin|safetensors)$")
+
+
+def check_name_hash(path):
+    """A file named like torchvision's `resnet18-f37072fd.pth` carries the first hex digits
+    of its sha256: a file that does not match them is not the published one."""
+    match = _HASH_IN_NAME.search(os.path.basename(path))
+    if match and not file_sha256(path).startswith(match.group(1)):
+        raise UserError(f"weights file {path} does not match the sha256 prefix "
+                        f"{match.group(1)} in its name (got {file_sha256(path)[:8]}); it is "
+                        "damaged or not the published file: download it again (a file of "
+                        "your own whose name only looks like a hash: rename it)")
+
+
 def _read_state_dict(path):
-    """A state dict from a .safetensors, torch or TorchScript file."""
+    """A state dict from a .safetensors or torch file, read without running code: only
+    tensors and plain containers (torch.load weights_only), never a TorchScript archive,
+    whose loading runs the code stored in it."""
+    check_name_hash(path)
     if path.endswith(".safetensors"):
         from safetensors.torch import load_file
         return load_file(path, device="cpu")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except RuntimeError:  # OpenAI's CLIP files are TorchScript archives
-        state = torch.jit.load(path, map_location="cpu").state_dict()
+        with warnings.catch_warnings():  # torch warns of TorchScript before refusing it
+            warnings.simplefilter("ignore", UserWarning)
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # an unpickler refusal, a TorchScript archive, a damaged file
+        raise UserError(  # torch's own text advises weights_only=False: not repeated here
+            f"cannot read weights file {path} as tensors only ({type(e).__name__}); "
+            "weights are loaded only from "
+            "safetensors or plain torch state dicts, never TorchScript archives or "
+            "pickled objects, because loading those runs code stored in the file (OpenAI's "
+            "CLIP .pt files are TorchScript: use the open_clip_model.safetensors file of the "
+            "backbone's Hugging Face repository instead)") from None
     for key in ("state_dict", "model", "model_dict"):
         if isinstance(state, dict) and isinstance(state.get(key), dict):
             state = state[key]
+    if not isinstance(state, dict):
+        raise UserError(f"weights file {path} holds a {type(state).__name__}, not a state "
+                        "dict of tensors")
     return state
 
 

@@ -6,9 +6,11 @@ A `linear_probe` run whose featurizer is a zoo backbone (`backbones.Backbone`) c
 transform, float16) are looked up under a key made of the weights' identity, the
 dataset's identity (source, fingerprint, data seed), the evaluation transform and the
 precision; on a miss they are extracted and stored as one float16 ``.npy`` array per
-environment (read back memory-mapped). A cache entry is a directory written under a
-temporary name and renamed into place only once complete, so a run killed while writing
-leaves nothing a later run would use.
+environment, with each array's row count and checksum in the entry's meta.json. A cache
+entry is a directory written under a temporary name and renamed into place only once
+complete, so a run killed while writing leaves nothing a later run would use. A cache may
+be shared, so an entry is checked on read (regular files only, the key's fields, row counts,
+checksums): a damaged or altered one is recomputed with a warning, never used.
 
 The run then trains on the features: each split's inputs become its rows of the cached
 array (same examples, same order, same ids), and the backbone's forward takes features
@@ -37,8 +39,10 @@ from domainbed.networks.backbones import Backbone
 from domainbed.training.evaluation import iterate_split
 from domainbed.training.precision import autocast_context
 from oodutils.errors import UserError
+from oodutils.untrusted import array_digest, open_regular, parse_json, read_regular_bytes
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: meta.json holds each array's row count and checksum
+MAX_META_BYTES = 1 << 20
 STATS = collections.Counter()  # "extracted" / "loaded": how often each happened (tests)
 
 
@@ -117,7 +121,8 @@ def _extract(env, featurizer, ctx):
 
 
 def write_entry(entry, fields, arrays):
-    """Write an entry atomically: a temporary directory, renamed into place when complete."""
+    """Write an entry atomically: a temporary directory, renamed into place when complete.
+    meta.json holds the key's fields and, per environment, the row count and checksum."""
     tmp = f"{entry}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     os.makedirs(tmp)
     try:
@@ -127,8 +132,10 @@ def write_entry(entry, fields, arrays):
             out[:] = array
             out.flush()
             del out
+        arrays_meta = [{"rows": int(len(a)), "sha256": array_digest(np.asarray(a, np.float16))}
+                       for a in arrays]
         with open(os.path.join(tmp, "meta.json"), "w") as f:
-            json.dump(fields, f, sort_keys=True)
+            json.dump({**fields, "arrays": arrays_meta}, f, sort_keys=True)
         try:
             os.rename(tmp, entry)
         except OSError:  # another run finished the same entry first: keep theirs
@@ -139,19 +146,72 @@ def write_entry(entry, fields, arrays):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def read_entry(entry, n_envs):
-    """The float16 arrays of a complete entry (memory-mapped), or None."""
-    if not os.path.isfile(os.path.join(entry, "meta.json")):
+class BadEntry(Exception):
+    """A cache entry that is not what its meta.json says (why, in words)."""
+
+
+def _read_meta(entry, fields):
+    try:
+        meta = parse_json(read_regular_bytes(os.path.join(entry, "meta.json"), MAX_META_BYTES))
+    except OSError as e:
+        raise BadEntry(f"meta.json unreadable ({e})") from None
+    if not isinstance(meta, dict) or {k: meta.get(k) for k in fields} != fields:
+        raise BadEntry("meta.json does not match the entry's key")
+    arrays = meta.get("arrays")
+    if not isinstance(arrays, list) or len(arrays) != len(fields["env_sizes"]):
+        raise BadEntry("meta.json has no row count and checksum per environment")
+    return arrays
+
+
+def _read_array(path, rows, sha256):
+    try:
+        with open_regular(path) as f:
+            array = np.load(f, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise BadEntry(f"{os.path.basename(path)} unreadable ({type(e).__name__})") from None
+    if array.dtype != np.float16 or array.ndim != 2 or len(array) != rows:
+        raise BadEntry(f"{os.path.basename(path)} holds {array.shape} {array.dtype}, not "
+                       f"{rows} rows of float16")
+    if array_digest(array) != sha256:
+        raise BadEntry(f"{os.path.basename(path)} does not match its checksum")
+    return array
+
+
+def read_entry(entry, fields):
+    """The float16 arrays of a complete entry, or None when there is none; BadEntry when
+    one exists but is damaged or altered (a row count or checksum that does not match)."""
+    if not os.path.lexists(os.path.join(entry, "meta.json")):
         return None
-    return [np.load(os.path.join(entry, f"env{i}.npy"), mmap_mode="r") for i in range(n_envs)]
+    out = []
+    for i, (rows, meta) in enumerate(zip(fields["env_sizes"], _read_meta(entry, fields))):
+        if not isinstance(meta, dict):
+            raise BadEntry("meta.json lists an array without its row count and checksum")
+        out.append(_read_array(os.path.join(entry, f"env{i}.npy"), rows, meta.get("sha256")))
+    return out
+
+
+def _discard(entry):
+    """Move a bad entry out of the way (never followed if it is a symlink), then delete."""
+    aside = f"{entry}.bad-{uuid.uuid4().hex[:8]}"
+    os.rename(entry, aside)
+    if os.path.isdir(aside) and not os.path.islink(aside):
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        os.unlink(aside)
 
 
 def load_or_extract(run, featurizer, root):
-    """Per environment, the float16 feature tensor (from the cache, extracting on a miss);
-    the backbone casts each batch to float32."""
+    """Per environment, the float16 feature tensor (from the cache, extracting on a miss or
+    on a bad entry, with a warning); the backbone casts each batch to float32."""
     fields, digest = cache_key(run, featurizer)
     entry = os.path.join(root, digest)
-    arrays = read_entry(entry, len(run.dataset))
+    try:
+        arrays = read_entry(entry, fields)
+    except BadEntry as e:
+        run.log(f"warning: frozen-feature cache entry {entry} is damaged or altered ({e}); "
+                "recomputing it")
+        _discard(entry)
+        arrays = None
     if arrays is None:
         arrays = [_extract(env, featurizer, run.ctx) for env in run.dataset]
         os.makedirs(root, exist_ok=True)

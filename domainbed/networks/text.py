@@ -17,7 +17,9 @@ light classifier on top, as seed 000 does). With ``text_finetune`` true the inpu
 ids + attention masks and the encoder is trained end to end.
 
 Cache location: ``$DOMAINBED_CACHE_DIR/text_features`` if set, else
-``DATA_DIR/.domainbed_cache/text_features``; files are written atomically.
+``DATA_DIR/.domainbed_cache/text_features``; files are written atomically, each with its
+row count and checksum, checked on read: a damaged or altered entry is recomputed with a
+warning.
 """
 import hashlib
 import os
@@ -32,6 +34,7 @@ from domainbed.hparams import Hparam
 from oodutils import fileio
 from oodutils.errors import UserError
 from oodutils.log import get_logger
+from oodutils.untrusted import array_digest, open_regular
 
 logger = get_logger(__name__)
 
@@ -154,6 +157,24 @@ def cache_dir(data_dir):
                         "text_features")
 
 
+def read_cached_features(path, rows):
+    """The tensor of a text-feature cache entry (a regular file holding the tensor, its row
+    count and checksum, read as tensors only); ValueError saying why when it is not that."""
+    try:
+        with open_regular(path) as f:
+            entry = torch.load(f, map_location="cpu", weights_only=True)
+    except Exception as e:  # torn file, not a zip, a pickle asking for globals, a FIFO
+        raise ValueError(f"unreadable: {type(e).__name__}") from None
+    if not isinstance(entry, dict) or not isinstance(entry.get("features"), torch.Tensor):
+        raise ValueError("not a features entry with a row count and checksum")
+    features = entry["features"]
+    if entry.get("rows") != rows or len(features) != rows:
+        raise ValueError(f"{len(features)} rows, {rows} texts")
+    if array_digest(features.numpy()) != entry.get("sha256"):
+        raise ValueError("does not match its checksum")
+    return features
+
+
 def encode_texts(texts, hparams, data_dir, data_fingerprint, log=None):
     """The model inputs of `texts` for the chosen featurizer: hashed ids [N, L], frozen
     embeddings [N, d] or token ids + masks [N, 2, L]; cached on disk by (model identity,
@@ -176,17 +197,18 @@ def encode_texts(texts, hparams, data_dir, data_fingerprint, log=None):
             (lambda: embed_texts(texts, model_dir, pooling, max_length))
     key = hashlib.sha256(f"{identity}|{data_fingerprint}|{max_length}|{len(texts)}".encode())
     path = os.path.join(cache_dir(data_dir), f"{kind}-{key.hexdigest()[:24]}.pt")
-    if os.path.exists(path):
+    if os.path.lexists(path):
         try:
-            features = torch.load(path, map_location="cpu", weights_only=True)
-            if len(features) == len(texts):
-                log(f"text features: cache hit {path}")
-                return features
-        except Exception:  # a corrupt cache entry is recomputed, not trusted
-            pass
+            features = read_cached_features(path, len(texts))
+            log(f"text features: cache hit {path}")
+            return features
+        except ValueError as e:
+            log(f"warning: text-feature cache entry {path} is damaged or altered ({e}); "
+                "recomputing it")
     features = compute()
     try:
-        fileio.atomic_torch_save(path, features)
+        fileio.atomic_torch_save(path, {"features": features, "rows": len(features),
+                                        "sha256": array_digest(features.numpy())})
         log(f"text features: computed and cached {path}")
     except OSError as e:
         log(f"warning: could not cache text features at {path} ({e})")

@@ -7,12 +7,15 @@ directory is any directory holding a ``results.jsonl``, at any depth under the i
     records.records                           # list of dicts, one per checkpoint
     frame = records_to_frame(records)          # pandas.DataFrame, one row per checkpoint
 
-Corrupt or truncated lines, and (with ``require_done=True``) runs without a ``done``
-marker, are skipped and counted, with one warning on stderr; they never stop the read.
+Records come from shared directories and are not trusted: only regular files are read
+(never through a symlink, never a FIFO or device), a line at most ``MAX_LINE_BYTES`` long,
+and each record must fit ``domainbed.results.schema``. Corrupt, truncated or ill-typed
+lines, unreadable files and (with ``require_done=True``) runs without a ``done`` marker are
+skipped and counted, with a warning naming each (``Records.notes``); they never stop the
+read.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import zipfile
@@ -22,8 +25,10 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
+from domainbed.results.schema import record_problem
 from oodutils.errors import UserError
 from oodutils.log import get_logger
+from oodutils.untrusted import open_regular, parse_json, read_lines
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,6 +42,8 @@ RESULTS_FILE = "results.jsonl"
 DONE_FILE = "done"
 PREDICTIONS_DIR = "predictions"
 _STEP_FILE = re.compile(r"^step_(\d+)\.npz$")
+MAX_LINE_BYTES = 4 << 20  # a record is a few kB; a longer line is skipped, never held
+MAX_NOTES_SHOWN = 20
 
 
 class Records:
@@ -49,12 +56,14 @@ class Records:
             unreadable results.jsonl).
         run_dirs: the run directories whose records were kept, in reading order.
         input_dirs: the directories that were searched.
+        notes: one line per skipped line or unreadable file, naming it and why.
     """
 
     def __init__(self, records: Iterable[Record], skipped_lines: int = 0,
                  skipped_runs: int = 0, run_dirs: Iterable[str] = (),
-                 input_dirs: Iterable[str] = ()) -> None:
+                 input_dirs: Iterable[str] = (), notes: Iterable[str] = ()) -> None:
         self.records = list(records)
+        self.notes = list(notes)
         self.skipped_lines = int(skipped_lines)
         self.skipped_runs = int(skipped_runs)
         self.run_dirs = list(run_dirs)
@@ -90,12 +99,19 @@ class Records:
                          f"{RESULTS_FILE}")
         return " and ".join(parts) or None
 
+    def shown_notes(self, limit: int = MAX_NOTES_SHOWN) -> list[str]:
+        """The first `limit` notes, and how many more there are, for a warning or a page."""
+        more = len(self.notes) - limit
+        return self.notes[:limit] + ([f"... and {more} more"] if more > 0 else [])
+
     def warning(self) -> str | None:
-        """The one-line skip warning, or None when nothing was skipped."""
+        """The one-line skip warning naming the first skipped lines and files, or None
+        when nothing was skipped."""
         summary = self.skip_summary()
         if summary is None:
             return None
-        return f"warning: skipped {summary} under {', '.join(self.input_dirs)}"
+        named = f" ({'; '.join(self.shown_notes(5))})" if self.notes else ""
+        return f"warning: skipped {summary} under {', '.join(self.input_dirs)}{named}"
 
 
 def _as_dir_list(input_dir):
@@ -124,29 +140,33 @@ def find_run_dirs(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
 
 
 def _parse_line(line):
-    """One results.jsonl line -> dict, or None when it is corrupt or not a record."""
-    try:
-        record = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(record, dict) or not isinstance(record.get("args"), dict):
-        return None
-    return record
+    """One results.jsonl line -> (record, None), or (None, what is wrong with it)."""
+    record = parse_json(line)
+    if record is None:
+        return None, "not JSON (corrupt, truncated or nested too deeply)"
+    problem = record_problem(record)
+    return (None, problem) if problem else (record, None)
 
 
-def read_run(run_dir: str) -> tuple[list[Record], int]:
-    """(records, skipped_lines) of one run directory; raises OSError when unreadable."""
+def read_run(run_dir: str, notes: list[str] | None = None) -> tuple[list[Record], int]:
+    """(records, skipped_lines) of one run directory; raises OSError when unreadable (not a
+    regular file included). Each skipped line adds a note naming it to `notes`."""
     records, skipped = [], 0
-    with open(os.path.join(run_dir, RESULTS_FILE), "rb") as f:
-        for raw in f:
-            if not raw.strip():
-                continue
-            record = _parse_line(raw)
-            if record is None:
-                skipped += 1
-                continue
-            record["run_dir"] = run_dir
-            records.append(record)
+    path = os.path.join(run_dir, RESULTS_FILE)
+    for number, raw in enumerate(read_lines(path, MAX_LINE_BYTES), start=1):
+        if raw is None:
+            record, problem = None, f"longer than {MAX_LINE_BYTES} bytes"
+        elif not raw.strip():
+            continue
+        else:
+            record, problem = _parse_line(raw)
+        if record is None:
+            skipped += 1
+            if notes is not None:
+                notes.append(f"{path} line {number}: {problem}")
+            continue
+        record["run_dir"] = run_dir
+        records.append(record)
     return records, skipped
 
 
@@ -156,24 +176,28 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
 
     require_done: skip runs without a ``done`` marker (still running, or killed).
     quiet: do not log the skip warning (it stays available as ``Records.warning()``).
+    Lines that do not fit the records schema (``domainbed.results.schema``) and files that
+    are not regular files are skipped, each with a note (``Records.notes``).
     Raises UserError when an input directory is missing.
     """
     dirs = _as_dir_list(input_dir)
-    records, kept_dirs = [], []
+    records, kept_dirs, notes = [], [], []
     skipped_lines = skipped_runs = 0
     for run_dir in find_run_dirs(dirs):
         if require_done and not os.path.exists(os.path.join(run_dir, DONE_FILE)):
             skipped_runs += 1
             continue
         try:
-            run_records, bad = read_run(run_dir)
-        except OSError:
+            run_records, bad = read_run(run_dir, notes)
+        except OSError as e:
             skipped_runs += 1
+            notes.append(f"{os.path.join(run_dir, RESULTS_FILE)}: unreadable "
+                         f"({e.strerror or e})")
             continue
         skipped_lines += bad
         records.extend(run_records)
         kept_dirs.append(run_dir)
-    result = Records(records, skipped_lines, skipped_runs, kept_dirs, dirs)
+    result = Records(records, skipped_lines, skipped_runs, kept_dirs, dirs, notes)
     logger.debug(f"read {len(records)} records from {len(kept_dirs)} run(s) under "
                  f"{', '.join(map(str, dirs))}")
     message = result.warning()
@@ -254,7 +278,7 @@ def load_predictions(run_dir: PathLike, step: int) -> dict[str, np.ndarray]:
                 else "this run has no predictions")
         raise UserError(f"no predictions for step {step} in {os.fspath(run_dir)} ({have})")
     try:
-        with np.load(path, allow_pickle=False) as data:
+        with open_regular(path) as f, np.load(f, allow_pickle=False) as data:
             arrays = {key: data[key] for key in data.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError, zlib.error) as e:
         raise UserError(f"corrupt predictions file {path}: {e}") from None

@@ -17,7 +17,19 @@ import tempfile
 import urllib.error
 from dataclasses import dataclass, field
 
-from domainbed.downloading import extract, fetch, fetch_and_extract
+from domainbed.downloading import (
+    LOCK_FILE,
+    accept,
+    check_file,
+    expected_sha256,
+    extract,
+    fetch,
+    fetch_and_extract,
+    lock_path,
+    read_lock,
+    record,
+    tree_digest,
+)
 from oodutils.cli import add_logging_flags, configure_logging
 from oodutils.errors import UserError, epilog_example, require, run_cli
 from oodutils.log import get_logger
@@ -44,14 +56,35 @@ class Archive:
     def run(self, data_dir):
         into = os.path.join(data_dir, self.subdir)
         if self.url.startswith(GDRIVE):
-            extract(gdrive_fetch(self.url, os.path.join(into, self.name)), into)
+            placed = extract(gdrive_fetch(self.url, os.path.join(into, self.name),
+                                          self.sha256), into)
         else:
-            fetch_and_extract(self.url, into, self.name, sha256=self.sha256)
+            placed = fetch_and_extract(self.url, into, self.name, sha256=self.sha256)
         for src, dst in self.renames.items():
             target = os.path.join(into, dst)
             if os.path.isdir(target):
                 shutil.rmtree(target)
             os.replace(os.path.join(into, src), target)
+        names = sorted({self.renames.get(n, n) for n in placed})
+        record(os.path.join(into, self.name), tree=names, tree_sha256=tree_digest(into, names))
+
+    def verify(self, data_dir):
+        """The extracted tree (or the archive, while it is on disk) against the lock."""
+        into = os.path.join(data_dir, self.subdir)
+        archive = os.path.join(into, self.name)
+        entry = read_lock(into).get(self.name, {})
+        if os.path.isfile(archive) and expected_sha256(archive, self.sha256):
+            check_file(archive, expected_sha256(archive, self.sha256), self.url)
+            return f"{self.name} matches its sha256"
+        names, recorded = entry.get("tree"), entry.get("tree_sha256")
+        if not (isinstance(names, list) and all(isinstance(n, str) for n in names)
+                and isinstance(recorded, str)):
+            raise UserError(f"nothing recorded for {self.name} in {lock_path(into)}: "
+                            "download it with this version to verify it later")
+        if tree_digest(into, names) != recorded:
+            raise UserError(f"the files extracted from {self.name} ({', '.join(names)} in "
+                            f"{into}) changed since they were downloaded")
+        return f"{', '.join(names)} as extracted from {self.name}"
 
 
 @dataclass
@@ -65,9 +98,13 @@ class File:
     def run(self, data_dir):
         dst = os.path.join(data_dir, self.subdir, self.name)
         if self.url.startswith(GDRIVE):
-            gdrive_fetch(self.url, dst)
+            gdrive_fetch(self.url, dst, self.sha256)
         else:
             fetch(self.url, dst, sha256=self.sha256)
+
+    def verify(self, data_dir):
+        return verify_file(os.path.join(data_dir, self.subdir, self.name), self.url,
+                           self.sha256)
 
 
 @dataclass
@@ -97,6 +134,20 @@ class Wilds:
             os.replace(os.path.join(tmp, folder), target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        # the wilds package records no checksum: trust on first use, for --verify
+        record(target, wilds=self.name, tree=[folder], tree_sha256=tree_digest(data_dir,
+                                                                               [folder]))
+
+    def verify(self, data_dir):
+        entries = {k: v for k, v in read_lock(data_dir).items() if v.get("wilds") == self.name}
+        if not entries:
+            raise UserError(f"nothing recorded for WILDS {self.name} in {lock_path(data_dir)}"
+                            ": download it with this version to verify it later")
+        for folder, entry in entries.items():
+            if tree_digest(data_dir, [folder]) != entry.get("tree_sha256"):
+                raise UserError(f"the files of WILDS {self.name} ({os.path.join(data_dir, folder)})"
+                                " changed since they were downloaded")
+        return f"{', '.join(entries)} as downloaded"
 
 
 @dataclass
@@ -110,6 +161,9 @@ class Manual:
               f"{self.layout}")
         return "manual"
 
+    def verify(self, data_dir):
+        raise UserError("fetched by hand: no checksum to verify it against")
+
 
 @dataclass
 class TorchvisionMNIST:
@@ -121,11 +175,40 @@ class TorchvisionMNIST:
         except (RuntimeError, urllib.error.URLError, OSError) as e:
             raise UserError(f"could not download MNIST into {data_dir} ({e})") from None
 
+    def verify(self, data_dir):
+        """torchvision records MNIST's md5s and checks them at download; again here."""
+        from torchvision.datasets import MNIST
+        from torchvision.datasets.utils import check_integrity
+        raw = os.path.join(data_dir, "MNIST", "raw")
+        for name, md5 in MNIST.resources:
+            name = os.path.basename(name)
+            if not check_integrity(os.path.join(raw, name), md5):
+                raise UserError(f"{os.path.join(raw, name)} is missing or does not match "
+                                "torchvision's md5")
+        return f"{len(MNIST.resources)} files match torchvision's md5s"
 
-def gdrive_fetch(url, dst):
-    """Google Drive through gdown (no Range support there), then renamed into place."""
+
+def verify_file(path, url, sha256):
+    """A file on disk against its published or recorded checksum (a line saying which)."""
+    expected = expected_sha256(path, sha256)
+    if not os.path.isfile(path):
+        raise UserError(f"{path} is not on disk: nothing to verify")
+    if not expected:
+        raise UserError(f"no checksum published or recorded for {path}: download it with "
+                        "this version to verify it later")
+    check_file(path, expected, url)
+    return f"{os.path.basename(path)} matches its {'published' if sha256 else 'recorded'} " \
+           "sha256"
+
+
+def gdrive_fetch(url, dst, sha256=None):
+    """Google Drive through gdown (no Range support there), then verified against the
+    published or recorded checksum (recorded on first use) and renamed into place."""
     gdown = require("gdown", extra="download")
-    if os.path.exists(dst):
+    expected = expected_sha256(dst, sha256)
+    if os.path.lexists(dst):
+        if expected:
+            check_file(dst, expected, url)
         return dst
     os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dst)}.", suffix=".partial",
@@ -140,8 +223,7 @@ def gdrive_fetch(url, dst):
     except Exception as e:
         os.unlink(tmp)
         raise UserError(f"could not download {url} ({e}); is the network reachable?") from None
-    os.replace(tmp, dst)
-    return dst
+    return accept(tmp, dst, url, sha256)
 
 
 CELEBA = [Archive(GDRIVE + "1mb1R6dXfWbvk3DnlWOBO8pDeoBKOcLE6", "img_align_celeba.zip",
@@ -210,6 +292,20 @@ def download_weights(name, weights_dir=""):
                  sha256=source["sha256"] or source["sha256_prefix"] or None)
 
 
+def verify_weights(name, weights_dir=""):
+    """The weights file of backbone `name` on disk against its published or recorded sha256."""
+    import torch
+    source = weight_sources()[name]
+    folder = weights_dir or os.path.join(torch.hub.get_dir(), "checkpoints")
+    return verify_file(os.path.join(folder, source["file"]), source["url"],
+                       source["sha256"] or source["sha256_prefix"] or None)
+
+
+def verify_dataset(name, data_dir):
+    """Re-check each step of a dataset on disk; the lines saying what matched."""
+    return "; ".join(step.verify(data_dir) for step in DATASETS[name])
+
+
 def download_dataset(name, data_dir):
     """Runs each step of a dataset; 'manual' where the user must fetch it by hand."""
     outcome = "done"
@@ -231,9 +327,24 @@ def main(argv=None):
     p.add_argument("--weights_dir", type=str, default="",
                    help="where --weights go (default: torch hub's checkpoints folder); pass "
                         "the same folder to train --weights_dir")
+    p.add_argument("--verify", action="store_true",
+                   help="download nothing: re-check the named --datasets / --weights on disk "
+                        "against their published checksums, or the sha256 recorded at their "
+                        f"first download ({LOCK_FILE} beside the data)")
+    p.add_argument("--convert_blond_split_pickles", action="store_true",
+                   help="UNSAFE: unpickle OoD-Bench's DATA_DIR/celeba/blond_split/*_df.pickle "
+                        "once and write the CSV lists CelebA_Blond reads. Unpickling runs any "
+                        "code a file holds: use it only on files you fetched yourself from "
+                        "the OoD-Bench repository, never on files someone else put there")
     add_logging_flags(p)
     args = p.parse_args(argv)
     configure_logging(args)
+    if args.convert_blond_split_pickles:
+        from domainbed.datasets.oodbench_images import convert_blond_split_pickles
+        for path in convert_blond_split_pickles(os.path.join(args.data_dir, "celeba")):
+            print(f"wrote {path}")
+        if not args.datasets and not args.weights:
+            return
     unknown = [d for d in args.datasets if d not in DATASETS]
     if unknown:
         raise UserError(f"unknown dataset {unknown[0]!r}; downloadable: {', '.join(DATASETS)}")
@@ -244,30 +355,52 @@ def main(argv=None):
     if not args.datasets and not args.weights:
         raise UserError("nothing to download: name --datasets and/or --weights")
     os.makedirs(args.data_dir, exist_ok=True)
-    failed, fetched = [], {}
-    for name in args.datasets:
-        steps = DATASETS[name]
-        if id(steps) in fetched:  # e.g. CelebA and CelebA_Blond read the same files
-            print(f"{name}: done (same files as {fetched[id(steps)]})")
-            continue
-        fetched[id(steps)] = name
-        if isinstance(steps[0], Manual):
-            print(f"{name}: cannot be downloaded automatically (licence or login):")
-        try:
-            if download_dataset(name, args.data_dir) == "done":
-                print(f"{name}: done ({args.data_dir})")
-        except UserError as e:
-            logger.error(f"{name}: error: {e}")
-            failed.append(name)
-    for name in args.weights:
-        try:
-            print(f"{name}: {download_weights(name, args.weights_dir)}")
-        except UserError as e:
-            logger.error(f"{name}: error: {e}")
-            failed.append(name)
+    if args.verify:
+        return verify_all(args)
+    fetched = {}
+    checks = [(n, lambda n=n: _download_one_dataset(n, args.data_dir, fetched))
+              for n in args.datasets]
+    checks += [(n, lambda n=n: download_weights(n, args.weights_dir)) for n in args.weights]
+    failed = run_each(checks)
     if failed:
-        total = len(args.datasets) + len(args.weights)
-        raise UserError(f"{len(failed)} of {total} downloads failed: {', '.join(failed)}")
+        raise UserError(f"{len(failed)} of {len(checks)} downloads failed: {', '.join(failed)}")
+
+
+def _download_one_dataset(name, data_dir, fetched):
+    steps = DATASETS[name]
+    if id(steps) in fetched:  # e.g. CelebA and CelebA_Blond read the same files
+        return f"done (same files as {fetched[id(steps)]})"
+    fetched[id(steps)] = name
+    if isinstance(steps[0], Manual):
+        print(f"{name}: cannot be downloaded automatically (licence or login):")
+    return f"done ({data_dir})" if download_dataset(name, data_dir) == "done" else None
+
+
+def run_each(checks):
+    """Run each (name, action): print "name: <what it returns>", or log its UserError and
+    go on with the rest; the names that failed."""
+    failed = []
+    for name, action in checks:
+        try:
+            line = action()
+            if line:
+                print(f"{name}: {line}")
+        except UserError as e:
+            logger.error(f"{name}: error: {e}")
+            failed.append(name)
+    return failed
+
+
+def verify_all(args):
+    """--verify: one line per dataset or weights file; a non-zero exit on any mismatch."""
+    checks = [(n, lambda n=n: f"verified ({verify_dataset(n, args.data_dir)})")
+              for n in args.datasets]
+    checks += [(n, lambda n=n: f"verified ({verify_weights(n, args.weights_dir)})")
+               for n in args.weights]
+    failed = run_each(checks)
+    if failed:
+        raise UserError(f"{len(failed)} of {len(checks)} verifications failed: "
+                        f"{', '.join(failed)}")
 
 
 def cli():

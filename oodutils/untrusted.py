@@ -1,0 +1,97 @@
+"""Reading files that others can write (a shared sweep directory, a folder handed over):
+only regular files, opened without following a symlink at the last step and without
+blocking on a FIFO, read in bounded pieces, so a planted file can make a reader skip it but
+never hang it, exhaust its memory or make it read or publish something else.
+
+* ``open_regular(path)``: a binary file object, or ``NotRegularFile`` (an OSError) for a
+  symlink, FIFO, device, socket or directory.
+* ``read_lines(path, max_line_bytes)``: the lines of a regular file; a line longer than the
+  cap is yielded as ``None`` (its bytes are skipped, never held).
+* ``parse_json(text)``: ``json.loads`` that answers ``None`` for anything it cannot parse,
+  deep nesting (RecursionError) included.
+* ``copy_regular_file(src, dst, max_bytes)``: copies a regular file's bytes into a new file
+  with the mode a plain write gives (``oodutils.fileio``), never the source's mode.
+* ``array_digest(array)``: the checksum caches store with an entry and verify on read.
+"""
+import hashlib
+import json
+import os
+import stat
+
+import numpy as np
+
+from oodutils.fileio import atomic_write_bytes
+
+CHUNK = 1 << 16
+
+
+class NotRegularFile(OSError):
+    """The path is a symlink, FIFO, device, socket or directory, or is too large."""
+
+
+def open_regular(path):
+    """`path` opened for reading in binary, after checking (on the open descriptor, so
+    nothing can swap it in between) that it is a regular file."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) \
+        | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if os.path.islink(path):
+            raise NotRegularFile(f"{path} is a symlink") from None
+        raise e
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(f"{path} is not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_lines(path, max_line_bytes):
+    """Each line of the regular file `path` as bytes, or None for a line longer than
+    `max_line_bytes` (skipped to its end without being kept in memory)."""
+    with open_regular(path) as f:
+        while True:
+            line = f.readline(max_line_bytes + 1)
+            if not line:
+                return
+            if len(line) <= max_line_bytes or line.endswith(b"\n"):
+                yield line
+                continue
+            while line and not line.endswith(b"\n"):
+                line = f.readline(CHUNK)
+            yield None
+
+
+def parse_json(text):
+    """The JSON value of `text`, or None when it is not JSON (or too deeply nested)."""
+    try:
+        return json.loads(text)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+
+
+def read_regular_bytes(path, max_bytes):
+    """The bytes of the regular file `path`; NotRegularFile when it holds more."""
+    with open_regular(path) as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise NotRegularFile(f"{path} is larger than {max_bytes} bytes")
+    return data
+
+
+def copy_regular_file(src, dst, max_bytes=64 << 20):
+    """Copy the regular file `src` to `dst` (a fresh file, umask mode); see module doc."""
+    atomic_write_bytes(dst, read_regular_bytes(src, max_bytes))
+
+
+def array_digest(array):
+    """sha256 of an array's dtype, shape and bytes: what a cache stores beside an entry and
+    checks on read, so a zeroed, truncated or altered entry is noticed."""
+    array = np.ascontiguousarray(array)
+    digest = hashlib.sha256(f"{array.dtype.str}|{list(array.shape)}|".encode())
+    digest.update(memoryview(array).cast("B") if array.size else b"")
+    return digest.hexdigest()
