@@ -1,10 +1,11 @@
 """Two-stage methods from SubpopBench (Yang et al. 2023), both stages inside one run: ERM
 for the first `first_stage_step_frac` of the steps, then JTT (retrain, up-weighting the
-first model's errors), CRT / ReWeightCRT (retrain only the classifier with group-balanced
-batches / group weights) or DFR (retrain only the classifier on group-balanced held-out
-data). `stage()` says which stage each record belongs to. SubpopBench runs the second
-stage as a separate job from a saved first-stage model; here the switch happens at step
-int(first_stage_step_frac * n_steps) of the same run."""
+first model's errors), CRT / ReWeightCRT / VanillaCRT (retrain only the classifier with
+group-balanced batches / group weights / ordinary batches) or DFR (retrain only the
+classifier on group-balanced held-out data). `stage()` says which stage each record
+belongs to. SubpopBench runs the second stage as a separate job from a saved first-stage
+model; here the switch happens at step int(first_stage_step_frac * n_steps) of the same
+run."""
 import torch
 import torch.nn.functional as F
 
@@ -146,6 +147,24 @@ class CRT(TwoStage):
         all_y = torch.cat([y for _, y in minibatches])
         logits = self.stage1_model.classifier(self.frozen_features(all_x))
         return self.classifier_step(self.stage2_loss(logits, all_y, groups))
+
+
+@register_algorithm("VanillaCRT")
+class VanillaCRT(TwoStage):
+    """Classifier re-training with ordinary (instance-balanced) minibatches, as SubpopBench's
+    VanillaCRT: the featurizer is frozen after stage 1 and the classifier alone retrains
+    with plain cross-entropy (SGD, momentum 0.9). Needs no group labels: SubpopBench's
+    attribute-unknown setting."""
+
+    def __init__(self, input_shape, num_classes, num_domains, hparams):
+        super().__init__(input_shape, num_classes, num_domains, hparams)
+        self.optimizer_stage2 = self.classifier_sgd(hparams["weight_decay"])
+
+    def stage2_update(self, minibatches, groups):
+        all_x = torch.cat([x for x, _ in minibatches])
+        all_y = torch.cat([y for _, y in minibatches])
+        logits = self.stage1_model.classifier(self.frozen_features(all_x))
+        return self.classifier_step(F.cross_entropy(logits, all_y))
 
 
 @register_algorithm("ReWeightCRT")

@@ -354,10 +354,66 @@ class ValWorstGroupSelectionMethod(SelectionMethod):
         return best
 
 
+class _ValLabelOnlyMethod(ValWorstGroupSelectionMethod):
+    """SubpopBench's attribute-unknown selections: pick by a label-only score of the `val`
+    environment (no group labels needed to select); report, like val_worst_group, the
+    `test` environment's worst-group and average accuracy. The per-class scores come from
+    runs trained with `--metrics` (worst_class_acc, balanced_acc, macro_f1)."""
+    val_suffix = None   # the `val` environment's `in`-split key suffix
+
+    @classmethod
+    def _step_acc(cls, record):
+        envs = official_split_envs(record)
+        if envs is None or not set(envs) <= set(_test_envs(record)):
+            return None
+        val, test = envs
+        choice = cls._choice(_value(record, f"env{val}_in_{cls.val_suffix}"),
+                             _value(record, f"env{test}_in_wga"), record)
+        if choice is not None:
+            choice["test_avg_acc"] = _value(record, f"env{test}_in_acc")
+        return choice
+
+    @classmethod
+    def required_keys(cls, record):
+        envs = official_split_envs(record)
+        if envs is None or not set(envs) <= set(_test_envs(record)):
+            return []
+        val, test = envs
+        return [f"env{val}_in_{cls.val_suffix}", f"env{test}_in_wga", f"env{test}_in_acc"]
+
+
+class ValAverageSelectionMethod(_ValLabelOnlyMethod):
+    name = "validation average accuracy (SubpopBench, attributes unknown)"
+    key = "val_avg"
+    val_suffix = "acc"
+
+
+class ValWorstClassSelectionMethod(_ValLabelOnlyMethod):
+    name = "validation worst-class accuracy (SubpopBench, attributes unknown)"
+    key = "val_worst_class"
+    val_suffix = "worst_class_acc"
+
+
+class ValBalancedSelectionMethod(_ValLabelOnlyMethod):
+    name = "validation class-balanced accuracy (SubpopBench, attributes unknown)"
+    key = "val_balanced"
+    val_suffix = "balanced_acc"
+
+
+class ValMacroF1SelectionMethod(_ValLabelOnlyMethod):
+    name = "validation macro F1 (SubpopBench, attributes unknown)"
+    key = "val_macro_f1"
+    val_suffix = "macro_f1"
+
+
+LABEL_ONLY_METHODS = (ValAverageSelectionMethod, ValWorstClassSelectionMethod,
+                      ValBalancedSelectionMethod, ValMacroF1SelectionMethod)
+
+
 SELECTION_METHODS = {
     m.key: m for m in (IIDAccuracySelectionMethod, LeaveOneOutSelectionMethod,
                        OracleSelectionMethod, WorstGroupSelectionMethod,
-                       ValWorstGroupSelectionMethod)
+                       ValWorstGroupSelectionMethod, *LABEL_ONLY_METHODS)
 }
 ALIASES = {"iid": "training_domain", "training_domain_validation": "training_domain",
            "loo": "leave_one_out", "test_domain": "oracle", "wga": "worst_group",
@@ -374,7 +430,7 @@ def missing_split_notes(records, methods):
     for method in methods:
         absent = collections.Counter()
         # SubpopBench's runs hold out two environments (val and test)
-        served = records if method is ValWorstGroupSelectionMethod else \
+        served = records if issubclass(method, ValWorstGroupSelectionMethod) else \
             single_test_env_records(records)
         for record in served:
             keys = method.required_keys(record)
@@ -415,7 +471,7 @@ def select(records, method, labels=None):
         if not accs:
             continue
         best, run_records = accs[0]
-        if method is ValWorstGroupSelectionMethod and \
+        if issubclass(method, ValWorstGroupSelectionMethod) and \
                 key.test_env != official_split_envs(run_records[0])[1]:
             continue  # one row per run: the test env's (its val env is not a test result)
         rows.append({**key._asdict(), "val_acc": best["val_acc"],

@@ -131,14 +131,17 @@ def build_section(records: list[Record], method: type, infos: dict[str, DatasetI
 
 
 def build_val_worst_group_section(records: list[Record], infos: dict[str, DatasetInfo],
-                                  labels: dict) -> reporting.Section | None:
-    """SubpopBench's selection (best val worst-group accuracy) for datasets whose environments
-    are official splits: a worst-group and an average test accuracy table (columns: datasets)."""
-    method = model_selection.ValWorstGroupSelectionMethod
+                                  labels: dict, method: type | None = None
+                                  ) -> reporting.Section | None:
+    """SubpopBench's selection (best val worst-group accuracy, or with `method` one of the
+    attribute-unknown, label-only scores of the val environment) for datasets whose
+    environments are official splits: a worst-group and an average test accuracy table
+    (columns: datasets)."""
+    method = method or model_selection.ValWorstGroupSelectionMethod
     infos = {k: i for k, i in infos.items() if i.official_splits and i.has_worst_group}
     if not infos:
         logger.warning("warning: no dataset with val/test environments and worst-group "
-                       "accuracies; no val_worst_group tables")
+                       f"accuracies; no {method.key} tables")
         return None
     records = [r for r in records if model_selection.dataset_label(r, labels) in infos]
     algorithms = order_names({r["args"].get("algorithm") for r in records
@@ -224,8 +227,8 @@ def build_report(records: Records | list[Record], methods: Sequence[type] | None
         logger.warning(note)
     sections = []
     for method in methods:
-        if method is model_selection.ValWorstGroupSelectionMethod:
-            section = build_val_worst_group_section(records, infos, labels)
+        if issubclass(method, model_selection.ValWorstGroupSelectionMethod):
+            section = build_val_worst_group_section(records, infos, labels, method)
             sections += [section] if section else []
             continue
         if metric is not None and method.metric != "accuracy":

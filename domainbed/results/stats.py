@@ -238,7 +238,7 @@ def render_stats(records: list[Record], methods: Sequence[type], fmt: str = "tex
     from oodutils.tables import render
     parts = []
     for method in methods:
-        if method is ms.ValWorstGroupSelectionMethod:
+        if issubclass(method, ms.ValWorstGroupSelectionMethod):
             continue   # one row per run of official splits: no trials/test envs to resample
         for title, table, note in stats_sections(records, method, n_boot, seed):
             if fmt == "csv":
