@@ -26,23 +26,18 @@ PATH: a sweep directory (read with ``domainbed.results.records``) or accuracy CS
 """
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from oodutils.accuracy import AOTL_CLIP
-from oodutils.cli import add_logging_flags, configure_logging
-from oodutils.errors import UnknownNameError, UserError, epilog_example, run_cli
+from oodutils.cli import configure_logging
+from oodutils.errors import UnknownNameError, UserError, run_cli
 from oodutils.log import get_logger
-from oodutils.tables import FORMATS
 
 from .aotl_inputs import (
-    CHECKPOINTS,
-    SPLITS,
     Accuracies,
     acc_col,
     export_csv,
@@ -50,6 +45,7 @@ from .aotl_inputs import (
     read_accuracy_csvs,
     warn,
 )
+from .aotl_options import RESAMPLE, TABLES, build_parser  # noqa: F401  (their old home)
 from .aotl_stats import (
     SCALES,
     VERDICTS,
@@ -69,11 +65,6 @@ if TYPE_CHECKING:
 
 logger = get_logger(__name__)
 
-EPILOG = epilog_example("aotl", "analysis.aotl",
-                        "sweeps/s1 --table per-ood --format csv --output aotl.csv")
-RESAMPLE = ("runs", "models")
-TABLES = ("per-ood", "effective-robustness", "pairwise", "group-average", "group-pairwise",
-          "regime", "changepoints", "n-classifiers")
 FIT_COLUMNS = ["n", "slope", "intercept", "r", "r2", "p", "stderr", "intercept_stderr",
                "spearman"]
 
@@ -384,60 +375,6 @@ def plot_split(acc: Accuracies, dataset, ood, path=None, id_envs=None, scale="pr
 
 # ---------------------------------------------------------------------------- CLI
 
-def build_parser():
-    p = argparse.ArgumentParser(
-        prog="python -m analysis.aotl",
-        description="Accuracy-on-the-line fits per leave-one-domain-out split.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("paths", nargs="+", metavar="PATH",
-                   help="sweep directory, or accuracy CSV files (.csv/.csv.gz) or folders of them")
-    p.add_argument("--table", choices=TABLES, default=None,
-                   help="which table (default per-ood)")
-    p.add_argument("--id-envs", type=int, nargs="+", default=None, metavar="ENV",
-                   help="ID environments to use (the OOD env is always removed); default all")
-    p.add_argument("--scale", choices=SCALES, default="probit")
-    p.add_argument("--clip", type=float, default=AOTL_CLIP,
-                   help="clip accuracies to [clip, 1-clip] before probit/logit (default 0.01)")
-    p.add_argument("--threshold", type=float, default=0.3,
-                   help="well-specified iff R < threshold (default 0.3)")
-    p.add_argument("--split", choices=SPLITS, default="out",
-                   help="sweeps: which split's accuracies (default out)")
-    p.add_argument("--checkpoints", choices=CHECKPOINTS, default="all",
-                   help="sweeps: every checkpoint, each run's last, or its best by "
-                        "training-domain validation (default all)")
-    p.add_argument("--algorithms", nargs="+", default=None, help="keep only these algorithms")
-    p.add_argument("--bootstrap", type=int, default=0, metavar="N",
-                   help="bootstrap resamples for a CI of R (default 0: none; "
-                        "n-classifiers uses 1000 when 0)")
-    p.add_argument("--resample", choices=RESAMPLE, default=None,
-                   help="bootstrap unit: whole runs or single classifiers (default runs; "
-                        "n-classifiers: models, as the paper)")
-    p.add_argument("--ci", type=float, default=0.95)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--acc-threshold", type=float, default=0.9,
-                   help="regime table: ID accuracy separating the regimes (default 0.9)")
-    p.add_argument("--pen", type=float, default=None, help="changepoints: PELT penalty")
-    p.add_argument("--min-size", type=int, default=None,
-                   help="changepoints: minimum segment length")
-    p.add_argument("--tol", type=float, default=0.01,
-                   help="n-classifiers: relative change in R counted as stable (default 0.01)")
-    p.add_argument("--step", type=int, default=100, help="n-classifiers: step (default 100)")
-    p.add_argument("--mean-id", action="store_true",
-                   help="n-classifiers: x = mean ID accuracy instead of pooled ID rows")
-    p.add_argument("--format", choices=FORMATS,
-                   default=None, help="default text, or what the --output extension names")
-    p.add_argument("--digits", type=int, default=2)
-    p.add_argument("--output", "--out", "--output-dir", dest="output",
-                   type=Path, default=None, help="write the table here")
-    p.add_argument("--plot", type=Path, default=None, metavar="DIR",
-                   help="write a probit-axis scatter PNG per split into DIR")
-    p.add_argument("--export-csv", type=Path, default=None, metavar="DIR",
-                   help="write the accuracies in the shared CSV schema into DIR "
-                        "(then print the table only if --table is given)")
-    add_logging_flags(p)
-    return p
-
-
 def make_table(acc, args):
     common = dict(scale=args.scale, clip=args.clip)
     fit_opts = dict(common, threshold=args.threshold, n_boot=args.bootstrap,
@@ -462,8 +399,13 @@ def make_table(acc, args):
 
 
 def main(argv=None):
+    """The aotl command on `argv` (``python -m analysis.aotl``)."""
+    return run(build_parser().parse_args(argv))
+
+
+def run(args):
+    """The aotl command on parsed arguments: tables, exports and plots."""
     from oodutils import tables as report
-    args = build_parser().parse_args(argv)
     configure_logging(args)
     acc = load_accuracies(args.paths, split=args.split, checkpoints=args.checkpoints,
                           algorithms=args.algorithms)
@@ -488,12 +430,6 @@ def main(argv=None):
 
 def _safe(name):
     return "".join(ch if ch.isalnum() or ch in "._-@" else "_" for ch in name)
-
-def cli():
-    """The `aotl` console command ([project.scripts])."""
-    from oodutils.errors import run_cli
-    sys.exit(run_cli(main))
-
 
 if __name__ == "__main__":
     sys.exit(run_cli(main))

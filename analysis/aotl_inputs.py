@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.aotl_options import CHECKPOINTS, SPLITS  # noqa: F401
 from oodutils.accuracy import check_accuracies
 from oodutils.errors import UserError
 from oodutils.log import get_logger
@@ -34,8 +35,6 @@ logger = get_logger(__name__)
 CSV_COLUMNS = ["x", "y", "train_env", "algorithm", "model_hparams", "dataset", "test_env"]
 REQUIRED_CSV_COLUMNS = ["x", "y", "train_env", "dataset", "test_env"]
 META_COLUMNS = ["dataset", "ood_env", "model", "run", "step", "algorithm", "model_hparams"]
-SPLITS = ("out", "in")
-CHECKPOINTS = ("all", "last", "best")
 
 _ACC_RE = re.compile(r"^acc(\d+)$")
 _GROUP_RE = re.compile(r"^acc(\d+)_g(\d+)$")

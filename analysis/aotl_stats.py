@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
+from analysis.aotl_options import SCALES  # noqa: F401
 from oodutils.accuracy import AOTL_CLIP, check_clip, probit
 from oodutils.errors import UnknownNameError, UserError
 
-SCALES = ("probit", "logit", "identity")
 VERDICTS = ("inverse line", "weak", "on the line")
 
 

@@ -1,6 +1,11 @@
-"""The analysis half of `scripts/aotl_study.py`: from a zoo's run directories (records
-only) to the accuracy-on-the-line tables, probit plots, OODSelect on the most
-misspecified OOD environment, and `summary.md`."""
+"""An accuracy-on-the-line study in one call (the `aotl-study` command): train a zoo of
+small-image runs through domainbed's public API (`domainbed.api.train_zoo`), then, from the
+run directories (records only), the accuracy-on-the-line tables, probit plots, OODSelect
+on the most misspecified OOD environment, and `summary.md`.
+
+The study lives in analysis because it is an analysis that starts by asking for models:
+it reaches training only through `domainbed.api`, never the launch or training internals,
+and domainbed never imports it."""
 import collections
 import contextlib
 import io
@@ -177,3 +182,29 @@ def analyse(runs_dir, out_dir, dataset, ood_env=None, oodselect_steps=1500,
     write_summary(summary, dataset, facts, per_ood, pairwise_md, plots, oodselect, ood_env,
                   timings, notes)
     return summary, facts, per_ood
+
+
+def run_study(dataset, n_models, output_dir, workers=2, data_dir="data", steps=300,
+              checkpoint_freq=75, eval_splits=("out", "test"), launcher="pooled", seed=0,
+              ood_env=None, oodselect_steps=1500, log=print):
+    """Train (or resume, or extend) the zoo under OUTPUT_DIR/runs, analyse it and append the
+    wall time to the summary. Returns (summary path, zoo facts, per-OOD table, training)."""
+    from domainbed.api import train_zoo
+    start = time.time()
+    runs_dir = os.path.join(output_dir, "runs")
+    trained = train_zoo(dataset, n_models, runs_dir, data_dir, steps, checkpoint_freq,
+                        eval_splits, launcher, workers, seed, notify=log)
+    log(f"training: {trained.launched} runs launched, {trained.done}/{trained.runs} done, "
+        f"{trained.failed} failed, {trained.seconds:.0f} s")
+    timings = {"runs trained by this invocation": f"{trained.launched - trained.failed}",
+               "training wall time (this invocation)": f"{trained.seconds:.0f} s",
+               "workers": f"{workers} ({launcher} launcher)",
+               "failed runs (left out of the fits; see `sweep status`)": f"{trained.failed}"}
+    summary, facts, per_ood = analyse(runs_dir, output_dir, dataset, ood_env, oodselect_steps,
+                                      timings=timings, log=log)
+    wall = time.time() - start
+    rate = 3600 * trained.launched / wall if trained.launched else 0.0
+    with open(summary, "a") as f:
+        f.write(f"- total wall time: {wall:.0f} s; {rate:.0f} models per hour "
+                f"(runs trained by this invocation / its whole wall time)\n")
+    return summary, facts, per_ood, trained, wall, rate

@@ -31,12 +31,18 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from analysis.oodselect_config import (  # noqa: F401
+    LOSSES,
+    PENALTY_FORMS,
+    SEARCH_SPACE,
+    Hparams,
+)
 from oodutils.accuracy import OODSELECT_CLIP
 from oodutils.accuracy import probit as _probit
 from oodutils.errors import UserError
@@ -49,30 +55,8 @@ logger = get_logger(__name__)
 
 PROBIT_EPS = OODSELECT_CLIP   # [code] clamp(x, eps, 1 - eps) before the probit
 VAR_EPS = 1e-6          # [code] added to both variances in the Pearson denominator
-PENALTY_FORMS = ("softplus", "squared")
-LOSSES = ("r", "r2")
-
-# The paper's Optuna search space (notes_001 section 2.1).
-SEARCH_SPACE = {
-    "lr": ("log", 1e-2, 1e2),
-    "eta_min": ("log", 1e-3, 1.0),
-    "t_max": ("int", 10, 200),
-    "penalty": ("float", 0.1, 100.0),
-    "anneal_iters": ("int", 10, 1000),
-}
-
-
-@dataclass
-class Hparams:
-    """One configuration of the optimiser (the five searched hyperparameters)."""
-    lr: float = 0.1
-    eta_min: float = 0.001
-    t_max: int = 200
-    penalty: float = 10.0
-    anneal_iters: int = 200
-
-    def as_dict(self):
-        return asdict(self)
+# The optimiser's configuration lives in a module without torch (commands answer --help
+# before importing torch); these names stay importable from here.
 
 
 def probit(x, eps=PROBIT_EPS):

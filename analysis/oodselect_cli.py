@@ -19,17 +19,17 @@ import math
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
-from analysis import oodselect as core
-from analysis import oodselect_baselines as bl
-from analysis import oodselect_data as data
-from analysis import oodselect_report as rep
-from oodutils.cli import add_logging_flags, configure_logging
+from analysis import oodselect_config
+from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
 from oodutils.errors import UserError, epilog_example
 from oodutils.log import get_logger
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 logger = get_logger(__name__)
 
@@ -43,6 +43,7 @@ BASELINES = ("random", "hard", "greedy", "exhaustive")
 def make_split(cm, how="run", seed=0, fractions=(0.6, 0.2, 0.2), test_archs=None):
     """(train, val, test) model indices. how: "run" (whole runs), "model" (each
     checkpoint on its own) or "arch" (architecture-disjoint test set)."""
+    from analysis import oodselect_data as data
     if how == "run":
         return data.split_models(cm.models["run"].to_numpy(), fractions, seed)
     if how == "model":
@@ -57,6 +58,8 @@ def make_split(cm, how="run", seed=0, fractions=(0.6, 0.2, 0.2), test_archs=None
 
 
 def _row(method, n, A, y, parts, subset, fisher_m=None, extra=None):
+    from analysis import oodselect as core
+    from analysis import oodselect_report as rep
     tr, va, te = parts
     r_te = core.subset_correlation(A[te], y[te], subset)
     m = fisher_m or len(te)
@@ -84,6 +87,11 @@ def run_selection(cm, sizes, seed=0, out_dir=None, split="run", fractions=(0.6, 
     """The whole protocol on one correctness matrix. Returns (summary DataFrame, dict of
     results); writes the files described in the module docstring when out_dir is set.
     ``log``: where progress lines go (default: this package's logger, at INFO)."""
+    import pandas as pd
+
+    from analysis import oodselect as core
+    from analysis import oodselect_baselines as bl
+    from analysis import oodselect_report as rep
     log = log or logger.info
     A, y, N = cm.A, cm.y, cm.n_examples
     sizes = sorted({int(n) for n in sizes})
@@ -164,6 +172,8 @@ def run_selection(cm, sizes, seed=0, out_dir=None, split="run", fractions=(0.6, 
 
 
 def write_outputs(out_dir, cm, results, plots=True):
+    from analysis import oodselect as core
+    from analysis import oodselect_report as rep
     os.makedirs(out_dir, exist_ok=True)
     summary, sel, sizes = results["summary"], results["selector"], results["sizes"]
     rep.write_csv(os.path.join(out_dir, "summary.csv"), summary)
@@ -206,59 +216,60 @@ def write_outputs(out_dir, cm, results, plots=True):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="python -m analysis.oodselect", description=__doc__,
+    p = ArgumentParser(prog="python -m analysis.oodselect", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     src = p.add_argument_group("input (one of)")
-    src.add_argument("--matrix", help=".npz with A (models x examples, 0/1) and y")
-    src.add_argument("--input-dir", nargs="+", help="run directories (a sweep)")
-    src.add_argument("--dataset")
-    src.add_argument("--id-envs", type=int, nargs="+")
-    src.add_argument("--ood-env", type=int)
-    src.add_argument("--checkpoints", choices=("all", "last"), default="all",
-                     help="models: every checkpoint (default) or each run's last")
-    src.add_argument("--save-matrix", help="also write the built A and y to this .npz")
-    p.add_argument("--sizes", type=int, nargs="+", help="subset sizes (default: a log grid)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--output", "--out", "--output-dir", dest="out",
-                   required=True, help="output directory")
-    p.add_argument("--split", choices=("run", "model", "arch"), default="run")
-    p.add_argument("--fractions", type=float, nargs=3, default=(0.6, 0.2, 0.2))
-    p.add_argument("--test-archs", nargs="+")
+    add_option(src, "--matrix", help=".npz with A (models x examples, 0/1) and y")
+    add_option(src, "--input_dir", nargs="+", help="run directories (a sweep)")
+    add_option(src, "--dataset")
+    add_option(src, "--id_envs", type=int, nargs="+")
+    add_option(src, "--ood_env", type=int)
+    add_option(src, "--checkpoints", choices=("all", "last"), default="all",
+                    help="models: every checkpoint (default) or each run's last")
+    add_option(src, "--save_matrix", help="also write the built A and y to this .npz")
+    add_option(p, "--sizes", type=int, nargs="+", help="subset sizes (default: a log grid)")
+    add_option(p, "--seed", type=int, default=0)
+    add_option(p, "--output_dir", "--out", "--output", dest="out",
+                  required=True, help="output directory")
+    add_option(p, "--split", choices=("run", "model", "arch"), default="run")
+    add_option(p, "--fractions", type=float, nargs=3, default=(0.6, 0.2, 0.2))
+    add_option(p, "--test_archs", nargs="+")
     o = p.add_argument_group("optimiser")
-    o.add_argument("--steps", type=int, default=3000)
-    o.add_argument("--patience", type=int, default=500)
-    o.add_argument("--trials", type=int, default=0,
-                   help="Optuna trials per size (0: fixed hyperparameters)")
-    o.add_argument("--trial-batch", type=int, default=8)
-    o.add_argument("--restarts", type=int, default=1,
-                   help="with fixed hyperparameters: random restarts per size, best on val")
-    o.add_argument("--paper-budget", action="store_true",
-                   help="the paper's configs: 50,000 steps and 100 Optuna trials")
-    o.add_argument("--penalty-form", choices=core.PENALTY_FORMS, default="softplus")
-    o.add_argument("--loss", choices=core.LOSSES, default="r")
-    defaults = core.Hparams()
+    add_option(o, "--steps", type=int, default=3000)
+    add_option(o, "--patience", type=int, default=500)
+    add_option(o, "--trials", type=int, default=0,
+                  help="Optuna trials per size (0: fixed hyperparameters)")
+    add_option(o, "--trial_batch", type=int, default=8)
+    add_option(o, "--restarts", type=int, default=1,
+                  help="with fixed hyperparameters: random restarts per size, best on val")
+    add_option(o, "--paper_budget", action="store_true",
+                  help="the paper's configs: 50,000 steps and 100 Optuna trials")
+    add_option(o, "--penalty_form", choices=oodselect_config.PENALTY_FORMS, default="softplus")
+    add_option(o, "--loss", choices=oodselect_config.LOSSES, default="r")
+    defaults = oodselect_config.Hparams()
     for name in ("lr", "eta_min", "t_max", "penalty", "anneal_iters"):
-        o.add_argument("--" + name.replace("_", "-"), type=type(getattr(defaults, name)),
-                       default=getattr(defaults, name))
-    o.add_argument("--last-theta", action="store_true",
-                   help="keep the final theta, not the best-validation one (as the code)")
-    o.add_argument("--device", default="auto")
+        add_option(o, "--" + name, type=type(getattr(defaults, name)),
+                      default=getattr(defaults, name))
+    add_option(o, "--last_theta", action="store_true",
+                  help="keep the final theta, not the best-validation one (as the code)")
+    add_option(o, "--device", default="auto")
     b = p.add_argument_group("baselines and report")
-    b.add_argument("--baselines", nargs="*", default=list(BASELINES), choices=BASELINES)
-    b.add_argument("--random-draws", type=int, default=100)
-    b.add_argument("--hard-reference", choices=("train", "test", "all"), default="train",
-                   help="models whose errors define 'hard' (the authors' code: test)")
-    b.add_argument("--greedy-max-cost", type=float, default=2e10)
-    b.add_argument("--exhaustive-max", type=int, default=1_000_000)
-    b.add_argument("--paper-fisher", action="store_true",
-                   help="Fisher intervals with m = 100 as Table A.3 (default: test models)")
-    b.add_argument("--bootstrap", type=int, default=1000)
-    b.add_argument("--no-plots", action="store_true")
+    add_option(b, "--baselines", nargs="*", default=list(BASELINES), choices=BASELINES)
+    add_option(b, "--random_draws", type=int, default=100)
+    add_option(b, "--hard_reference", choices=("train", "test", "all"), default="train",
+                  help="models whose errors define 'hard' (the authors' code: test)")
+    add_option(b, "--greedy_max_cost", type=float, default=2e10)
+    add_option(b, "--exhaustive_max", type=int, default=1_000_000)
+    add_option(b, "--paper_fisher", action="store_true",
+                  help="Fisher intervals with m = 100 as Table A.3 (default: test models)")
+    add_option(b, "--bootstrap", type=int, default=1000)
+    add_option(b, "--no_plots", action="store_true")
     add_logging_flags(p)   # -q / --quiet: no progress lines and no summary table
     return p
 
 
 def load_input(args):
+    from analysis import oodselect_data as data
     if bool(args.matrix) == bool(args.input_dir):
         raise UserError("give exactly one of --matrix FILE.npz or --input-dir DIR")
     if args.matrix:
@@ -299,6 +310,8 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
     check_args(args)
+    from analysis import oodselect as core
+    from analysis import oodselect_report as rep
     log = logger.info     # -q (or --quiet) hides the progress lines, as it always did
     cm = load_input(args)
     sizes = args.sizes or [n for n in DEFAULT_SIZES if n < cm.n_examples]

@@ -31,11 +31,10 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
+from analysis.validity_config import DEFAULT_THRESHOLDS, STRATEGIES
 from oodutils.accuracy import check_accuracies
 from oodutils.errors import UserError
 
-DEFAULT_THRESHOLDS = {"erm_failure": 5.0, "disc_power": 2.5, "conv_validity": 0.1}
-STRATEGIES = ("all", "valid", "closest")
 _TIE_ATOL = 1e-9
 
 __all__ = [

@@ -7,22 +7,8 @@ import argparse
 import os
 import sys
 
-import numpy as np
-import pandas as pd
-
-from analysis import validity as V
-from analysis.validity_records import (
-    SPLIT_CODES,
-    benchmark_names,
-    compute_k,
-    group_results,
-    k_from_records,
-    read_k_csv,
-    validity_report,
-    wga_matrix,
-)
-from domainbed.results.records import load_records
-from oodutils.cli import add_logging_flags, configure_logging
+from analysis import validity_config
+from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
 from oodutils.errors import UserError, epilog_example
 from oodutils.tables import FORMATS
 
@@ -46,41 +32,41 @@ def _display(table, columns):
 # ---------------------------------------------------------------------------------------------
 
 def _add_input(p, k=True):
-    p.add_argument("--input-dir", nargs="+", required=True,
-                   help="sweep output directories (run directories at any depth)")
-    p.add_argument("--erm-algorithm", default="ERM")
-    p.add_argument("--include-unfinished", action="store_true",
-                   help="also read runs without a 'done' marker")
+    add_option(p, "--input_dir", nargs="+", required=True,
+                  help="sweep output directories (run directories at any depth)")
+    add_option(p, "--erm_algorithm", default="ERM")
+    add_option(p, "--include_unfinished", action="store_true",
+                  help="also read runs without a 'done' marker")
     if k:
-        p.add_argument("--k-dir", nargs="+", help="K reference runs "
-                       "(scripts/train_k_reference.py output)")
-        p.add_argument("--k-csv", help="K per benchmark instead: CSV with benchmark,K")
+        add_option(p, "--k_dir", nargs="+", help="K reference runs "
+                      "(scripts/train_k_reference.py output)")
+        add_option(p, "--k_csv", help="K per benchmark instead: CSV with benchmark,K")
         _add_k_options(p)
 
 
 def _add_k_options(p):
-    p.add_argument("--reference", help="reference algorithm of K (default: ReweightedERM, "
-                   "else GroupDRO)")
-    p.add_argument("--k-step", default="val_nll",
-                   help="checkpoint of the K runs: val_nll (default), last, or a step")
-    p.add_argument("--worst-group", default="erm_lowest_acc",
-                   help="erm_lowest_acc (default), smallest, or a group index")
-    p.add_argument("--reduction", default="mean", choices=["mean", "sum"])
-    p.add_argument("--test-splits", default="in,out",
-                   help="test-environment splits K is computed on (default in,out)")
+    add_option(p, "--reference", help="reference algorithm of K (default: ReweightedERM, "
+                  "else GroupDRO)")
+    add_option(p, "--k_step", default="val_nll",
+                  help="checkpoint of the K runs: val_nll (default), last, or a step")
+    add_option(p, "--worst_group", default="erm_lowest_acc",
+                  help="erm_lowest_acc (default), smallest, or a group index")
+    add_option(p, "--reduction", default="mean", choices=["mean", "sum"])
+    add_option(p, "--test_splits", default="in,out",
+                  help="test-environment splits K is computed on (default in,out)")
 
 
 def _add_output(p):
-    p.add_argument("--format", choices=FORMATS)
-    p.add_argument("--output", "--out", "--output-dir", dest="output",
-                   help="write here (format from the extension unless --format)")
-    p.add_argument("--digits", type=int, default=2)
+    add_option(p, "--format", choices=FORMATS)
+    add_option(p, "--output", "--out", "--output-dir", dest="output",
+                  help="write here (format from the extension unless --format)")
+    add_option(p, "--digits", type=int, default=2)
 
 
 def _k_kwargs(args):
     wg = args.worst_group
     splits = tuple(s.strip() for s in args.test_splits.split(",") if s.strip())
-    bad = [s for s in splits if s not in SPLIT_CODES]
+    bad = [s for s in splits if s not in validity_config.SPLIT_CODES]
     if bad or not splits:
         raise UserError(f"--test-splits takes in, out, uda; got {args.test_splits!r}")
     step = int(args.k_step) if str(args.k_step).lstrip("-").isdigit() else args.k_step
@@ -89,6 +75,8 @@ def _k_kwargs(args):
 
 
 def _load(args):
+    from analysis.validity_records import benchmark_names, group_results, k_from_records, read_k_csv
+    from domainbed.results.records import load_records
     recs = load_records(args.input_dir, require_done=not args.include_unfinished)
     k_recs = []
     if getattr(args, "k_dir", None):
@@ -130,6 +118,7 @@ def _thresholds(args):
 
 
 def cmd_report(args):
+    from analysis.validity_records import validity_report
     results, K, _ = _load(args)
     table = validity_report(results, K, _thresholds(args), args.erm_algorithm, args.ddof,
                             with_mi=not args.no_mi, min_pairs=args.cv_min_pairs)
@@ -144,6 +133,9 @@ def cmd_report(args):
 
 
 def cmd_compute_k(args):
+    import pandas as pd
+
+    from analysis.validity_records import compute_k
     out = compute_k(args.erm_run, args.reference_run, **_k_kwargs(args))
     df = pd.DataFrame([{"K": out["k"], "worst group": out["worst_group_name"],
                         "n": out["n"], "ERM acc. on it": out["erm_group_acc"],
@@ -154,6 +146,8 @@ def cmd_compute_k(args):
 
 
 def cmd_robustness(args):
+    from analysis import validity as V
+    from analysis.validity_records import wga_matrix
     results, K, _ = _load(args)
     rob = V.method_robustness(wga_matrix(results), K).reset_index()
     rob = rob.sort_values(["median", "iqr"], ascending=[False, True])
@@ -164,6 +158,8 @@ def cmd_robustness(args):
 
 
 def cmd_agreement(args):
+    from analysis import validity as V
+    from analysis.validity_records import wga_matrix
     results, _, _ = _load(args)
     agree = V.agreement_matrix(wga_matrix(results), method=args.method)
     _emit(agree.reset_index().rename(columns={"index": "benchmark"}), args,
@@ -171,12 +167,18 @@ def cmd_agreement(args):
 
 
 def _valid_set(args, results, K):
+    from analysis.validity_records import validity_report
     table = validity_report(results, K, _thresholds(args), args.erm_algorithm, args.ddof,
                             with_mi=False, min_pairs=args.cv_min_pairs)
     return list(table.index[table["valid"].fillna(False).astype(bool)]), table
 
 
 def cmd_recommend(args):
+    import numpy as np
+    import pandas as pd
+
+    from analysis import validity as V
+    from analysis.validity_records import wga_matrix
     results, K, _ = _load(args)
     wga = wga_matrix(results)
     valid, _ = _valid_set(args, results, K) if args.strategy != "all" else ([], None)
@@ -202,6 +204,8 @@ def cmd_recommend(args):
 
 
 def cmd_leave_one_out(args):
+    from analysis import validity as V
+    from analysis.validity_records import wga_matrix
     results, K, _ = _load(args)
     if K is None:
         raise UserError("leave-one-out needs K (--k-dir or --k-csv)")
@@ -219,31 +223,31 @@ def cmd_leave_one_out(args):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m analysis.validity",
         description="Validity desiderata of spurious-correlation benchmarks (seed 002).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
     def thresholds(p):
-        d = V.DEFAULT_THRESHOLDS
-        p.add_argument("--erm-failure-min", type=float, default=d["erm_failure"])
-        p.add_argument("--disc-power-min", type=float, default=d["disc_power"])
-        p.add_argument("--conv-validity-min", type=float, default=d["conv_validity"])
-        p.add_argument("--ddof", type=int, default=1, help="SD degrees of freedom (1: sample)")
-        p.add_argument("--cv-min-pairs", type=int, default=3,
-                       help="comparison benchmarks needed for Convergent Validity")
+        d = validity_config.DEFAULT_THRESHOLDS
+        add_option(p, "--erm_failure_min", type=float, default=d["erm_failure"])
+        add_option(p, "--disc_power_min", type=float, default=d["disc_power"])
+        add_option(p, "--conv_validity_min", type=float, default=d["conv_validity"])
+        add_option(p, "--ddof", type=int, default=1, help="SD degrees of freedom (1: sample)")
+        add_option(p, "--cv_min_pairs", type=int, default=3,
+                      help="comparison benchmarks needed for Convergent Validity")
 
     p = sub.add_parser("report", help="Table 1: K, the three desiderata, pass/fail")
     _add_input(p)
     thresholds(p)
-    p.add_argument("--no-mi", action="store_true", help="skip I(Y;A)")
+    add_option(p, "--no_mi", action="store_true", help="skip I(Y;A)")
     _add_output(p)
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("compute-k", help="K between an ERM run and a reference run")
-    p.add_argument("--erm-run", required=True)
-    p.add_argument("--reference-run", required=True)
+    add_option(p, "--erm_run", required=True)
+    add_option(p, "--reference_run", required=True)
     _add_k_options(p)
     _add_output(p)
     p.set_defaults(func=cmd_compute_k)
@@ -255,17 +259,17 @@ def build_parser():
 
     p = sub.add_parser("agreement", help="benchmark x benchmark agreement")
     _add_input(p, k=False)
-    p.add_argument("--method", default="pearson", choices=["pearson", "spearman", "kendall"])
+    add_option(p, "--method", default="pearson", choices=["pearson", "spearman", "kendall"])
     _add_output(p)
     p.set_defaults(func=cmd_agreement)
 
     p = sub.add_parser("recommend", help="choose a method: all / valid / closest")
     _add_input(p)
     thresholds(p)
-    p.add_argument("--strategy", choices=V.STRATEGIES, default="closest")
-    p.add_argument("--query-k", type=float, help="K of your dataset")
-    p.add_argument("--query-benchmark", help="a benchmark of the input to treat as new "
-                   "(its K is used and it is left out of the choice)")
+    add_option(p, "--strategy", choices=validity_config.STRATEGIES, default="closest")
+    add_option(p, "--query_k", type=float, help="K of your dataset")
+    add_option(p, "--query_benchmark", help="a benchmark of the input to treat as new "
+                  "(its K is used and it is left out of the choice)")
     _add_output(p)
     p.set_defaults(func=cmd_recommend)
 

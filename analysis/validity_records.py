@@ -36,13 +36,13 @@ import numpy as np
 import pandas as pd
 
 from analysis import validity as V
+from analysis.validity_config import SPLIT_CODES
 from domainbed.results import model_selection as ms
 from domainbed.results.records import list_prediction_steps, load_predictions, load_records
 from oodutils.errors import UserError
 
 REFERENCE_ALGORITHMS = ("ReweightedERM", "GroupDRO")
 _GROUP_KEY = re.compile(r"^env(\d+)_(in|out)_acc_g(\d+)$")
-SPLIT_CODES = {"in": 0, "out": 1, "uda": 2}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from domainbed.config import RunConfig
@@ -61,3 +62,42 @@ def train(dataset: str = "ColoredMNIST", algorithm: str = "ERM",
     from domainbed.training import loop as training
     training.run(config, hparams_dict, algorithm_cls, dataset_cls)
     return load_records(config.output_dir)
+
+
+@dataclass
+class ZooTraining:
+    """What `train_zoo` did: the zoo's runs, those this call launched, done and failed."""
+    runs: int
+    launched: int
+    done: int
+    failed: int
+    seconds: float
+
+
+def train_zoo(dataset: str, n_runs: int, runs_dir: str | os.PathLike, data_dir: str = "data",
+              steps: int = 300, checkpoint_freq: int = 75,
+              eval_splits: Sequence[str] = ("out", "test"), launcher: str = "pooled",
+              workers: int = 2, seed: int = 0,
+              notify: Callable[[str], None] | None = None) -> ZooTraining:
+    """Draw a zoo of `n_runs` small-image runs (`domainbed.launch.zoo.draw_zoo`) and train
+    those not yet done into `runs_dir` as ordinary sweep jobs with `launcher` ("pooled",
+    "local" or "fused") and `workers` at once. Calling again resumes interrupted runs and,
+    with a larger `n_runs`, extends the same zoo. Failed runs are counted, not raised."""
+    import time
+
+    from domainbed.launch import launchers, sweep, zoo
+    from domainbed.training.evaluation import check_eval_splits
+    notify = notify or LOG.info
+    check_eval_splits(list(eval_splits))
+    start = time.time()
+    os.makedirs(data_dir, exist_ok=True)
+    train_args = zoo.draw_zoo(dataset, n_runs, data_dir, steps, checkpoint_freq,
+                              list(eval_splits), seed=seed)
+    jobs = [sweep.Job(a, os.fspath(runs_dir)) for a in train_args]
+    notify(sweep.summarize(jobs))
+    todo = [j for j in jobs if j.state in (launchers.FAILED, launchers.NOT_LAUNCHED)]
+    failed = sweep.launch(jobs, launcher, {"max_workers": workers}, seed=seed) if todo else []
+    for j in jobs:
+        j.refresh()
+    done = sum(j.state == launchers.DONE for j in jobs)
+    return ZooTraining(len(jobs), len(todo), done, len(failed), time.time() - start)

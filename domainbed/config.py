@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from oodutils.cli import add_logging_flags, parse_json_object
+from oodutils.cli import ArgumentParser, add_logging_flags, add_option, parse_json_object
 from oodutils.errors import UserError, epilog_example
 
 EVAL_SPLITS_HELP = ("splits to evaluate at each checkpoint, a union of: all (default, "
@@ -30,9 +30,11 @@ EVAL_SPLITS_HELP = ("splits to evaluate at each checkpoint, a union of: all (def
 
 
 def option(default: Any, help: str = "", choices: Sequence[str] | None = None,
-           metavar: str | None = None) -> Any:
-    """A RunConfig field: its default and what the command line says of it."""
-    meta = {"help": help, "choices": choices, "metavar": metavar}
+           metavar: str | None = None, aliases: Sequence[str] = ()) -> Any:
+    """A RunConfig field: its default and what the command line says of it. ``aliases``:
+    older flag names still accepted, hidden from --help (the hyphen spelling of every name
+    is accepted anyway, see `oodutils.cli.add_option`)."""
+    meta = {"help": help, "choices": choices, "metavar": metavar, "aliases": tuple(aliases)}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -279,12 +281,13 @@ def _argument(f: dataclasses.Field) -> tuple[str, dict[str, Any]]:
 
 @functools.lru_cache(maxsize=1)
 def build_parser() -> argparse.ArgumentParser:
-    """The train command's parser, one option per RunConfig field, plus -v / -q."""
-    parser = argparse.ArgumentParser(description="Domain generalization: train one run",
+    """The train command's parser, one option per RunConfig field (hyphen spellings
+    accepted, hidden), plus -v / -q."""
+    parser = ArgumentParser(description="Domain generalization: train one run",
                                      epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     for f in dataclasses.fields(RunConfig):
         flag, kwargs = _argument(f)
-        parser.add_argument(flag, **kwargs)
+        add_option(parser, flag, *f.metadata["aliases"], **kwargs)
     add_logging_flags(parser)
     return parser

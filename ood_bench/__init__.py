@@ -6,14 +6,18 @@
     CLI: python -m ood_bench {extract,quantify,run,calibrate,summarize,table3,heatmap,plot}
          python -m ood_bench.quantify --features FILE.npz --seed S --out result.json
 """
-from ood_bench.estimator import (  # noqa: F401
-    ShiftDensities,
-    ShiftEstimationError,
-    ShiftEstimator,
-    estimate_shifts,
-    iid_split,
-)
-from ood_bench.kde import GaussianKDE  # noqa: F401
+_HOMES = {"ShiftDensities": "estimator", "ShiftEstimationError": "estimator",
+          "ShiftEstimator": "estimator", "estimate_shifts": "estimator",
+          "iid_split": "estimator", "GaussianKDE": "kde"}
+
+
+def __getattr__(name):
+    """The public names, imported when first used: `ood-bench --help` answers before torch."""
+    if name in _HOMES:
+        import importlib
+        return getattr(importlib.import_module(f"ood_bench.{_HOMES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["GaussianKDE", "ShiftDensities", "ShiftEstimationError", "ShiftEstimator",
            "estimate_shifts", "iid_split"]

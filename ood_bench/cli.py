@@ -16,8 +16,13 @@ import os
 import sys
 
 from ood_bench import quantify as q
-from ood_bench.trials import TrialConfig
-from oodutils.cli import add_logging_flags, configure_logging, parse_json_object
+from oodutils.cli import (
+    ArgumentParser,
+    add_logging_flags,
+    add_option,
+    configure_logging,
+    parse_json_object,
+)
 from oodutils.errors import UserError, epilog_example
 from oodutils.fileio import atomic_write_json, atomic_write_text
 
@@ -27,38 +32,41 @@ EPILOG = epilog_example("ood-bench", "ood_bench",
 
 def add_training_arguments(p, dataset_required=True):
     g = p.add_argument_group("data")
-    g.add_argument("--dataset", required=dataset_required, help="a registered dataset name")
-    g.add_argument("--data-dir", required=dataset_required)
-    g.add_argument("--envs-p", type=int, nargs="+", required=dataset_required,
-                   help="environment indices of side P")
-    g.add_argument("--envs-q", type=int, nargs="+", required=dataset_required,
-                   help="environment indices of side Q")
-    g.add_argument("--dataset-settings", default="", help="JSON: dataset hparams")
-    g.add_argument("--data-seed", type=int, default=0)
-    g.add_argument("--holdout-fraction", type=float, default=0.1)
+    add_option(g, "--dataset", required=dataset_required, help="a registered dataset name")
+    add_option(g, "--data_dir", required=dataset_required)
+    add_option(g, "--envs_p", type=int, nargs="+", required=dataset_required,
+                  help="environment indices of side P")
+    add_option(g, "--envs_q", type=int, nargs="+", required=dataset_required,
+                  help="environment indices of side Q")
+    add_option(g, "--dataset_settings", default="", help="JSON: dataset hparams")
+    add_option(g, "--data_seed", type=int, default=0)
+    add_option(g, "--holdout_fraction", type=float, default=0.1)
     g = p.add_argument_group("environment classifier (Algorithm 1)")
-    g.add_argument("--backbone", default="auto",
-                   help="auto (mlp for small images, else resnet18), mlp, resnet18, resnet34, "
+    add_option(g, "--backbone", default="auto",
+                  help="auto (mlp for small images, else resnet18), mlp, resnet18, resnet34, "
                         "resnet50, featurizer (domainbed.networks.Featurizer)")
-    g.add_argument("--dim-z", type=int, default=8)
-    g.add_argument("--steps", type=int, default=2000)
-    g.add_argument("--batch-size", type=int, default=32, help="per side")
-    g.add_argument("--lr", type=float, default=3e-4)
-    g.add_argument("--weight-decay", type=float, default=0.0)
-    g.add_argument("--eval-every", type=int, default=100)
-    g.add_argument("--mlp-width", type=int, default=390)
-    g.add_argument("--pretrained", action=argparse.BooleanOptionalAction, default=None,
-                   help="ImageNet weights for ResNets (default: yes for resnet*)")
-    g.add_argument("--pretrained-path", default="")
-    g.add_argument("--featurizer-hparams", default="", help="JSON for --backbone featurizer")
-    g.add_argument("--select", default="acc", choices=("acc", "loss", "last"),
-                   help="checkpoint selection on the held-out part (default: accuracy)")
-    g.add_argument("--extract-split", default="out", choices=("out", "train", "all"),
-                   help="which examples' features are written (default: held-out)")
-    g.add_argument("--n-workers", type=int, default=0)
+    add_option(g, "--dim_z", type=int, default=8)
+    add_option(g, "--steps", type=int, default=2000)
+    add_option(g, "--batch_size", type=int, default=32, help="per side")
+    add_option(g, "--lr", type=float, default=3e-4)
+    add_option(g, "--weight_decay", type=float, default=0.0)
+    add_option(g, "--eval_every", type=int, default=100)
+    add_option(g, "--mlp_width", type=int, default=390)
+    add_option(g, "--pretrained", action="store_true", default=None,
+               help="ImageNet weights for ResNets (default: yes for resnet*)")
+    add_option(g, "--no_pretrained", dest="pretrained", action="store_false", default=None,
+               help="random initialisation")
+    add_option(g, "--pretrained_path", default="")
+    add_option(g, "--featurizer_hparams", default="", help="JSON for --backbone featurizer")
+    add_option(g, "--select", default="acc", choices=("acc", "loss", "last"),
+                  help="checkpoint selection on the held-out part (default: accuracy)")
+    add_option(g, "--extract_split", default="out", choices=("out", "train", "all"),
+                  help="which examples' features are written (default: held-out)")
+    add_option(g, "--n_workers", type=int, default=0)
 
 
 def config_from_args(a):
+    from ood_bench.trials import TrialConfig
     if a.steps < 1 or a.batch_size < 1 or a.dim_z < 1 or a.eval_every < 1:
         raise UserError("--steps, --batch-size, --dim-z and --eval-every must be positive")
     est = q.estimator_options(a) if hasattr(a, "sample_size") else {}
@@ -124,7 +132,13 @@ def _expand(paths):
 
 
 def cmd_calibrate(a):
-    from ood_bench.trials import bisect_thresholds, densities, iid_feature_densities, load_features
+    from ood_bench.trials import (
+        TrialConfig,
+        bisect_thresholds,
+        densities,
+        iid_feature_densities,
+        load_features,
+    )
     cfg = TrialConfig("", "", [0], [1], **q.estimator_options(a))
     feats = [load_features(p) for p in _expand(a.features)]
     with q.torch_threads(a.num_threads):
@@ -214,28 +228,28 @@ def cmd_plot(a):
 
 
 def _reduced_training_args(p):
-    for flag, typ in (("--steps", int), ("--mlp-width", int), ("--holdout-fraction", float),
-                      ("--sample-size", int), ("--eval-every", int)):
-        p.add_argument(flag, type=typ, default=None)
-    p.add_argument("--num-threads", type=int, default=0)
-    p.add_argument("--seed", type=int, default=0)
+    for flag, typ in (("--steps", int), ("--mlp_width", int), ("--holdout_fraction", float),
+                      ("--sample_size", int), ("--eval_every", int)):
+        add_option(p, flag, type=typ, default=None)
+    add_option(p, "--num_threads", type=int, default=0)
+    add_option(p, "--seed", type=int, default=0)
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="python -m ood_bench", description=__doc__,
+    parser = ArgumentParser(prog="python -m ood_bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=EPILOG)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("extract", help="train the environment classifier, write features")
     add_training_arguments(p)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--force-iid", action="store_true",
-                   help="pool P and Q and split 50/50 at random (i.i.d. reference)")
-    p.add_argument("--output", "--out", "--output-dir", dest="out",
-                   required=True, help="features .npz (a .json log goes beside)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--num-threads", type=int, default=0)
+    add_option(p, "--seed", type=int, default=0)
+    add_option(p, "--force_iid", action="store_true",
+                  help="pool P and Q and split 50/50 at random (i.i.d. reference)")
+    add_option(p, "--output", "--out", "--output-dir", dest="out",
+                  required=True, help="features .npz (a .json log goes beside)")
+    add_option(p, "--device", default="cpu")
+    add_option(p, "--num_threads", type=int, default=0)
     p.set_defaults(func=cmd_extract)
 
     p = sub.add_parser("quantify", help="Algorithm 2 on a features file")
@@ -245,59 +259,59 @@ def build_parser():
     p = sub.add_parser("run", help="trials: extract + quantify, summary.json")
     add_training_arguments(p)
     q.add_estimator_arguments(p)
-    p.add_argument("--n-trials", type=int, default=5)
-    p.add_argument("--seed", type=int, default=0, help="trial seeds are seed, seed+1, ...")
-    p.add_argument("--output", "--output-dir", "--out", dest="output_dir", required=True)
-    p.add_argument("--calibrate", action="store_true", help="i.i.d. threshold calibration")
-    p.add_argument("--calibration-level", default="data", choices=("data", "features"))
-    p.add_argument("--iid-reference", action="store_true",
-                   help="also report i.i.d. estimates at the thresholds used")
+    add_option(p, "--n_trials", type=int, default=5)
+    add_option(p, "--seed", type=int, default=0, help="trial seeds are seed, seed+1, ...")
+    add_option(p, "--output_dir", "--output", "--out", required=True)
+    add_option(p, "--calibrate", action="store_true", help="i.i.d. threshold calibration")
+    add_option(p, "--calibration_level", default="data", choices=("data", "features"))
+    add_option(p, "--iid_reference", action="store_true",
+                  help="also report i.i.d. estimates at the thresholds used")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("calibrate", help="calibrate eps_div / eps_cor on i.i.d. splits")
-    p.add_argument("--features", nargs="+", required=True, help="features files (globs ok)")
-    p.add_argument("--already-iid", action="store_true",
-                   help="the files are i.i.d. already (extract --force-iid); no re-split")
-    p.add_argument("--output", "--out", "--output-dir", dest="out", required=True)
-    p.add_argument("--seed", type=int, default=0)
+    add_option(p, "--features", nargs="+", required=True, help="features files (globs ok)")
+    add_option(p, "--already_iid", action="store_true",
+                  help="the files are i.i.d. already (extract --force-iid); no re-split")
+    add_option(p, "--output", "--out", "--output-dir", dest="out", required=True)
+    add_option(p, "--seed", type=int, default=0)
     q.add_estimator_arguments(p)
-    for flag, default in (("--lower-bound", 5e-3), ("--upper-bound", 1e-2),
-                          ("--min-eps-div", 0.0), ("--max-eps-div", 1e-6),
-                          ("--min-eps-cor", 0.0), ("--max-eps-cor", 1.0)):
-        p.add_argument(flag, type=float, default=default)
-    p.add_argument("--max-iters", type=int, default=20)
+    for flag, default in (("--lower_bound", 5e-3), ("--upper_bound", 1e-2),
+                          ("--min_eps_div", 0.0), ("--max_eps_div", 1e-6),
+                          ("--min_eps_cor", 0.0), ("--max_eps_cor", 1.0)):
+        add_option(p, flag, type=float, default=default)
+    add_option(p, "--max_iters", type=int, default=20)
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("summarize", help="mean +/- SE over result.json files")
-    p.add_argument("--results", nargs="+", help="result.json files (globs ok)")
-    p.add_argument("--root", default=".", help="else every result.json under this folder")
-    p.add_argument("--output", "--out", "--output-dir", dest="out", default=None)
+    add_option(p, "--results", nargs="+", help="result.json files (globs ok)")
+    add_option(p, "--root", default=".", help="else every result.json under this folder")
+    add_option(p, "--output", "--out", "--output-dir", dest="out", default=None)
     p.set_defaults(func=cmd_summarize)
 
     p = sub.add_parser("table3", help="Table 3 on Colored MNIST, ours beside the paper's")
-    p.add_argument("--data-dir", required=True)
-    p.add_argument("--n-trials", type=int, default=5)
-    p.add_argument("--output", "--output-dir", "--out", dest="output_dir", default=None)
-    p.add_argument("--rows", nargs="+", default=None,
-                   help="subset of 0.9 0.7 0.5 0.3 0.1 0.1+blue")
-    p.add_argument("--quick", action="store_true", help="reduced CPU setting (table3.QUICK)")
+    add_option(p, "--data_dir", required=True)
+    add_option(p, "--n_trials", type=int, default=5)
+    add_option(p, "--output_dir", "--output", "--out", default=None)
+    add_option(p, "--rows", nargs="+", default=None,
+                  help="subset of 0.9 0.7 0.5 0.3 0.1 0.1+blue")
+    add_option(p, "--quick", action="store_true", help="reduced CPU setting (table3.QUICK)")
     _reduced_training_args(p)
     p.set_defaults(func=cmd_table3)
 
     p = sub.add_parser("heatmap", help="a Fig. 4 grid on Colored MNIST")
-    p.add_argument("--kind", default="rho", choices=("rho", "mu-div", "mu-cor"))
-    p.add_argument("--values", type=float, nargs="+", default=[0.1, 0.3, 0.5, 0.7, 0.9])
-    p.add_argument("--data-dir", required=True)
-    p.add_argument("--output", "--output-dir", "--out", dest="output_dir", required=True)
+    add_option(p, "--kind", default="rho", choices=("rho", "mu-div", "mu-cor"))
+    add_option(p, "--values", type=float, nargs="+", default=[0.1, 0.3, 0.5, 0.7, 0.9])
+    add_option(p, "--data_dir", required=True)
+    add_option(p, "--output_dir", "--output", "--out", required=True)
     _reduced_training_args(p)
     p.set_defaults(func=cmd_heatmap)
 
     p = sub.add_parser("plot", help="plane (Fig. 3) or heatmap (Fig. 4) PNG")
     p.add_argument("what", choices=("plane", "heatmap"))
-    p.add_argument("--summaries", nargs="+", help="NAME=summary.json (plane)")
-    p.add_argument("--paper", action="store_true", help="overlay Table 8's points (plane)")
-    p.add_argument("--grid", help="heatmap_*.json (heatmap)")
-    p.add_argument("--output", "--out", "--output-dir", dest="out", required=True, help="PNG path")
+    add_option(p, "--summaries", nargs="+", help="NAME=summary.json (plane)")
+    add_option(p, "--paper", action="store_true", help="overlay Table 8's points (plane)")
+    add_option(p, "--grid", help="heatmap_*.json (heatmap)")
+    add_option(p, "--output", "--out", "--output-dir", dest="out", required=True, help="PNG path")
     p.set_defaults(func=cmd_plot)
     for p in sub.choices.values():   # -v / --verbose: training progress; -q: warnings only
         add_logging_flags(p)

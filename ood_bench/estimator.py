@@ -25,9 +25,8 @@ import warnings
 
 import numpy as np
 
+from ood_bench.estimator_defaults import DEFAULTS  # noqa: F401  (its old home)
 from ood_bench.kde import GaussianKDE, KDEError
-
-DEFAULTS = {"sample_size": 10000, "eps_div": 1e-12, "eps_cor": 5e-4, "bw_method": "scott"}
 
 
 class ShiftEstimationError(ValueError):

@@ -7,35 +7,34 @@ ood_bench extract` writes, or the official code's data.npz). result.json gets `d
 and `correlation` (also as the official `div` / `cor`), the thresholds, and diagnostics:
 the fraction of importance samples in each region, per-class values, skipped classes.
 """
-import argparse
 import contextlib
 import json
 import sys
 import warnings
 
-from ood_bench.estimator import DEFAULTS, ShiftEstimationError, estimate_shifts
-from oodutils.cli import add_logging_flags, configure_logging
+from ood_bench.estimator_defaults import DEFAULTS
+from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
 from oodutils.errors import UserError, run_cli
 from oodutils.log import show_warning
 
 
 def add_estimator_arguments(parser):
     g = parser.add_argument_group("estimator (Algorithm 2)")
-    g.add_argument("--sample-size", type=int, default=DEFAULTS["sample_size"],
-                   help="importance samples M (default 10000)")
-    g.add_argument("--eps-div", type=float, default=DEFAULTS["eps_div"],
-                   help="diversity threshold: a point counts where p or q < eps (1e-12)")
-    g.add_argument("--eps-cor", type=float, default=DEFAULTS["eps_cor"],
-                   help="correlation threshold: a point counts where p and q > eps (5e-4)")
-    g.add_argument("--bandwidth", default="scott",
-                   help="KDE bandwidth rule: scott (default), silverman, or a factor")
-    g.add_argument("--strict", action="store_true",
-                   help="fail when a class is too small for a KDE instead of skipping it")
-    g.add_argument("--calibration", default=None,
-                   help="calibration.json whose eps_div / eps_cor replace the thresholds")
-    g.add_argument("--device", default="cpu", help="torch device for the KDE sums")
-    g.add_argument("--num-threads", type=int, default=0,
-                   help="torch CPU threads (0: torch's default)")
+    add_option(g, "--sample_size", type=int, default=DEFAULTS["sample_size"],
+                  help="importance samples M (default 10000)")
+    add_option(g, "--eps_div", type=float, default=DEFAULTS["eps_div"],
+                  help="diversity threshold: a point counts where p or q < eps (1e-12)")
+    add_option(g, "--eps_cor", type=float, default=DEFAULTS["eps_cor"],
+                  help="correlation threshold: a point counts where p and q > eps (5e-4)")
+    add_option(g, "--bandwidth", default="scott",
+                  help="KDE bandwidth rule: scott (default), silverman, or a factor")
+    add_option(g, "--strict", action="store_true",
+                  help="fail when a class is too small for a KDE instead of skipping it")
+    add_option(g, "--calibration", default=None,
+                  help="calibration.json whose eps_div / eps_cor replace the thresholds")
+    add_option(g, "--device", default="cpu", help="torch device for the KDE sums")
+    add_option(g, "--num_threads", type=int, default=0,
+                  help="torch CPU threads (0: torch's default)")
 
 
 def estimator_options(args):
@@ -82,13 +81,13 @@ def build_parser(parser=None):
     """The quantify options, on `parser` (the ood_bench subcommand, which adds -v / -q
     itself) or on a parser of their own."""
     standalone = parser is None
-    parser = parser or argparse.ArgumentParser(
+    parser = parser or ArgumentParser(
         prog="python -m ood_bench.quantify", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--features", required=True, help="npz with z_p, y_p, z_q, y_q")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the importance sample")
-    parser.add_argument("--output", "--out", "--output-dir", dest="out",
-                        default=None, help="result JSON (default: stdout only)")
-    parser.add_argument("--mode", choices=("both", "div", "cor"), default="both")
+    add_option(parser, "--features", required=True, help="npz with z_p, y_p, z_q, y_q")
+    add_option(parser, "--seed", type=int, default=0, help="seed of the importance sample")
+    add_option(parser, "--output", "--out", "--output-dir", dest="out",
+                       default=None, help="result JSON (default: stdout only)")
+    add_option(parser, "--mode", choices=("both", "div", "cor"), default="both")
     add_estimator_arguments(parser)
     if standalone:
         add_logging_flags(parser)
@@ -96,6 +95,7 @@ def build_parser(parser=None):
 
 
 def quantify_file(path, seed=0, mode="both", num_threads=0, **options):
+    from ood_bench.estimator import ShiftEstimationError, estimate_shifts
     from ood_bench.trials import load_features
     feats = load_features(path)
     with torch_threads(num_threads), warnings.catch_warnings():

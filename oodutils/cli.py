@@ -1,6 +1,8 @@
-"""What every command line shares: the ``--hparams``-style JSON option parser and the
-``-v`` / ``-q`` flags (see :mod:`oodutils.log`). ``run_cli`` and ``epilog_example`` live in
-:mod:`oodutils.errors` and are re-exported here."""
+"""What every command line shares: one option dialect (``add_option``: the canonical
+underscore name in --help, every hyphen spelling and older name accepted but hidden), the
+``--hparams``-style JSON option parser and the ``-v`` / ``-q`` flags (see
+:mod:`oodutils.log`). ``run_cli`` and ``epilog_example`` live in :mod:`oodutils.errors` and
+are re-exported here. Light on purpose: every command imports it before parsing."""
 from __future__ import annotations
 
 import argparse
@@ -9,8 +11,56 @@ import json
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.log import configure
 
-__all__ = ["parse_json_object", "add_logging_flags", "configure_logging", "run_cli",
-           "epilog_example"]
+__all__ = ["ArgumentParser", "add_option", "hidden_aliases", "parse_json_object",
+           "add_logging_flags", "configure_logging", "run_cli", "epilog_example"]
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, except that an abbreviation matching several spellings of one
+    option (``--input`` for ``--input_dir`` and its hidden ``--input-dir``) is that option,
+    not an ambiguity: abbreviations that worked before the aliases keep working."""
+
+    def _get_option_tuples(self, option_string):
+        by_action = {}
+        for match in super()._get_option_tuples(option_string):
+            by_action.setdefault(id(match[0]), match)
+        return list(by_action.values())
+
+
+def hyphen_twin(option: str) -> str:
+    """``--data_dir`` -> ``--data-dir`` (the spelling GNU-style tools use)."""
+    return "--" + option[2:].replace("_", "-")
+
+
+def add_option(parser, canonical: str, *aliases: str, **kwargs) -> argparse.Action:
+    """Add the option ``canonical`` (``--output_dir``: DomainBed's underscore style, the one
+    name --help shows) and accept ``aliases`` (older names such as ``--out``) and the
+    hyphen spelling of every name as hidden alternatives, so users' scripts keep working.
+    ``parser`` may be a parser or an argument group; ``kwargs`` are ``add_argument``'s.
+
+    The aliases are extra keys of the parser's option table pointing at the one action:
+    --help, usage and error messages name only the canonical spelling, and ``required``
+    is satisfied by any spelling."""
+    if not canonical.startswith("--") or "-" in canonical[2:]:
+        raise ValueError(f"canonical option {canonical!r} must be --underscore_style")
+    action = parser.add_argument(canonical, **kwargs)
+    table = parser._option_string_actions   # shared by a parser and its argument groups
+    names = [hyphen_twin(canonical)]
+    for alias in aliases:
+        names += [alias, hyphen_twin(alias), "--" + alias[2:].replace("-", "_")]
+    for name in dict.fromkeys(names):
+        if name == canonical or table.get(name) is action:
+            continue
+        if name in table:
+            raise ValueError(f"alias {name} of {canonical} is already an option")
+        table[name] = action
+    return action
+
+
+def hidden_aliases(parser: argparse.ArgumentParser, action: argparse.Action) -> list[str]:
+    """The spellings ``parser`` accepts for ``action`` beyond those --help shows."""
+    return sorted(name for name, a in parser._option_string_actions.items()
+                  if a is action and name not in action.option_strings)
 
 
 def parse_json_object(text: str | None, what: str = "--hparams") -> dict:

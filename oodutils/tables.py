@@ -22,10 +22,12 @@ import csv
 import io
 import math
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:   # pandas is imported where a table is built: commands answer --help first
+    import pandas as pd
 
 from oodutils.templating import render as render_template
 
@@ -161,6 +163,7 @@ def format_value(value, digits: int = 2) -> str:
         return text
     if isinstance(value, (list, tuple)):
         return " ".join(str(v) for v in value)
+    import pandas as pd
     try:
         if pd.isna(value):
             return "-"
@@ -170,6 +173,7 @@ def format_value(value, digits: int = 2) -> str:
 
 
 def _cells(df, digits):
+    import pandas as pd
     header = [str(c) for c in df.columns]
     rows = [[format_value(v, digits) for v in row]
             for row in df.itertuples(index=False, name=None)]

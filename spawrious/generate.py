@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-from oodutils.cli import add_logging_flags, configure_logging
+from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.fileio import atomic_write_bytes, atomic_write_json
 from oodutils.log import get_logger
@@ -202,39 +202,39 @@ def generate_filtered(dataset_dir, backend, seed, per_cell, cells, captioner, ke
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="python -m spawrious.generate", description=__doc__,
+    p = ArgumentParser(prog="python -m spawrious.generate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
-    p.add_argument("--backend", default="procedural", help="procedural (default) | sd14")
-    p.add_argument("--output", "--out", "--output-dir", dest="out",
-                   required=True, help="ROOT: images go to ROOT/spawrious224/...")
-    p.add_argument("--per-cell", type=int, default=3168,
-                   help="kept images per (pool, location, breed) cell (default 3168)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--pools", nargs="+", default=[str(p) for p in POOLS])
-    p.add_argument("--locations", nargs="+", default=list(LOCATIONS))
-    p.add_argument("--breeds", nargs="+", default=list(BREEDS))
-    p.add_argument("--size", type=int, default=224, help="saved image side in pixels")
-    p.add_argument("--workers", type=int, default=None,
-                   help="procedural: processes (default: CPUs)")
+    add_option(p, "--backend", default="procedural", help="procedural (default) | sd14")
+    add_option(p, "--output_dir", "--out", "--output", dest="out",
+                  required=True, help="ROOT: images go to ROOT/spawrious224/...")
+    add_option(p, "--per_cell", type=int, default=3168,
+                  help="kept images per (pool, location, breed) cell (default 3168)")
+    add_option(p, "--seed", type=int, default=0)
+    add_option(p, "--pools", nargs="+", default=[str(p) for p in POOLS])
+    add_option(p, "--locations", nargs="+", default=list(LOCATIONS))
+    add_option(p, "--breeds", nargs="+", default=list(BREEDS))
+    add_option(p, "--size", type=int, default=224, help="saved image side in pixels")
+    add_option(p, "--workers", type=int, default=None,
+                  help="procedural: processes (default: CPUs)")
     g = p.add_argument_group("sd14")
-    g.add_argument("--model", default="CompVis/stable-diffusion-v1-4",
-                   help="hub id or local Stable Diffusion directory")
-    g.add_argument("--steps", type=int, default=100)
-    g.add_argument("--guidance", type=float, default=7.5)
-    g.add_argument("--batch-size", type=int, default=4)
-    g.add_argument("--sd-resolution", type=int, default=512)
-    g.add_argument("--negative-prompt", default=NEGATIVE_PROMPT)
-    g.add_argument("--device", default=None)
-    g.add_argument("--local-files-only", action="store_true",
-                   help="never download model files")
+    add_option(g, "--model", default="CompVis/stable-diffusion-v1-4",
+                  help="hub id or local Stable Diffusion directory")
+    add_option(g, "--steps", type=int, default=100)
+    add_option(g, "--guidance", type=float, default=7.5)
+    add_option(g, "--batch_size", type=int, default=4)
+    add_option(g, "--sd_resolution", type=int, default=512)
+    add_option(g, "--negative_prompt", default=NEGATIVE_PROMPT)
+    add_option(g, "--device", default=None)
+    add_option(g, "--local_files_only", action="store_true",
+                  help="never download model files")
     c = p.add_argument_group("caption filter")
-    c.add_argument("--captioner", default=None,
-                   help="'none', or a hub id / local directory of a VisionEncoderDecoder "
+    add_option(c, "--captioner", default=None,
+                  help="'none', or a hub id / local directory of a VisionEncoderDecoder "
                         f"captioner (sd14 default: {DEFAULT_CAPTIONER}; procedural default: none)")
-    c.add_argument("--keywords", nargs="+", default=list(CAPTION_KEYWORDS),
-                   help="keep an image only if its caption has one of these words ('*': any)")
-    c.add_argument("--max-attempts", type=int, default=None,
-                   help="attempts per cell before giving up (default 5 x per-cell, >= 20)")
+    add_option(c, "--keywords", nargs="+", default=list(CAPTION_KEYWORDS),
+                  help="keep an image only if its caption has one of these words ('*': any)")
+    add_option(c, "--max_attempts", type=int, default=None,
+                  help="attempts per cell before giving up (default 5 x per-cell, >= 20)")
     add_logging_flags(p)
     return p
 

@@ -2,7 +2,7 @@
 benchmarks' splits, check the counts against the paper's tables, print a summary."""
 import sys
 
-from oodutils.cli import add_logging_flags, configure_logging
+from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
 from oodutils.errors import UserError, epilog_example, run_cli
 from spawrious.constants import CLASS_LIST, DEFAULT_PER_CELL, LOCATIONS
 from spawrious.layout import read_info, resolve_dataset_dir
@@ -24,21 +24,21 @@ EPILOG = epilog_example("spawrious-splits", "spawrious.splits",
 
 def build_parser():
     import argparse
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m spawrious.splits",
         description="Show, check and list the images of one Spawrious benchmark.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--root", default=None,
-                   help="ROOT holding spawrious224/ (without it: counts from the definitions)")
-    p.add_argument("--benchmark", required=True, help=" | ".join(BENCHMARKS))
-    p.add_argument("--per-cell", type=int, default=None,
-                   help=f"images per (pool, location, breed) cell (default: ROOT's info.json, "
+    add_option(p, "--root", default=None,
+                  help="ROOT holding spawrious224/ (without it: counts from the definitions)")
+    add_option(p, "--benchmark", required=True, help=" | ".join(BENCHMARKS))
+    add_option(p, "--per_cell", type=int, default=None,
+                  help=f"images per (pool, location, breed) cell (default: ROOT's info.json, "
                         f"else {DEFAULT_PER_CELL})")
-    p.add_argument("--variant", default="canonical", help=" | ".join(VARIANTS))
-    p.add_argument("--summary", default="table", choices=("table", "csv", "json", "files"),
-                   help="csv: env,breed,location,count rows; files: env,label,breed,location,path")
-    p.add_argument("--validate", action="store_true",
-                   help="also print the correlation report (stderr with csv/json/files)")
+    add_option(p, "--variant", default="canonical", help=" | ".join(VARIANTS))
+    add_option(p, "--summary", default="table", choices=("table", "csv", "json", "files"),
+                  help="csv: env,breed,location,count rows; files: env,label,breed,location,path")
+    add_option(p, "--validate", action="store_true",
+                  help="also print the correlation report (stderr with csv/json/files)")
     add_logging_flags(p)
     return p
 

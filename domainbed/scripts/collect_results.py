@@ -21,21 +21,22 @@ import os
 import sys
 
 from domainbed.results import model_selection
-from domainbed.results import tables as reporting
-from domainbed.results.records import load_records
-from domainbed.results.report import (  # noqa: F401  (the report builders, by their old path)
-    DOMAINBED_ALGORITHMS,
-    DOMAINBED_DATASETS,
-    DatasetInfo,
-    build_report,
-    build_section,
-    dataset_infos,
-    order_names,
-    registered_environments,
-)
-from oodutils.cli import add_logging_flags, configure_logging
+from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.log import get_logger
+from oodutils.tables import FORMATS
+
+# The report builders by their old path (`collect_results.build_report`, ...), imported
+# when first asked for: the command answers --help before pandas is imported.
+_REPORT_NAMES = ("DOMAINBED_ALGORITHMS", "DOMAINBED_DATASETS", "DatasetInfo", "build_report",
+                 "build_section", "dataset_infos", "order_names", "registered_environments")
+
+
+def __getattr__(name):
+    if name in _REPORT_NAMES:
+        from domainbed.results import report
+        return getattr(report, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 logger = get_logger(__name__)
 
@@ -43,34 +44,34 @@ EPILOG = epilog_example("domainbed-collect-results", "domainbed.scripts.collect_
                         "--input_dir sweeps/s1 --format markdown")
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description="Results tables of a sweep (DomainBed's collect_results)",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--input_dir", required=True, nargs="+",
-                        help="sweep output directory (or several)")
-    parser.add_argument("--latex", action="store_true", help="same as --format latex")
-    parser.add_argument("--format", choices=reporting.FORMATS, default=None)
-    parser.add_argument("--selection_methods", nargs="+", default=None,
-                        metavar="METHOD",
-                        help="any of: " + ", ".join(model_selection.SELECTION_METHODS) +
-                        " (default: the first three, plus worst_group where records have "
-                        "worst-group accuracies, plus val_worst_group for datasets with "
-                        "val/test environments)")
-    parser.add_argument("--include_unfinished", action="store_true",
-                        help="also read runs without a 'done' marker")
-    parser.add_argument("--metric", default=None, metavar="NAME",
-                        help="tables of this metric of the selected checkpoints instead of "
-                             "accuracy (selection unchanged): nll, ece, brier, balanced_acc, "
-                             "macro_f1, worst_class_acc, auroc, acc_class<k>; read from the "
-                             "records (--metrics) or metrics.jsonl (domainbed-metrics)")
-    parser.add_argument("--stats", action="store_true",
-                        help="also print how sure the tables are: rank stability, paired "
-                             "comparison with ERM, selection regret, expected best accuracy")
-    parser.add_argument("--export_selected", default=None, metavar="DIR",
-                        help="copy (hard-link) the checkpoint each selection method picks "
-                             "for each cell into DIR, with a manifest.json")
-    parser.add_argument("--no_save", action="store_true",
-                        help="do not write results.<ext> into the input directory")
+    add_option(parser, "--input_dir", required=True, nargs="+",
+               help="sweep output directory (or several)")
+    add_option(parser, "--latex", action="store_true", help="same as --format latex")
+    add_option(parser, "--format", choices=FORMATS, default=None)
+    add_option(parser, "--selection_methods", nargs="+", default=None,
+               metavar="METHOD",
+               help="any of: " + ", ".join(model_selection.SELECTION_METHODS) +
+               " (default: the first three, plus worst_group where records have "
+               "worst-group accuracies, plus val_worst_group for datasets with "
+               "val/test environments)")
+    add_option(parser, "--include_unfinished", action="store_true",
+               help="also read runs without a 'done' marker")
+    add_option(parser, "--metric", default=None, metavar="NAME",
+               help="tables of this metric of the selected checkpoints instead of "
+                    "accuracy (selection unchanged): nll, ece, brier, balanced_acc, "
+                    "macro_f1, worst_class_acc, auroc, acc_class<k>; read from the "
+                    "records (--metrics) or metrics.jsonl (domainbed-metrics)")
+    add_option(parser, "--stats", action="store_true",
+               help="also print how sure the tables are: rank stability, paired "
+                    "comparison with ERM, selection regret, expected best accuracy")
+    add_option(parser, "--export_selected", default=None, metavar="DIR",
+               help="copy (hard-link) the checkpoint each selection method picks "
+                    "for each cell into DIR, with a manifest.json")
+    add_option(parser, "--no_save", action="store_true",
+               help="do not write results.<ext> into the input directory")
     add_logging_flags(parser)
     args = parser.parse_args(argv)
     configure_logging(args)
@@ -88,6 +89,9 @@ def check_metric_name(name):
 
 def main(argv=None):
     args = parse_args(argv)
+    from domainbed.results import tables as reporting
+    from domainbed.results.records import load_records
+    from domainbed.results.report import build_report
     if args.latex and args.format not in (None, "latex"):
         raise UserError(f"--latex conflicts with --format {args.format}")
     fmt = "latex" if args.latex else (args.format or "text")

@@ -30,7 +30,7 @@ from domainbed.downloading import (
     record,
     tree_digest,
 )
-from oodutils.cli import add_logging_flags, configure_logging
+from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
 from oodutils.errors import UserError, epilog_example, require, run_cli
 from oodutils.log import get_logger
 
@@ -316,26 +316,27 @@ def download_dataset(name, data_dir):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Download datasets and pretrained weights",
+    p = ArgumentParser(description="Download datasets and pretrained weights",
                                 epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data_dir", type=str, default="./domainbed/data/")
-    p.add_argument("--datasets", nargs="*", default=[],
-                   help=f"any of: {', '.join(DATASETS)}")
-    p.add_argument("--weights", nargs="*", default=[],
-                   help=f"backbone weights, any of: {', '.join(weight_sources())}")
-    p.add_argument("--weights_dir", type=str, default="",
-                   help="where --weights go (default: torch hub's checkpoints folder); pass "
+    add_option(p, "--data_dir", type=str, default="./domainbed/data/")
+    add_option(p, "--datasets", nargs="*", default=[],
+                  help=f"any of: {', '.join(DATASETS)}")
+    add_option(p, "--weights", nargs="*", default=[],
+                  help="backbone names whose published weights to fetch (an unknown name "
+                       "lists the valid ones)")
+    add_option(p, "--weights_dir", type=str, default="",
+                  help="where --weights go (default: torch hub's checkpoints folder); pass "
                         "the same folder to train --weights_dir")
-    p.add_argument("--verify", action="store_true",
-                   help="download nothing: re-check the named --datasets / --weights on disk "
-                        "against their published checksums, or the sha256 recorded at their "
-                        f"first download ({LOCK_FILE} beside the data)")
-    p.add_argument("--convert_blond_split_pickles", action="store_true",
-                   help="UNSAFE: unpickle OoD-Bench's DATA_DIR/celeba/blond_split/*_df.pickle "
-                        "once and write the CSV lists CelebA_Blond reads. Unpickling runs any "
-                        "code a file holds: use it only on files you fetched yourself from "
-                        "the OoD-Bench repository, never on files someone else put there")
+    add_option(p, "--verify", action="store_true",
+               help="download nothing: re-check the named --datasets / --weights on disk "
+                    "against their published checksums, or the sha256 recorded at their "
+                    f"first download ({LOCK_FILE} beside the data)")
+    add_option(p, "--convert_blond_split_pickles", action="store_true",
+               help="UNSAFE: unpickle OoD-Bench's DATA_DIR/celeba/blond_split/*_df.pickle "
+                    "once and write the CSV lists CelebA_Blond reads. Unpickling runs any "
+                    "code a file holds: use it only on files you fetched yourself from "
+                    "the OoD-Bench repository, never on files someone else put there")
     add_logging_flags(p)
     args = p.parse_args(argv)
     configure_logging(args)

@@ -1,19 +1,18 @@
 """A static leaderboard site from one or more sweeps.
 
-    python -m domainbed.scripts.leaderboard --input_dir SWEEP [--input_dir SWEEP ...]
-        --out SITE_DIR [--oodselect DIR ...] [--selection_methods METHOD ...]
+    domainbed-leaderboard --input_dir SWEEP [--input_dir SWEEP ...]
+        --output_dir SITE_DIR [--oodselect DIR ...] [--selection_methods METHOD ...]
         [--include_unfinished]
 
 Writes SITE_DIR/index.html (overview per model-selection method), a page per dataset,
 the runs behind each cell, the published reference numbers, leaderboard.json and
 leaderboard.csv. Open index.html from disk or copy the folder to any static host.
 """
-import argparse
 import os
+import sys
 
-from domainbed.leaderboard.site import build_site
 from domainbed.results import model_selection
-from oodutils.cli import add_logging_flags, configure_logging
+from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
 from oodutils.errors import run_cli
 from oodutils.log import get_logger
 
@@ -21,17 +20,18 @@ logger = get_logger(__name__)
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--input_dir", required=True, action="extend", nargs="+",
-                   help="sweep output directory; repeat (or list several) to pool sweeps")
-    p.add_argument("--out", required=True, help="folder to write the site into")
-    p.add_argument("--oodselect", action="extend", nargs="+", default=[], metavar="DIR",
-                   help="output directory of python -m analysis.oodselect --out DIR")
-    p.add_argument("--selection_methods", nargs="+", default=None, metavar="METHOD",
-                   help="any of: " + ", ".join(model_selection.SELECTION_METHODS) +
-                   " (default: all)")
-    p.add_argument("--include_unfinished", action="store_true",
-                   help="also read runs without a 'done' marker")
+    p = ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_option(p, "--input_dir", required=True, action="extend", nargs="+",
+                  help="sweep output directory; repeat (or list several) to pool sweeps")
+    add_option(p, "--output_dir", "--out", "--output", required=True,
+               help="folder to write the site into")
+    add_option(p, "--oodselect", action="extend", nargs="+", default=[], metavar="DIR",
+                  help="output directory of oodselect --output_dir DIR")
+    add_option(p, "--selection_methods", nargs="+", default=None, metavar="METHOD",
+                  help="any of: " + ", ".join(model_selection.SELECTION_METHODS) +
+                  " (default: all)")
+    add_option(p, "--include_unfinished", action="store_true",
+                  help="also read runs without a 'done' marker")
     add_logging_flags(p)
     args = p.parse_args(argv)
     configure_logging(args)
@@ -40,17 +40,23 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    from domainbed.leaderboard.site import build_site
     methods = None
     if args.selection_methods:
         methods = [model_selection.get_selection_method(n) for n in args.selection_methods]
-    model = build_site(args.input_dir, args.out, args.oodselect, args.include_unfinished,
+    model = build_site(args.input_dir, args.output_dir, args.oodselect, args.include_unfinished,
                        methods)
     for note in model["notes"]:
         logger.warning(f"warning: {note}")
-    print(f"leaderboard: {os.path.join(os.path.abspath(args.out), 'index.html')} "
+    print(f"leaderboard: {os.path.join(os.path.abspath(args.output_dir), 'index.html')} "
           f"({model['total_records']} records, {len(model['datasets'])} datasets)")
     return 0
 
 
+def cli():
+    """The `domainbed-leaderboard` console command ([project.scripts])."""
+    sys.exit(run_cli(main))
+
+
 if __name__ == "__main__":
-    run_cli(main)
+    cli()

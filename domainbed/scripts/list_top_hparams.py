@@ -10,9 +10,7 @@ import argparse
 import sys
 
 from domainbed.results import model_selection
-from domainbed.results.records import load_records
-from domainbed.scripts.collect_results import DOMAINBED_ALGORITHMS, order_names
-from oodutils.cli import add_logging_flags, configure_logging
+from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.log import get_logger
 
@@ -23,17 +21,17 @@ EPILOG = epilog_example("domainbed-list-top-hparams", "domainbed.scripts.list_to
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description="List hyperparameter settings by validation accuracy "
                     "(DomainBed's list_top_hparams)",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--input_dir", required=True, nargs="+")
-    parser.add_argument("--dataset", required=True)
-    parser.add_argument("--test_env", type=int, required=True)
-    parser.add_argument("--algorithm", default=None,
-                        help="default: every algorithm run on the dataset")
-    parser.add_argument("--include_unfinished", action="store_true",
-                        help="also read runs without a 'done' marker")
+    add_option(parser, "--input_dir", required=True, nargs="+")
+    add_option(parser, "--dataset", required=True)
+    add_option(parser, "--test_env", type=int, required=True)
+    add_option(parser, "--algorithm", default=None,
+                       help="default: every algorithm run on the dataset")
+    add_option(parser, "--include_unfinished", action="store_true",
+                       help="also read runs without a 'done' marker")
     add_logging_flags(parser)
     args = parser.parse_args(argv)
     configure_logging(args)
@@ -77,6 +75,8 @@ def _run_acc_text(run_acc):
 
 def main(argv=None):
     args = parse_args(argv)
+    from domainbed.results.records import load_records
+    from domainbed.results.report import DOMAINBED_ALGORITHMS, order_names
     loaded = load_records(args.input_dir, require_done=not args.include_unfinished,
                           quiet=True)
     if not loaded.records:

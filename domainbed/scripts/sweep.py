@@ -37,7 +37,13 @@ from domainbed.launch.sweep import (  # noqa: F401  (the planning API, by its ol
     summarize,
     train_argv,
 )
-from oodutils.cli import add_logging_flags, configure_logging, parse_json_object
+from oodutils.cli import (
+    ArgumentParser,
+    add_logging_flags,
+    add_option,
+    configure_logging,
+    parse_json_object,
+)
 from oodutils.errors import UserError, epilog_example, run_cli
 
 EPILOG = epilog_example("domainbed-sweep", "domainbed.scripts.sweep",
@@ -91,49 +97,49 @@ def ask_for_confirmation(skip, prompt="Are you sure? (y/n) "):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description="Run a sweep of train jobs (DomainBed's sweep flags).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command",
                         choices=["launch", "delete_incomplete", "delete_all", "status"])
-    parser.add_argument("--datasets", nargs="+", type=str, default=None,
-                        help="default: every registered dataset except the Debug ones")
-    parser.add_argument("--algorithms", nargs="+", type=str, default=None,
-                        help="default: every registered algorithm")
-    parser.add_argument("--task", type=str, default="domain_generalization",
-                        choices=["domain_generalization", "domain_adaptation"])
-    parser.add_argument("--n_hparams_from", type=int, default=0)
-    parser.add_argument("--n_hparams", type=int, default=20)
-    parser.add_argument("--output_dir", type=str, required=True)
-    parser.add_argument("--data_dir", type=str, required=True)
-    parser.add_argument("--seed", type=int, default=0,
-                        help="seeds the launch order only; as in DomainBed, job seeds come "
+    add_option(parser, "--datasets", nargs="+", type=str, default=None,
+                       help="default: every registered dataset except the Debug ones")
+    add_option(parser, "--algorithms", nargs="+", type=str, default=None,
+                       help="default: every registered algorithm")
+    add_option(parser, "--task", type=str, default="domain_generalization",
+                       choices=["domain_generalization", "domain_adaptation"])
+    add_option(parser, "--n_hparams_from", type=int, default=0)
+    add_option(parser, "--n_hparams", type=int, default=20)
+    add_option(parser, "--output_dir", type=str, required=True)
+    add_option(parser, "--data_dir", type=str, required=True)
+    add_option(parser, "--seed", type=int, default=0,
+                       help="seeds the launch order only; as in DomainBed, job seeds come "
                              "from each job's arguments")
-    parser.add_argument("--n_trials", type=int, default=3)
-    parser.add_argument("--command_launcher", type=str, required=True,
-                        help="one of: " + ", ".join(sorted(launchers.LAUNCHERS)))
-    parser.add_argument("--steps", type=int, default=None)
-    parser.add_argument("--hparams", type=str, default=None,
-                        help="JSON dict of hyperparameters to fix in every job")
-    parser.add_argument("--holdout_fraction", type=float, default=0.2)
-    parser.add_argument("--single_test_envs", action="store_true")
-    parser.add_argument("--skip_confirmation", action="store_true")
-    parser.add_argument("--max_workers", type=int, default=1,
-                        help="jobs the local launcher runs at once (1: one after another)")
+    add_option(parser, "--n_trials", type=int, default=3)
+    add_option(parser, "--command_launcher", type=str, required=True,
+                       help="one of: " + ", ".join(sorted(launchers.LAUNCHERS)))
+    add_option(parser, "--steps", type=int, default=None)
+    add_option(parser, "--hparams", type=str, default=None,
+                       help="JSON dict of hyperparameters to fix in every job")
+    add_option(parser, "--holdout_fraction", type=float, default=0.2)
+    add_option(parser, "--single_test_envs", action="store_true")
+    add_option(parser, "--skip_confirmation", action="store_true")
+    add_option(parser, "--max_workers", type=int, default=1,
+                       help="jobs the local launcher runs at once (1: one after another)")
     for name, kwargs in PASS_THROUGH.items():
-        parser.add_argument(f"--{name}", **kwargs)
-    parser.add_argument("--fused_max_models", type=int, default=FUSED_MAX_MODELS,
-                        help="fused launcher: most models trained together in one group")
+        add_option(parser, f"--{name}", **kwargs)
+    add_option(parser, "--fused_max_models", type=int, default=FUSED_MAX_MODELS,
+                       help="fused launcher: most models trained together in one group")
     slurm = parser.add_argument_group("slurm launcher (submitit)")
-    slurm.add_argument("--slurm_partition", type=str, default=None)
-    slurm.add_argument("--slurm_timeout_min", type=int, default=24 * 60)
-    slurm.add_argument("--slurm_gpus", type=int, default=1)
-    slurm.add_argument("--slurm_cpus", type=int, default=8)
-    slurm.add_argument("--slurm_mem_gb", type=float, default=32)
-    slurm.add_argument("--slurm_array_parallelism", type=int, default=256)
+    add_option(slurm, "--slurm_partition", type=str, default=None)
+    add_option(slurm, "--slurm_timeout_min", type=int, default=24 * 60)
+    add_option(slurm, "--slurm_gpus", type=int, default=1)
+    add_option(slurm, "--slurm_cpus", type=int, default=8)
+    add_option(slurm, "--slurm_mem_gb", type=float, default=32)
+    add_option(slurm, "--slurm_array_parallelism", type=int, default=256)
     ray = parser.add_argument_group("ray launcher")
-    ray.add_argument("--ray_address", type=str, default=None)
-    ray.add_argument("--ray_gpus_per_job", type=float, default=None)
+    add_option(ray, "--ray_address", type=str, default=None)
+    add_option(ray, "--ray_gpus_per_job", type=float, default=None)
     add_logging_flags(parser)
     return parser
 
