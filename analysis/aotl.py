@@ -6,9 +6,9 @@ many classifiers on a probit scale, ``scipy.stats.linregress(probit(ID), probit(
 with ``probit(a) = Phi^-1(clip(a, 0.01, 0.99))``, and call the split well-specified when
 the correlation is weak or negative (R < 0.3). Tables:
 
-- ``per-ood``: x = mean accuracy over the ID environments (all by default; ``--id-envs``
+- ``per-ood``: x = mean accuracy over the ID environments (all by default; ``--id_envs``
   chooses the set, always without the OOD environment; the paper's 4+-environment tables
-  use ``--id-envs 0 1 2``), y = OOD accuracy.
+  use ``--id_envs 0 1 2``), y = OOD accuracy.
 - ``pairwise``: x = accuracy on one ID environment, for each ID environment.
 - ``group-average`` / ``group-pairwise``: OOD group accuracy against the mean ID accuracy or
   an ID group's accuracy (datasets with groups; the paper's Waterbirds tables).
@@ -18,7 +18,7 @@ the correlation is weak or negative (R < 0.3). Tables:
 
 Command line::
 
-    python -m analysis.aotl PATH [PATH ...] --table pairwise|per-ood [--id-envs 0 1 2]
+    python -m analysis.aotl PATH [PATH ...] --table pairwise|per-ood [--id_envs 0 1 2]
         [--clip 0.01] [--format text|markdown|latex|csv|html] [--plot DIR] ...
 
 PATH: a sweep directory (read with ``domainbed.results.records``) or accuracy CSV files (plain or
@@ -89,7 +89,7 @@ def _id_envs_for(acc, dataset, ood, id_envs):
         return [e for e in envs if e != ood]
     missing = [e for e in id_envs if e not in envs]
     if missing:
-        raise UserError(f"--id-envs {' '.join(map(str, missing))}: no such environment in "
+        raise UserError(f"--id_envs {' '.join(map(str, missing))}: no such environment in "
                         f"{dataset} (environments: {' '.join(map(str, envs))})")
     return [e for e in dict.fromkeys(id_envs) if e != ood]
 

@@ -88,8 +88,8 @@ def pick_ood_env(per_ood):
 
 def run_oodselect(runs_dir, dataset, ood_env, out_dir, steps=1500, seed=0):
     from analysis import oodselect_cli
-    argv = ["--input-dir", runs_dir, "--dataset", dataset, "--ood-env", str(ood_env),
-            "--out", out_dir, "--steps", str(steps), "--patience", str(max(100, steps // 5)),
+    argv = ["--input_dir", runs_dir, "--dataset", dataset, "--ood_env", str(ood_env),
+            "--output_dir", out_dir, "--steps", str(steps), "--patience", str(max(100, steps // 5)),
             "--seed", str(seed), "--baselines", "random", "hard", "--quiet"]
     oodselect_cli.main(argv)
     return pd.read_csv(os.path.join(out_dir, "summary.csv"))

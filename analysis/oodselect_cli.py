@@ -1,10 +1,10 @@
 """``python -m analysis.oodselect``: select anti-correlated OOD subsets and report them.
 
-    python -m analysis.oodselect --matrix A.npz --sizes 10 100 1000 --seed 0 --out out/
-    python -m analysis.oodselect --input-dir sweep/ --dataset PACS --id-envs 0 1 2 \\
-        --ood-env 3 --sizes 10 100 --out out/
+    python -m analysis.oodselect --matrix A.npz --sizes 10 100 1000 --seed 0 --output_dir out/
+    python -m analysis.oodselect --input_dir sweep/ --dataset PACS --id_envs 0 1 2 \\
+        --ood_env 3 --sizes 10 100 --output_dir out/
 
-Writes to --out: ``summary.csv`` (one row per size and method: method, n, r_test with
+Writes to --output_dir: ``summary.csv`` (one row per size and method: method, n, r_test with
 its Fisher 95% interval, r_val, r_train, Spearman, ...), ``subset_<n>.csv`` (OODSelect's
 subset in rank order: rank, index, id, path, label, env, selection_score),
 ``subsets.json`` (every method's subsets and the chosen hyperparameters), ``split.json``,
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 logger = get_logger(__name__)
 
 EPILOG = epilog_example("oodselect", "analysis.oodselect",
-                        "--matrix A_y.npz --sizes 100 500 --seed 0 --output oodselect/")
+                        "--matrix A_y.npz --sizes 100 500 --seed 0 --output_dir oodselect/")
 
 DEFAULT_SIZES = (10, 20, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000)
 BASELINES = ("random", "hard", "greedy", "exhaustive")
@@ -50,7 +50,7 @@ def make_split(cm, how="run", seed=0, fractions=(0.6, 0.2, 0.2), test_archs=None
         return data.split_models(np.arange(cm.n_models), fractions, seed)
     if how == "arch":
         if "arch" not in cm.models or not cm.models["arch"].astype(str).str.len().any():
-            raise UserError("--split arch needs each model's architecture (hparams 'arch' "
+            raise UserError("--model_split arch needs each model's architecture (hparams 'arch' "
                             "in the runs, or an 'arch' array in the matrix file)")
         return data.split_by_arch(cm.models["arch"].to_numpy(), cm.models["run"].to_numpy(),
                                   test_archs, fractions, seed)
@@ -150,7 +150,7 @@ def run_selection(cm, sizes, seed=0, out_dir=None, split="run", fractions=(0.6, 
             log(f"[oodselect] greedy baseline took {time.time() - t0:.1f}s")
         else:
             log(f"[oodselect] greedy baseline skipped: {cost:.2g} cell updates exceed "
-                f"--greedy-max-cost {greedy_max_cost:.2g}")
+                f"--greedy_max_cost {greedy_max_cost:.2g}")
     if "exhaustive" in baselines:
         for n in sizes:
             if math.comb(N, n) <= exhaustive_max:
@@ -231,7 +231,8 @@ def build_parser():
     add_option(p, "--seed", type=int, default=0)
     add_option(p, "--output_dir", "--out", "--output", dest="out",
                   required=True, help="output directory")
-    add_option(p, "--split", choices=("run", "model", "arch"), default="run")
+    add_option(p, "--model_split", "--split", dest="split", choices=("run", "model", "arch"),
+               default="run", help="how models split into train/val/test (default: by run)")
     add_option(p, "--fractions", type=float, nargs=3, default=(0.6, 0.2, 0.2))
     add_option(p, "--test_archs", nargs="+")
     o = p.add_argument_group("optimiser")
@@ -271,7 +272,7 @@ def build_parser():
 def load_input(args):
     from analysis import oodselect_data as data
     if bool(args.matrix) == bool(args.input_dir):
-        raise UserError("give exactly one of --matrix FILE.npz or --input-dir DIR")
+        raise UserError("give exactly one of --matrix FILE.npz or --input_dir DIR")
     if args.matrix:
         cm = data.load_matrix(args.matrix)
     else:
@@ -301,9 +302,9 @@ def check_args(args):
                         f"{' '.join(map(str, fractions))}")
     if args.sizes and min(args.sizes) < 1:
         raise UserError(f"--sizes must be at least 1, got {min(args.sizes)}")
-    check_output_path(args.out, "--out", directory=True)
+    check_output_path(args.out, "--output_dir", directory=True)
     if args.save_matrix:
-        check_output_path(args.save_matrix, "--save-matrix")
+        check_output_path(args.save_matrix, "--save_matrix")
 
 
 def main(argv=None):

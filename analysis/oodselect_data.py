@@ -171,7 +171,7 @@ def from_runs(input_dir, dataset=None, id_envs=None, ood_env=None, require_done=
         id_envs = [e for e in range(n_envs) if e not in tested]
         if not id_envs:
             raise UserError("every environment is a test environment of some run; "
-                            "choose the ID environments with --id-envs")
+                            "choose the ID environments with --id_envs")
     id_envs = [int(e) for e in id_envs]
     if ood_env in id_envs:
         raise UserError(f"environment {ood_env} cannot be both ID and OOD")

@@ -13,7 +13,7 @@ from oodutils.errors import UserError, epilog_example
 from oodutils.tables import FORMATS
 
 EPILOG = epilog_example("benchmark-validity", "analysis.validity",
-                        "report --input-dir sweeps/s1 sweeps/s2")
+                        "report --input_dir sweeps/s1 sweeps/s2")
 
 REPORT_COLUMNS = {"K": "K", "mi": "I(Y;A)", "erm_failure": "ERM Fail.",
                   "disc_power": "Disc. Power", "conv_validity": "Conv. Validity",
@@ -68,7 +68,7 @@ def _k_kwargs(args):
     splits = tuple(s.strip() for s in args.test_splits.split(",") if s.strip())
     bad = [s for s in splits if s not in validity_config.SPLIT_CODES]
     if bad or not splits:
-        raise UserError(f"--test-splits takes in, out, uda; got {args.test_splits!r}")
+        raise UserError(f"--test_splits takes in, out, uda; got {args.test_splits!r}")
     step = int(args.k_step) if str(args.k_step).lstrip("-").isdigit() else args.k_step
     return {"step": step, "reduction": args.reduction, "test_splits": splits,
             "worst_group": int(wg) if str(wg).lstrip("-").isdigit() else wg}
@@ -81,7 +81,7 @@ def _load(args):
     k_recs = []
     if getattr(args, "k_dir", None):
         if args.k_csv:
-            raise UserError("pass either --k-dir or --k-csv, not both")
+            raise UserError("pass either --k_dir or --k_csv, not both")
         k_recs = load_records(args.k_dir, require_done=not args.include_unfinished).records
     names, labels = benchmark_names(recs.records + k_recs)
     results = group_results(recs, names, labels)
@@ -188,7 +188,7 @@ def cmd_recommend(args):
     query_k = args.query_k
     if args.strategy == "closest" and query_k is None:
         if args.query_benchmark is None:
-            raise UserError("--strategy closest needs --query-k or --query-benchmark")
+            raise UserError("--strategy closest needs --query_k or --query_benchmark")
         if K is None or args.query_benchmark not in K.index:
             raise UserError(f"no K for {args.query_benchmark!r}")
         query_k = K[args.query_benchmark]
@@ -208,7 +208,7 @@ def cmd_leave_one_out(args):
     from analysis.validity_records import wga_matrix
     results, K, _ = _load(args)
     if K is None:
-        raise UserError("leave-one-out needs K (--k-dir or --k-csv)")
+        raise UserError("leave-one-out needs K (--k_dir or --k_csv)")
     valid, _ = _valid_set(args, results, K)
     if not valid:
         raise UserError("no benchmark passes all three desiderata; lower the thresholds "

@@ -17,15 +17,15 @@ accuracy is the mean over trial seeds.
 
 K comes from two reference runs per benchmark (ERM and a group-reweighted ERM, or GroupDRO),
 trained with ``--save_logits`` by ``scripts/train_k_reference.py`` into their own directory
-(``--k-dir``); each run's checkpoint is the one with the lowest validation NLL (training
+(``--k_dir``); each run's checkpoint is the one with the lowest validation NLL (training
 environments, ``out`` split: "until validation loss convergence"), and K is computed on the
-test environments' examples. Or pass K values as a CSV (``--k-csv``, columns benchmark,K).
+test environments' examples. Or pass K values as a CSV (``--k_csv``, columns benchmark,K).
 
-    python -m analysis.validity report --input-dir sweep/ --k-dir kref/ --format markdown
-    python -m analysis.validity compute-k --erm-run kref/Waterbirds/ERM_s0 \\
-        --reference-run kref/Waterbirds/ReweightedERM_s0
-    python -m analysis.validity recommend --input-dir sweep/ --k-dir kref/ \\
-        --strategy closest --query-k 0.7
+    python -m analysis.validity report --input_dir sweep/ --k_dir kref/ --format markdown
+    python -m analysis.validity compute-k --erm_run kref/Waterbirds/ERM_s0 \\
+        --reference_run kref/Waterbirds/ReweightedERM_s0
+    python -m analysis.validity recommend --input_dir sweep/ --k_dir kref/ \\
+        --strategy closest --query_k 0.7
 """
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def erm_group_accuracies(results, benchmark, erm="ERM") -> pd.DataFrame:
     if sub.empty:
         found = sorted(results.loc[results["benchmark"] == benchmark, "method"].unique())
         raise UserError(f"ERM Failure needs {erm} runs on {benchmark}; methods found: "
-                        f"{', '.join(found)} (choose with --erm-algorithm)")
+                        f"{', '.join(found)} (choose with --erm_algorithm)")
     return sub.pivot_table(index="trial_seed", columns="group", values="acc")
 
 
@@ -173,7 +173,7 @@ def choose_step(run_dir, test_envs, how="val_nll"):
         val = ~np.isin(pred["env"], list(test_envs)) & (pred["split"] == SPLIT_CODES["out"])
         if not val.any():
             raise UserError(f"{run_dir} has no validation examples (training environments' "
-                            "out split) to pick a checkpoint by; use --k-step last")
+                            "out split) to pick a checkpoint by; use --k_step last")
         nll = -V.log_likelihood(pred["logits"][val], pred["label"][val]).mean()
         if best is None or nll < best[0]:
             best = (nll, step)
@@ -332,7 +332,7 @@ def validity_report(results, K=None, thresholds=None, erm="ERM", ddof=1, with_mi
     if short:
         notes.append(f"Convergent Validity needs >= {min_pairs} comparison benchmarks "
                      f"(passing ERM Failure and Discriminative Power, with K and enough "
-                     f"shared methods; see --cv-min-pairs): too few for {', '.join(short)}")
+                     f"shared methods; see --cv_min_pairs): too few for {', '.join(short)}")
     out = V.validity_table(table, thr)
     out.attrs["notes"] = notes
     return out

@@ -4,7 +4,7 @@
     data -> environment classifier -> features       (Algorithm 1)   ood_bench.classifier
     trials, summaries, i.i.d. calibration                            ood_bench.trials
     CLI: python -m ood_bench {extract,quantify,run,calibrate,summarize,table3,heatmap,plot}
-         python -m ood_bench.quantify --features FILE.npz --seed S --out result.json
+         python -m ood_bench.quantify --features FILE.npz --seed S --output result.json
 """
 _HOMES = {"ShiftDensities": "estimator", "ShiftEstimationError": "estimator",
           "ShiftEstimator": "estimator", "estimate_shifts": "estimator",

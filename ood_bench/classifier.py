@@ -58,14 +58,14 @@ class TorchvisionResNet(nn.Module):
         if pretrained:
             from domainbed.networks import TORCHVISION_WEIGHT_FILES, find_pretrained_weights
             if not pretrained_path and name not in TORCHVISION_WEIGHT_FILES:
-                raise UserError(f"no known weights file for {name}; pass --pretrained-path")
+                raise UserError(f"no known weights file for {name}; pass --pretrained_path")
             try:
                 path = find_pretrained_weights(name, pretrained_path)
             except UserError as e:
                 raise UserError(f"{str(e).split(';')[0]}; download them with `python -m "
                                 f"domainbed.scripts.download --weights {name}`, pass "
-                                f"--pretrained-path FILE, or train from scratch with "
-                                f"--no-pretrained") from None
+                                f"--pretrained_path FILE, or train from scratch with "
+                                f"--no_pretrained") from None
             net.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
         if input_shape[0] != 3:
             w = net.conv1.weight.data.clone()
@@ -246,7 +246,7 @@ def extract_features(model, sides, split="out", device="cpu", batch_size=256, n_
             from ood_bench.data import Part
             part = Part.concat([train, held])
         else:
-            raise UserError(f"--extract-split must be out, train or all, not {split!r}")
+            raise UserError(f"--extract_split must be out, train or all, not {split!r}")
         zs = [model.features(x.to(device)).float().cpu()
               for x, _ in iterate(sides.dataset, part, batch_size, n_workers)]
         out[f"z_{tag}"] = torch.cat(zs).numpy()

@@ -68,16 +68,16 @@ def add_training_arguments(p, dataset_required=True):
 def config_from_args(a):
     from ood_bench.trials import TrialConfig
     if a.steps < 1 or a.batch_size < 1 or a.dim_z < 1 or a.eval_every < 1:
-        raise UserError("--steps, --batch-size, --dim-z and --eval-every must be positive")
+        raise UserError("--steps, --batch_size, --dim_z and --eval_every must be positive")
     est = q.estimator_options(a) if hasattr(a, "sample_size") else {}
     return TrialConfig(
         dataset=a.dataset, data_dir=a.data_dir, envs_p=a.envs_p, envs_q=a.envs_q,
-        dataset_settings=parse_json_object(a.dataset_settings, "--dataset-settings"),
+        dataset_settings=parse_json_object(a.dataset_settings, "--dataset_settings"),
         data_seed=a.data_seed, holdout_fraction=a.holdout_fraction, backbone=a.backbone,
         dim_z=a.dim_z, steps=a.steps, batch_size=a.batch_size, lr=a.lr,
         weight_decay=a.weight_decay, eval_every=a.eval_every, mlp_width=a.mlp_width,
         pretrained=a.pretrained, pretrained_path=a.pretrained_path,
-        featurizer_hparams=parse_json_object(a.featurizer_hparams, "--featurizer-hparams"),
+        featurizer_hparams=parse_json_object(a.featurizer_hparams, "--featurizer_hparams"),
         select=a.select, extract_split=a.extract_split, n_workers=a.n_workers,
         **{k: v for k, v in est.items()})
 
@@ -271,7 +271,7 @@ def build_parser():
     p = sub.add_parser("calibrate", help="calibrate eps_div / eps_cor on i.i.d. splits")
     add_option(p, "--features", nargs="+", required=True, help="features files (globs ok)")
     add_option(p, "--already_iid", action="store_true",
-                  help="the files are i.i.d. already (extract --force-iid); no re-split")
+                  help="the files are i.i.d. already (extract --force_iid); no re-split")
     add_option(p, "--output", "--out", "--output-dir", dest="out", required=True)
     add_option(p, "--seed", type=int, default=0)
     q.add_estimator_arguments(p)
@@ -284,7 +284,8 @@ def build_parser():
 
     p = sub.add_parser("summarize", help="mean +/- SE over result.json files")
     add_option(p, "--results", nargs="+", help="result.json files (globs ok)")
-    add_option(p, "--root", default=".", help="else every result.json under this folder")
+    add_option(p, "--input_dir", "--root", dest="root", default=".",
+               help="else every result.json under this folder")
     add_option(p, "--output", "--out", "--output-dir", dest="out", default=None)
     p.set_defaults(func=cmd_summarize)
 
@@ -323,9 +324,9 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
     if getattr(args, "out", None):
-        check_output_path(args.out, "--out")
+        check_output_path(args.out, "--output")
     if getattr(args, "output_dir", None):
-        check_output_path(args.output_dir, "--output-dir", directory=True)
+        check_output_path(args.output_dir, "--output_dir", directory=True)
     args.func(args)
     return 0
 

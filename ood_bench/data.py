@@ -46,14 +46,14 @@ def load_dataset(name, data_dir, hparams=None, data_seed=0):
 def check_env_groups(envs_p, envs_q, n_envs):
     envs_p, envs_q = [int(e) for e in envs_p], [int(e) for e in envs_q]
     if not envs_p or not envs_q:
-        raise UserError("--envs-p and --envs-q must each name at least one environment")
+        raise UserError("--envs_p and --envs_q must each name at least one environment")
     bad = [e for e in envs_p + envs_q if not 0 <= e < n_envs]
     if bad:
         raise UserError(f"environment indices {bad} out of range: the dataset has "
                         f"{n_envs} environments (0..{n_envs - 1})")
     both = sorted(set(envs_p) & set(envs_q))
     if both:
-        raise UserError(f"environments {both} are in both --envs-p and --envs-q")
+        raise UserError(f"environments {both} are in both --envs_p and --envs_q")
     return envs_p, envs_q
 
 
@@ -149,7 +149,7 @@ def make_sides(dataset, envs_p, envs_q, holdout_fraction=0.1, seed=0, force_iid=
                balance_classes=True):
     envs_p, envs_q = check_env_groups(envs_p, envs_q, len(dataset))
     if not 0.0 < holdout_fraction < 1.0:
-        raise UserError(f"--holdout-fraction must lie in (0, 1), not {holdout_fraction}")
+        raise UserError(f"--holdout_fraction must lie in (0, 1), not {holdout_fraction}")
     rng = np.random.RandomState(seed)
     p, q = _side(dataset, envs_p), _side(dataset, envs_q)
     if balance_classes:

@@ -1,6 +1,6 @@
 """Estimate diversity and correlation shift from a features file (Algorithm 2).
 
-    python -m ood_bench.quantify --features FILE.npz --seed S --out result.json
+    python -m ood_bench.quantify --features FILE.npz --seed S --output result.json
 
 FILE.npz holds z_p (n_p, d), y_p (n_p,), z_q (n_q, d), y_q (n_q,) (what `python -m
 ood_bench extract` writes, or the official code's data.npz). result.json gets `diversity`
@@ -44,9 +44,9 @@ def estimator_options(args):
     except ValueError as e:
         raise UserError(str(e)) from None
     if args.sample_size < 1:
-        raise UserError("--sample-size must be positive")
+        raise UserError("--sample_size must be positive")
     if args.eps_div < 0 or args.eps_cor < 0:
-        raise UserError("--eps-div and --eps-cor must be >= 0")
+        raise UserError("--eps_div and --eps_cor must be >= 0")
     eps_div, eps_cor = args.eps_div, args.eps_cor
     if args.calibration:
         try:
@@ -119,7 +119,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
     if args.out:
-        check_output_path(args.out, "--out")
+        check_output_path(args.out, "--output")
     result = quantify_file(args.features, args.seed, args.mode, args.num_threads,
                            **estimator_options(args))
     if args.out:

@@ -230,7 +230,7 @@ def run_trials(cfg, n_trials=5, seed=0, output_dir=None, calibrate=False,
             iid = iid_feature_densities(feats, cfg, seed)
         else:
             from oodutils.errors import UserError
-            raise UserError(f"--calibration-level must be data or features, not "
+            raise UserError(f"--calibration_level must be data or features, not "
                             f"{calibration_level!r}")
     eps_div, eps_cor = cfg.eps_div, cfg.eps_cor
     if calibrate:

@@ -3,7 +3,7 @@
 # (ColoredMNIST test env 2; OoDBenchColoredMNIST with four colour-flip settings),
 # three methods (ERM, ReweightedERM, IRM: GroupDRO equals ERM with one training env), K reference runs, then aotl per-ood table + plots and
 # the validity report, checking every cell of the report is a finite number.
-# Convergent Validity is a fit of agreement on |dK| over >= max(--cv-min-pairs (3), 2)
+# Convergent Validity is a fit of agreement on |dK| over >= max(--cv_min_pairs (3), 2)
 # comparison benchmarks, so it needs >= 4 benchmarks by default whose methods' WG
 # accuracies are not all tied (a tie makes the agreement correlation NaN).
 #   bash scripts/analysis_e2e.sh [OUT_DIR] [STEPS] [JOBS]
@@ -34,14 +34,14 @@ for b in "${BENCHES[@]}"; do
   done
   # K reference runs (ERM and ReweightedERM, logits saved), via train_k_reference.py's layout
   kd="$OUT/kref/$name"
-  echo "python scripts/train_k_reference.py --dataset $ds --data-dir $DATA --output-dir $kd --test-envs $env --trial-seeds 0 --data-seed $dseed --hparams '$hp' --steps $STEPS --checkpoint-freq $FREQ -- --num_threads 1 > $kd.log 2>&1 || echo FAILED $kd"
+  echo "python scripts/train_k_reference.py --dataset $ds --data_dir $DATA --output_dir $kd --test_envs $env --trial_seeds 0 --data_seed $dseed --hparams '$hp' --steps $STEPS --checkpoint_freq $FREQ -- --num_threads 1 > $kd.log 2>&1 || echo FAILED $kd"
 done
 } | xargs -d "\n" -P "$JOBS" -I{} bash -c "{}"
 T1=$(date +%s); echo "training: $(( T1 - T0 )) s (wall)"
 python -m analysis.aotl "$OUT/sweep" --table per-ood --format csv --output "$OUT/aotl_per_ood.csv" --plot "$OUT/plots"
 cat "$OUT/aotl_per_ood.csv"; ls "$OUT/plots"
-python -m analysis.validity report --input-dir "$OUT/sweep" --k-dir "$OUT/kref" --format csv --output "$OUT/validity.csv"
-python -m analysis.validity report --input-dir "$OUT/sweep" --k-dir "$OUT/kref"
+python -m analysis.validity report --input_dir "$OUT/sweep" --k_dir "$OUT/kref" --format csv --output "$OUT/validity.csv"
+python -m analysis.validity report --input_dir "$OUT/sweep" --k_dir "$OUT/kref"
 python - "$OUT/validity.csv" <<'PY'
 import sys, numpy as np, pandas as pd
 t = pd.read_csv(sys.argv[1]); print(t.to_string(index=False))

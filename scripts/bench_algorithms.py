@@ -13,7 +13,6 @@ both stages.
 Inputs are random tensors of ColoredMNIST's shape: update() cost does not depend on the
 pixel values, and no dataset download is needed.
 """
-import argparse
 import json
 import statistics
 import sys
@@ -26,6 +25,7 @@ from domainbed import run_hparams
 from domainbed.algorithms.base import TrainingContext
 from domainbed.datasets.base import TensorEnvironment
 from domainbed.registry import ALGORITHMS, get_algorithm_class
+from oodutils.cli import ArgumentParser, add_option
 
 INPUT_SHAPE, NUM_CLASSES, NUM_ENVS = (2, 28, 28), 2, 2
 
@@ -68,13 +68,13 @@ def time_algorithm(name, steps, warmup, device):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--steps", type=int, default=6)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--algorithms", nargs="*", default=None)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--json", default=None, help="also write the figures here")
+    p = ArgumentParser(description=__doc__.splitlines()[0])
+    add_option(p, "--threads", type=int, default=2)
+    add_option(p, "--steps", type=int, default=6)
+    add_option(p, "--warmup", type=int, default=2)
+    add_option(p, "--algorithms", nargs="*", default=None)
+    add_option(p, "--device", default="cpu")
+    add_option(p, "--json", default=None, help="also write the figures here")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     names = ["ERM"] + [n for n in (args.algorithms or ALGORITHMS.names()) if n != "ERM"]

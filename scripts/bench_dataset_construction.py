@@ -16,7 +16,6 @@ CivilComments constructions on it; --mnli_rows N writes MultiNLI feature files o
 (the real ones hold 412,349) and times MultiNLI ("cold": unpickling and decoding the token
 ids; then the decoded texts come from the cache).
 """
-import argparse
 import os
 import statistics
 import sys
@@ -28,6 +27,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from domainbed.registry import get_dataset_class  # noqa: E402
+from oodutils.cli import ArgumentParser, add_option  # noqa: E402
 from oodutils.errors import UserError  # noqa: E402
 from tests import dataset_fixtures as fx  # noqa: E402
 
@@ -99,13 +99,13 @@ CASES = [  # name, hparams, test envs
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--scale", type=int, default=1)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--data_dir", default=None, help="also time real data found here")
-    p.add_argument("--civil_rows", type=int, default=0,
+    p = ArgumentParser(description=__doc__.splitlines()[0])
+    add_option(p, "--scale", type=int, default=1)
+    add_option(p, "--repeats", type=int, default=3)
+    add_option(p, "--data_dir", default=None, help="also time real data found here")
+    add_option(p, "--civil_rows", type=int, default=0,
                    help="also time CivilComments on a synthetic csv of this many comments")
-    p.add_argument("--mnli_rows", type=int, default=0,
+    add_option(p, "--mnli_rows", type=int, default=0,
                    help="also time MultiNLI on synthetic feature files of this many pairs")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as root:

@@ -1,19 +1,18 @@
 """Time linear probes on cached frozen features against full fine-tuning (CPU, 2 threads).
 
     python scripts/bench_linear_probe.py                       # ResNet-18, 96 px, 3 x 1000
-    python scripts/bench_linear_probe.py --per-env 500 --steps 500 --later-runs 2
+    python scripts/bench_linear_probe.py --per_env 500 --steps 500 --later_runs 2
 
 A synthetic three-environment image set (a class signal plus noise, in memory) trains
 ERM with a ResNet-18 (random initialization: the cost is the same as with ImageNet
 weights) through the real training loop (`domainbed.training.loop.run`): the first
-`linear_probe` run (it extracts and caches every example's features), `--later-runs` more
+`linear_probe` run (it extracts and caches every example's features), `--later_runs` more
 linear-probe runs with other learning rates (cache hits), and a full fine-tuning run of
-`--full-steps` steps and one checkpoint whose set-up, per-step and per-checkpoint times
+`--full_steps` steps and one checkpoint whose set-up, per-step and per-checkpoint times
 are extrapolated to `--steps` steps and their checkpoints (a full run would take hours).
 Prints JSON: wall times, runs per hour and the speed-up of a later linear-probe run over a
 full run.
 """
-import argparse
 import json
 import os
 import shutil
@@ -36,6 +35,7 @@ from domainbed.datasets.base import (  # noqa: E402
 )
 from domainbed.networks import feature_cache  # noqa: E402
 from domainbed.training import loop as training
+from oodutils.cli import ArgumentParser, add_option  # noqa: E402
 
 
 def synthetic_images(per_env, size, n_classes=4):
@@ -98,16 +98,16 @@ def time_full_finetuning(dataset_cls, out, n_steps, threads):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--per-env", type=int, default=1000, help="images per environment")
-    ap.add_argument("--size", type=int, default=96)
-    ap.add_argument("--steps", type=int, default=1000)
-    ap.add_argument("--checkpoint-freq", type=int, default=200)
-    ap.add_argument("--later-runs", type=int, default=3)
-    ap.add_argument("--full-steps", type=int, default=5,
+    ap = ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_option(ap, "--per_env", type=int, default=1000, help="images per environment")
+    add_option(ap, "--size", type=int, default=96)
+    add_option(ap, "--steps", type=int, default=1000)
+    add_option(ap, "--checkpoint_freq", type=int, default=200)
+    add_option(ap, "--later_runs", type=int, default=3)
+    add_option(ap, "--full_steps", type=int, default=5,
                     help="steps of the full fine-tuning run that is timed and extrapolated")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default="", help="also write the JSON here")
+    add_option(ap, "--threads", type=int, default=2)
+    add_option(ap, "--out", default="", help="also write the JSON here")
     opts = ap.parse_args()
     torch.set_num_threads(opts.threads)
     dataset_cls = synthetic_images(opts.per_env, opts.size)

@@ -2,13 +2,12 @@
 scipy reference (ood_bench.reference: the official code's gaussian_kde steps).
 
     python scripts/bench_ood_bench.py                       # 10,000 + 10,000, 8-d, M = 10,000
-    python scripts/bench_ood_bench.py --n 2000 --no-reference --threads 1
+    python scripts/bench_ood_bench.py --n 2000 --no_reference --threads 1
 
 Features look like a trained environment classifier's (a smooth map of two latents into
 d dimensions, two balanced classes whose colour-label agreement differs between the
 sides). Prints both wall times, the speed-up and the two estimates (which must agree).
 """
-import argparse
 import json
 import os
 import sys
@@ -21,6 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from ood_bench.estimator import estimate_shifts  # noqa: E402
 from ood_bench.reference import reference_estimate  # noqa: E402
+from oodutils.cli import ArgumentParser, add_option  # noqa: E402
 
 
 def features(n, d, agree, rng):
@@ -32,13 +32,13 @@ def features(n, d, agree, rng):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=int, default=10000, help="features per side")
-    ap.add_argument("--dim", type=int, default=8)
-    ap.add_argument("--sample-size", type=int, default=10000)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--no-reference", action="store_true", help="skip the scipy reference")
+    ap = ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_option(ap, "--n", type=int, default=10000, help="features per side")
+    add_option(ap, "--dim", type=int, default=8)
+    add_option(ap, "--sample_size", type=int, default=10000)
+    add_option(ap, "--threads", type=int, default=0, help="torch threads (0: default)")
+    add_option(ap, "--device", default="cpu")
+    add_option(ap, "--no_reference", action="store_true", help="skip the scipy reference")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)

@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from analysis.oodselect import Hparams, OODSelect, subset_correlation  # noqa: E402
 from analysis.oodselect_data import split_models  # noqa: E402
+from oodutils.cli import ArgumentParser, add_option  # noqa: E402
 
 
 def synthetic(M, N, conflict=0.1, seed=0):
@@ -37,16 +38,16 @@ def synthetic(M, N, conflict=0.1, seed=0):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__,
+    p = ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", type=int, default=1000)
-    p.add_argument("--examples", type=int, default=50000)
-    p.add_argument("--steps", type=int, default=3000)
-    p.add_argument("--patience", type=int, default=None, help="default: --steps (no stop)")
-    p.add_argument("--size", type=int, default=None, help="subset size (default N/10)")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
+    add_option(p, "--models", type=int, default=1000)
+    add_option(p, "--examples", type=int, default=50000)
+    add_option(p, "--steps", type=int, default=3000)
+    add_option(p, "--patience", type=int, default=None, help="default: --steps (no stop)")
+    add_option(p, "--size", type=int, default=None, help="subset size (default N/10)")
+    add_option(p, "--device", default="auto")
+    add_option(p, "--threads", type=int, default=None)
+    add_option(p, "--seed", type=int, default=0)
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

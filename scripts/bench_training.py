@@ -12,7 +12,6 @@ ColoredMNIST (default hyperparameters and checkpoint frequency, every split eval
 every checkpoint) per precision, against the reference DomainBed figures of the speed
 issue applied to the same steps and images.
 """
-import argparse
 import json
 import os
 import statistics
@@ -28,6 +27,7 @@ from domainbed import run_hparams
 from domainbed.registry import get_algorithm_class, get_dataset_class
 from domainbed.results.records import load_predictions
 from domainbed.training import loop as training
+from oodutils.cli import ArgumentParser, add_option
 
 
 def cpu_flags():
@@ -137,18 +137,18 @@ def end_to_end(precision, args):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--eval_batch_size", type=int, default=64)
-    p.add_argument("--data_dir", default="/tmp")
-    p.add_argument("--end_to_end", type=int, default=0, metavar="STEPS",
+    p = ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_option(p, "--repeats", type=int, default=5)
+    add_option(p, "--steps", type=int, default=20)
+    add_option(p, "--threads", type=int, default=0)
+    add_option(p, "--eval_batch_size", type=int, default=64)
+    add_option(p, "--data_dir", default="/tmp")
+    add_option(p, "--end_to_end", type=int, default=0, metavar="STEPS",
                    help="also time whole training runs of STEPS steps (5000 = default run)")
-    p.add_argument("--memory_format", default="auto",
+    add_option(p, "--memory_format", default="auto",
                    choices=["auto", "channels_last", "contiguous"],
                    help="memory format of the --end_to_end runs (train's flag)")
-    p.add_argument("--skip_loops", action="store_true",
+    add_option(p, "--skip_loops", action="store_true",
                    help="only the --end_to_end runs")
     args = p.parse_args()
     if args.threads:

@@ -5,10 +5,10 @@
 Needs Selenium and Debian's chromium + chromium-driver (/usr/bin/chromium,
 /usr/bin/chromedriver).
 """
-import argparse
 import os
 import shutil
 
+from oodutils.cli import ArgumentParser, add_option
 from oodutils.errors import UserError, run_cli
 
 
@@ -21,11 +21,11 @@ def find(*names):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("site")
     p.add_argument("out")
-    p.add_argument("--width", type=int, default=1300)
-    p.add_argument("--height", type=int, default=900)
+    add_option(p, "--width", type=int, default=1300)
+    add_option(p, "--height", type=int, default=900)
     args = p.parse_args(argv)
     index = os.path.abspath(os.path.join(args.site, "index.html"))
     if not os.path.isfile(index):

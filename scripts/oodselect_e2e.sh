@@ -19,9 +19,9 @@ for i in $(seq 1 "$N"); do
 done | xargs -d "\n" -P "$JOBS" -I{} bash -c "{}"
 T1=$(date +%s)
 echo "training: $N runs in $(( T1 - T0 )) s (wall)"
-python scripts/oodselect_sweep_demo.py "$OUT/sweep" --dataset ColoredMNIST --ood-env 0 \
-  --sizes 10 25 50 100 250 500 --steps 1500 --patience 300 --random-draws 100 \
-  --out "$OUT/select" 2>"$OUT/select.log" | tee "$OUT/select_report.txt"
+python scripts/oodselect_sweep_demo.py "$OUT/sweep" --dataset ColoredMNIST --ood_env 0 \
+  --sizes 10 25 50 100 250 500 --steps 1500 --patience 300 --random_draws 100 \
+  --output_dir "$OUT/select" 2>"$OUT/select.log" | tee "$OUT/select_report.txt"
 T2=$(date +%s)
 echo "OODSelect: $(( T2 - T1 )) s (wall); total $(( T2 - T0 )) s"
 python - "$OUT" "$DATA" <<'PY'

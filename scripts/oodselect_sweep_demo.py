@@ -1,9 +1,9 @@
 """OODSelect end to end on a training sweep: build A from the run directories, select
 subsets, compare with random (and hard) subsets, print the report.
 
-    python scripts/oodselect_sweep_demo.py SWEEP_DIR --ood-env 3
-    python scripts/oodselect_sweep_demo.py SWEEP_DIR --dataset PACS --id-envs 0 1 2 \\
-        --ood-env 3 --sizes 10 50 100 500 --out oodselect_out --trials 20
+    python scripts/oodselect_sweep_demo.py SWEEP_DIR --ood_env 3
+    python scripts/oodselect_sweep_demo.py SWEEP_DIR --dataset PACS --id_envs 0 1 2 \\
+        --ood_env 3 --sizes 10 50 100 500 --out oodselect_out --trials 20
 
 Every checkpoint with a predictions file is a model; y is its mean ``env{i}_out_acc``
 over the ID environments; A covers the OOD environment's in and out splits. Models are
@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from analysis import oodselect as core  # noqa: E402
 from analysis import oodselect_cli as cli  # noqa: E402
 from analysis import oodselect_data as data  # noqa: E402
+from oodutils.cli import ArgumentParser, add_option  # noqa: E402
 from oodutils.errors import run_cli  # noqa: E402
 
 
@@ -29,21 +30,21 @@ def default_sizes(N):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__,
+    p = ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("sweep_dir", nargs="+")
-    p.add_argument("--dataset")
-    p.add_argument("--id-envs", type=int, nargs="+")
-    p.add_argument("--ood-env", type=int)
-    p.add_argument("--sizes", type=int, nargs="+")
-    p.add_argument("--out")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=3000)
-    p.add_argument("--patience", type=int, default=500)
-    p.add_argument("--trials", type=int, default=0)
-    p.add_argument("--split", choices=("run", "model", "arch"), default="run")
-    p.add_argument("--random-draws", type=int, default=100)
-    p.add_argument("--with-greedy", action="store_true")
+    add_option(p, "--dataset")
+    add_option(p, "--id_envs", type=int, nargs="+")
+    add_option(p, "--ood_env", type=int)
+    add_option(p, "--sizes", type=int, nargs="+")
+    add_option(p, "--out")
+    add_option(p, "--seed", type=int, default=0)
+    add_option(p, "--steps", type=int, default=3000)
+    add_option(p, "--patience", type=int, default=500)
+    add_option(p, "--trials", type=int, default=0)
+    add_option(p, "--split", choices=("run", "model", "arch"), default="run")
+    add_option(p, "--random_draws", type=int, default=100)
+    add_option(p, "--with_greedy", action="store_true")
     args = p.parse_args(argv)
 
     t0 = time.time()

@@ -10,7 +10,6 @@ and the mean training-env out accuracy, each as mean +/- std over seeds, with th
 per-seed values. On a CPU without native bfloat16, bf16 runs only with
 DOMAINBED_ALLOW_EMULATED_BF16=1 (same rounding, far slower: convolutions ~16x).
 """
-import argparse
 import concurrent.futures
 import os
 import subprocess
@@ -21,6 +20,7 @@ import numpy as np
 
 from domainbed.results.model_selection import IIDAccuracySelectionMethod
 from domainbed.results.records import read_run
+from oodutils.cli import ArgumentParser, add_option
 
 TEST_ENV = 2
 
@@ -50,17 +50,17 @@ def summarize(records):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--configs", nargs="+",
+    p = ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_option(p, "--configs", nargs="+",
                    default=["fp32/contiguous", "fp32/channels_last", "bf16/channels_last"],
                    help="precision/memory_format pairs")
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument("--arch", default="mnist_cnn", choices=["mnist_cnn", "mlp", "resnet_small"])
-    p.add_argument("--steps", type=int, default=0, help="0 = the dataset's default (5000)")
-    p.add_argument("--workers", type=int, default=1, help="runs at once")
-    p.add_argument("--threads", type=int, default=1, help="torch threads per run")
-    p.add_argument("--data_dir", default=tempfile.gettempdir())
-    p.add_argument("--output_dir", default=None, help="keep the runs here (default: temp)")
+    add_option(p, "--seeds", nargs="+", type=int, default=[0, 1, 2])
+    add_option(p, "--arch", default="mnist_cnn", choices=["mnist_cnn", "mlp", "resnet_small"])
+    add_option(p, "--steps", type=int, default=0, help="0 = the dataset's default (5000)")
+    add_option(p, "--workers", type=int, default=1, help="runs at once")
+    add_option(p, "--threads", type=int, default=1, help="torch threads per run")
+    add_option(p, "--data_dir", default=tempfile.gettempdir())
+    add_option(p, "--output_dir", default=None, help="keep the runs here (default: temp)")
     args = p.parse_args()
     for config in args.configs:
         if config.count("/") != 1:

@@ -68,7 +68,7 @@ def main():
     code = subprocess.call(collect) or code
     site = os.path.join(args.output_dir, "leaderboard")
     code = subprocess.call([sys.executable, "-m", "domainbed.scripts.leaderboard",
-                            "--input_dir", args.output_dir, "--out", site]) or code
+                            "--input_dir", args.output_dir, "--output_dir", site]) or code
     print(f"leaderboard site: {os.path.abspath(os.path.join(site, 'index.html'))}",
           flush=True)
     print(f"total {time.time() - start:.0f} s", flush=True)

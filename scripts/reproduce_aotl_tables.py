@@ -7,15 +7,14 @@ per-model accuracy CSVs, and print ours beside the published numbers.
 DATA_DIR defaults to the repository's tests/data/aotl_reference (the authors' CSVs). Tables:
 ColoredMNIST T5 (per OOD env) / T6 (pairwise), Spawrious O2O-easy T7/T8, O2O-hard T9/T10,
 M2M-easy T11/T12, M2M-hard T13/T14, PACS T15/T16 (T15 averages ID envs among 0-2 only,
-``--id-envs 0 1 2``), plus Table 1's TerraIncognita row. A row reproduces when slope,
+``--id_envs 0 1 2``), plus Table 1's TerraIncognita row. A row reproduces when slope,
 intercept, R, p and the slope's standard error all lie within ``tol`` of the printed
 values (the paper prints 2 decimals and sometimes truncates). CivilComments T27 is known
-not to reproduce from these files and is shown with ``--show-known`` only, not counted.
+not to reproduce from these files and is shown with ``--show_known`` only, not counted.
 Exit status 1 when a counted row does not reproduce.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ import pandas as pd  # noqa: E402
 from analysis.aotl import pairwise_table, per_ood_table  # noqa: E402
 from analysis.aotl_inputs import read_accuracy_csvs  # noqa: E402
 from oodutils import tables as report  # noqa: E402
+from oodutils.cli import ArgumentParser, add_option  # noqa: E402
 
 DEFAULT_DATA = REPO / "tests" / "data" / "aotl_reference"
 STATS = ("slope", "intercept", "r", "p", "stderr")
@@ -36,7 +36,7 @@ STATS = ("slope", "intercept", "r", "p", "stderr")
 # Published rows, transcribed from the paper (spec notes_000, section 4): (slope, intercept,
 # R, p, stderr). Per-OOD tables are keyed by the OOD env; pairwise tables by (OOD, ID),
 # i.e. the paper's "E_ood <- E_id".
-# (table, data folder, dataset name in the CSVs, kind, --id-envs, rows)
+# (table, data folder, dataset name in the CSVs, kind, --id_envs, rows)
 PUBLISHED = [
     ("T5", "ColoredMNIST", "ColoredMNIST", "per-ood", None, {
         0: (1.90, -.58, .82, .00, .01), 1: (.96, .01, .94, .00, .00),
@@ -90,7 +90,7 @@ PUBLISHED = [
 # CivilComments Table 27 (slope, intercept, R; p .00; se as printed). Known NOT to
 # reproduce from the published CSVs, whatever the model pool (the 510 BERT/DistilBERT
 # models, the 180 logistic-regression ones, or all 690) and whatever the ID-env average
-# (all 15, or env indices 0-2 only). Shown for reference with --show-known.
+# (all 15, or env indices 0-2 only). Shown for reference with --show_known.
 KNOWN_NOT_REPRODUCIBLE = [
     ("T27", "CivilComments", "CivilComments", "per-ood", [0, 1, 2], {
         e: (s, i, r, .00, se) for e, (s, i, r, se) in enumerate([
@@ -142,11 +142,11 @@ def compare(data_dir=DEFAULT_DATA, tol=0.01, tables=PUBLISHED) -> pd.DataFrame:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("data_dir", nargs="?", type=Path, default=DEFAULT_DATA)
-    p.add_argument("--tol", type=float, default=0.01)
-    p.add_argument("--format", choices=report.FORMATS, default="text")
-    p.add_argument("--show-known", action="store_true",
+    add_option(p, "--tol", type=float, default=0.01)
+    add_option(p, "--format", choices=report.FORMATS, default="text")
+    add_option(p, "--show_known", action="store_true",
                    help="also show CivilComments T27 (known not to reproduce)")
     args = p.parse_args(argv)
     if not args.data_dir.is_dir():

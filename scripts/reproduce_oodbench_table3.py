@@ -2,8 +2,8 @@
 Colored MNIST with one training environment (rho_tr = 0.1) and rho_te = 0.9 ... 0.1, plus
 the blue variant (mu_tr = 0, mu_te = 1, sigma = 0.1); ours beside the paper's values.
 
-    python scripts/reproduce_oodbench_table3.py --data-dir data            # paper setting
-    python scripts/reproduce_oodbench_table3.py --data-dir /tmp/d --quick  # CPU minutes
+    python scripts/reproduce_oodbench_table3.py --data_dir data            # paper setting
+    python scripts/reproduce_oodbench_table3.py --data_dir /tmp/d --quick  # CPU minutes
 
 Paper setting: MLP 2 x 390, Adam 3e-4, 2000 steps, 32 per side, 90/10 split, best held-out
 checkpoint, 8-d features, M = 10,000, eps_div = 1e-12, eps_cor = 5e-4, 5 runs. --quick:
@@ -26,8 +26,8 @@ from oodutils.errors import run_cli  # noqa: E402
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--output-dir" not in argv:
-        argv += ["--output-dir", "outputs/oodbench_table3"]
+    if "--output_dir" not in argv:
+        argv += ["--output_dir", "outputs/oodbench_table3"]
     return ood_bench_main(["table3"] + argv)
 
 

@@ -2,8 +2,8 @@
 test-environment confusion matrix showing errors toward the class whose training
 background is the test background.
 
-    python scripts/spawrious_erm_demo.py --root /tmp/spawrious --per-cell 300 \
-        --benchmarks o2o_easy m2m_hard --steps 2000 --output-dir /tmp/spawrious_erm
+    python scripts/spawrious_erm_demo.py --root /tmp/spawrious --per_cell 300 \
+        --benchmarks o2o_easy m2m_hard --steps 2000 --output_dir /tmp/spawrious_erm
 
 1. generates the images if ROOT lacks them (`python -m spawrious.generate --backend
    procedural`, resumable), 2. trains ERM with `python -m domainbed.scripts.train`
@@ -13,7 +13,6 @@ background is the test background.
    examples), the confusion matrix and the share of OOD errors that predict a class
    trained on the test image's background. Writes summary.json and summary.md.
 """
-import argparse
 import json
 import os
 import subprocess
@@ -24,7 +23,7 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from oodutils.cli import parse_json_object  # noqa: E402
+from oodutils.cli import ArgumentParser, add_option, parse_json_object  # noqa: E402
 from oodutils.errors import UserError, run_cli  # noqa: E402
 from oodutils.fileio import atomic_write_json, atomic_write_text  # noqa: E402
 from spawrious.constants import CLASS_LIST, LOCATIONS  # noqa: E402
@@ -91,24 +90,25 @@ def format_result(r):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--root", required=True, help="data dir (images generated here if missing)")
-    ap.add_argument("--per-cell", type=int, default=300)
-    ap.add_argument("--size", type=int, default=224)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--benchmarks", nargs="+", default=["o2o_easy", "m2m_hard"])
-    ap.add_argument("--steps", type=int, default=2000)
-    ap.add_argument("--checkpoint-freq", type=int, default=200)
-    ap.add_argument("--hparams", default=json.dumps(DEFAULT_HPARAMS),
+    ap = ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_option(ap, "--root", required=True, help="data dir (images generated here if missing)")
+    add_option(ap, "--per_cell", type=int, default=300)
+    add_option(ap, "--size", type=int, default=224)
+    add_option(ap, "--seed", type=int, default=0)
+    add_option(ap, "--benchmarks", nargs="+", default=["o2o_easy", "m2m_hard"])
+    add_option(ap, "--steps", type=int, default=2000)
+    add_option(ap, "--checkpoint_freq", type=int, default=200)
+    add_option(ap, "--hparams", default=json.dumps(DEFAULT_HPARAMS),
                     help="JSON for the train CLI (image_size is set from --size)")
-    ap.add_argument("--output-dir", required=True)
-    ap.add_argument("--train-args", default="", help="extra flags for domainbed.scripts.train")
+    add_option(ap, "--output_dir", required=True)
+    add_option(ap, "--train_args", default="", help="extra flags for domainbed.scripts.train")
     args = ap.parse_args(argv)
     benchmarks = [check_benchmark(b) for b in args.benchmarks]
     hparams = parse_json_object(args.hparams, "--hparams")
     hparams["image_size"] = args.size
-    run([sys.executable, "-m", "spawrious.generate", "--backend", "procedural", "--out", args.root,
-         "--per-cell", str(args.per_cell), "--seed", str(args.seed), "--size", str(args.size)])
+    run([sys.executable, "-m", "spawrious.generate", "--backend", "procedural",
+         "--output_dir", args.root,
+         "--per_cell", str(args.per_cell), "--seed", str(args.seed), "--size", str(args.size)])
     os.makedirs(args.output_dir, exist_ok=True)
     results = []
     for b in benchmarks:

@@ -1,6 +1,6 @@
 """Draw seed 000's simulation figures (PNG) from analysis.theory.
 
-    python scripts/theory_figures.py --output-dir figures/theory
+    python scripts/theory_figures.py --output_dir figures/theory
 
 Figure 2 (a: train at M = I, b: extrapolation, c: interpolation): OOD accuracy of the
 domain-specific classifier f_X and the domain-general f_dg against the shift
@@ -8,7 +8,6 @@ w_spu^T M mu_spu, with Theorem 1's region shaded. Figure 3: ID vs OOD accuracy o
 axes for random M_OOD, M_OOD = a I with a > 0 (accuracy on the line) and a < 0 (the inverse
 line). Also writes the simulated numbers as CSV beside the images.
 """
-import argparse
 import os
 import sys
 
@@ -23,6 +22,7 @@ import numpy as np  # noqa: E402
 from analysis import plots, theory  # noqa: E402
 from analysis.aotl_stats import transform  # noqa: E402
 from oodutils.accuracy import THEORY_CLIP  # noqa: E402
+from oodutils.cli import ArgumentParser, add_option  # noqa: E402
 from oodutils.errors import UserError, run_cli  # noqa: E402
 
 PANELS = {"identity": "(a) train at M = I",
@@ -69,21 +69,21 @@ def draw_figure3(results, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output", "--output-dir", "--out", dest="output_dir",
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_option(parser, "--output", "--output_dir", "--out", dest="output_dir",
                         default="theory_figures")
-    parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--n-test", type=int, default=50, help="test shifts per Fig. 2 panel")
-    parser.add_argument("--n-samples", type=int, default=1000, help="samples per domain")
-    parser.add_argument("--n-classifiers", type=int, default=50, help="classifiers in Fig. 3")
-    parser.add_argument("--a-positive", type=float, default=2.0)
-    parser.add_argument("--a-negative", type=float, default=-1.0)
-    parser.add_argument("--delta", type=float, default=0.5, help="Theorem 1's delta")
-    parser.add_argument("--label-noise", type=float, default=0.0,
+    add_option(parser, "--seed", type=int, default=1234)
+    add_option(parser, "--n_test", type=int, default=50, help="test shifts per Fig. 2 panel")
+    add_option(parser, "--n_samples", type=int, default=1000, help="samples per domain")
+    add_option(parser, "--n_classifiers", type=int, default=50, help="classifiers in Fig. 3")
+    add_option(parser, "--a_positive", type=float, default=2.0)
+    add_option(parser, "--a_negative", type=float, default=-1.0)
+    add_option(parser, "--delta", type=float, default=0.5, help="Theorem 1's delta")
+    add_option(parser, "--label_noise", type=float, default=0.0,
                         help="0.25 mimics the authors' code")
     args = parser.parse_args(argv)
     if args.a_positive <= 0 or args.a_negative >= 0:
-        raise UserError("--a-positive must be > 0 and --a-negative < 0")
+        raise UserError("--a_positive must be > 0 and --a_negative < 0")
     if not 0 < args.delta < 1:
         raise UserError("--delta must lie in (0, 1)")
     os.makedirs(args.output_dir, exist_ok=True)

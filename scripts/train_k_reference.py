@@ -1,7 +1,7 @@
 """Train the two reference models behind seed 002's K for one dataset.
 
-    python scripts/train_k_reference.py --dataset Waterbirds --data-dir data/ \\
-        --output-dir kref/ --test-envs 1 --trial-seeds 0 1 2
+    python scripts/train_k_reference.py --dataset Waterbirds --data_dir data/ \\
+        --output_dir kref/ --test_envs 1 --trial_seeds 0 1 2
 
 Runs the ordinary training CLI (``python -m domainbed.scripts.train``) twice per trial seed:
 ERM, and the group-reweighted ERM (``ReweightedERM``: each example weighted by the inverse
@@ -10,12 +10,11 @@ GroupDRO. Both get the same hyperparameters (Adam, lr 1e-3 by default, as the pa
 logits at every checkpoint; ``python -m analysis.validity`` then picks each run's checkpoint
 with the lowest validation NLL ("until validation loss convergence") and computes K:
 
-    python -m analysis.validity report --input-dir sweep/ --k-dir kref/
+    python -m analysis.validity report --input_dir sweep/ --k_dir kref/
 
 Layout: OUTPUT_DIR/<dataset>_env<test envs>/<algorithm>_seed<trial seed>/ (a run directory).
 Extra arguments after ``--`` go to the training CLI unchanged.
 """
-import argparse
 import json
 import os
 import shlex
@@ -25,7 +24,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from oodutils.cli import parse_json_object  # noqa: E402
+from oodutils.cli import ArgumentParser, add_option, parse_json_object  # noqa: E402
 from oodutils.errors import UserError, run_cli  # noqa: E402
 
 REFERENCES = ("ReweightedERM", "GroupDRO")
@@ -82,21 +81,21 @@ def main(argv=None):
     if "--" in argv:
         i = argv.index("--")
         argv, train_args = argv[:i], argv[i + 1:]
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--dataset", required=True)
-    p.add_argument("--data-dir", default="./domainbed/data/")
-    p.add_argument("--output-dir", required=True)
-    p.add_argument("--test-envs", type=int, nargs="+", required=True)
-    p.add_argument("--trial-seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--data-seed", type=int, default=0)
-    p.add_argument("--reference", default="ReweightedERM", choices=REFERENCES)
-    p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (both models)")
-    p.add_argument("--hparams", help="JSON hyperparameters for both models (override --lr)")
-    p.add_argument("--steps", type=int, help="training steps (default: the dataset's)")
-    p.add_argument("--checkpoint-freq", type=int,
+    p = ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_option(p, "--dataset", required=True)
+    add_option(p, "--data_dir", default="./domainbed/data/")
+    add_option(p, "--output_dir", required=True)
+    add_option(p, "--test_envs", type=int, nargs="+", required=True)
+    add_option(p, "--trial_seeds", type=int, nargs="+", default=[0])
+    add_option(p, "--data_seed", type=int, default=0)
+    add_option(p, "--reference", default="ReweightedERM", choices=REFERENCES)
+    add_option(p, "--lr", type=float, default=1e-3, help="Adam learning rate (both models)")
+    add_option(p, "--hparams", help="JSON hyperparameters for both models (override --lr)")
+    add_option(p, "--steps", type=int, help="training steps (default: the dataset's)")
+    add_option(p, "--checkpoint_freq", type=int,
                    help="checkpoint (and logits) every N steps (default: the dataset's)")
-    p.add_argument("--python", default=sys.executable, help="interpreter for the runs")
-    p.add_argument("--dry-run", action="store_true", help="print the commands only")
+    add_option(p, "--python", default=sys.executable, help="interpreter for the runs")
+    add_option(p, "--dry_run", action="store_true", help="print the commands only")
     args = p.parse_args(argv)
     args.train_args = train_args
     if args.lr <= 0:
@@ -113,7 +112,7 @@ def main(argv=None):
                             f"see {os.path.join(run_dir, 'err.txt')}")
     if not args.dry_run:
         print(f"K reference runs ({'ERM'} and {reference}) in {args.output_dir}; next:\n"
-              f"  python -m analysis.validity report --input-dir SWEEP --k-dir "
+              f"  python -m analysis.validity report --input_dir SWEEP --k_dir "
               f"{args.output_dir}")
     return 0
 

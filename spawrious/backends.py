@@ -47,7 +47,7 @@ class StableDiffusionBackend:
         self.negative_prompt = negative_prompt
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         if steps < 1 or batch_size < 1 or resolution < 8:
-            raise UserError("--steps, --batch-size must be >= 1 and --sd-resolution >= 8")
+            raise UserError("--steps, --batch_size must be >= 1 and --sd_resolution >= 8")
         if pipeline is None:
             self.model_name = model
             location = check_model_location(model, "Stable Diffusion model")

@@ -1,13 +1,13 @@
 """Generate Spawrious images: ``python -m spawrious.generate``.
 
-    python -m spawrious.generate --backend procedural --out ROOT --per-cell N --seed S
-    python -m spawrious.generate --backend sd14 --model PATH_OR_ID --out ROOT --per-cell N
+    python -m spawrious.generate --backend procedural --output_dir ROOT --per_cell N --seed S
+    python -m spawrious.generate --backend sd14 --model PATH_OR_ID --output_dir ROOT --per_cell N
 
 writes ROOT/spawrious224/{0,1}/<location>/<breed>/*.png with N kept images per
 (pool, location, breed) cell, a manifest line per attempt (spawrious.manifest) and
 ROOT/spawrious224/info.json. Rerunning the same command resumes where it stopped; a
-larger --per-cell extends the cells. The caption filter (default on for sd14, off for
-procedural) regenerates until every cell has its count, with --max-attempts per cell.
+larger --per_cell extends the cells. The caption filter (default on for sd14, off for
+procedural) regenerates until every cell has its count, with --max_attempts per cell.
 """
 import argparse
 import io
@@ -39,7 +39,7 @@ from spawrious.prompts import image_seed, prompt_for_attempt
 logger = get_logger(__name__)
 
 EPILOG = epilog_example("spawrious-generate", "spawrious.generate",
-                        "--backend procedural --output data --per-cell 50 --seed 0")
+                        "--backend procedural --output_dir data --per_cell 50 --seed 0")
 
 CHUNK = 24   # procedural images per worker task
 
@@ -61,7 +61,7 @@ def prepare_output(out, backend_name, seed, settings, per_cell):
             if info.get(key) != value:
                 raise UserError(f"{dataset_dir} already holds images generated with {key}="
                                 f"{info.get(key)!r}, not {value!r}; resume with the same settings "
-                                f"or choose another --out")
+                                f"or choose another --output_dir")
     new = {"generator": "spawrious.generate", "backend": backend_name, "seed": seed,
            "per_cell": max(per_cell, (info or {}).get("per_cell", 0)), **settings}
     if new != info:
@@ -161,9 +161,9 @@ def generate_filtered(dataset_dir, backend, seed, per_cell, cells, captioner, ke
             if attempts >= max_attempts:
                 raise UserError(
                     f"cell pool={pool} location={location} breed={breed}: kept {kept} of "
-                    f"{per_cell} images after {attempts} attempts (--max-attempts "
+                    f"{per_cell} images after {attempts} attempts (--max_attempts "
                     f"{max_attempts}); the caption filter (keywords: {', '.join(keywords)}) "
-                    f"rejected the rest: check the models or raise --max-attempts")
+                    f"rejected the rest: check the models or raise --max_attempts")
             n = min(batch, max_attempts - attempts, per_cell - kept)
             ks = list(range(k, k + n))
             specs = [prompt_for_attempt(seed, pool, breed, location, a) for a in ks]
@@ -245,7 +245,7 @@ def main(argv=None):
     from spawrious.backends import ProceduralBackend, StableDiffusionBackend, check_backend
     check_backend(args.backend)
     if args.per_cell < 1:
-        raise UserError("--per-cell must be >= 1")
+        raise UserError("--per_cell must be >= 1")
     if args.size < 16:
         raise UserError("--size must be >= 16")
     cells = _cells(args.pools, args.locations, args.breeds)

@@ -22,8 +22,8 @@ def resolve_dataset_dir(root, must_exist=True):
     root = os.fspath(root)
     if must_exist and not os.path.isdir(root):
         raise UserError(f"data directory {root!r} does not exist; generate the images with "
-                        f"`python -m spawrious.generate --out {root}` or download the released "
-                        f"dataset with `python -m domainbed.scripts.download`")
+                        f"`python -m spawrious.generate --output_dir {root}` or download the "
+                        f"released dataset with `python -m domainbed.scripts.download`")
     candidate = os.path.join(root, DATASET_DIRNAME)
     if os.path.isdir(candidate):
         return candidate
@@ -33,8 +33,8 @@ def resolve_dataset_dir(root, must_exist=True):
     if must_exist:
         raise UserError(f"no Spawrious images under {root!r}: expected "
                         f"{os.path.join(root, DATASET_DIRNAME, '{0,1}', '<location>', '<breed>')}; "
-                        f"generate them with `python -m spawrious.generate --out {root}` or "
-                        f"download them with `python -m domainbed.scripts.download`")
+                        f"generate them with `python -m spawrious.generate --output_dir {root}` "
+                        f"or download them with `python -m domainbed.scripts.download`")
     return candidate
 
 

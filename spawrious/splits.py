@@ -187,7 +187,7 @@ def select_files(dataset_dir, split):
             raise UserError(
                 f"{split.benchmark} needs {s.count} images in {cell_dir(dataset_dir, *key)} "
                 f"(pool {s.pool}, {s.location}, {s.breed}) but found {len(names)}; generate "
-                f"them with `python -m spawrious.generate --per-cell {split.per_cell}` or "
+                f"them with `python -m spawrious.generate --per_cell {split.per_cell}` or "
                 f"pass the per-cell count the data was made with")
         out[s.env].extend(Example(s.env, s.pool, s.location, s.breed, i,
                                   cell_relpath(s.pool, s.location, s.breed, names[i]))

@@ -19,7 +19,7 @@ from spawrious.splits import (
 from spawrious.validate import format_report, validate_counts
 
 EPILOG = epilog_example("spawrious-splits", "spawrious.splits",
-                        "--root data --benchmark o2o_easy --per-cell 50 --summary csv")
+                        "--data_dir data --benchmark o2o_easy --per_cell 50 --format csv")
 
 
 def build_parser():
@@ -28,14 +28,15 @@ def build_parser():
         prog="python -m spawrious.splits",
         description="Show, check and list the images of one Spawrious benchmark.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_option(p, "--root", default=None,
+    add_option(p, "--data_dir", "--root", dest="root", default=None,
                   help="ROOT holding spawrious224/ (without it: counts from the definitions)")
     add_option(p, "--benchmark", required=True, help=" | ".join(BENCHMARKS))
     add_option(p, "--per_cell", type=int, default=None,
                   help=f"images per (pool, location, breed) cell (default: ROOT's info.json, "
                         f"else {DEFAULT_PER_CELL})")
     add_option(p, "--variant", default="canonical", help=" | ".join(VARIANTS))
-    add_option(p, "--summary", default="table", choices=("table", "csv", "json", "files"),
+    add_option(p, "--format", "--summary", dest="summary", default="table",
+               choices=("table", "csv", "json", "files"),
                   help="csv: env,breed,location,count rows; files: env,label,breed,location,path")
     add_option(p, "--validate", action="store_true",
                   help="also print the correlation report (stderr with csv/json/files)")
@@ -77,7 +78,7 @@ def main(argv=None):
         out.write("\n")
     elif args.summary == "files":
         if examples is None:
-            raise UserError("--summary files needs --root")
+            raise UserError("--format files needs --data_dir")
         w = csv.writer(out, lineterminator="\n")
         w.writerow(["env", "label", "breed", "location", "path"])
         for e in ENVIRONMENTS:

@@ -7,7 +7,7 @@ generation and captioning code runs (in seconds on a CPU).
     from spawrious.testing import build_tiny_sd, build_tiny_captioner
     build_tiny_sd("/tmp/tiny-sd"); build_tiny_captioner("/tmp/tiny-cap", word="dog")
     python -m spawrious.generate --backend sd14 --model /tmp/tiny-sd --captioner /tmp/tiny-cap \
-        --steps 2 --sd-resolution 32 --size 32 --per-cell 2 --out /tmp/out
+        --steps 2 --sd_resolution 32 --size 32 --per_cell 2 --output_dir /tmp/out
 
 The tiny captioner is wired to say one word (``word``) over and over, whatever the image:
 its final layer norm has zero gain, so every decoder state equals the norm's bias, and

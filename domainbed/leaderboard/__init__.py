@@ -1,7 +1,7 @@
 """A static leaderboard site from sweeps, with published reference numbers beside them.
 
     python -m domainbed.scripts.leaderboard --input_dir SWEEP [--input_dir SWEEP ...]
-        --out SITE_DIR [--oodselect DIR ...]
+        --output_dir SITE_DIR [--oodselect DIR ...]
 
 ``model`` builds the numbers (with collect_results' own functions), ``published`` reads
 the shipped reference numbers (``data/``), ``pages`` lays the numbers out as view data

@@ -1,5 +1,5 @@
 """Analysis panels: accuracy on the line per dataset (``analysis.aotl``) and OODSelect
-curves from an OODSelect output directory (``python -m analysis.oodselect --out DIR``).
+curves from an OODSelect output directory (``oodselect --output_dir DIR``).
 
 Each panel returns (view, data): the view is what ``templates/macros.html.j2`` lays out
 (its ``kind`` picks the macro; images are files written into the site's ``img/`` folder);
@@ -56,7 +56,7 @@ def check_oodselect_dir(path):
     if not os.path.isdir(path):
         raise UserError(f"--oodselect {path!r} is not a directory")
     if not os.path.isfile(os.path.join(path, OODSELECT_SUMMARY)):
-        raise UserError(f"--oodselect {path!r} has no {OODSELECT_SUMMARY} (is it the --out "
+        raise UserError(f"--oodselect {path!r} has no {OODSELECT_SUMMARY} (is it the --output_dir "
                         "directory of python -m analysis.oodselect?)")
 
 

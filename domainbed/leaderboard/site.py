@@ -32,10 +32,10 @@ def check_out_dir(out):
     if not os.path.exists(out):
         return
     if not os.path.isdir(out):
-        raise UserError(f"--out {out!r} exists and is not a directory")
+        raise UserError(f"--output_dir {out!r} exists and is not a directory")
     entries = os.listdir(out)
     if entries and SITE_MARKER not in entries:
-        raise UserError(f"--out {out!r} is a non-empty directory that holds no leaderboard "
+        raise UserError(f"--output_dir {out!r} is a non-empty directory that holds no leaderboard "
                         f"({SITE_MARKER}); choose a new or empty directory")
 
 

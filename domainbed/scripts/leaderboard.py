@@ -8,19 +8,24 @@ Writes SITE_DIR/index.html (overview per model-selection method), a page per dat
 the runs behind each cell, the published reference numbers, leaderboard.json and
 leaderboard.csv. Open index.html from disk or copy the folder to any static host.
 """
+import argparse
 import os
 import sys
 
 from domainbed.results import model_selection
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
-from oodutils.errors import run_cli
+from oodutils.errors import epilog_example, run_cli
 from oodutils.log import get_logger
 
 logger = get_logger(__name__)
 
+EPILOG = epilog_example("domainbed-leaderboard", "domainbed.scripts.leaderboard",
+                        "--input_dir sweeps/s1 --output_dir site")
+
 
 def parse_args(argv=None):
-    p = ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(description=__doc__.split("\n\n")[0], epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     add_option(p, "--input_dir", required=True, action="extend", nargs="+",
                   help="sweep output directory; repeat (or list several) to pool sweeps")
     add_option(p, "--output_dir", "--out", "--output", required=True,
