@@ -5,7 +5,7 @@ wall seconds; then the share of each in one zoo run and the runs per hour they i
     python scripts/bench_zoo.py [--data_dir data] [--steps 40] [--study_steps 300] \\
         [--study_checkpoint_freq 75] [--workers 2] [--json out.json]
 
-A zoo run (scripts/aotl_study.py defaults) = set-up + study_steps training steps +
+A zoo run (aotl-study defaults) = set-up + study_steps training steps +
 (study_steps / checkpoint_freq + 1) evaluations of the out splits and the test env's in
 split. Runs per hour at W workers = 3600 * W / (CPU seconds per run), i.e. assuming W
 otherwise idle cores; the pooled launcher pays process start once per worker, the local

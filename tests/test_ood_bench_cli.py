@@ -229,7 +229,7 @@ def test_image_folder_dataset_features(tmp_path):
     with np.load(out) as f:
         assert f["z_p"].shape == (6, 8) and f["z_q"].shape == (6, 8)
         assert set(np.unique(f["env_p"])) <= {0, 1, 2} and set(np.unique(f["env_q"])) == {3}
-    with pytest.raises(UserError, match="--no-pretrained"):
+    with pytest.raises(UserError, match="--no_pretrained"):
         main(common + ["--envs-p", "0", "--pretrained-path", str(tmp_path / "no.pth")])
 
 

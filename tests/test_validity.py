@@ -532,10 +532,10 @@ def test_cli_errors_are_one_line(fake, tmp_path):
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
     assert proc.stderr.startswith("error:") and proc.stderr.count("\n") == 1
-    with pytest.raises(UserError, match="either --k-dir or --k-csv"):
+    with pytest.raises(UserError, match="either --k_dir or --k_csv"):
         VR.main(["report", "--input-dir", str(fake / "sweep"), "--k-dir", str(fake / "kref"),
                  "--k-csv", "k.csv"])
-    with pytest.raises(UserError, match="--query-k"):
+    with pytest.raises(UserError, match="--query_k"):
         VR.main(["recommend", "--input-dir", str(fake / "sweep"), "--k-dir",
                  str(fake / "kref"), "--strategy", "closest", "--erm-failure-min", "0",
                  "--disc-power-min", "0", "--conv-validity-min", "-10"])
