@@ -194,7 +194,7 @@ def test_parse_json_object():
     assert parse_json_object('{"lr": 0.1}') == {"lr": 0.1}
     with pytest.raises(UserError, match=r"^--hparams is not valid JSON \(.*\): '\{bad'$"):
         parse_json_object("{bad")
-    with pytest.raises(UserError, match="^--dataset_settings must be a JSON object.*got list"):
+    with pytest.raises(UserError, match="^--dataset-settings must be a JSON object.*got list"):
         parse_json_object("[1]", "--dataset-settings")
 
 

@@ -198,7 +198,7 @@ def test_theory_figures_script_rejects_bad_flags(tmp_path):
         "theory_figures", os.path.join(ROOT, "scripts", "theory_figures.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    with pytest.raises(UserError, match="a-negative"):
+    with pytest.raises(UserError, match="a_negative"):
         module.main(["--output-dir", str(tmp_path), "--a-negative", "1"])
     with pytest.raises(UserError, match="delta"):
         module.main(["--output-dir", str(tmp_path), "--delta", "1.5"])

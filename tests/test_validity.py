@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from analysis import validity as V
+from analysis import validity_cli as VC
 from analysis import validity_records as VR
 from oodutils.errors import UserError
 
@@ -485,7 +486,7 @@ def test_no_groups_empty_and_single_method_are_user_errors(tmp_path, fake):
 # ----- the command line ---------------------------------------------------------------------
 
 def test_cli_report_markdown(fake, capsys):
-    rc = VR.main(["report", "--input-dir", str(fake / "sweep"), "--k-dir", str(fake / "kref"),
+    rc = VC.main(["report", "--input-dir", str(fake / "sweep"), "--k-dir", str(fake / "kref"),
                   "--format", "markdown"])
     assert rc == 0
     out = capsys.readouterr().out
@@ -500,7 +501,7 @@ def test_cli_report_csv_with_k_csv_and_thresholds(fake, tmp_path, capsys):
     pd.DataFrame({"benchmark": list(K_LOGIT), "K": [0.1, 0.5, 0.9, 1.3]}).to_csv(kcsv,
                                                                                index=False)
     out_path = tmp_path / "table.csv"
-    VR.main(["report", "--input-dir", str(fake / "sweep"), "--k-csv", str(kcsv),
+    VC.main(["report", "--input-dir", str(fake / "sweep"), "--k-csv", str(kcsv),
              "--erm-failure-min", "1000", "--output", str(out_path)])
     table = pd.read_csv(out_path)
     assert list(table["K"]) == [0.1, 0.5, 0.9, 1.3]
@@ -508,18 +509,18 @@ def test_cli_report_csv_with_k_csv_and_thresholds(fake, tmp_path, capsys):
 
 
 def test_cli_compute_k_robustness_agreement_recommend(fake, capsys):
-    VR.main(["compute-k", "--erm-run", str(fake / "kref/BenchC/ERM"),
+    VC.main(["compute-k", "--erm-run", str(fake / "kref/BenchC/ERM"),
              "--reference-run", str(fake / "kref/BenchC/ReweightedERM"), "--format", "csv"])
     k = pd.read_csv(pd.io.common.StringIO(capsys.readouterr().out))
     assert k.loc[0, "K"] == pytest.approx(expected_k("BenchC"), abs=1e-6)
-    VR.main(["robustness", "--input-dir", str(fake / "sweep"), "--k-dir", str(fake / "kref"),
+    VC.main(["robustness", "--input-dir", str(fake / "sweep"), "--k-dir", str(fake / "kref"),
              "--format", "csv"])
     rob = pd.read_csv(pd.io.common.StringIO(capsys.readouterr().out))
     assert set(rob["Method"]) == set(METHODS)
-    VR.main(["agreement", "--input-dir", str(fake / "sweep"), "--format", "csv"])
+    VC.main(["agreement", "--input-dir", str(fake / "sweep"), "--format", "csv"])
     agree = pd.read_csv(pd.io.common.StringIO(capsys.readouterr().out))
     assert list(agree["benchmark"]) == list(ACC)
-    VR.main(["recommend", "--input-dir", str(fake / "sweep"), "--strategy", "all",
+    VC.main(["recommend", "--input-dir", str(fake / "sweep"), "--strategy", "all",
              "--format", "csv"])
     rec = pd.read_csv(pd.io.common.StringIO(capsys.readouterr().out))
     wga = VR.wga_matrix(VR.group_results(VR.load_records(fake / "sweep")))
@@ -533,10 +534,10 @@ def test_cli_errors_are_one_line(fake, tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.startswith("error:") and proc.stderr.count("\n") == 1
     with pytest.raises(UserError, match="either --k_dir or --k_csv"):
-        VR.main(["report", "--input-dir", str(fake / "sweep"), "--k-dir", str(fake / "kref"),
+        VC.main(["report", "--input-dir", str(fake / "sweep"), "--k-dir", str(fake / "kref"),
                  "--k-csv", "k.csv"])
     with pytest.raises(UserError, match="--query_k"):
-        VR.main(["recommend", "--input-dir", str(fake / "sweep"), "--k-dir",
+        VC.main(["recommend", "--input-dir", str(fake / "sweep"), "--k-dir",
                  str(fake / "kref"), "--strategy", "closest", "--erm-failure-min", "0",
                  "--disc-power-min", "0", "--conv-validity-min", "-10"])
 
