@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 
-from oodutils.cli import add_logging_flags, configure_logging
+from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
 from oodutils.errors import UserError, epilog_example, run_cli
 
 EPILOG = epilog_example("labelfree", "analysis.labelfree",
@@ -22,14 +22,14 @@ EPILOG = epilog_example("labelfree", "analysis.labelfree",
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="labelfree", description=__doc__.split("\n\n")[0],
-                                epilog=EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--input_dir", nargs="+", required=True,
-                   help="sweep directories whose runs saved logits")
-    p.add_argument("--output_dir", required=True, help="where the tables and plots go")
-    p.add_argument("--all_steps", action="store_true",
-                   help="every checkpoint with logits, not only each run's last")
+    p = ArgumentParser(prog="labelfree", description=__doc__.split("\n\n")[0],
+                       epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_option(p, "--input_dir", nargs="+", required=True,
+               help="sweep directories whose runs saved logits")
+    add_option(p, "--output_dir", required=True, help="where the tables and plots go")
+    add_option(p, "--all_steps", action="store_true",
+               help="every checkpoint with logits, not only each run's last")
     add_logging_flags(p)
     return p
 
