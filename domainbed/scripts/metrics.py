@@ -4,7 +4,7 @@ and auroc need them) into `metrics.jsonl` beside its results.jsonl, which stays 
 import argparse
 import sys
 
-from oodutils.cli import add_logging_flags, configure_logging
+from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.log import get_logger
 from oodutils.metrics import METRICS, check_metrics
@@ -15,13 +15,13 @@ EPILOG = epilog_example("domainbed-metrics", "domainbed.scripts.metrics",
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--input_dir", required=True, nargs="+", help="sweep or run directories")
-    p.add_argument("--metrics", nargs="+", default=list(METRICS), metavar="METRIC",
-                   help=f"any of: {', '.join(METRICS)} (default: all)")
-    p.add_argument("--include_unfinished", action="store_true",
-                   help="also runs without a 'done' marker")
+    p = ArgumentParser(description=__doc__.split("\n\n")[0], epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_option(p, "--input_dir", required=True, nargs="+", help="sweep or run directories")
+    add_option(p, "--metrics", nargs="+", default=list(METRICS), metavar="METRIC",
+               help=f"any of: {', '.join(METRICS)} (default: all)")
+    add_option(p, "--include_unfinished", action="store_true",
+               help="also runs without a 'done' marker")
     add_logging_flags(p)
     return p
 
