@@ -37,6 +37,7 @@ import pandas as pd
 from oodutils.accuracy import AOTL_CLIP
 from oodutils.cli import add_logging_flags, configure_logging
 from oodutils.errors import UnknownNameError, UserError, epilog_example, run_cli
+from oodutils.fileio import file_name_part
 from oodutils.log import get_logger
 from oodutils.tables import FORMATS
 
@@ -478,16 +479,13 @@ def main(argv=None):
             sys.stdout.write(report.render(df, args.format or "text", args.digits))
     if args.plot is not None:
         for dataset, ood in _ordered_splits(acc):
-            plot_split(acc, dataset, ood, args.plot / f"{_safe(dataset)}_env{ood}.png",
+            plot_split(acc, dataset, ood, args.plot / f"{file_name_part(dataset)}_env{ood}.png",
                        args.id_envs, args.scale, args.clip)
     sys.stdout.flush()
     for message in dict.fromkeys(acc.notices):
         warn(message)
     return 0
 
-
-def _safe(name):
-    return "".join(ch if ch.isalnum() or ch in "._-@" else "_" for ch in name)
 
 def cli():
     """The `aotl` console command ([project.scripts])."""

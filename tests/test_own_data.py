@@ -231,3 +231,9 @@ def test_sweep_and_collect_results(tmp_path):
                            "--input_dir", str(sweep)], cwd=REPO, check=True,
                           capture_output=True, text=True)
     assert name in proc.stdout and "day" in proc.stdout and "night" in proc.stdout
+
+
+def test_dataset_named_by_a_path_stays_one_file_name_part():
+    from oodutils.fileio import file_name_part
+    assert file_name_part("folder:/data/my pics/v1") == "folder__data_my_pics_v1"
+    assert file_name_part("csv:../x.csv") == "csv_.._x.csv"  # no separator: stays in the folder
