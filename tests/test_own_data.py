@@ -237,3 +237,10 @@ def test_dataset_named_by_a_path_stays_one_file_name_part():
     from oodutils.fileio import file_name_part
     assert file_name_part("folder:/data/my pics/v1") == "folder__data_my_pics_v1"
     assert file_name_part("csv:../x.csv") == "csv_.._x.csv"  # no separator: stays in the folder
+
+
+def test_tables_fall_back_to_indices_when_the_folder_is_gone(tmp_path):
+    from domainbed.results.report import registered_environments
+    root = image_tree(tmp_path / "kept", domains=("a", "b"), per_class=1)
+    assert registered_environments(f"folder:{root}") == ["a", "b"]
+    assert registered_environments(f"folder:{tmp_path / 'gone'}") is None
