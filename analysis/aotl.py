@@ -35,6 +35,7 @@ import pandas as pd
 from oodutils.accuracy import AOTL_CLIP
 from oodutils.cli import configure_logging
 from oodutils.errors import UnknownNameError, UserError, run_cli
+from oodutils.fileio import file_name_part
 from oodutils.log import get_logger
 
 from .aotl_inputs import (
@@ -420,7 +421,7 @@ def run(args):
             sys.stdout.write(report.render(df, args.format or "text", args.digits))
     if args.plot is not None:
         for dataset, ood in _ordered_splits(acc):
-            plot_split(acc, dataset, ood, args.plot / f"{_safe(dataset)}_env{ood}.png",
+            plot_split(acc, dataset, ood, args.plot / f"{file_name_part(dataset)}_env{ood}.png",
                        args.id_envs, args.scale, args.clip)
     sys.stdout.flush()
     for message in dict.fromkeys(acc.notices):
@@ -428,8 +429,6 @@ def run(args):
     return 0
 
 
-def _safe(name):
-    return "".join(ch if ch.isalnum() or ch in "._-@" else "_" for ch in name)
 
 if __name__ == "__main__":
     sys.exit(run_cli(main))

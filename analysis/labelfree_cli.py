@@ -7,8 +7,8 @@ accuracy without OOD labels from a sweep's saved logits, and say where that can 
 Writes DIR/estimates.csv (run, step, dataset, env, method, estimated_acc, true_acc),
 DIR/summary.csv (mean absolute error per dataset, OOD environment and method),
 DIR/agreement.csv (the agreement line per split), DIR/verdicts.csv (trust or not, and
-why) and DIR/estimates_<dataset>_env<k>.png. The sweep must have saved logits
-(`--save_logits` on train or sweep).
+why) and DIR/estimates_<dataset>_env<k>.png (the dataset name made file-safe). The sweep
+must have saved logits (`--save_logits` on train or sweep).
 """
 import argparse
 import os
@@ -55,7 +55,7 @@ def main(argv=None):
         if not os.path.isdir(d):
             raise UserError(f"--input_dir {d!r} is not a directory")
     from analysis import labelfree
-    from oodutils.fileio import atomic_write_text, check_output_path
+    from oodutils.fileio import atomic_write_text, check_output_path, file_name_part
     check_output_path(args.output_dir, "--output_dir", directory=True)
     checkpoints = labelfree.checkpoints_from_sweep(args.input_dir, args.all_steps)
     estimates, agreement = labelfree.estimate(checkpoints)
@@ -69,8 +69,8 @@ def main(argv=None):
         atomic_write_text(os.path.join(args.output_dir, f"{name}.csv"),
                           frame.to_csv(index=False))
     for dataset, env in sorted(n_models):
-        plot_split(estimates, dataset, env,
-                   os.path.join(args.output_dir, f"estimates_{dataset}_env{env}.png"))
+        plot_name = f"estimates_{file_name_part(dataset)}_env{env}.png"
+        plot_split(estimates, dataset, env, os.path.join(args.output_dir, plot_name))
     from oodutils.tables import render
     print(render(summary, "text", title="Mean absolute error (points)"))
     print(render(verdicts, "text", title="Can label-free estimation be trusted here?"))

@@ -6,6 +6,10 @@
 Another installed package registers with an entry point in the group
 ``domainbed.algorithms`` (or ``domainbed.datasets``) pointing at its class (or at a
 module whose import registers classes with the decorators).
+
+A name family ``PREFIX:ARGUMENT`` (``folder:PATH``, ``csv:PATH``) resolves through a
+factory registered with ``register_prefix(PREFIX)``: the factory builds the class for the
+argument once per process, and the class is registered under the full name as given.
 """
 from __future__ import annotations
 
@@ -48,6 +52,7 @@ class Registry:
         self.builtin_module = builtin_module
         self._classes: dict[str, type] = {}
         self._overridden: set[str] = set()
+        self._factories: dict[str, Callable[[str], type]] = {}
         self._loaded = False
         self._loading = False
 
@@ -74,6 +79,31 @@ class Registry:
             return cls
         return decorator
 
+    def register_prefix(self, prefix: str) -> Callable[[Callable[[str], type]],
+                                                       Callable[[str], type]]:
+        """Register `factory(argument) -> class` for the names ``prefix:argument``."""
+        def decorator(factory: Callable[[str], type]) -> Callable[[str], type]:
+            existing = self._factories.get(prefix)
+            if existing is not None and existing.__qualname__ != factory.__qualname__:
+                raise RegistryClash(f"{self.kind} name prefix {prefix + ':'!r} is already "
+                                    f"registered by {existing.__module__}."
+                                    f"{existing.__qualname__}")
+            self._factories[prefix] = factory
+            return factory
+        return decorator
+
+    def _from_factory(self, name: str) -> type | None:
+        """The class a prefix factory builds for `name`, registered under `name`; None when
+        no factory claims the prefix."""
+        prefix, sep, argument = name.partition(":")
+        factory = self._factories.get(prefix) if sep else None
+        if factory is None:
+            return None
+        cls = factory(argument)
+        cls.registry_name = name
+        self._classes[name] = cls
+        return cls
+
     def _load(self) -> None:
         if self._loaded or self._loading:
             return
@@ -97,13 +127,18 @@ class Registry:
 
     def get(self, name: str) -> type:
         self._load()
-        if name not in self._classes:
-            raise UnknownNameError(self.kind, name, self._classes)
-        return self._classes[name]
+        if name in self._classes:
+            return self._classes[name]
+        built = self._from_factory(name)
+        if built is None:
+            valid = [*self._classes, *(f"{p}:..." for p in self._factories)]
+            raise UnknownNameError(self.kind, name, valid)
+        return built
 
     def names(self) -> list[str]:
+        """The registered names (classes built by prefix factories are not listed)."""
         self._load()
-        return sorted(self._classes)
+        return sorted(n for n in self._classes if n.partition(":")[0] not in self._factories)
 
     def __contains__(self, name: object) -> bool:
         self._load()
@@ -114,6 +149,7 @@ ALGORITHMS = Registry("algorithm", "domainbed.algorithms", "domainbed.algorithms
 DATASETS = Registry("dataset", "domainbed.datasets", "domainbed.datasets")
 register_algorithm = ALGORITHMS.register
 register_dataset = DATASETS.register
+register_dataset_prefix = DATASETS.register_prefix
 
 
 def get_algorithm_class(name: str) -> type:
@@ -122,5 +158,6 @@ def get_algorithm_class(name: str) -> type:
 
 
 def get_dataset_class(name: str) -> type:
-    """The dataset class registered as `name` (UnknownNameError lists the valid ones)."""
+    """The dataset class registered as `name`, or built for ``folder:PATH`` / ``csv:PATH``
+    (UnknownNameError lists the valid ones)."""
     return DATASETS.get(name)

@@ -96,6 +96,12 @@ def atomic_move_aside(path, suffix=".prev"):
     return aside
 
 
+def file_name_part(name):
+    """`name` made safe inside one file name: a dataset named by a path (``folder:/a/b``)
+    must not add directories to a plot's file name."""
+    return "".join(ch if ch.isalnum() or ch in "._-@" else "_" for ch in str(name))
+
+
 def check_output_path(path, what, directory=False):
     """A UserError before any work when `path` cannot be written: a file where a folder
     is wanted (or the reverse), a file among its parents, or a parent not writable."""

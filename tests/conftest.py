@@ -10,3 +10,8 @@ from oodutils import log
 def _default_log_levels():
     yield
     log.configure(0, warning_lines=False)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: an end-to-end test that takes over ~20 s "
+                                       "(deselect with -m 'not slow')")

@@ -5,6 +5,7 @@ from domainbed.datasets import (  # noqa: F401
     mnist,
     oodbench_images,
     oodbench_mnist,
+    own_data,
     spawrious,
     subpopulation,
     sviro,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from domainbed.results import model_selection
 from domainbed.results import tables as reporting
-from oodutils.errors import UnknownNameError
+from oodutils.errors import UserError
 from oodutils.log import get_logger
 
 if TYPE_CHECKING:
@@ -40,11 +40,12 @@ def order_names(names: Iterable[str], canonical: Sequence[str]) -> list[str]:
 
 
 def registered_environments(dataset: str | None) -> list[str] | None:
-    """ENVIRONMENTS of a registered dataset class, or None (unknown, or not importable)."""
+    """ENVIRONMENTS of a registered dataset class, or None (unknown, not importable, or a
+    ``folder:``/``csv:`` dataset whose files are no longer there)."""
     try:
         from domainbed.registry import get_dataset_class
         return list(get_dataset_class(dataset).ENVIRONMENTS or [])
-    except (UnknownNameError, ImportError):
+    except (UserError, ImportError):  # UnknownNameError is a UserError
         return None
     except Exception as e:  # a broken dataset module must not stop a results table
         logger.warning(f"warning: could not read the environments of dataset {dataset!r} "
