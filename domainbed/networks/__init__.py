@@ -15,6 +15,7 @@ from domainbed.networks.backbones import (
     Backbone,
     build_featurizer,
 )
+from domainbed.networks.pretrained import pretrained_model  # noqa: F401 (public)
 from oodutils.errors import UserError
 
 # Hyperparameters that only set nn.Dropout rates (so fused runs may differ in them).

