@@ -5,30 +5,18 @@ A write goes to a temp file with an unpredictable name in the target's directory
 written through). The result has the mode a plain `open()` would give under the process
 umask (0644 under umask 022), not mkstemp's 0600, so teammates sharing a sweep directory
 can read it. With ``durable=True`` the directory is fsynced after the rename, so the new
-name survives a power cut (records, `done`).
+name survives a power cut (records, `done`). A full disk is one UserError naming the
+file and the space left. A folder others can write (a run directory in a shared sweep)
+is written through `oodutils.pinned_dir.PinnedDir`, which follows no symlink in it.
 """
 import io
 import json
 import math
 import os
-import tempfile
 
 import numpy as np
 
-
-def current_umask():
-    """The process umask: from /proc on Linux (no race with other threads), else by
-    setting and restoring it (there is no portable getter)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+from oodutils.pinned_dir import PinnedDir, current_umask  # noqa: F401  (re-exported)
 
 
 def fsync_directory(directory):
@@ -45,23 +33,11 @@ def fsync_directory(directory):
 
 
 def atomic_write_bytes(path, data, durable=False):
+    """Write `path` atomically (see `PinnedDir.write_bytes`); its folder is made when
+    missing and may itself be reached through symlinks (the caller chose it)."""
     path = os.fspath(path)
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o666 & ~current_umask())
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    if durable:
-        fsync_directory(directory)
+    with PinnedDir.open(os.path.dirname(path) or ".", create=True, follow=True) as folder:
+        folder.write_bytes(os.path.basename(path), data, durable=durable)
 
 
 def atomic_write_text(path, text, durable=False):
@@ -72,28 +48,36 @@ def atomic_write_json(path, obj):
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
-def atomic_savez(path, compressed=True, **arrays):
+def npz_bytes(compressed=True, **arrays):
+    """The bytes np.savez(_compressed) would write for `arrays`."""
     buf = io.BytesIO()
     (np.savez_compressed if compressed else np.savez)(buf, **arrays)
-    atomic_write_bytes(path, buf.getvalue())
+    return buf.getvalue()
 
 
-def atomic_torch_save(path, obj, durable=False):
+def torch_bytes(obj):
+    """The bytes torch.save would write for `obj`."""
     import torch
     buf = io.BytesIO()
     torch.save(obj, buf)
-    atomic_write_bytes(path, buf.getvalue(), durable=durable)
+    return buf.getvalue()
+
+
+def atomic_savez(path, compressed=True, **arrays):
+    atomic_write_bytes(path, npz_bytes(compressed, **arrays))
+
+
+def atomic_torch_save(path, obj, durable=False):
+    atomic_write_bytes(path, torch_bytes(obj), durable=durable)
 
 
 def atomic_move_aside(path, suffix=".prev"):
-    """Rename `path` to `path + suffix` (replacing an older one) and fsync the directory;
-    returns the new name, or None when `path` does not exist."""
-    if not os.path.lexists(path):
-        return None
-    aside = path + suffix
-    os.replace(path, aside)
-    fsync_directory(os.path.dirname(path) or ".")
-    return aside
+    """Rename `path` to the first free name of `path.prev`, `path.prev.1`, ... (an older
+    copy is never replaced) and fsync the folder; returns the new name, or None when
+    `path` does not exist."""
+    path = os.fspath(path)
+    with PinnedDir.open(os.path.dirname(path) or ".", follow=True) as folder:
+        return folder.move_aside(os.path.basename(path), suffix)
 
 
 def file_name_part(name):

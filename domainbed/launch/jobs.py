@@ -3,6 +3,9 @@
 Every job runs through :func:`run_command`, which
 
 - skips a job whose ``done`` file exists, or which another process is running;
+- refuses a job folder, `.lock` or `launcher.log` that is a symlink (or not a folder or
+  regular file): a planted link would redirect the job's writes; the job fails with the
+  reason (``last_error``), the others go on;
 - holds an exclusive ``flock`` on ``<output_dir>/.lock`` while the job runs, and hands
   the locked descriptor to the job itself, so the lock lives exactly as long as the
   job (even when the sweep that started it is killed). ``job_state`` uses the lock to
@@ -12,12 +15,11 @@ Every job runs through :func:`run_command`, which
 import fcntl
 import os
 import shlex
-import stat
 import subprocess
 from dataclasses import dataclass, field
 
-from oodutils.errors import UserError
 from oodutils.log import get_logger
+from oodutils.pinned_dir import PinnedDir, UnsafePath, unsafe_entry_reason
 
 LOG = get_logger(__name__)
 LOCK_FILE = ".lock"
@@ -54,57 +56,41 @@ class Outcome:
 
 
 # ---------------------------------------------------------------- job state and locks
-class UnsafeJobFile(UserError):
-    """A job's .lock or launcher.log is a symlink or not a regular file (a planted link
-    would make the launcher write through it into someone else's file)."""
+UnsafeJobFile = UnsafePath   # the old name: a job folder or file that is a symlink or worse
+REMOVE_HINT = " (remove it to run this job)"
 
 
-def open_in_place(path, flags, mode=0o644):
-    """os.open that never follows a symlink at `path` (O_NOFOLLOW) and never blocks on a
-    FIFO; anything but a regular file is refused with UnsafeJobFile."""
-    try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, mode)
-    except OSError as e:
-        reason = _unsafe_file_reason(path)
-        if reason:
-            raise UnsafeJobFile(reason) from None
-        raise e
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UnsafeJobFile(f"{path} is not a regular file; refusing to use it "
-                                f"(remove it to run this job)")
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _unsafe_file_reason(path):
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    if stat.S_ISLNK(st.st_mode):
-        return f"{path} is a symbolic link; refusing to use it (remove it to run this job)"
-    if not stat.S_ISREG(st.st_mode):
-        return f"{path} is not a regular file; refusing to use it (remove it to run this job)"
-    return None
+def open_in_place(path, flags, mode=0o666):
+    """os.open of a job's file that follows no symlink, neither at the file nor at its job
+    folder, never blocks on a FIFO, and refuses anything but a regular file
+    (UnsafeJobFile). `mode` is narrowed by the umask, as for every other output."""
+    with PinnedDir.open(os.path.dirname(path) or ".") as folder:
+        return folder.open_file(os.path.basename(path), flags, mode)
 
 
 def unsafe_reason(output_dir):
-    """Why the launcher refuses a job directory (its .lock or launcher.log is a symlink
-    or not a regular file), or None."""
-    for name in (LOCK_FILE, LOG_FILE):
-        reason = _unsafe_file_reason(os.path.join(output_dir, name))
+    """Why the launcher refuses a job folder (it, its .lock or its launcher.log is a
+    symlink or not what it should be), or None."""
+    entries = [(output_dir, True)] + [(os.path.join(output_dir, name), False)
+                                      for name in (LOCK_FILE, LOG_FILE)]
+    for path, want_dir in entries:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        reason = unsafe_entry_reason(path, st, want_dir)
         if reason:
-            return reason
+            return reason + REMOVE_HINT
     return None
 
 
 def _try_lock(path):
     """An fd holding an exclusive flock on `path`, or None if someone else holds it."""
     fd = open_in_place(path, os.O_RDWR | os.O_CREAT)
+    return _locked_or_none(fd)
+
+
+def _locked_or_none(fd):
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -135,13 +121,13 @@ def is_running(output_dir):
 
 
 def job_state(output_dir):
-    """done / running / failed (incomplete, no live lock) / not launched."""
-    if os.path.exists(os.path.join(output_dir, DONE_FILE)):
-        return DONE
-    if not os.path.isdir(output_dir):
+    """done / running / failed (incomplete, no live lock, or refused) / not launched."""
+    if not os.path.lexists(output_dir):
         return NOT_LAUNCHED
     if unsafe_reason(output_dir):
         return FAILED
+    if os.path.exists(os.path.join(output_dir, DONE_FILE)):
+        return DONE
     return RUNNING if is_running(output_dir) else FAILED
 
 
@@ -177,62 +163,86 @@ def last_error(output_dir):
 
 
 # ---------------------------------------------------------------- running one job
+class JobClaim:
+    """The right to run one job: its lock held (the pid written in it) and its
+    launcher.log open for appending, both reached through the pinned job folder; else
+    `outcome` says why not (done, running elsewhere, or refused as unsafe: failed)."""
+
+    def __init__(self, output_dir):
+        self.out = output_dir
+        self.lock_fd = self.log = None
+        self.outcome = self._claim()
+
+    def _claim(self):
+        out = self.out
+        if os.path.exists(os.path.join(out, DONE_FILE)) and not unsafe_reason(out):
+            return Outcome(out, "skipped_done")
+        try:
+            with PinnedDir.open(out, create=True) as folder:
+                self.lock_fd = _locked_or_none(folder.open_file(
+                    LOCK_FILE, os.O_RDWR | os.O_CREAT))
+                if self.lock_fd is None:
+                    return Outcome(out, "skipped_running")
+                self.log = os.fdopen(folder.open_file(
+                    LOG_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab")
+                if folder.exists(DONE_FILE):   # finished while we waited
+                    self.release()
+                    return Outcome(out, "skipped_done")
+        except UnsafeJobFile:   # reported by job_state/last_error; nothing is written
+            self.release()
+            return Outcome(out, "failed")
+        self.mark_pid(os.getpid())
+        return None
+
+    def mark_pid(self, pid):
+        os.ftruncate(self.lock_fd, 0)
+        os.pwrite(self.lock_fd, f"{pid}\n".encode(), 0)
+
+    def write_log(self, line):
+        self.log.write(f"{line}\n".encode())
+        self.log.flush()
+
+    def release(self):
+        if self.log is not None:
+            self.log.close()
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+        self.log = self.lock_fd = None
+
+
 def run_command(command, extra_env=None, echo=None):
     """Run one job to completion under its lock; return an Outcome. Never raises for a
     failing job (the failure is in the Outcome and the job's log)."""
+    claim = JobClaim(command.output_dir)
+    if claim.outcome is not None:
+        return claim.outcome
     out = command.output_dir
-    if os.path.exists(os.path.join(out, DONE_FILE)):
-        return Outcome(out, "skipped_done")
-    os.makedirs(out, exist_ok=True)
-    fd = log_fd = None
     try:
-        fd = _try_lock(os.path.join(out, LOCK_FILE))
-        if fd is not None:
-            log_fd = open_in_place(os.path.join(out, LOG_FILE),
-                                   os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    except UnsafeJobFile:   # reported by job_state/last_error; nothing is written
-        if fd is not None:
-            os.close(fd)
-        return Outcome(out, "failed")
-    if fd is None:
-        return Outcome(out, "skipped_running")
-    try:
-        if os.path.exists(os.path.join(out, DONE_FILE)):  # finished while we waited
-            return Outcome(out, "skipped_done")
         env = dict(os.environ)
         env.update(command.env or {})
         env.update(extra_env or {})
-        with os.fdopen(log_fd, "ab") as log:
-            log_fd = None
-            header = f"{LOG_PREFIX} pid {os.getpid()} running: {command}\n"
-            log.write(header.encode())
-            log.flush()
-            if echo:
-                echo(f"Running: {command}")
+        claim.write_log(f"{LOG_PREFIX} pid {os.getpid()} running: {command}")
+        if echo:
+            echo(f"Running: {command}")
+        try:
+            proc = subprocess.Popen([str(a) for a in command.argv], stdout=claim.log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=env, pass_fds=(claim.lock_fd,))
+        except OSError as e:
+            claim.write_log(f"{e}\n{LOG_PREFIX} exit code 127")
+            return Outcome(out, "failed", 127)
+        claim.mark_pid(proc.pid)
+        try:
+            returncode = proc.wait()
+        except BaseException:   # interrupted: stop the job too, then re-raise
+            proc.terminate()
             try:
-                proc = subprocess.Popen([str(a) for a in command.argv], stdout=log,
-                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        env=env, pass_fds=(fd,))
-            except OSError as e:
-                log.write(f"{e}\n{LOG_PREFIX} exit code 127\n".encode())
-                return Outcome(out, "failed", 127)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{proc.pid}\n".encode(), 0)
-            try:
-                returncode = proc.wait()
-            except BaseException:   # interrupted: stop the job too, then re-raise
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                raise
-            log.write(f"{LOG_PREFIX} exit code {returncode}\n".encode())
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
+        claim.write_log(f"{LOG_PREFIX} exit code {returncode}")
         ok = returncode == 0 and os.path.exists(os.path.join(out, DONE_FILE))
         return Outcome(out, "ok" if ok else "failed", returncode)
     finally:
-        os.close(fd)
-        if log_fd is not None:
-            os.close(log_fd)
-
-
+        claim.release()

@@ -24,6 +24,7 @@ from domainbed.launch.jobs import (  # noqa: F401  (the job API, under its old n
     NOT_LAUNCHED,
     RUNNING,
     Command,
+    JobClaim,
     Outcome,
     UnsafeJobFile,
     _try_lock,

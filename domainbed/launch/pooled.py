@@ -5,10 +5,14 @@ arithmetic, but starting a Python process that imports torch and the registry co
 seconds more; the pooled launcher pays that start once per worker, not once per job.
 Each job is still an ordinary train job: the same argv, the same run directory, records,
 predictions, `done`, lock and `launcher.log` as with the local launcher, and a rerun
-resumes it from its last checkpoint.
+resumes it from its last checkpoint. The workers are our own processes (not a
+multiprocessing.Pool, which hangs forever when a worker is killed): a worker that dies is
+noticed through its process sentinel, its job is failed with the reason, and a new worker
+takes the remaining jobs.
 """
 import contextlib
 import multiprocessing
+import multiprocessing.connection
 import os
 import sys
 import time
@@ -27,14 +31,14 @@ def train_flags(command):
 
 
 @contextlib.contextmanager
-def _output_to(path):
-    """Send this process's stdout and stderr (file descriptors 1 and 2) to `path`."""
+def _output_to(log):
+    """Send this process's stdout and stderr (file descriptors 1 and 2) to the open file
+    `log` (the job's launcher.log, opened through its pinned job folder)."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
-    with open(path, "ab") as log:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
     try:
         yield
     finally:
@@ -47,41 +51,30 @@ def _output_to(path):
 
 
 def run_in_process(command):
-    """`jobs.run_command` without a new process: the same skip rules, lock, log
-    and outcome; the job runs through the train CLI's own `main`."""
+    """`jobs.run_command` without a new process: the same claim (skip rules, lock, log,
+    refusal of unsafe job folders) and outcome; the job runs through the train CLI's own
+    `main`."""
     flags = train_flags(command)
     if flags is None:
         return jobs.run_command(command)
-    out = command.output_dir
-    done = os.path.join(out, jobs.DONE_FILE)
-    if os.path.exists(done):
-        return jobs.Outcome(out, "skipped_done")
-    os.makedirs(out, exist_ok=True)
-    fd = jobs._try_lock(os.path.join(out, jobs.LOCK_FILE))
-    if fd is None:
-        return jobs.Outcome(out, "skipped_running")
+    claim = jobs.JobClaim(command.output_dir)
+    if claim.outcome is not None:
+        return claim.outcome
     try:
-        if os.path.exists(done):
-            return jobs.Outcome(out, "skipped_done")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        log_path = os.path.join(out, jobs.LOG_FILE)
-        with open(log_path, "ab") as log:
-            log.write(f"{jobs.LOG_PREFIX} pid {os.getpid()} running in process: "
-                      f"{command}\n".encode())
-        code = _call_train(flags, log_path)
-        with open(log_path, "ab") as log:
-            log.write(f"{jobs.LOG_PREFIX} exit code {code}\n".encode())
-        ok = code == 0 and os.path.exists(done)
-        return jobs.Outcome(out, "ok" if ok else "failed", code)
+        claim.write_log(f"{jobs.LOG_PREFIX} pid {os.getpid()} running in process: "
+                        f"{command}")
+        code = _call_train(flags, claim.log)
+        claim.write_log(f"{jobs.LOG_PREFIX} exit code {code}")
+        ok = code == 0 and os.path.exists(os.path.join(command.output_dir, jobs.DONE_FILE))
+        return jobs.Outcome(command.output_dir, "ok" if ok else "failed", code)
     finally:
-        os.close(fd)
+        claim.release()
 
 
-def _call_train(flags, log_path):
+def _call_train(flags, log):
     from domainbed.api import run_config
     from domainbed.config import RunConfig
-    with _output_to(log_path):
+    with _output_to(log):
         try:
             run_config(RunConfig.from_argv(flags))
             return 0
@@ -96,15 +89,115 @@ def _call_train(flags, log_path):
             return 1
 
 
-def _worker_init():
+# ---------------------------------------------------------------- the worker processes
+def _worker_loop(conn):
+    """A worker: run each command received, send back its Outcome; None ends it."""
     import torch
     torch.set_num_threads(1)
+    while True:
+        command = conn.recv()
+        if command is None:
+            return
+        try:
+            conn.send(run_in_process(command))
+        except Exception:   # a launcher bug, not a job failure: the parent raises it
+            import traceback
+            conn.send(traceback.format_exc())
+
+
+class _Worker:
+    """One long-lived process and the job it runs now (None when idle)."""
+
+    def __init__(self, context):
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=_worker_loop, args=(child,), daemon=True)
+        self.process.start()
+        child.close()
+        self.command = None
+
+    def give(self, command):
+        self.command = command
+        self.conn.send(command)
+
+    def result(self):
+        """The Outcome of its job, or None when the worker died without sending one."""
+        try:
+            if self.conn.poll():
+                return self.conn.recv()
+        except (EOFError, OSError):
+            pass
+        return None
+
+    def stop(self, wait=True):
+        if wait and self.process.is_alive():
+            try:
+                self.conn.send(None)
+            except OSError:
+                pass
+            self.process.join(10)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(10)
+        self.conn.close()
+
+
+def died_outcome(command, process):
+    """A job whose worker died (kill -9, the out-of-memory killer): failed, with the
+    reason appended to its launcher.log, where `sweep status` finds it."""
+    code = process.exitcode
+    how = f"killed by signal {-code}" if code is not None and code < 0 else \
+        f"exit code {code}"
+    reason = f"pooled worker {process.pid} died ({how}) while running this job"
+    try:
+        path = os.path.join(command.output_dir, jobs.LOG_FILE)
+        with os.fdopen(jobs.open_in_place(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT),
+                       "ab") as log:
+            log.write(f"{reason}\n{jobs.LOG_PREFIX} exit code {code}\n".encode())
+    except (OSError, jobs.UnsafeJobFile):
+        pass   # the outcome still says failed
+    return jobs.Outcome(command.output_dir, "failed", code)
+
+
+def _run_workers(commands, n_workers, context):
+    """Yield each command's Outcome as it finishes, running them in `n_workers`
+    processes; a worker that dies is replaced and its job reported failed."""
+    pending = list(reversed(commands))
+    workers = [_Worker(context) for _ in range(n_workers)]
+    try:
+        for w in workers:
+            if pending:
+                w.give(pending.pop())
+        while any(w.command is not None for w in workers):
+            busy = [w for w in workers if w.command is not None]
+            multiprocessing.connection.wait([w.conn for w in busy] +
+                                            [w.process.sentinel for w in busy])
+            for i, w in enumerate(workers):
+                if w.command is None:
+                    continue
+                outcome = w.result()
+                if outcome is None and w.process.is_alive():
+                    continue   # still running
+                if isinstance(outcome, str):
+                    raise RuntimeError(f"pooled worker failed:\n{outcome}")
+                if outcome is None:
+                    w.process.join()
+                    outcome = died_outcome(w.command, w.process)
+                    w.stop(wait=False)
+                    w = workers[i] = _Worker(context)
+                w.command = None
+                if pending:
+                    w.give(pending.pop())
+                yield outcome
+    finally:
+        for w in workers:
+            w.stop(wait=w.command is None)
 
 
 def pooled_launcher(commands, max_workers=1, echo=None, **_):
     """Run train jobs in `max_workers` long-lived processes (each job under its lock, as
     the local launcher), paying Python and torch start-up once per worker. Prints one
-    progress line per finished job."""
+    progress line per finished job. A worker that dies fails its job alone (with the
+    reason in the job's launcher.log) and is replaced."""
     max_workers = int(max_workers or 1)
     if max_workers < 1:
         raise UserError(f"--max_workers must be at least 1, got {max_workers}")
@@ -113,15 +206,14 @@ def pooled_launcher(commands, max_workers=1, echo=None, **_):
     echo = echo or (lambda line: print(line, flush=True))
     start, outcomes = time.time(), []
     context = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
-    with context.Pool(min(max_workers, len(commands)), initializer=_worker_init) as pool:
-        for outcome in pool.imap_unordered(run_in_process, commands):
-            outcomes.append(outcome)
-            if echo and outcome.status in ("ok", "failed"):
-                elapsed = time.time() - start
-                ran = sum(o.status in ("ok", "failed") for o in outcomes)
-                echo(f"[{len(outcomes)}/{len(commands)}] {outcome.status}: "
-                     f"{outcome.output_dir} ({elapsed:.0f} s, "
-                     f"{3600 * ran / max(elapsed, 1e-9):.0f} runs/hour)")
-                if outcome.status == "failed":
-                    echo(f"  {jobs.last_error(outcome.output_dir)}")
+    for outcome in _run_workers(commands, min(max_workers, len(commands)), context):
+        outcomes.append(outcome)
+        if outcome.status in ("ok", "failed"):
+            elapsed = time.time() - start
+            ran = sum(o.status in ("ok", "failed") for o in outcomes)
+            echo(f"[{len(outcomes)}/{len(commands)}] {outcome.status}: "
+                 f"{outcome.output_dir} ({elapsed:.0f} s, "
+                 f"{3600 * ran / max(elapsed, 1e-9):.0f} runs/hour)")
+            if outcome.status == "failed":
+                echo(f"  {jobs.last_error(outcome.output_dir)}")
     return outcomes

@@ -47,8 +47,10 @@ from domainbed.training.precision import (  # noqa: F401
 )
 from domainbed.training.resume import (  # noqa: F401
     NON_IDENTITY_ARGS,
+    RESULTS_FILE,
     RESUME_FILE,
     args_identity,
+    discard_resume_state,
     load_resume_state,
     read_kept_records,
     save_resume_state,
@@ -56,6 +58,7 @@ from domainbed.training.resume import (  # noqa: F401
 from oodutils import fileio
 from oodutils.errors import UserError
 from oodutils.log import get_logger
+from oodutils.pinned_dir import PinnedDir
 
 LOG = get_logger(__name__)
 
@@ -64,15 +67,21 @@ class TrainingDiverged(UserError):
     """A loss became NaN or infinite: the run stops without writing a garbage record."""
 
 
-def save_model(path, args_dict, dataset, algorithm, hparams, num_domains):
-    fileio.atomic_torch_save(path, {
+def save_model(run_dir, name, args_dict, dataset, algorithm, hparams, num_domains):
+    run_dir.write_bytes(name, fileio.torch_bytes({
         "args": args_dict, "model_input_shape": dataset.input_shape,
         "model_num_classes": dataset.num_classes, "model_num_domains": num_domains,
-        "model_hparams": hparams, "model_dict": algorithm.state_dict()})
+        "model_hparams": hparams, "model_dict": algorithm.state_dict()}))
 
 
 def write_error(output_dir, message):
-    fileio.atomic_write_text(os.path.join(output_dir, "err.txt"), message.rstrip() + "\n")
+    """err.txt, unless the run directory is refused (a symlink: the error says so) or
+    cannot be written (a full disk: the error already names the file)."""
+    try:
+        with PinnedDir.open(output_dir) as run_dir:
+            run_dir.write_text("err.txt", message.rstrip() + "\n")
+    except (OSError, UserError):
+        pass
 
 
 def pick_memory_format(choice, device, precision):
@@ -97,6 +106,9 @@ class TrainingRun:
         self.config, self.hparams, self.log = config, hparams, log or LOG.info
         self.algorithm_cls, self.dataset_cls = algorithm_cls, dataset_cls
         self.out = config.output_dir
+        # Every file of the run is written through this descriptor: a run directory (or a
+        # folder in it) swapped for a symlink is refused, never followed.
+        self.run_dir = PinnedDir.open(self.out, create=True)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         check_precision(self.device, config.precision)
         if config.num_threads:
@@ -110,8 +122,6 @@ class TrainingRun:
         self.n_steps = config.steps or dataset_cls.N_STEPS
         self.checkpoint_freq = config.checkpoint_freq or dataset_cls.CHECKPOINT_FREQ
         self.steps_per_epoch = min(len(s) / hparams["batch_size"] for s in self.in_splits)
-        self.results_path = os.path.join(self.out, "results.jsonl")
-        self.resume_path = os.path.join(self.out, RESUME_FILE)
         self.records, self.accumulators, self.last_results = [], {}, None
 
     def _build_data(self, data=None):
@@ -187,26 +197,25 @@ class TrainingRun:
 
     def restore(self):
         """The first step to train: after the last checkpoint of an unfinished run, else 0."""
-        out = self.out
+        out, run_dir = self.out, self.run_dir
         if any(s.paths is not None for _, _, _, s in self.named_splits) and \
-                not os.path.exists(os.path.join(out, "examples.csv")):
-            write_example_paths(os.path.join(out, "examples.csv"), self.dataset)
+                not run_dir.exists("examples.csv"):
+            run_dir.write_text("examples.csv", example_paths_csv(self.dataset))
         if self.config.restart:   # a best model of the discarded attempt is not this run's
             for name in ("model_best.json", "model_best.pkl"):
-                if os.path.lexists(os.path.join(out, name)):
-                    os.unlink(os.path.join(out, name))
-        if self.config.restart and os.path.lexists(self.resume_path):
-            os.unlink(self.resume_path)
-            self.log(f"notice: --restart: discarded the resume state of {out}")
-        if os.path.lexists(self.resume_path):
-            state = load_resume_state(self.resume_path, self.algorithm, self.identity)
+                run_dir.unlink(name)
+        if self.config.restart and run_dir.exists(RESUME_FILE):
+            discard_resume_state(run_dir, self.log)
+        if run_dir.exists(RESUME_FILE):
+            state = load_resume_state(run_dir, RESUME_FILE, self.algorithm, self.identity)
             self.accumulators = state["accumulators"]
-            self.records = read_kept_records(self.results_path, state["records"], self.log)
+            self.records = read_kept_records(run_dir, RESULTS_FILE, state["records"],
+                                             self.log)
             self.log(f"notice: resuming {out} at step {state['next_step']}")
             return state["next_step"]
         # Records no resume state vouches for (a run killed before its first checkpoint,
         # or a rerun of a finished run whose `done` is gone): kept aside, never deleted.
-        aside = fileio.atomic_move_aside(self.results_path)
+        aside = run_dir.move_aside(RESULTS_FILE)
         if aside:
             self.log(f"notice: starting {out} from step 0; its earlier records are kept "
                      f"in {aside}")
@@ -263,21 +272,22 @@ class TrainingRun:
                              if self.device.type == "cuda" else 0.0)
         results["hparams"] = self.hparams
         results["args"] = self.args_dict
-        fileio.atomic_savez(os.path.join(self.out, "predictions", f"step_{step:07d}.npz"),
-                            **table)
+        with self.run_dir.subdir("predictions") as predictions:
+            predictions.write_bytes(f"step_{step:07d}.npz", fileio.npz_bytes(**table))
         if confusion:   # rows: true class, columns: predicted class, one array per split
-            fileio.atomic_savez(os.path.join(self.out, "confusion", f"step_{step:07d}.npz"),
-                                **confusion)
+            with self.run_dir.subdir("confusion") as confusion_dir:
+                confusion_dir.write_bytes(f"step_{step:07d}.npz",
+                                          fileio.npz_bytes(**confusion))
         self.records.append(json.dumps(results, sort_keys=True))
-        fileio.atomic_write_text(self.results_path, "\n".join(self.records) + "\n",
-                                 durable=True)
+        self.run_dir.write_text(RESULTS_FILE, "\n".join(self.records) + "\n",
+                                durable=True)
         self.accumulators = {}
         if self.config.save_model_every_checkpoint:
             self.save_model(f"model_step{step}.pkl")
         if self.config.save_best_model:
             self.keep_if_best(step, results)
-        save_resume_state(self.resume_path, self.algorithm, step + 1, self.records,
-                          self.accumulators, self.identity)
+        save_resume_state(self.run_dir, RESUME_FILE, self.algorithm, step + 1,
+                          self.records, self.accumulators, self.identity)
         self.last_results = results
         return results
 
@@ -290,27 +300,25 @@ class TrainingRun:
         if not vals:
             return
         val = sum(vals) / len(vals)
-        meta_path = os.path.join(self.out, "model_best.json")
-        try:
-            with open(meta_path) as f:
-                kept = float(json.load(f)["val_acc"])
-        except (OSError, ValueError, KeyError, TypeError):
+        try:   # through the run's folder: a planted symlink or FIFO counts as no model
+            kept = float(json.loads(self.run_dir.read_bytes("model_best.json"))["val_acc"])
+        except (OSError, UserError, ValueError, KeyError, TypeError):
             kept = -math.inf
         if val > kept:
             self.save_model("model_best.pkl")
-            fileio.atomic_write_json(meta_path, {"step": step, "val_acc": val})
+            self.run_dir.write_text("model_best.json", json.dumps(
+                {"step": step, "val_acc": val}, indent=2, sort_keys=True) + "\n")
 
     def save_model(self, name):
-        save_model(os.path.join(self.out, name), self.args_dict, self.dataset,
-                   self.algorithm, self.hparams, len(self.train_envs))
+        save_model(self.run_dir, name, self.args_dict, self.dataset, self.algorithm,
+                   self.hparams, len(self.train_envs))
 
     def finish(self):
         """model.pkl, then `done` last; the resume state is no longer needed."""
         if not self.config.skip_model_save:
             self.save_model("model.pkl")
-        fileio.atomic_write_text(os.path.join(self.out, "done"), "done\n", durable=True)
-        if os.path.exists(self.resume_path):
-            os.unlink(self.resume_path)
+        self.run_dir.write_text("done", "done\n", durable=True)
+        self.run_dir.unlink(RESUME_FILE)
 
 
 class RunData(NamedTuple):
@@ -328,14 +336,14 @@ def build_run_data(dataset_cls: type, config: RunConfig, hparams: dict) -> RunDa
 
 
 def prepare_output_dir(out, log=None):
-    """False when `out` already holds a finished run (nothing to do)."""
+    """False when `out` already holds a finished run (nothing to do); UnsafePath when
+    `out` is a symlink or not a folder."""
     log = log or LOG.info
-    os.makedirs(out, exist_ok=True)
-    if os.path.exists(os.path.join(out, "done")):
-        log(f"notice: {out} already holds a finished run; nothing to do")
-        return False
-    if os.path.exists(os.path.join(out, "err.txt")):
-        os.unlink(os.path.join(out, "err.txt"))
+    with PinnedDir.open(out, create=True) as run_dir:
+        if run_dir.exists("done"):
+            log(f"notice: {out} already holds a finished run; nothing to do")
+            return False
+        run_dir.unlink("err.txt")
     return True
 
 
@@ -378,9 +386,10 @@ def checkpoint_line(results):
     return "  ".join(head + values + accs)
 
 
-def write_example_paths(path, dataset):
+def example_paths_csv(dataset):
+    """examples.csv: each example's id, environment and file path."""
     lines = ["id,env,path"]
     for env_i, env in enumerate(dataset):
         for example_id, file_path in zip(env.ids, env.paths or []):
             lines.append(f"{int(example_id)},{env_i},{json.dumps(str(file_path))}")
-    fileio.atomic_write_text(path, "\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"

@@ -9,8 +9,9 @@ be read is one clear error naming the file and the way out (``--restart``).
 """
 import hashlib
 import json
-import os
+import math
 import random
+import stat
 
 import numpy as np
 import torch
@@ -19,13 +20,14 @@ from oodutils import fileio
 from oodutils.errors import UserError
 
 RESUME_FILE = "resume_state.pt"
+RESULTS_FILE = "results.jsonl"
 STATE_VERSION = 2
 # Arguments that may differ between an interrupted run and its resumption.
 # where and how a run is kept, not what it computes
 NON_IDENTITY_ARGS = ("output_dir", "progress", "eval_batch_size", "num_threads", "restart",
                      "save_best_model", "metrics")
 RESTART_HINT = ("rerun with --restart to discard it and start over (the old records are "
-                "moved aside to results.jsonl.prev)")
+                "moved aside to results.jsonl.prev, or .prev.N when that exists)")
 
 
 class ResumeStateError(UserError):
@@ -64,9 +66,10 @@ def set_python_rng_state(state):
     random.setstate((version, tuple(internal), gauss_next))
 
 
-def save_resume_state(path, algorithm, step, records, accumulators, identity):
-    """`records`: the results.jsonl lines written so far (the state vouches for them)."""
-    fileio.atomic_torch_save(path, {
+def save_resume_state(run_dir, name, algorithm, step, records, accumulators, identity):
+    """`records`: the results.jsonl lines written so far (the state vouches for them).
+    `run_dir`: the run's PinnedDir."""
+    run_dir.write_bytes(name, fileio.torch_bytes({
         "version": STATE_VERSION, "next_step": step, "n_records": len(records),
         "records": list(records), "identity": identity,
         "algorithm": algorithm.state_dict(),
@@ -75,15 +78,34 @@ def save_resume_state(path, algorithm, step, records, accumulators, identity):
         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
         "numpy_rng": numpy_rng_state(), "python_rng": python_rng_state(),
         "accumulators": accumulators,
-    }, durable=True)
+    }), durable=True)
 
 
-def _read_state(path):
+def discard_resume_state(run_dir, log):
+    """--restart: the resume state goes (a folder or other non-file there is moved aside
+    to resume_state.pt.prev[.N], since only a file is ours to delete)."""
+    st = run_dir.lstat(RESUME_FILE)
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        aside = run_dir.move_aside(RESUME_FILE)
+        log(f"notice: --restart: {run_dir.join(RESUME_FILE)} is a folder; moved it aside "
+            f"to {aside}")
+    else:
+        run_dir.unlink(RESUME_FILE)
+        log(f"notice: --restart: discarded the resume state of {run_dir.path}")
+
+
+def _first_line(error):
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return (reason or type(error).__name__)[:200]
+
+
+def _read_state(run_dir, name):
+    path = run_dir.join(name)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # torn zip, EOF, a pickle asking for globals, ...
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ResumeStateError(f"cannot read the resume state {path} ({reason[:200]}); "
+        with run_dir.open_reader(name) as f:   # a FIFO or folder there: refused, no hang
+            state = torch.load(f, map_location="cpu", weights_only=True)
+    except Exception as e:  # torn zip, EOF, a pickle asking for globals, not a file ...
+        raise ResumeStateError(f"cannot read the resume state {path} ({_first_line(e)}); "
                                f"{RESTART_HINT}") from None
     needed = ("version", "next_step", "records", "identity", "algorithm", "optimizers",
               "torch_rng", "numpy_rng", "python_rng", "accumulators")
@@ -91,30 +113,88 @@ def _read_state(path):
             state["version"] != STATE_VERSION:
         raise ResumeStateError(f"the resume state {path} is not one this version wrote; "
                                f"{RESTART_HINT}")
-    check_vouched_records(path, state["records"])
+    problem = state_shape_problem(state) or records_problem(state["records"],
+                                                            state["next_step"])
+    if problem:
+        raise ResumeStateError(f"the resume state {path} is malformed ({problem}); "
+                               f"{RESTART_HINT}")
     return state
 
 
-def check_vouched_records(path, records):
-    """The records a state vouches for: JSON objects with increasing steps."""
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        math.isfinite(value)
+
+
+def state_shape_problem(state):
+    """What in a loadable state has the wrong type or shape (it would give a traceback
+    or a wrong step later), or None."""
+    if not _is_int(state["next_step"]) or state["next_step"] < 0:
+        return "next_step is not a non-negative integer"
+    if not isinstance(state["identity"], str):
+        return "identity is not a string"
+    if not isinstance(state["algorithm"], dict) or not isinstance(state["optimizers"], dict):
+        return "algorithm or optimizers is not a dict"
+    if not isinstance(state["torch_rng"], torch.Tensor) or \
+            state["torch_rng"].dtype != torch.uint8:
+        return "torch_rng is not a byte tensor"
+    accumulators = state["accumulators"]
+    if not isinstance(accumulators, dict) or not all(
+            isinstance(k, str) and isinstance(v, list) and all(map(_is_number, v))
+            for k, v in accumulators.items()):
+        return "accumulators is not a dict of lists of numbers"
+    return numpy_rng_problem(state["numpy_rng"]) or python_rng_problem(state["python_rng"])
+
+
+def numpy_rng_problem(state):
+    expected_keys = np.random.get_state()[1].shape
+    if not isinstance(state, dict) or not isinstance(state.get("keys"), torch.Tensor) or \
+            tuple(state["keys"].shape) != expected_keys or \
+            not isinstance(state.get("kind"), str) or not _is_int(state.get("pos")) or \
+            not 0 <= state["pos"] <= expected_keys[0] or \
+            not _is_int(state.get("has_gauss")) or \
+            not _is_number(state.get("cached_gaussian")):
+        return f"numpy_rng is not a MT19937 state with {expected_keys[0]} keys"
+    return None
+
+
+def python_rng_problem(state):
+    if not isinstance(state, (list, tuple)) or len(state) != 3 or \
+            not _is_int(state[0]) or not isinstance(state[1], (list, tuple)) or \
+            not all(map(_is_int, state[1])) or \
+            not (state[2] is None or _is_number(state[2])):
+        return "python_rng is not a random.getstate() value"
+    return None
+
+
+def records_problem(records, next_step):
+    """The records a state vouches for: JSON objects with increasing integer steps, all
+    before `next_step`; what is wrong with them, or None."""
+    if not isinstance(records, list):
+        return "records is not a list"
     last_step = -1
     for line in records:
         try:
-            record = json.loads(line)
-            step = record["step"]
+            step = json.loads(line)["step"]
         except (TypeError, ValueError, KeyError):
-            raise ResumeStateError(f"the resume state {path} holds a malformed record; "
-                                   f"{RESTART_HINT}") from None
-        if not isinstance(step, int) or step <= last_step:
-            raise ResumeStateError(f"the resume state {path} holds records out of step "
-                                   f"order; {RESTART_HINT}")
+            return "a vouched record is not a JSON object with a step"
+        if not _is_int(step) or step <= last_step:
+            return "vouched records out of step order"
         last_step = step
+    if next_step <= last_step:
+        return f"next_step {next_step} is not after the last record's step {last_step}"
+    return None
 
 
-def load_resume_state(path, algorithm, identity):
-    state = _read_state(path)
+def load_resume_state(run_dir, name, algorithm, identity):
+    path = run_dir.join(name)
+    state = _read_state(run_dir, name)
     if state["identity"] != identity:
-        raise UserError(f"{os.path.dirname(path)} holds an unfinished run with other "
+        raise UserError(f"{run_dir.path} holds an unfinished run with other "
                         f"arguments; use another --output_dir, or {RESTART_HINT}")
     try:
         algorithm.load_state_dict(state["algorithm"])
@@ -126,28 +206,29 @@ def load_resume_state(path, algorithm, identity):
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         set_numpy_rng_state(state["numpy_rng"])
         set_python_rng_state(state["python_rng"])
-    except (RuntimeError, ValueError, TypeError, KeyError) as e:
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    except (RuntimeError, ValueError, TypeError, KeyError, IndexError,
+            OverflowError) as e:
         raise ResumeStateError(f"the resume state {path} does not fit this run "
-                               f"({reason[:200]}); {RESTART_HINT}") from None
+                               f"({_first_line(e)}); {RESTART_HINT}") from None
     return state
 
 
-def read_kept_records(path, vouched, log):
+def read_kept_records(run_dir, name, vouched, log):
     """The records a resumed run keeps: exactly those its state vouches for. When
-    results.jsonl does not start with them (a foreign or torn line, an edit), it is moved
-    aside to results.jsonl.prev and rewritten from the state, and the log says so.
-    Lines after the vouched ones were written after the last state and are redone."""
+    results.jsonl does not start with them (a foreign or torn line, an edit, not a
+    regular file), it is moved aside to results.jsonl.prev[.N] and rewritten from the
+    state, and the log says so. Lines after the vouched ones were written after the last
+    state and are redone."""
     vouched = list(vouched)
-    lines = []
-    if os.path.exists(path):
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = [line for line in f.read().splitlines() if line.strip()]
+    try:
+        lines = [line for line in run_dir.read_bytes(name).decode("utf-8", "replace")
+                 .splitlines() if line.strip()]
+    except (FileNotFoundError, UserError):   # missing, or a symlink, FIFO, folder ...
+        lines = []
     if lines[:len(vouched)] != vouched:
-        aside = fileio.atomic_move_aside(path)
-        fileio.atomic_write_text(path, "".join(line + "\n" for line in vouched),
-                                 durable=True)
+        aside = run_dir.move_aside(name)
+        run_dir.write_text(name, "".join(line + "\n" for line in vouched), durable=True)
         where = f"; its old content is in {aside}" if aside else ""
-        log(f"notice: {path} did not hold the {len(vouched)} records its resume state "
-            f"vouches for; restored them from the state{where}")
+        log(f"notice: {run_dir.join(name)} did not hold the {len(vouched)} records its "
+            f"resume state vouches for; restored them from the state{where}")
     return vouched
