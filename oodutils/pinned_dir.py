@@ -45,14 +45,17 @@ def current_umask():
     return mask
 
 
-def unsafe_entry_reason(path, st, want_dir=False):
-    """Why an entry with lstat result `st` cannot be used, or None."""
+def unsafe_entry_reason(path, st, want_dir=False, writing=False):
+    """Why an entry with lstat result `st` cannot be used, or None. `writing` a file in
+    place: one with other hard links is refused too (the write would reach them)."""
     if stat.S_ISLNK(st.st_mode):
         return f"{path} is a symbolic link; refusing to use it"
     if want_dir and not stat.S_ISDIR(st.st_mode):
         return f"{path} is not a directory; refusing to use it"
     if not want_dir and not stat.S_ISREG(st.st_mode):
         return f"{path} is not a regular file; refusing to use it"
+    if writing and not want_dir and st.st_nlink > 1:
+        return f"{path} has other hard links; refusing to write it"
     return None
 
 
@@ -149,11 +152,8 @@ class PinnedDir:
                 raise UnsafePath(unsafe_entry_reason(self.join(name), st)) from None
             raise
         try:
-            st = os.fstat(fd)
-            reason = unsafe_entry_reason(self.join(name), st)
-            writing = flags & (os.O_WRONLY | os.O_RDWR)
-            if reason is None and writing and st.st_nlink > 1:
-                reason = f"{self.join(name)} has other hard links; refusing to write it"
+            writing = bool(flags & (os.O_WRONLY | os.O_RDWR))
+            reason = unsafe_entry_reason(self.join(name), os.fstat(fd), writing=writing)
             if reason:
                 raise UnsafePath(reason)
             os.set_blocking(fd, True)

@@ -2,6 +2,8 @@
 shows as a failed job with its reason; `sweep launch` checks every job's arguments before
 launching any and creates no job directory when one is invalid."""
 import os
+import signal
+import sys
 
 import pytest
 
@@ -76,3 +78,131 @@ def test_launch_into_an_output_dir_that_is_a_file(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "which is a file" in err and "nothing launched" in err
     assert out.read_text() == "not a directory\n"
+
+
+# ------------------------------------------------------------ round 2: job folders
+def _plant_job_folder_link(tmp_path, job):
+    """The job's folder is a symlink to a victim folder holding one precious file."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "model.pkl").write_text("precious\n")
+    os.symlink(victim, job.output_dir)
+    return victim
+
+
+@pytest.mark.parametrize("launcher", ["local", "pooled"])
+def test_symlinked_job_folder_is_refused(tmp_path, capsys, launcher):
+    job = jobs_for(tmp_path)[1]
+    victim = _plant_job_folder_link(tmp_path, job)
+    assert sweep.main(["launch"] + flags(tmp_path, launcher=launcher)) == 1
+    assert sorted(os.listdir(victim)) == ["model.pkl"]
+    assert (victim / "model.pkl").read_text() == "precious\n"
+    capsys.readouterr()
+    sweep.main(["status"] + flags(tmp_path))
+    lines = capsys.readouterr().out.splitlines()
+    failed = [line for line in lines if line.startswith("failed")]
+    assert len(failed) == 1 and job.output_dir in failed[0]
+    assert f"{job.output_dir} is a symbolic link; refusing to use it" in failed[0]
+    assert sum(line.startswith("done") for line in lines) == 2
+
+
+def test_delete_incomplete_refuses_a_symlinked_job_folder(tmp_path, capsys):
+    from oodutils.errors import run_cli
+    job = jobs_for(tmp_path)[0]
+    victim = _plant_job_folder_link(tmp_path, job)
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(sweep.main, ["delete_incomplete"] + flags(tmp_path))
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert "is a symbolic link, not a job folder" in err and "nothing deleted" in err
+    assert os.path.islink(job.output_dir) and (victim / "model.pkl").exists()
+
+
+def test_hard_linked_launcher_log_is_never_appended_to(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    job = jobs_for(tmp_path)[0]
+    os.makedirs(job.output_dir)
+    os.link(victim, os.path.join(job.output_dir, launchers.LOG_FILE))
+    assert launchers.run_command(job.command).failed
+    assert victim.read_text() == "precious\n"
+    assert "launcher.log has other hard links" in launchers.last_error(job.output_dir)
+    assert launchers.job_state(job.output_dir) == launchers.FAILED
+
+
+@pytest.mark.parametrize("umask, expected", [(0o002, 0o664), (0o077, 0o600)])
+def test_lock_and_launcher_log_honour_the_umask(tmp_path, umask, expected):
+    job = jobs_for(tmp_path)[0]
+    old = os.umask(umask)
+    try:
+        assert launchers.run_command(job.command).status == "ok"
+    finally:
+        os.umask(old)
+    for name in (launchers.LOCK_FILE, launchers.LOG_FILE):
+        assert os.stat(os.path.join(job.output_dir, name)).st_mode & 0o777 == expected
+
+
+# ------------------------------------------------------------ round 2: the pooled launcher
+def _fake_call_train(flags, log):
+    """Stands in for the train CLI inside a pooled worker (the workers are forked, so
+    they see this patch): a job whose folder holds `kill_me` kills its worker."""
+    out = flags[flags.index("--output_dir") + 1]
+    if os.path.exists(os.path.join(out, "kill_me")):
+        os.kill(os.getpid(), signal.SIGKILL)
+    log.write(b"training\n")
+    with open(os.path.join(out, "done"), "w") as f:
+        f.write("done\n")
+    return 0
+
+
+def _pooled_commands(tmp_path, n):
+    from domainbed.launch.pooled import TRAIN_MODULE
+    outs = [str(tmp_path / f"job{i}") for i in range(n)]
+    return [launchers.Command([sys.executable, "-m", TRAIN_MODULE, "--output_dir", out], out)
+            for out in outs]
+
+
+@pytest.fixture
+def pooled_fake(monkeypatch):
+    from domainbed.launch import pooled
+    monkeypatch.setattr(pooled, "_call_train", _fake_call_train)
+    previous = signal.signal(signal.SIGALRM, _timeout)
+    signal.alarm(60)   # a hang fails the test instead of stopping the suite
+    yield pooled
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def _timeout(*_):
+    raise TimeoutError("the pooled launcher hung")
+
+
+@pytest.mark.parametrize("name", [launchers.LOCK_FILE, launchers.LOG_FILE])
+def test_pooled_refuses_a_symlinked_job_file_and_runs_the_rest(tmp_path, pooled_fake, name):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    commands = _pooled_commands(tmp_path, 4)
+    os.makedirs(commands[1].output_dir)
+    os.symlink(victim, os.path.join(commands[1].output_dir, name))
+    outcomes = pooled_fake.pooled_launcher(commands, max_workers=2, echo=lambda line: None)
+    assert victim.read_text() == "precious\n"
+    status = {o.output_dir: o.status for o in outcomes}
+    assert status == {c.output_dir: "failed" if i == 1 else "ok"
+                      for i, c in enumerate(commands)}
+    assert f"{name} is a symbolic link" in launchers.last_error(commands[1].output_dir)
+
+
+def test_pooled_worker_killed_fails_its_job_alone(tmp_path, pooled_fake):
+    commands = _pooled_commands(tmp_path, 5)
+    os.makedirs(commands[2].output_dir)
+    open(os.path.join(commands[2].output_dir, "kill_me"), "w").close()
+    outcomes = pooled_fake.pooled_launcher(commands, max_workers=2, echo=lambda line: None)
+    by_dir = {o.output_dir: o for o in outcomes}
+    assert len(outcomes) == 5
+    for i, c in enumerate(commands):
+        assert by_dir[c.output_dir].status == ("failed" if i == 2 else "ok")
+    killed = commands[2].output_dir
+    assert by_dir[killed].returncode == -signal.SIGKILL
+    reason = launchers.last_error(killed)
+    assert "pooled worker" in reason and f"killed by signal {int(signal.SIGKILL)}" in reason
+    assert launchers.job_state(killed) == launchers.FAILED   # its lock died with it

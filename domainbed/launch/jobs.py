@@ -78,7 +78,7 @@ def unsafe_reason(output_dir):
             st = os.lstat(path)
         except OSError:
             continue
-        reason = unsafe_entry_reason(path, st, want_dir)
+        reason = unsafe_entry_reason(path, st, want_dir, writing=True)
         if reason:
             return reason + REMOVE_HINT
     return None

@@ -12,6 +12,7 @@ import json
 import os
 import random
 import shutil
+import stat
 import sys
 
 from domainbed.hparams import seed_hash
@@ -197,9 +198,35 @@ def launch(jobs, launcher_name, options, seed=0):
     return failed
 
 
+def undeletable_reason(job):
+    """Why a job's folder is not deleted (a symlink or a file planted in its place:
+    deleting would reach elsewhere, or is not ours to decide), or None."""
+    try:
+        st = os.lstat(job.output_dir)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return (f"{job.output_dir} is a symbolic link, not a job folder; remove the link "
+                f"itself (rm, which leaves what it points to alone)")
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{job.output_dir} is not a folder; remove it by hand"
+    return None
+
+
 def delete(jobs):
+    """Delete the jobs' folders; none is deleted when one of them is not a real folder."""
     for job in jobs:
-        shutil.rmtree(job.output_dir, ignore_errors=False)
+        reason = undeletable_reason(job)
+        if reason:
+            raise UserError(f"{reason}; nothing deleted")
+    for n, job in enumerate(jobs):
+        try:
+            shutil.rmtree(job.output_dir)
+        except FileNotFoundError:
+            pass
+        except OSError as e:   # swapped for a link since the check, or not ours
+            raise UserError(f"cannot delete {job.output_dir} ({e.strerror or e}); "
+                            f"deleted {n} jobs before it") from None
     print(f"Deleted {len(jobs)} jobs!")
 
 
