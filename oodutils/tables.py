@@ -13,7 +13,9 @@ Two levels, both used across the project:
 For DataFrames, floats are rounded to ``digits`` places in every format except CSV, which
 keeps full precision (CSV is for machines; the rounding belongs to whoever reads it).
 Booleans print as ``yes``/``no`` in the human formats and as ``True``/``False`` in CSV.
-Missing values print as ``-`` (human formats) or an empty field (CSV). Numeric columns
+Missing values print as ``-`` (human formats) or an empty field (CSV). Text from
+records is escaped for every format: CSV cells that start like a formula, raw HTML in
+markdown and HTML, TeX commands in LaTeX. Numeric columns
 are right-aligned, others left-aligned.
 """
 from __future__ import annotations
@@ -57,17 +59,40 @@ def format_for_path(path, default: str = "text") -> str:
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
                   "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
-                  "^": r"\textasciicircum{}"}
+                  "^": r"\textasciicircum{}", "\n": " ", "\r": " "}
 
 
 def latex_escape(text) -> str:
-    """``text`` safe inside LaTeX text mode: the ten special characters escaped."""
+    """``text`` safe inside LaTeX text mode: the ten special characters escaped, line
+    breaks (a blank line would end the table) made spaces. Text from records (dataset,
+    algorithm names) can so never run a TeX command."""
     return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
 
 
+_MARKDOWN_SPECIAL = {"|": "\\|", "&": "&amp;", "<": "&lt;", ">": "&gt;", "\n": " ",
+                     "\r": " "}
+
+
 def markdown_escape(text) -> str:
-    """``text`` safe inside a markdown table cell (``|`` escaped)."""
-    return str(text).replace("|", "\\|")
+    """``text`` safe inside a markdown table cell: ``|`` escaped, raw HTML made inert
+    (``<``, ``>``, ``&`` as entities, which markdown shows as the characters), line
+    breaks made spaces."""
+    return "".join(_MARKDOWN_SPECIAL.get(ch, ch) for ch in str(text))
+
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value):
+    """``value`` safe to open in a spreadsheet: text that starts like a formula (``=``,
+    ``+``, ``-``, ``@``, a tab or CR) and is not a number gets a leading apostrophe
+    (OWASP's advice against CSV injection); numbers and numeric text are kept."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        try:
+            float(value)
+        except ValueError:
+            return "'" + value
+    return value
 
 
 # ------------------------------------------------------------------- grids of string cells
@@ -141,8 +166,8 @@ def csv_text(header: Sequence, rows: Sequence[Sequence]) -> str:
     """RFC 4180 CSV (``\\n`` line ends) of a header and rows, values as ``str``."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
+    writer.writerow([csv_cell(h) for h in header])
+    writer.writerows([csv_cell(c) for c in row] for row in rows)
     return buf.getvalue()
 
 
@@ -190,7 +215,7 @@ def to_text(df: pd.DataFrame, digits: int = 2, title: Optional[str] = None) -> s
 
 def to_markdown(df: pd.DataFrame, digits: int = 2, title: Optional[str] = None) -> str:
     header, rows, align = _cells(df, digits)
-    out = [f"**{title}**", ""] if title else []
+    out = [f"**{markdown_escape(title)}**", ""] if title else []
     return "\n".join(out + markdown_lines(header, rows, align)) + "\n"
 
 
@@ -214,6 +239,10 @@ def to_html(df: pd.DataFrame, digits: int = 2, title: Optional[str] = None) -> s
 
 
 def to_csv(df: pd.DataFrame) -> str:
+    """Full-precision CSV; text cells that start like a formula are escaped (csv_cell)."""
+    df = df.rename(columns=csv_cell)
+    df = df.apply(lambda column: column if pd.api.types.is_numeric_dtype(column)
+                  else column.map(csv_cell))
     buf = io.StringIO()
     df.to_csv(buf, index=False, lineterminator="\n")
     return buf.getvalue()

@@ -245,3 +245,30 @@ def test_oodutils_stands_alone():
     proc = subprocess.run([sys.executable, "-c", "import json; " + code], cwd=ROOT,
                           capture_output=True, text=True, check=True)
     assert json.loads(proc.stdout) == []
+
+
+# ------------------------------------------------------------ hostile text from records
+def test_csv_escapes_formula_leading_text_but_not_numbers():
+    text = tables.csv_text(["algorithm", "mean"],
+                           [["=HYPERLINK(\"http://x\")", "-0.5"], ["@SUM(A1)", "+1"],
+                            ["-cmd|' /c calc'!A0", -2.0], ["+x", "12"], ["ERM", "3"]])
+    back = pd.read_csv(io.StringIO(text), dtype=str)
+    assert list(back["algorithm"]) == ["'=HYPERLINK(\"http://x\")", "'@SUM(A1)",
+                                       "'-cmd|' /c calc'!A0", "'+x", "ERM"]
+    assert list(back["mean"]) == ["-0.5", "+1", "-2.0", "12", "3"]
+    frame = pd.DataFrame({"dataset": ["=1+2", "ok"], "acc": [-1.5, 2.0]})
+    back = pd.read_csv(io.StringIO(tables.render(frame, "csv")))
+    assert list(back["dataset"]) == ["'=1+2", "ok"] and list(back["acc"]) == [-1.5, 2.0]
+
+
+def test_markdown_and_latex_make_record_text_inert():
+    frame = pd.DataFrame({"algorithm": ["<script>alert(1)</script>", "a\n\nb"],
+                          "tex": [r"\input{/etc/passwd}", r"\write18{rm -rf x}"]})
+    md = tables.render(frame, "markdown", title="<b>t</b>")
+    assert "<" not in md and ">" not in md
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in md and "**&lt;b&gt;t&lt;/b&gt;**" in md
+    assert len(md.splitlines()) == 6   # title, blank, header, rule, two rows
+    tex = tables.render(frame, "latex")
+    assert r"\input" not in tex and r"\write18" not in tex
+    assert r"\textbackslash{}input\{/etc/passwd\}" in tex
+    assert "a  b &" in tex   # no blank line inside the table
