@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from oodutils.accuracy import check_accuracies
-from oodutils.errors import UserError
+from oodutils.errors import UserError, load_error_reason
 from oodutils.log import get_logger
 
 logger = get_logger(__name__)
@@ -90,7 +90,7 @@ def load_matrix(path):
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
     except Exception as e:  # noqa: BLE001 - any unreadable file is the user's input
-        raise UserError(f"cannot read matrix file {path!r}: {e}") from None
+        raise UserError(f"cannot read matrix file {path!r}: {load_error_reason(e)}") from None
     missing = [k for k in ("A", "y") if k not in arrays]
     if missing:
         raise UserError(f"matrix file {path!r} lacks {', '.join(missing)} (it holds "

@@ -111,7 +111,8 @@ def load_features(path):
                 raise UserError(f"{path}: missing arrays {missing} (need z_p, y_p, z_q, y_q)")
             feats = {k: data[k] for k in data.files}
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:
-        reason = str(e) or type(e).__name__
+        from oodutils.errors import load_error_reason
+        reason = load_error_reason(e)
         raise UserError(f"cannot read features file {path!r} (empty, truncated or not an "
                         f"npz: {reason})") from None
     check_feature_shapes(path, feats)

@@ -41,3 +41,19 @@ def require(module, extra):
     except ImportError as e:
         raise UserError(f"{module} is not installed ({e}); install it with: "
                         f"pip install 'oodbed[{extra}]'") from None
+
+
+def load_error_reason(error):
+    """One short line saying why a file could not be loaded (torch.load with
+    weights_only=True, np.load with allow_pickle=False), for an error message. The
+    libraries' own texts advise loading again without those guards, which would run
+    whatever code the file carries; that advice never reaches the user."""
+    import re
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
+    if "Weights only load failed" in text or "allow_pickle" in text:
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", text)
+        what = f" ({found.group(1)})" if found else ""
+        return (f"it holds Python objects{what}, not only tensors, arrays and plain "
+                f"data; refused, since loading them could run code")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return (lines[0] if lines else type(error).__name__)[:200]

@@ -58,6 +58,7 @@ def test_crafted_pickle_in_resume_state_runs_nothing(tmp_path, capsys):
     assert not marker.exists()
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert "resume_state.pt" in err and "--restart" in err
+    assert "weights_only" not in err and "could run code" in err   # no unsafe advice
     code, err = train(train_argv(out, "--restart"), capsys)
     assert code == 0 and (out / "done").exists() and not marker.exists()
 

@@ -272,3 +272,29 @@ def test_markdown_and_latex_make_record_text_inert():
     assert r"\input" not in tex and r"\write18" not in tex
     assert r"\textbackslash{}input\{/etc/passwd\}" in tex
     assert "a  b &" in tex   # no blank line inside the table
+
+
+def test_load_errors_never_advise_unsafe_loading(tmp_path):
+    import numpy as np
+    import torch
+
+    from oodutils.errors import load_error_reason
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("x",))
+    torch.save({"a": Evil()}, tmp_path / "evil.pt")
+    np.save(tmp_path / "evil.npy", np.array([{"a": 1}], dtype=object))
+    errors = []
+    for load in (lambda: torch.load(tmp_path / "evil.pt", weights_only=True),
+                 lambda: np.load(tmp_path / "evil.npy", allow_pickle=False)):
+        with pytest.raises(Exception) as info:
+            load()
+        errors.append(info.value)
+    assert "weights_only" in str(errors[0]) and "allow_pickle" in str(errors[1])  # theirs
+    for error in errors:
+        reason = load_error_reason(error)
+        assert "weights_only" not in reason and "allow_pickle" not in reason
+        assert "could run code" in reason and "\n" not in reason
+    assert "(print)" in load_error_reason(errors[0])
+    assert load_error_reason(ValueError("truncated\nmore")) == "truncated"

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Union
 import numpy as np
 
 from domainbed.results.schema import record_problem
-from oodutils.errors import UserError
+from oodutils.errors import UserError, load_error_reason
 from oodutils.log import get_logger
 from oodutils.untrusted import open_regular, parse_json, read_lines
 
@@ -281,7 +281,7 @@ def load_predictions(run_dir: PathLike, step: int) -> dict[str, np.ndarray]:
         with open_regular(path) as f, np.load(f, allow_pickle=False) as data:
             arrays = {key: data[key] for key in data.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError, zlib.error) as e:
-        raise UserError(f"corrupt predictions file {path}: {e}") from None
+        raise UserError(f"corrupt predictions file {path}: {load_error_reason(e)}") from None
     lengths = {key: (len(a) if a.ndim else None) for key, a in arrays.items()}
     if len(set(lengths.values())) > 1:
         shown = ", ".join(f"{k}: {n}" for k, n in sorted(lengths.items()))

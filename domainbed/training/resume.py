@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from oodutils import fileio
-from oodutils.errors import UserError
+from oodutils.errors import UserError, load_error_reason
 
 RESUME_FILE = "resume_state.pt"
 RESULTS_FILE = "results.jsonl"
@@ -94,19 +94,14 @@ def discard_resume_state(run_dir, log):
         log(f"notice: --restart: discarded the resume state of {run_dir.path}")
 
 
-def _first_line(error):
-    reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return (reason or type(error).__name__)[:200]
-
-
 def _read_state(run_dir, name):
     path = run_dir.join(name)
     try:
         with run_dir.open_reader(name) as f:   # a FIFO or folder there: refused, no hang
             state = torch.load(f, map_location="cpu", weights_only=True)
     except Exception as e:  # torn zip, EOF, a pickle asking for globals, not a file ...
-        raise ResumeStateError(f"cannot read the resume state {path} ({_first_line(e)}); "
-                               f"{RESTART_HINT}") from None
+        raise ResumeStateError(f"cannot read the resume state {path} "
+                               f"({load_error_reason(e)}); {RESTART_HINT}") from None
     needed = ("version", "next_step", "records", "identity", "algorithm", "optimizers",
               "torch_rng", "numpy_rng", "python_rng", "accumulators")
     if not isinstance(state, dict) or any(k not in state for k in needed) or \
@@ -209,7 +204,7 @@ def load_resume_state(run_dir, name, algorithm, identity):
     except (RuntimeError, ValueError, TypeError, KeyError, IndexError,
             OverflowError) as e:
         raise ResumeStateError(f"the resume state {path} does not fit this run "
-                               f"({_first_line(e)}); {RESTART_HINT}") from None
+                               f"({load_error_reason(e)}); {RESTART_HINT}") from None
     return state
 
 
