@@ -213,14 +213,17 @@ class RunConfig:
         check_output_path(self.output_dir, "--output_dir", directory=True)
 
     def make_output_dir(self) -> None:
-        """Create the output directory and prove a file can be written in it."""
-        import tempfile
+        """Create the output directory and prove a file can be written in it (through
+        the folder's descriptor: a symlink there is refused, never written through)."""
+        import secrets
+
+        from oodutils.pinned_dir import PinnedDir
         self.check_output_dir()
         try:
-            os.makedirs(self.output_dir, exist_ok=True)
-            fd, probe = tempfile.mkstemp(prefix=".tmp-probe-", dir=self.output_dir)
-            os.close(fd)
-            os.unlink(probe)
+            with PinnedDir.open(self.output_dir, create=True) as folder:
+                probe = f".tmp-probe-{secrets.token_hex(8)}"
+                folder.write_bytes(probe, b"")
+                folder.unlink(probe)
         except OSError as e:
             raise UserError(f"--output_dir {self.output_dir!r} is not writable "
                             f"({e.strerror})") from None
