@@ -35,39 +35,18 @@ class Member:
 
     def __init__(self, command):
         self.command, self.out = command, command.output_dir
-        self.lock_fd = self.log = self.run = None
+        self.claim = self.run = None
         self.outcome = None
 
     def write_log(self, line):
-        self.log.write(f"{line}\n".encode())
-        self.log.flush()
+        self.claim.write_log(line)
 
     def acquire(self):
-        """Take the job as run_command does; False (with an outcome) when it is not ours
-        to run."""
-        done = os.path.join(self.out, jobs.DONE_FILE)
-        if os.path.exists(done):
-            self.outcome = jobs.Outcome(self.out, "skipped_done")
-            return False
-        os.makedirs(self.out, exist_ok=True)
-        try:
-            self.lock_fd = jobs._try_lock(os.path.join(self.out, jobs.LOCK_FILE))
-            if self.lock_fd is not None:
-                self.log = os.fdopen(jobs.open_in_place(
-                    os.path.join(self.out, jobs.LOG_FILE),
-                    os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab")
-        except jobs.UnsafeJobFile:
-            self.outcome = jobs.Outcome(self.out, "failed")
-            return False
-        if self.lock_fd is None:
-            self.outcome = jobs.Outcome(self.out, "skipped_running")
-            return False
-        if os.path.exists(done):
-            self.outcome = jobs.Outcome(self.out, "skipped_done")
-            return False
-        os.ftruncate(self.lock_fd, 0)
-        os.pwrite(self.lock_fd, f"{os.getpid()}\n".encode(), 0)
-        return True
+        """Take the job as run_command does (`jobs.JobClaim`); False (with an outcome)
+        when it is not ours to run."""
+        self.claim = jobs.JobClaim(self.out)
+        self.outcome = self.claim.outcome
+        return self.outcome is None
 
     def fail(self, error):
         """This member stops: err.txt as the train CLI writes it, the exit-code line."""
@@ -83,11 +62,8 @@ class Member:
             self.outcome = jobs.Outcome(self.out, "failed", code)
 
     def release(self):
-        if self.log is not None:
-            self.log.close()
-        if self.lock_fd is not None:
-            os.close(self.lock_fd)
-        self.log = self.lock_fd = None
+        if self.claim is not None:
+            self.claim.release()
 
 
 class GroupRunner:
