@@ -12,6 +12,7 @@ Every job runs through :func:`run_command`, which
   tell a running job from a failed or interrupted one;
 - appends the job's stdout and stderr to ``<output_dir>/launcher.log``.
 """
+import errno
 import fcntl
 import os
 import shlex
@@ -199,8 +200,14 @@ class JobClaim:
         os.pwrite(self.lock_fd, f"{pid}\n".encode(), 0)
 
     def write_log(self, line):
-        self.log.write(f"{line}\n".encode())
-        self.log.flush()
+        """Append a line; on a full disk the line is lost, not the sweep (the run's own
+        writes fail with one line naming the file)."""
+        try:
+            self.log.write(f"{line}\n".encode())
+            self.log.flush()
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
 
     def release(self):
         if self.log is not None:
