@@ -101,7 +101,11 @@ class PinnedDir:
             os.close(self.fd)
             self.fd = None
 
-    __del__ = close
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - at interpreter exit `os` may be gone
+            pass
 
     def __enter__(self):
         return self
@@ -174,18 +178,21 @@ class PinnedDir:
         """Write `name` atomically: temp file, fsync, rename over `name`. `durable`:
         fsync the folder too, so the new name survives a power cut."""
         tmp = f".tmp-{secrets.token_hex(8)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                     0o666 & ~current_umask(), dir_fd=self.fd)
         try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                         0o666 & ~current_umask(), dir_fd=self.fd)
             try:
-                _write_all(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        except BaseException as e:
-            self.unlink(tmp)
-            if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+                try:
+                    _write_all(fd, data)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+            except BaseException:
+                self.unlink(tmp)
+                raise
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise NoSpaceLeft(self._no_space_message(name, len(data))) from None
             raise
         if durable:

@@ -66,3 +66,38 @@ def test_spawrious_manifest_append_refuses_a_symlink(tmp_path):
     with pytest.raises(UserError, match="symbolic link"):
         append_records(str(tmp_path / "m.jsonl"), [{"attempt": 0}])
     assert victim.read_text() == "precious"
+
+
+def test_pinned_folder_swapped_for_a_symlink_after_opening_is_not_followed(tmp_path):
+    """The race a path check loses: the folder is replaced by a link once opened."""
+    from oodutils.pinned_dir import PinnedDir
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    run = tmp_path / "run"
+    with PinnedDir.open(run, create=True) as folder:
+        os.rename(run, tmp_path / "run_moved")
+        os.symlink(victim, run)
+        folder.write_text("results.jsonl", "mine\n")
+        with folder.subdir("predictions") as predictions:
+            predictions.write_bytes("step_0.npz", b"x")
+        assert folder.move_aside("results.jsonl").endswith("results.jsonl.prev")
+    assert os.listdir(victim) == []
+    assert (tmp_path / "run_moved" / "results.jsonl.prev").read_text() == "mine\n"
+    assert (tmp_path / "run_moved" / "predictions" / "step_0.npz").read_bytes() == b"x"
+
+
+def test_full_disk_when_creating_the_temp_file_is_one_clear_error(tmp_path, monkeypatch):
+    import errno
+
+    from oodutils.pinned_dir import NoSpaceLeft
+    real_open = os.open
+
+    def full_open(path, flags, *args, **kwargs):
+        if flags & os.O_CREAT:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_open(path, flags, *args, **kwargs)
+    monkeypatch.setattr(os, "open", full_open)
+    with pytest.raises(NoSpaceLeft, match=r"no space left to write .*done \(5 bytes needed"):
+        fileio.atomic_write_text(tmp_path / "done", "done\n")
+    monkeypatch.undo()
+    assert os.listdir(tmp_path) == []
