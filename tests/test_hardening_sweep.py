@@ -24,12 +24,17 @@ def test_symlinked_job_file_is_never_written_through(tmp_path, capsys, name):
     assert sweep.main(["launch"] + flags(tmp_path)) == 1
     assert victim.read_text() == "precious\n"
     assert not os.path.exists(os.path.join(job.output_dir, "done"))
+    assert_status_fails_only(tmp_path, capsys, job,
+                             f"{name} is a symbolic link; refusing to use it")
+
+
+def assert_status_fails_only(tmp_path, capsys, job, reason):
+    """`sweep status`: `job` failed with `reason` on its line, the two others done."""
     capsys.readouterr()
     sweep.main(["status"] + flags(tmp_path))
     lines = capsys.readouterr().out.splitlines()
     failed = [line for line in lines if line.startswith("failed")]
-    assert len(failed) == 1 and job.output_dir in failed[0]
-    assert f"{name} is a symbolic link; refusing to use it" in failed[0]
+    assert len(failed) == 1 and job.output_dir in failed[0] and reason in failed[0]
     assert sum(line.startswith("done") for line in lines) == 2
 
 
@@ -97,13 +102,8 @@ def test_symlinked_job_folder_is_refused(tmp_path, capsys, launcher):
     assert sweep.main(["launch"] + flags(tmp_path, launcher=launcher)) == 1
     assert sorted(os.listdir(victim)) == ["model.pkl"]
     assert (victim / "model.pkl").read_text() == "precious\n"
-    capsys.readouterr()
-    sweep.main(["status"] + flags(tmp_path))
-    lines = capsys.readouterr().out.splitlines()
-    failed = [line for line in lines if line.startswith("failed")]
-    assert len(failed) == 1 and job.output_dir in failed[0]
-    assert f"{job.output_dir} is a symbolic link; refusing to use it" in failed[0]
-    assert sum(line.startswith("done") for line in lines) == 2
+    assert_status_fails_only(tmp_path, capsys, job,
+                             f"{job.output_dir} is a symbolic link; refusing to use it")
 
 
 def test_delete_incomplete_refuses_a_symlinked_job_folder(tmp_path, capsys):
