@@ -240,6 +240,7 @@ def to_html(df: pd.DataFrame, digits: int = 2, title: Optional[str] = None) -> s
 
 def to_csv(df: pd.DataFrame) -> str:
     """Full-precision CSV; text cells that start like a formula are escaped (csv_cell)."""
+    import pandas as pd
     df = df.rename(columns=csv_cell)
     df = df.apply(lambda column: column if pd.api.types.is_numeric_dtype(column)
                   else column.map(csv_cell))
