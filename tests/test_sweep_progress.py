@@ -46,7 +46,8 @@ def test_no_bar_without_a_terminal_and_durations_format():
 def test_local_launcher_reports_progress(tmp_path, capsys):
     import sys
 
-    from domainbed.launch.launchers import Command, local_launcher
+    from domainbed.launch.jobs import Command
+    from domainbed.launch.local import local_launcher
     commands = []
     for name in ("a", "b"):
         out = tmp_path / name
