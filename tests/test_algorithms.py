@@ -17,6 +17,7 @@ from tests.test_hparams import DOMAINBED_DRAWS
 SIX = ["ERM", "IRM", "GroupDRO", "CORAL", "MMD", "VREx"]
 GOLDEN = GOLDEN_DIR / "golden.json"
 TOL = dict(rtol=1e-5, atol=1e-5)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
