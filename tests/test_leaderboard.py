@@ -1,7 +1,8 @@
-"""The leaderboard site: its numbers equal collect_results' (DomainBed's published test
-sweep), published rows (conversion of DomainBed's results.tex, transcriptions checked
-against the paper notes), a tiny Debug28 sweep trained here (worst-group tables, data
-variants shown apart, missing cells with their reason), OODSelect panels, bad input."""
+"""The leaderboard site: its cells equal DomainBed's printed results of its test sweep and
+collect_results' numbers on our runs, published rows (conversion of DomainBed's results.tex,
+transcriptions checked against the paper notes), a tiny Debug28 sweep trained here
+(worst-group tables, data variants shown apart, missing cells with their reason), OODSelect
+panels, bad input."""
 import csv
 import io
 import json
