@@ -30,8 +30,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from domainbed import registry  # noqa: E402
 
-DEFAULT_ZOO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",
-                           "data", "domainbed_golden", "golden_zoo.json")
+DEFAULT_ZOO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data",
+                           "domainbed_golden", "golden_zoo.json")
 
 
 def decode(values, shape):
