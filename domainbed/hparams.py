@@ -89,6 +89,18 @@ def small_or_large(small, large):
     return pick
 
 
+def by_dataset(values):
+    """A dataset-dependent declaration keyed on registry names, as DomainBed keys some on
+    DomainNet, PACS, ...: `values` maps a tuple of names (or None for the rest) to an Hparam."""
+    def pick(dataset_cls):
+        name = getattr(dataset_cls, "registry_name", dataset_cls.__name__)
+        for names, decl in values.items():
+            if names is not None and name in names:
+                return decl
+        return values[None]
+    return pick
+
+
 def declared_space(cls, dataset_cls):
     """Merge the HPARAMS of `cls` and its bases (subclasses override), resolved for a dataset."""
     space = {}
@@ -100,7 +112,9 @@ def declared_space(cls, dataset_cls):
             if decl is None:  # a subclass may remove an inherited hyperparameter
                 space.pop(name, None)
                 continue
-            space[name] = decl if isinstance(decl, Hparam) else decl(dataset_cls)
+            while not isinstance(decl, Hparam):  # dataset-dependent, maybe nested
+                decl = decl(dataset_cls)
+            space[name] = decl
     return space
 
 

@@ -15,3 +15,14 @@ def _default_log_levels():
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: an end-to-end test that takes over ~20 s "
                                        "(deselect with -m 'not slow')")
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test, restored after: reference outputs (DomainBed's golden
+    values) were recorded on one thread, and more threads sum reductions in another order."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

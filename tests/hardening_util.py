@@ -1,5 +1,6 @@
-"""Shared helpers of the hardening tests: in-process train runs on Debug28 and a partial
-run that stops (as a kill would) after a given step."""
+"""Shared helpers of the tests that train: in-process train runs on Debug28, the CLI's step
+loop (the one hand-written loop of the tests), and a partial run that stops (as a kill
+would) after a given step."""
 import json
 
 import pytest
@@ -27,24 +28,41 @@ def train(argv, capsys=None):
     return code, err
 
 
-def train_partially(argv, stop_after):
-    """Train like the CLI but stop after step `stop_after` (state as a SIGKILL leaves it)."""
+def training_run(argv, dataset_cls=None):
+    """A TrainingRun set up from train CLI arguments as the CLI sets it up (output folder
+    prepared, hyperparameters resolved); `dataset_cls` replaces the named dataset's class."""
     from domainbed import run_hparams
     from domainbed.config import RunConfig
     from domainbed.training import loop as training
     args = RunConfig.from_argv(argv)
-    algorithm_cls, dataset_cls = args.validate()
+    algorithm_cls, named_dataset_cls = args.validate()
     overrides = json.loads(args.hparams) if args.hparams else {}
     hparams = run_hparams.resolve(args.algorithm, args.dataset, args.hparams_seed, args.trial_seed,
-                         overrides, notify=lambda m: None)
+                                  overrides, notify=lambda m: None)
     assert training.prepare_output_dir(args.output_dir, log=lambda m: None)
-    run = training.TrainingRun(args, hparams, algorithm_cls, dataset_cls, log=lambda m: None)
-    start = run.restore()
-    for step in range(start, stop_after + 1):
+    return training.TrainingRun(args, hparams, algorithm_cls, dataset_cls or named_dataset_cls,
+                                log=lambda m: None)
+
+
+def train_steps(run, stop_after=None, lose_next_step=False):
+    """The CLI's step loop on `run`: from the restored step, train and checkpoint, then finish.
+    With `stop_after`, stop after that step as a SIGKILL would (no finish); `lose_next_step`
+    also takes the next step, which no checkpoint keeps."""
+    last = run.n_steps - 1 if stop_after is None else stop_after
+    for step in range(run.restore(), last + 1):
         run.train_step(step)
         if run.is_checkpoint(step):
             run.checkpoint(step)
+    if stop_after is None:
+        run.finish()
+    elif lose_next_step:
+        run.train_step(stop_after + 1)
     return run
+
+
+def train_partially(argv, stop_after):
+    """Train like the CLI but stop after step `stop_after` (state as a SIGKILL leaves it)."""
+    return train_steps(training_run(argv), stop_after)
 
 
 def records(out):

@@ -13,10 +13,14 @@ from domainbed import registry
 from tests.requirements import data_dir, need_data
 
 GOLDEN_DIR = data_dir("domainbed_golden")
+pytestmark = pytest.mark.usefixtures("one_thread")  # as DomainBed's outputs were recorded
 ZOO = GOLDEN_DIR / "golden_zoo.json"
-# Gaussian kernels with gammas up to 1000 and convolutions amplify float32 round-off (the
-# README measures up to 3e-5 between torch versions); 1e-5 elsewhere.
-LOOSE = {"MMD", "CausIRL_MMD", "RDM", "ARM"}
+# Gaussian kernels with gammas up to 1000 amplify float32 round-off (the README measures up
+# to 2e-5 between torch versions); 1e-5 elsewhere. ARM is not loose: on one thread and in the
+# contiguous layout our ARM and DomainBed's give bit-identical outputs (measured); what moves
+# ARM is the convolution layout: both codes in channels-last (the training loop's CPU default)
+# give the same outputs, 1.6e-4 away from the contiguous ones after three Adam steps.
+LOOSE = {"MMD", "CausIRL_MMD", "RDM"}
 
 
 def _load():
@@ -102,7 +106,6 @@ def minibatches_of(case, i):
 def test_update_and_predict_match_domainbed(golden, name):
     case = golden["updates"][name]
     assert case["status"] in ("ok", "image-input"), case["status"]
-    torch.set_num_threads(1)
     algorithm = build(name, case)
     tol = dict(rel=1e-4, abs=1e-5) if name in LOOSE else dict(rel=1e-5, abs=1e-6)
     for i, expected in enumerate(case["update_outputs"]):

@@ -10,12 +10,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from domainbed import registry, run_hparams
+from domainbed import registry
 from domainbed.algorithms.mixing import LISA
 from domainbed.algorithms.reweighting import cvar_weights, generalized_cross_entropy
 from domainbed.algorithms.two_stage import group_balanced_subset
 from domainbed.datasets.base import TensorEnvironment
 from oodutils.errors import UserError
+from tests.hardening_util import train_argv, train_steps, training_run
 from tests.test_algorithms_registry import build, context_for, hparams_for, make_env, step
 
 
@@ -148,34 +149,22 @@ def test_cvar_weights_concentrate_on_worst_fraction():
 
 # --- through the training loop ----------------------------------------------------------
 
-def training_run(tmp_path, algorithm, dataset_cls=None, steps=4, overrides=None):
-    from domainbed.config import RunConfig
-    from domainbed.training import loop as training
+def subpop_run(tmp_path, algorithm, dataset_cls=None, steps=4, overrides=None):
+    """A Debug28 TrainingRun (MLP) with a checkpoint at every step."""
     overrides = {"batch_size": 8, "arch": "mlp", "mlp_width": 16, **(overrides or {})}
     out = tmp_path / algorithm
-    args = RunConfig.from_argv(["--dataset", "Debug28", "--algorithm", algorithm, "--data_dir",
-                       str(tmp_path), "--output_dir", str(out), "--steps", str(steps),
-                       "--checkpoint_freq", "1", "--test_envs", "0", "--num_threads", "1",
-                       "--hparams", json.dumps(overrides)])
-    algorithm_cls, debug_cls = args.validate()
-    hparams = run_hparams.resolve(algorithm, "Debug28", 0, 0, overrides)
-    training.prepare_output_dir(str(out), log=lambda *a: None)
-    return training.TrainingRun(args, hparams, algorithm_cls, dataset_cls or debug_cls,
-                                log=lambda *a: None), out
+    argv = train_argv(out, algorithm=algorithm, steps=steps, freq=1, hparams=json.dumps(overrides))
+    return training_run(argv, dataset_cls), out
 
 
 @pytest.mark.parametrize("name", ["JTT", "CRT", "DFR"])
 def test_two_stage_records_say_their_stage(tmp_path, name):
-    run, out = training_run(tmp_path, name)
-    run.restore()
+    run, out = subpop_run(tmp_path, name)
     balanced = []
     real_batches = run.minibatches.batches
     run.minibatches.batches = lambda s, group_balanced=False: (
         balanced.append(group_balanced) or real_batches(s, group_balanced))
-    for s in range(run.n_steps):
-        run.train_step(s)
-        run.checkpoint(s)
-    run.finish()
+    train_steps(run)
     with open(out / "results.jsonl") as f:
         stages = [json.loads(line)["stage"] for line in f]
     assert stages == ["stage1", "stage1", "stage2", "stage2"]
@@ -191,13 +180,13 @@ def test_group_method_fails_clearly_without_groups(tmp_path):
             self.datasets = [TensorEnvironment(e.x, e.y, e.ids) for e in self.datasets]
 
     with pytest.raises(UserError, match="needs group .* annotations"):
-        training_run(tmp_path, "ReWeight", dataset_cls=NoGroups)
-    run, _ = training_run(tmp_path, "ERM", dataset_cls=NoGroups)  # others are unaffected
+        subpop_run(tmp_path, "ReWeight", dataset_cls=NoGroups)
+    run, _ = subpop_run(tmp_path, "ERM", dataset_cls=NoGroups)  # others are unaffected
     assert run.algorithm is not None
 
 
 def test_group_batches_reach_the_algorithm(tmp_path):
-    run, _ = training_run(tmp_path, "ReWeight")
+    run, _ = subpop_run(tmp_path, "ReWeight")
     seen = []
     update = run.algorithm.update
     run.algorithm.update = lambda b, u=None, groups=None: seen.append(groups) or \

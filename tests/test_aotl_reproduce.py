@@ -7,7 +7,6 @@ import importlib.util
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -107,12 +106,9 @@ def _load_script():
 
 def test_reproduction_script_reproduces_every_published_row():
     script = _load_script()
-    t0 = time.perf_counter()
-    df = script.compare(DATA)
-    elapsed = time.perf_counter() - t0
+    df = script.compare(DATA)  # the script prints how long this takes (a benchmark figure)
     assert len(df) == 62
     assert df["reproduced"].all(), df.loc[~df["reproduced"], ["table", "split", "max_diff"]]
-    assert elapsed < 60  # a few seconds on an idle laptop core
     known = script.compare(DATA, tables=script.KNOWN_NOT_REPRODUCIBLE)
     assert not known["reproduced"].all()  # CivilComments T27 stays unreproducible
 

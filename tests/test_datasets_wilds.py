@@ -1,5 +1,4 @@
-"""WILDSCamelyon and WILDSFMoW through the wilds package from tiny WILDS-style roots, and
-SVIRO's image-folder layout."""
+"""WILDSCamelyon and WILDSFMoW through the wilds package from tiny WILDS-style roots."""
 import numpy as np
 import pytest
 
@@ -7,7 +6,6 @@ from domainbed.registry import get_dataset_class
 from oodutils.errors import UserError
 from tests.dataset_fixtures import (
     last_record,
-    save_image,
     train_cli,
     write_camelyon,
     write_fmow,
@@ -53,13 +51,3 @@ def test_camelyon_train_cli(tmp_path):
                                                        "batch_size": 4}, "--test_envs", "4")
     assert proc.returncode == 0, proc.stderr
     assert last_record(out)["args"]["env_names"][4] == "hospital_4"
-
-
-def test_sviro_layout(tmp_path):
-    envs = get_dataset_class("SVIRO").ENVIRONMENTS
-    for k, env in enumerate(envs):
-        for cls in ("empty", "adult"):
-            save_image(str(tmp_path / "sviro" / env / cls / "0.png"), k)
-    ds = get_dataset_class("SVIRO")(str(tmp_path), [0], {"data_augmentation": False,
-                                                         "image_size": 8})
-    assert len(ds) == 10 and ds.num_classes == 2 and [len(e) for e in ds] == [2] * 10

@@ -11,6 +11,8 @@ from domainbed.registry import get_dataset_class
 from domainbed.run_hparams import default_hparams
 from oodutils.errors import UserError
 
+SVIRO_VEHICLES = ["aclass", "escape", "hilux", "i3", "lexus", "tesla", "tiguan", "tucson", "x5",
+                  "zoe"]
 SPECS = {
     "VLCS": ("VLCS", ["Caltech101", "LabelMe", "SUN09", "VOC2007"], ["C", "L", "S", "V"], 300),
     "PACS": ("PACS", ["art_painting", "cartoon", "photo", "sketch"], ["A", "C", "P", "S"], 300),
@@ -21,6 +23,7 @@ SPECS = {
     "DomainNet": ("domain_net", ["clipart", "infograph", "painting", "quickdraw", "real",
                                  "sketch"],
                   ["clip", "info", "paint", "quick", "real", "sketch"], 1000),
+    "SVIRO": ("sviro", SVIRO_VEHICLES, SVIRO_VEHICLES, 300),
 }
 
 

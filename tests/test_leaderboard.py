@@ -1,7 +1,8 @@
-"""The leaderboard site: its numbers equal collect_results' (DomainBed's published test
-sweep), published rows (conversion of DomainBed's results.tex, transcriptions checked
-against the paper notes), a tiny Debug28 sweep trained here (worst-group tables, data
-variants shown apart, missing cells with their reason), OODSelect panels, bad input."""
+"""The leaderboard site: its cells equal DomainBed's printed results of its test sweep and
+collect_results' numbers on our runs, published rows (conversion of DomainBed's results.tex,
+transcriptions checked against the paper notes), a tiny Debug28 sweep trained here
+(worst-group tables, data variants shown apart, missing cells with their reason), OODSelect
+panels, bad input."""
 import csv
 import io
 import json
@@ -20,9 +21,9 @@ from domainbed.results import model_selection
 from domainbed.scripts import collect_results
 from domainbed.scripts import leaderboard as cli
 from tests.requirements import data_dir, need_data
+from tests.test_collect_results import EXPECTED, SWEEP, parse_text_tables
 
 REPO = Path(__file__).resolve().parents[1]
-SWEEP = data_dir("domainbed_test_sweep") / "test_sweep_data"
 TEX = data_dir("domainbed_published") / "results.tex"
 # The team's paper notes are development material, not shipped: shared/spec beside the clone
 # (CI) or beside the folder of worktrees.
@@ -140,6 +141,32 @@ def test_numbers_equal_collect_results(mixed_site):
     assert "98.0 +/- 0.2" in page and "2 trials · 3 hparams" in page
     assert "78.3 +/- 0.0" in (out / "index.html").read_text()
     assert any(title.startswith("Test average accuracy") for title in model_tables(model))
+
+
+@pytest.fixture(scope="module")
+def sweep_site(tmp_path_factory):
+    """DomainBed's test sweep alone, built into a site."""
+    need_data(SWEEP, "DomainBed's published test sweep")
+    out = tmp_path_factory.mktemp("sweep") / "site"
+    with redirect_stdout(io.StringIO()):
+        cli.main(["--input_dir", str(SWEEP), "--out", str(out)])
+    return out, json.loads((out / "leaderboard.json").read_text())
+
+
+def test_cells_equal_domainbeds_test_sweep_results(sweep_site):
+    """Every cell of DomainBed's own collect_results output for its test sweep
+    (test_sweep_results.txt) is the cell the leaderboard holds and its pages show."""
+    need_data(EXPECTED, "DomainBed's printed results of its test sweep")
+    out, model = sweep_site
+    expected = parse_text_tables(EXPECTED.read_text())
+    got = model_tables(model)
+    assert len(expected) == 6
+    for header, (_, rows) in expected.items():
+        assert got[header] == rows, header
+    dataset_page = (out / "dataset_VLCS.html").read_text()
+    for header, (_, rows) in expected.items():
+        if header.startswith("Dataset: VLCS"):
+            assert all(cell in dataset_page for cell in rows["ERM"][:-1]), header
 
 
 def test_subpopbench_selection_and_published_worst_group(mixed_site):

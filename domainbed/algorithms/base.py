@@ -5,7 +5,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 
-from domainbed.hparams import Hparam, small_or_large
+from domainbed.hparams import Hparam, by_dataset, small_or_large
 from oodutils.errors import UserError
 
 
@@ -69,6 +69,10 @@ def require_groups(algorithm_name, splits):
     return [torch.as_tensor(s.groups, dtype=torch.long) for s in splits]
 
 
+# DomainBed's batch size on MNIST-sized images (every algorithm; ARM keeps it there too)
+SMALL_IMAGES_BATCH_SIZE = Hparam(64, lambda r: int(2 ** r.uniform(3, 9)), low=1)
+
+
 class Algorithm(torch.nn.Module):
     """A method for domain generalization.
 
@@ -90,8 +94,9 @@ class Algorithm(torch.nn.Module):
         "weight_decay": small_or_large(Hparam(0.0, lambda r: 0.0, low=0.0),
                                        Hparam(0.0, lambda r: 10 ** r.uniform(-6, -2),
                                               low=0.0)),
-        "batch_size": small_or_large(Hparam(64, lambda r: int(2 ** r.uniform(3, 9)), low=1),
-                                     Hparam(32, lambda r: int(2 ** r.uniform(3, 5.5)), low=1)),
+        "batch_size": small_or_large(SMALL_IMAGES_BATCH_SIZE, by_dataset({
+            ("DomainNet",): Hparam(32, lambda r: int(2 ** r.uniform(3, 5)), low=1),
+            None: Hparam(32, lambda r: int(2 ** r.uniform(3, 5.5)), low=1)})),
     }
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):

@@ -10,7 +10,7 @@ from domainbed.algorithms.alignment import mean_cov_distance, mmd_gaussian
 from domainbed.algorithms.common import adam, choice, log_uniform, split_rows, uniform
 from domainbed.algorithms.erm import ERM
 from domainbed.algorithms.irm import irm_penalty
-from domainbed.hparams import Hparam
+from domainbed.hparams import Hparam, by_dataset
 from domainbed.registry import register_algorithm
 
 
@@ -165,39 +165,27 @@ class EQRM(ERM):
 RDM_GAMMAS = (0.0001, 0.001, 0.01, 0.1, 1, 10, 100, 1000)
 
 
-def rdm_by_dataset(values):
-    """A dataset-dependent RDM hparam: `values` maps a dataset-name tuple (or None for the
-    rest) to an Hparam; DomainBed keys these on DomainNet, PACS, TerraIncognita ..."""
-    def pick(dataset_cls):
-        name = getattr(dataset_cls, "registry_name", dataset_cls.__name__)
-        for names, decl in values.items():
-            if names is not None and name in names:
-                return decl
-        return values[None]
-    return pick
-
-
 @register_algorithm("RDM")
 class RDM(ERM):
     """Risk Distribution Matching (Nguyen et al. 2024): mean risk plus, after an anneal
     period (with a fresh Adam at `rdm_lr`), the Gaussian-kernel MMD between the worst
     domain's per-example losses and all of them, and the variance of both."""
     HPARAMS = {
-        "rdm_lambda": rdm_by_dataset({
+        "rdm_lambda": by_dataset({
             ("DomainNet",): uniform(0.5, 0.1, 1.0),
             ("PACS", "TerraIncognita"): uniform(5.0, 1.0, 10.0),
             None: uniform(5.0, 0.1, 10.0)}),
-        "rdm_penalty_anneal_iters": rdm_by_dataset({
+        "rdm_penalty_anneal_iters": by_dataset({
             ("DomainNet",): Hparam(2400, lambda r: int(r.uniform(1500, 3000)),
                                    low=1500, high=3000),
             None: Hparam(1500, lambda r: int(r.uniform(800, 2700)), low=800, high=2700)}),
-        "variance_weight": rdm_by_dataset({
+        "variance_weight": by_dataset({
             ("TerraIncognita", "OfficeHome", "DomainNet"): choice(0.0, [0.0]),
             None: uniform(0.004, 0.001, 0.007)}),
         "rdm_lr": uniform(1.5e-5, 8e-6, 2e-5, "learning rate after the anneal period"),
         "batch_size": lambda dataset_cls: (
             Hparam(64, lambda r: int(2 ** r.uniform(3, 9)), low=8, high=512)
-            if getattr(dataset_cls, "SMALL_IMAGES", False) else rdm_by_dataset({
+            if getattr(dataset_cls, "SMALL_IMAGES", False) else by_dataset({
                 ("DomainNet", "TerraIncognita"): Hparam(
                     40, lambda r: int(r.uniform(30, 60)), low=30, high=60),
                 None: Hparam(88, lambda r: int(r.uniform(70, 100)), low=70, high=100),

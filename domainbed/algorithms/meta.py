@@ -11,9 +11,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from domainbed import networks
-from domainbed.algorithms.base import Algorithm
+from domainbed.algorithms.base import SMALL_IMAGES_BATCH_SIZE, Algorithm
 from domainbed.algorithms.common import adam, choice, log_uniform
 from domainbed.algorithms.erm import ERM
+from domainbed.hparams import Hparam, small_or_large
 from domainbed.registry import register_algorithm
 
 
@@ -96,7 +97,8 @@ class ARM(ERM):
     each batch of `batch_size` examples (the support set) into one extra input channel.
     Needs image inputs (batch, channels, height, width), as in DomainBed."""
     NEEDS_IMAGES = True
-    HPARAMS = {}
+    # DomainBed fixes ARM's support set at 8 images on every dataset but the MNIST-sized ones
+    HPARAMS = {"batch_size": small_or_large(SMALL_IMAGES_BATCH_SIZE, Hparam(8, lambda r: 8, low=1))}
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         if len(input_shape) != 3:
