@@ -14,6 +14,7 @@ from domainbed.leaderboard.published import format_published
 from domainbed.results import model_selection
 from domainbed.results import report as collect_results
 from domainbed.results import tables as reporting
+from oodutils.errors import UserError
 
 BASELINE = "ERM"
 LOO_NEEDS = "leave-one-domain-out needs runs with two test environments"
@@ -173,9 +174,17 @@ VAL_WGA_NEEDS = ("SubpopBench's selection needs datasets whose environments are 
 
 
 def _methods(chosen):
+    """The chosen selection methods, by default every one the site lays out (SubpopBench's
+    attribute-unknown, label-only selections are collect_results' only, for now)."""
+    label_only = tuple(getattr(model_selection, "LABEL_ONLY_METHODS", ()))
     if chosen is not None:
+        refused = [m.key for m in chosen if m in label_only]
+        if refused:
+            raise UserError(f"the leaderboard has no pages for {', '.join(refused)} yet; "
+                            f"collect_results --selection_methods {' '.join(refused)} "
+                            f"prints their tables")
         return list(chosen)
-    return list(model_selection.SELECTION_METHODS.values())
+    return [m for m in model_selection.SELECTION_METHODS.values() if m not in label_only]
 
 
 def build_model(loaded, sources=(), methods=None, notes=()):
