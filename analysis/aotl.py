@@ -1,5 +1,5 @@
-"""Accuracy on the line (seed 000: "Are Domain Generalization Benchmarks with Accuracy on
-the Line Misspecified?").
+"""Accuracy on the line (Salaudeen et al. 2025, "Are Domain Generalization Benchmarks with
+Accuracy on the Line Misspecified?").
 
 For each leave-one-domain-out split, fit a line between the ID and the OOD accuracies of
 many classifiers on a probit scale, ``scipy.stats.linregress(probit(ID), probit(OOD))``

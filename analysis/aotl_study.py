@@ -108,7 +108,7 @@ def write_summary(path, dataset, facts, per_ood, pairwise_md, plots, oodselect, 
     n_runs, n_ckpt = len(facts), int(facts.checkpoints.sum())
     lines += ["## The zoo", "",
               f"{n_runs} training runs (N counts runs), {n_ckpt} checkpoints in the fits "
-              f"(each run contributes every checkpoint, as seed 000 counts them). "
+              f"(each run contributes every checkpoint, as Salaudeen et al. 2025 count them). "
               f"Steps per run: {', '.join(map(str, sorted(facts.steps.unique())))}; "
               f"evaluated splits: {', '.join(sorted(facts.eval_splits.unique()))}; data: "
               f"{', '.join(sorted(facts.data_source.unique()))}.", ""]

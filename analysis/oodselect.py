@@ -1,4 +1,6 @@
-"""OODSelect (seed 001): find OOD subsets on which ID and OOD accuracy are anti-correlated.
+"""OODSelect (Salaudeen et al. 2025, "Aggregation Hides Out-of-Distribution Generalization
+Failures from Spurious Correlations"): find OOD subsets on which ID and OOD accuracy are
+anti-correlated.
 
 Given a correctness matrix ``A`` (models x OOD examples, 1 = correct) and the models'
 held-out ID accuracies ``y``, OODSelect looks for a subset ``S`` of ``n`` examples that

@@ -1,4 +1,4 @@
-"""Seed 000's theory, as calculators and simulations.
+"""The theory of Salaudeen et al. 2025, as calculators and simulations.
 
 "Are Domain Generalization Benchmarks with Accuracy on the Line Misspecified?" proves when an
 ID/OOD split is *well-specified* (the optimal domain-general classifier f_dg beats the

@@ -1,7 +1,7 @@
-"""Seed 002's validity desiderata for spurious-correlation benchmarks, and method recommendation.
+"""Validity desiderata for spurious-correlation benchmarks, and method recommendation.
 
-"Reassessing the validity of spurious correlations benchmarks": a benchmark (dataset + worst-
-group test accuracy) is valid when it shows
+Bell et al. 2024, "Reassessing the Validity of Spurious Correlations Benchmarks": a benchmark
+(dataset + worst-group test accuracy) is valid when it shows
   * ERM Failure: ERM's per-group test accuracies differ (SD over groups),
   * Discriminative Power: methods' worst-group (WG) test accuracies differ (SD over methods),
   * Convergent Validity: it agrees (Pearson r over methods) with benchmarks of similar task

@@ -225,7 +225,8 @@ def cmd_leave_one_out(args):
 def build_parser():
     parser = ArgumentParser(
         prog="python -m analysis.validity",
-        description="Validity desiderata of spurious-correlation benchmarks (seed 002).",
+        description="Validity desiderata of spurious-correlation benchmarks (Bell et al. 2024, "
+                    "'Reassessing the Validity of Spurious Correlations Benchmarks').",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 

@@ -1,5 +1,5 @@
-"""Seed 002's validity analysis on run directories: the records adapter (the command line
-is :mod:`analysis.validity_cli`).
+"""The validity analysis of Bell et al. 2024 on run directories: the records adapter (the
+command line is :mod:`analysis.validity_cli`).
 
 Reads group-annotated records (``env{i}_{in,out}_acc_g{g}``, ``env{i}_{in,out}_wga``,
 ``args.group_names``) through ``domainbed.results.records`` and hands arrays to

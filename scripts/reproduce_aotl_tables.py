@@ -1,4 +1,4 @@
-"""Recompute the accuracy-on-the-line tables of seed 000 (Salaudeen et al., "Are Domain
+"""Recompute the accuracy-on-the-line tables of Salaudeen et al. 2025 ("Are Domain
 Generalization Benchmarks with Accuracy on the Line Misspecified?") from the authors'
 per-model accuracy CSVs, and print ours beside the published numbers.
 

@@ -1,4 +1,5 @@
-"""Draw seed 000's simulation figures (PNG) from analysis.theory.
+"""Draw the simulation figures of Salaudeen et al. 2025 ("Are Domain Generalization
+Benchmarks with Accuracy on the Line Misspecified?") (PNG) from analysis.theory.
 
     python scripts/theory_figures.py --output_dir figures/theory
 

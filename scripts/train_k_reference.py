@@ -1,4 +1,5 @@
-"""Train the two reference models behind seed 002's K for one dataset.
+"""Train the two reference models behind the K of Bell et al. 2024 ("Reassessing the
+Validity of Spurious Correlations Benchmarks") for one dataset.
 
     python scripts/train_k_reference.py --dataset Waterbirds --data_dir data/ \\
         --output_dir kref/ --test_envs 1 --trial_seeds 0 1 2

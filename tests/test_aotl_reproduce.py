@@ -1,7 +1,7 @@
 """The paper's accuracy-on-the-line tables, recomputed from the authors' accuracy CSVs.
 
-Published rows (slope, intercept, R, p, stderr) transcribed from seed 000 (spec
-notes_000 section 4). The paper prints 2 decimals and sometimes truncates: allow 0.01.
+Published rows (slope, intercept, R, p, stderr) transcribed from Salaudeen et al. 2025
+(spec notes_000 section 4). The paper prints 2 decimals and sometimes truncates: allow 0.01.
 """
 import importlib.util
 import os

@@ -1,5 +1,6 @@
-"""SubpopBench-framed image benchmarks (Waterbirds, CelebA, MetaShift) and seed 000's
-WILDSWaterbirds, loaded from tiny fixtures in the real layouts."""
+"""SubpopBench-framed image benchmarks (Waterbirds, CelebA, MetaShift) and the
+WILDSWaterbirds of Salaudeen et al. 2025 (accuracy on the line), loaded from tiny fixtures
+in the real layouts."""
 import os
 
 import numpy as np

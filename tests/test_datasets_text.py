@@ -1,5 +1,5 @@
-"""CivilComments in its three framings (SubpopBench, seed 000, seed 001) from a tiny csv in
-WILDS' layout, and a few training steps through the train CLI."""
+"""CivilComments in its three framings (SubpopBench, accuracy on the line,
+OODSelect) from a tiny csv in WILDS' layout, and a few training steps through the train CLI."""
 import json
 
 import numpy as np

@@ -1,4 +1,5 @@
-"""Seed 000's theorems: the calculators, and their predictions on the simulations."""
+"""The theorems of Salaudeen et al. 2025 (accuracy on the line): the calculators, and their
+predictions on the simulations."""
 import importlib.util
 import os
 import subprocess

@@ -1,5 +1,6 @@
-"""Seed 002's validity analysis: the array core on inputs with known answers, then the records
-adapter and the command line on a tiny fake sweep laid out as docs/CONTRACTS.md says."""
+"""The validity analysis of Bell et al. 2024: the array core on inputs with known answers,
+then the records adapter and the command line on a tiny fake sweep laid out as
+docs/CONTRACTS.md says."""
 import json
 import math
 import os

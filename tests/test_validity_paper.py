@@ -1,4 +1,4 @@
-"""Seed 002's recipe tables, recomputed from the paper's own numbers.
+"""The recipe tables of Bell et al. 2024, recomputed from the paper's own numbers.
 
 Table 1 (K, ERM Failure, Discriminative Power, Convergent Validity, best method, its WG test
 accuracy) and Table 2 (the WG test accuracy of the method each strategy picks) are transcribed

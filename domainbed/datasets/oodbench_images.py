@@ -1,4 +1,5 @@
-"""OoD-Bench's correlation-shift image datasets (Ye et al. 2022, seed 004): CelebA_Blond and
+"""OoD-Bench's correlation-shift image datasets (Ye et al. 2022, "OoD-Bench: Quantifying
+and Understanding Two Dimensions of Out-of-Distribution Generalization"): CelebA_Blond and
 NICO_Mixed, with the cell counts of the paper's Tables 10 and 9.
 
 ``CelebA_Blond``: environments [unbalanced_1, unbalanced_2, balanced] (OoD-Bench's names; two

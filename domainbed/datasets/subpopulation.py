@@ -1,5 +1,5 @@
 """Group-annotated image benchmarks in SubpopBench's framing (Yang et al. 2023), plus
-seed 000's Waterbirds construction.
+the Waterbirds construction of Salaudeen et al. 2025 (accuracy on the line).
 
 SubpopBench framing (``Waterbirds``, ``CelebA``, ``MetaShift``; the text ones live in
 ``domainbed.datasets.text``): the environments are the official splits
@@ -121,8 +121,9 @@ class Waterbirds(SubpopulationDataset):
 
 @register_dataset("WILDSWaterbirds")
 class WILDSWaterbirds(Waterbirds):
-    """Seed 000's construction: env 0 = the full training split, env 1 = val + test;
-    groups (y, place). Trained on env 0 (DEFAULT_TEST_ENVS = [1])."""
+    """The construction of Salaudeen et al. 2025 (accuracy on the line): env 0 = the full
+    training split, env 1 = val + test; groups (y, place). Trained on env 0
+    (DEFAULT_TEST_ENVS = [1])."""
     ENVIRONMENTS = ["train", "val_test"]
     DEFAULT_TEST_ENVS = [1]
 

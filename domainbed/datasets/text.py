@@ -16,16 +16,17 @@ the comment in the csv (times ATTR_STRIDE plus the attribute where a comment is 
   ``no_identity``; a val/test comment appears once per identity it mentions (attribute = that
   identity; comments without one are left out), so worst-group accuracy is over
   (toxicity x identity) as in SubpopBench.
-* ``CivilCommentsIdentity`` (seed 000): 16 environments identity x {toxic, nontoxic} ordered
-  male_toxic, male_nontoxic, female_toxic, ..., white_nontoxic; only comments with exactly one
-  identity; all splits pooled.
-* ``WILDSCivilComments`` (seed 001): 8 environments, one per identity. With
+* ``CivilCommentsIdentity`` (Salaudeen et al. 2025, accuracy on the line): 16 environments
+  identity x {toxic, nontoxic} ordered male_toxic, male_nontoxic, female_toxic, ...,
+  white_nontoxic; only comments with exactly one identity; all splits pooled.
+* ``WILDSCivilComments`` (Salaudeen et al. 2025, OODSelect): 8 environments, one per identity.
+  With
   ``RandomState(42 + data_seed)`` (seed 42 as in the paper at the default data seed), applied
   to the comments in file order: each comment goes to one of its identities drawn uniformly;
   a comment without an identity goes to one of the 8 environments drawn uniformly; then
   exactly 20% of all comments, drawn without replacement from the same generator, move to a
   uniformly drawn different environment. Group = (toxicity, the identity drawn before the
-  move, or no_identity). Seed 001 trains on 0-1-2-3-5-6 and tests on 4 (muslim).
+  move, or no_identity). OODSelect trains on 0-1-2-3-5-6 and tests on 4 (muslim).
 
 MultiNLI layout (SubpopBench / group DRO): ``DATA_DIR/multinli/data/metadata_random.csv``
 (gold_label, sentence2_has_negation, split 0/1/2) and
@@ -139,7 +140,8 @@ class CivilComments(TextDataset):
 
 @register_dataset("CivilCommentsIdentity")
 class CivilCommentsIdentity(TextDataset):
-    """Seed 000's 16 environments identity x {toxic, nontoxic} (single-identity comments)."""
+    """The 16 environments identity x {toxic, nontoxic} (single-identity comments) of
+    Salaudeen et al. 2025 (accuracy on the line)."""
     ENVIRONMENTS = [f"{i}_{t}" for i in IDENTITIES for t in ("toxic", "nontoxic")]
     GROUP_NAMES = list(ENVIRONMENTS)
     CLASSES = ["nontoxic", "toxic"]
@@ -171,7 +173,8 @@ def wilds_civil_environments(identities, seed, move_fraction=0.2):
 
 @register_dataset("WILDSCivilComments")
 class WILDSCivilComments(TextDataset):
-    """Seed 001's 8 demographic environments; see the module docstring for the rule."""
+    """The 8 demographic environments of OODSelect (Salaudeen et al. 2025); see the module
+    docstring for the rule."""
     ENVIRONMENTS = list(IDENTITIES)
     CLASSES = ["nontoxic", "toxic"]
     ATTRIBUTES = IDENTITIES + ["no_identity"]

@@ -13,8 +13,8 @@
 Frozen encoders (``text_finetune`` false, the default) are run once: the embeddings are cached
 on disk keyed by (model identity, dataset fingerprint, max length), so every run of a sweep
 after the first loads them; the featurizer is then the identity on the embedding (a linear or
-light classifier on top, as seed 000 does). With ``text_finetune`` true the inputs are token
-ids + attention masks and the encoder is trained end to end.
+light classifier on top, as Salaudeen et al. 2025 do). With ``text_finetune`` true the
+inputs are token ids + attention masks and the encoder is trained end to end.
 
 Cache location: ``$DOMAINBED_CACHE_DIR/text_features`` if set, else
 ``DATA_DIR/.domainbed_cache/text_features``; files are written atomically, each with its
