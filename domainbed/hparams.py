@@ -8,7 +8,10 @@ itself in a class attribute ``HPARAMS``: a dict ``name -> Hparam`` or
 seeded by ``seed_hash(seed_hash(hparams_seed, trial_seed), name)`` exactly as DomainBed,
 so our draws equal DomainBed's for the names both declare.
 """
+from __future__ import annotations
+
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -17,7 +20,7 @@ import numpy as np
 from oodutils.errors import UserError
 
 
-def seed_hash(*args):
+def seed_hash(*args: object) -> int:
     """DomainBed's misc.seed_hash: a stable 31-bit integer from any printable arguments."""
     args_str = str(args)
     return int(hashlib.md5(args_str.encode("utf-8")).hexdigest(), 16) % (2 ** 31)
@@ -40,12 +43,12 @@ class Hparam:
     choices: Any = None
 
 
-def _type_name(value):
+def _type_name(value: object) -> str:
     return {bool: "a boolean", int: "an integer", float: "a number",
             str: "a string"}.get(type(value), type(value).__name__)
 
 
-def check_value(name, decl, value):
+def check_value(name: str, decl: Hparam, value: Any) -> Any:
     """`value` as a valid `name` (an int-typed value given as 2.0 becomes 2), or a
     UserError saying what is wrong. The type is the default's; then choices and range."""
     import math
@@ -82,17 +85,17 @@ def check_value(name, decl, value):
     return value
 
 
-def small_or_large(small, large):
+def small_or_large(small: Hparam, large: Hparam) -> Callable[[type], Hparam]:
     """A dataset-dependent declaration: `small` for small-image datasets (MNIST family)."""
-    def pick(dataset_cls):
+    def pick(dataset_cls: type) -> Hparam:
         return small if getattr(dataset_cls, "SMALL_IMAGES", False) else large
     return pick
 
 
-def by_dataset(values):
+def by_dataset(values: Mapping[tuple[str, ...] | None, Hparam]) -> Callable[[type], Hparam]:
     """A dataset-dependent declaration keyed on registry names, as DomainBed keys some on
     DomainNet, PACS, ...: `values` maps a tuple of names (or None for the rest) to an Hparam."""
-    def pick(dataset_cls):
+    def pick(dataset_cls: type) -> Hparam:
         name = getattr(dataset_cls, "registry_name", dataset_cls.__name__)
         for names, decl in values.items():
             if names is not None and name in names:
@@ -101,9 +104,9 @@ def by_dataset(values):
     return pick
 
 
-def declared_space(cls, dataset_cls):
+def declared_space(cls: type, dataset_cls: type) -> dict[str, Hparam]:
     """Merge the HPARAMS of `cls` and its bases (subclasses override), resolved for a dataset."""
-    space = {}
+    space: dict[str, Hparam] = {}
     for klass in reversed(cls.__mro__):
         own = klass.__dict__.get("HPARAMS")
         if not own:
@@ -118,17 +121,17 @@ def declared_space(cls, dataset_cls):
     return space
 
 
-def _to_builtin(value):
+def _to_builtin(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
 
 
-def draw(space, seed):
+def draw(space: Mapping[str, Hparam], seed: int) -> dict[str, Any]:
     """hparams_seed 0 -> defaults; else DomainBed's per-name seeded random draw."""
     if seed == 0:
         return {name: _to_builtin(h.default) for name, h in sorted(space.items())}
-    out = {}
+    out: dict[str, Any] = {}
     for name, h in sorted(space.items()):
         rs = np.random.RandomState(seed_hash(seed, name))
         out[name] = _to_builtin(h.sample(rs))

@@ -17,7 +17,7 @@ import importlib
 import warnings
 from collections.abc import Callable
 from importlib import metadata
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from oodutils.errors import UnknownNameError, UserError
 from oodutils.log import ProjectWarning
@@ -33,11 +33,11 @@ class PluginWarning(ProjectWarning):
     """An installed plug-in (entry point) failed to load; the registry goes on without it."""
 
 
-def _full_name(cls):
+def _full_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _same_class(a, b):
+def _same_class(a: type, b: type) -> bool:
     """The same class, or the same definition imported twice (a module re-imported,
     or run as __main__)."""
     return a is b or (a.__qualname__ == b.__qualname__ and
@@ -50,7 +50,7 @@ class Registry:
         self.kind = kind
         self.group = entry_point_group
         self.builtin_module = builtin_module
-        self._classes: dict[str, type] = {}
+        self._classes: dict[str, type[Any]] = {}
         self._overridden: set[str] = set()
         self._factories: dict[str, Callable[[str], type]] = {}
         self._loaded = False
@@ -75,7 +75,7 @@ class Registry:
             if override:
                 self._overridden.add(key)
             self._classes[key] = cls
-            cls.registry_name = key
+            cls.registry_name = key  # type: ignore[attr-defined]
             return cls
         return decorator
 
@@ -125,7 +125,7 @@ class Registry:
         finally:
             self._loading = False
 
-    def get(self, name: str) -> type:
+    def get(self, name: str) -> type[Any]:
         self._load()
         if name in self._classes:
             return self._classes[name]
@@ -152,12 +152,12 @@ register_dataset = DATASETS.register
 register_dataset_prefix = DATASETS.register_prefix
 
 
-def get_algorithm_class(name: str) -> type:
+def get_algorithm_class(name: str) -> type[Any]:
     """The algorithm class registered as `name` (UnknownNameError lists the valid ones)."""
     return ALGORITHMS.get(name)
 
 
-def get_dataset_class(name: str) -> type:
+def get_dataset_class(name: str) -> type[Any]:
     """The dataset class registered as `name`, or built for ``folder:PATH`` / ``csv:PATH``
     (UnknownNameError lists the valid ones)."""
     return DATASETS.get(name)

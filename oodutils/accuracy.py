@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -31,14 +32,14 @@ def check_clip(clip: float) -> float:
     return clip
 
 
-def _torch_if_tensor(x):
+def _torch_if_tensor(x: object) -> Any:
     """The torch module when ``x`` is a tensor, else None (a tensor can only exist once
     torch is imported, so this never imports it)."""
     torch = sys.modules.get("torch")
     return torch if torch is not None and torch.is_tensor(x) else None
 
 
-def probit(acc, clip: float = AOTL_CLIP):
+def probit(acc: Any, clip: float = AOTL_CLIP) -> Any:
     """Phi^-1 of the accuracies clipped to [clip, 1 - clip] (``clip=0``: no clipping, so
     0 and 1 give -inf and inf). A torch tensor stays a tensor on its device and dtype
     (sqrt(2) erfinv(2a - 1), differentiable); anything else becomes a float64 numpy
@@ -56,7 +57,7 @@ def probit(acc, clip: float = AOTL_CLIP):
     return ndtri(a)
 
 
-def check_accuracies(values, what: str = "accuracies", *, allow_nan: bool = False,
+def check_accuracies(values: Any, what: str = "accuracies", *, allow_nan: bool = False,
                      allow_empty: bool = False) -> np.ndarray:
     """``values`` as a float64 array, or one UserError saying what is wrong: not numbers,
     empty (unless ``allow_empty``), missing values (NaN; with ``allow_nan`` they may be

@@ -1,4 +1,9 @@
 """User-facing errors: the CLIs print these as one line on stderr and exit non-zero."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from types import ModuleType
+from typing import Any
 
 
 class UserError(Exception):
@@ -6,15 +11,15 @@ class UserError(Exception):
 
 
 class UnknownNameError(UserError, KeyError):
-    def __init__(self, kind, name, valid):
+    def __init__(self, kind: str, name: object, valid: Iterable[str]) -> None:
         self.kind, self.name, self.valid = kind, name, sorted(valid)
         super().__init__(f"unknown {kind} {name!r}; valid {kind}s: {', '.join(self.valid)}")
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.args[0]
 
 
-def run_cli(main, argv=None):
+def run_cli(main: Callable[[list[str] | None], Any], argv: list[str] | None = None) -> Any:
     """Run `main(argv)`, turning UserError into one clear stderr line and exit code 2."""
     import sys
     try:
@@ -27,12 +32,12 @@ def run_cli(main, argv=None):
         sys.exit(130)
 
 
-def epilog_example(command, module, example):
+def epilog_example(command: str, module: str, example: str) -> str:
     """The `--help` epilog every CLI ends with: one example, as command and as module."""
     return f"example:\n  {command} {example}\n(the same as: python -m {module} {example})"
 
 
-def require(module, extra):
+def require(module: str, extra: str) -> ModuleType:
     """Import an optional package, or stop with one line naming the extra that installs it:
     `require("ruptures", extra="analysis")`."""
     import importlib

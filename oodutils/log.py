@@ -26,6 +26,8 @@ import logging
 import os
 import sys
 import warnings
+from collections.abc import Callable, Iterable
+from typing import TextIO
 
 PACKAGES = ("oodutils", "domainbed", "analysis", "ood_bench", "spawrious")
 LEVELS = {-2: logging.ERROR, -1: logging.WARNING, 0: logging.INFO, 1: logging.DEBUG}
@@ -40,20 +42,22 @@ class StderrHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is when a record is emitted (pytest's capture, a
     notebook's stream, a redirect), never to a stream saved at set-up."""
 
-    def __init__(self, level=logging.NOTSET):
+    def __init__(self, level: int = logging.NOTSET) -> None:
         logging.Handler.__init__(self, level)
         self.setFormatter(logging.Formatter("%(message)s"))
 
     @property
-    def stream(self):
+    def stream(self) -> TextIO:
         return sys.stderr
 
     @stream.setter
-    def stream(self, value):   # StreamHandler.setStream; the stream is always sys.stderr
+    def stream(self, value: object) -> None:
+        # StreamHandler.setStream; the stream is always sys.stderr
         pass
 
 
 _DEFAULT_HANDLERS: dict[str, logging.Handler] = {}
+ShowWarning = Callable[..., None]
 
 
 def _package_logger(package: str) -> logging.Logger:
@@ -80,7 +84,8 @@ def level_for(verbosity: int) -> int:
     return LEVELS[max(-2, min(1, verbosity))]
 
 
-def configure(verbosity: int = 0, packages=PACKAGES, warning_lines: bool = True) -> int:
+def configure(verbosity: int = 0, packages: Iterable[str] = PACKAGES,
+              warning_lines: bool = True) -> int:
     """Set every package logger's level from ``verbosity`` (``-v`` counts +1, ``-q`` -1)
     and (``warning_lines``) show this project's warnings as ``warning: ...`` lines (at
     WARNING, so ``-qq`` hides them). The CLIs call this after parsing their flags.
@@ -93,7 +98,7 @@ def configure(verbosity: int = 0, packages=PACKAGES, warning_lines: bool = True)
     return level
 
 
-def propagate_to_root(packages=PACKAGES) -> None:
+def propagate_to_root(packages: Iterable[str] = PACKAGES) -> None:
     """Hand the packages' records to the root logger's handlers (an application's own
     logging set-up) instead of printing them ourselves."""
     for package in packages:
@@ -106,7 +111,7 @@ _ROOTS = tuple(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.
                for p in PACKAGES)
 
 
-def _package_of(category, filename) -> str | None:
+def _package_of(category: object, filename: str | None) -> str | None:
     path = os.path.abspath(filename or "")
     for package, root in zip(PACKAGES, _ROOTS):
         if path.startswith(root):
@@ -116,17 +121,19 @@ def _package_of(category, filename) -> str | None:
     return None
 
 
-def show_warning(message, category, filename, lineno, file=None, line=None):
+def show_warning(message: Warning | str, category: type[Warning], filename: str,
+                 lineno: int, file: TextIO | None = None, line: str | None = None) -> None:
     """A ``warnings.showwarning`` that logs ``warning: <message>`` through the package
     logger of the module that warned."""
     _package_logger(_package_of(category, filename) or "oodutils").warning(f"warning: {message}")
 
 
-def _showwarning_hook(original):
-    def hook(message, category, filename, lineno, file=None, line=None):
+def _showwarning_hook(original: ShowWarning) -> ShowWarning:
+    def hook(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: TextIO | None = None, line: str | None = None) -> None:
         if file is None and _package_of(category, filename):
             show_warning(message, category, filename, lineno)
         else:
             original(message, category, filename, lineno, file, line)
-    hook._oodutils = True
+    hook._oodutils = True  # type: ignore[attr-defined]
     return hook

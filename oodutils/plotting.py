@@ -6,19 +6,27 @@ PNGs are written atomically."""
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 
-def figure_and_axes(ax=None, figsize=(6.0, 5.0)):
+def figure_and_axes(ax: Axes | None = None,
+                    figsize: tuple[float, float] = (6.0, 5.0)) -> tuple[Figure, Axes]:
     """``(ax.figure, ax)`` when the caller gave axes, else a new Figure and its one Axes."""
     if ax is not None:
-        return ax.figure, ax
+        return cast("Figure", ax.figure), ax
     from matplotlib.figure import Figure
     fig = Figure(figsize=figsize)
     return fig, fig.add_subplot()
 
 
-def save_figure(fig, path, dpi: int = 120, bbox_inches=None) -> Path:
+def save_figure(fig: Figure, path: str | os.PathLike[str], dpi: int = 120,
+                bbox_inches: str | None = None) -> Path:
     """Write ``fig`` as a PNG to ``path`` atomically (temp file + rename); returns the
     path. The figure stays open: it is the caller's (or nobody's, for a backend-less
     Figure)."""
