@@ -20,23 +20,36 @@ ValWorstGroupSelectionMethod (SubpopBench's: best worst-group accuracy on the `v
 environment of datasets whose environments are official splits; reports the `test`
 environment's worst-group and average accuracy).
 """
+from __future__ import annotations
+
 import collections
 import itertools
 import json
 import math
 import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from oodutils.errors import UserError
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from domainbed.results.records import Records
+
 DATA_KEYS = ("data_source", "data_fingerprint", "data_seed", "precision", "weights_sha256")
 _WGA_KEY = re.compile(r"^env\d+_(in|out)_wga$")
 
 GroupKey = collections.namedtuple("GroupKey", "trial_seed dataset algorithm test_env")
+Record = dict[str, Any]          # one results.jsonl line, with its run_dir
+Choice = dict[str, Any]          # val_acc, test_acc, step, run_dir of a chosen checkpoint
+DataKey = tuple[Any, ...]
+Labels = dict[tuple[Any, DataKey], str]
 
 
-def _value(record, key):
+def _value(record: Mapping[str, Any], key: str) -> float | None:
     """record[key] as a finite float, or None."""
     value = record.get(key)
     if value is None or isinstance(value, bool):
@@ -48,11 +61,11 @@ def _value(record, key):
     return value if math.isfinite(value) else None
 
 
-def _test_envs(record):
+def _test_envs(record: Record) -> list[int]:
     return list(record["args"].get("test_envs") or [])
 
 
-def num_envs(record):
+def num_envs(record: Record) -> int:
     """Number of environments in a record: its env_names, else env0_out_acc, env1_out_acc,
     ... (as DomainBed; env_names first so that --eval_splits without out splits counts)."""
     names = (record.get("args") or {}).get("env_names")
@@ -61,46 +74,47 @@ def num_envs(record):
     for i in itertools.count():
         if f"env{i}_out_acc" not in record:
             return i
+    raise AssertionError("unreachable")  # itertools.count() never ends
 
 
-def single_test_env_records(records):
+def single_test_env_records(records: Iterable[Record]) -> list[Record]:
     """The records with exactly one test env (DomainBed's get_test_records)."""
     return [r for r in records if len(_test_envs(r)) == 1]
 
 
-def data_key(args):
+def data_key(args: Mapping[str, Any]) -> DataKey:
     """What identifies a run's data (None for DomainBed's own records)."""
     return tuple(args.get(k) for k in DATA_KEYS)
 
 
-def hparams_key(record):
+def hparams_key(record: Record) -> tuple[str, str]:
     """Identifies one hyperparameter setting inside a (trial_seed, dataset, algorithm)."""
     args = record["args"]
     return (str(args.get("hparams_seed")),
             json.dumps(record.get("hparams"), sort_keys=True, default=str))
 
 
-def has_worst_group(records):
+def has_worst_group(records: Iterable[Record]) -> bool:
     """Whether any record carries worst-group accuracies (env{i}_{in,out}_wga)."""
     return any(_WGA_KEY.match(k) for r in records for k in r)
 
 
-def dataset_labels(records):
+def dataset_labels(records: Iterable[Record]) -> Labels:
     """{(dataset, data_key): label}: the dataset's name, or where one dataset was run on
     several data variants, the name plus the args that tell the variants apart."""
-    variants = collections.defaultdict(set)
+    variants: dict[Any, set[DataKey]] = collections.defaultdict(set)
     for r in records:
         args = r["args"]
         variants[args.get("dataset")].add(data_key(args))
-    labels = {}
+    labels: Labels = {}
     for dataset, keys in variants.items():
         if len(keys) == 1:
             labels[(dataset, next(iter(keys)))] = str(dataset)
             continue
-        keys = sorted(keys, key=repr)
+        ordered = sorted(keys, key=repr)
         differing = [i for i, name in enumerate(DATA_KEYS)
-                     if len({k[i] for k in keys}) > 1]
-        for k in keys:
+                     if len({k[i] for k in ordered}) > 1]
+        for k in ordered:
             parts = []
             for i in differing:
                 value = k[i]
@@ -112,16 +126,17 @@ def dataset_labels(records):
     return labels
 
 
-def dataset_label(record, labels):
+def dataset_label(record: Record, labels: Labels) -> str:
     args = record["args"]
     return labels[(args.get("dataset"), data_key(args))]
 
 
-def group_records(records, labels=None):
+def group_records(records: Sequence[Record], labels: Labels | None = None
+                  ) -> dict[GroupKey, list[Record]]:
     """{GroupKey: [records]}; a record with several test envs is in each of their groups.
     Records whose args lack dataset/algorithm/trial_seed/test_envs are left out."""
     labels = dataset_labels(records) if labels is None else labels
-    groups = collections.defaultdict(list)
+    groups: dict[GroupKey, list[Record]] = collections.defaultdict(list)
     for r in records:
         args = r["args"]
         if any(args.get(k) is None for k in ("dataset", "algorithm", "trial_seed")):
@@ -132,30 +147,36 @@ def group_records(records, labels=None):
     return dict(groups)
 
 
-def _hparams_sort_key(key):
+def _hparams_sort_key(key: tuple[str, str]) -> tuple[int, int | str, str]:
     seed = key[0]
     return (0, int(seed), key[1]) if seed.lstrip("-").isdigit() else (1, seed, key[1])
 
 
 class SelectionMethod:
     """Strategy for choosing hyperparameters and checkpoint. Class-level, as DomainBed."""
-    name = None       # as printed in table headers
-    key = None        # as spelled on the command line
+    # every method sets both; the base class has none
+    name: str = None  # type: ignore[assignment]    # as printed in table headers
+    key: str = None  # type: ignore[assignment]     # as spelled on the command line
     metric = "accuracy"
 
-    def __init__(self):
+    def __init__(self) -> None:
         raise TypeError("selection methods are used through their class methods")
 
     @classmethod
-    def run_acc(cls, run_records):
+    def run_acc(cls, run_records: Sequence[Record]) -> Choice | None:
         """Records of one hyperparameter setting (one group) -> {val_acc, test_acc,
         step, run_dir} of the chosen checkpoint, or None when none can be chosen."""
         raise NotImplementedError
 
     @classmethod
-    def hparams_accs(cls, records):
+    def _required(cls, test_env: int, train_envs: list[int]) -> list[str]:
+        """The keys `required_keys` names, given the test env and the training envs."""
+        raise NotImplementedError
+
+    @classmethod
+    def hparams_accs(cls, records: Sequence[Record]) -> list[tuple[Choice, list[Record]]]:
         """Records of one group -> [(run_acc, run_records)], best val_acc first."""
-        by_hparams = collections.defaultdict(list)
+        by_hparams: dict[tuple[str, str], list[Record]] = collections.defaultdict(list)
         for r in records:
             by_hparams[hparams_key(r)].append(r)
         accs = []
@@ -166,20 +187,21 @@ class SelectionMethod:
         return sorted(accs, key=lambda a: a[0]["val_acc"], reverse=True)
 
     @classmethod
-    def required_keys(cls, record):
+    def required_keys(cls, record: Record) -> list[str]:
         """Keys a single-test-env record needs for this method to use it."""
         test_env = _test_envs(record)[0]
         train = [i for i in range(num_envs(record)) if i != test_env]
         return cls._required(test_env, train)
 
     @classmethod
-    def sweep_acc(cls, records):
+    def sweep_acc(cls, records: Sequence[Record]) -> float | None:
         """Records of one group -> test accuracy of the selected model, or None."""
         accs = cls.hparams_accs(records)
         return accs[0][0]["test_acc"] if accs else None
 
     @classmethod
-    def _choice(cls, val_acc, test_acc, record):
+    def _choice(cls, val_acc: float | None, test_acc: float | None, record: Record
+                ) -> Choice | None:
         if val_acc is None or test_acc is None:
             return None
         return {"val_acc": float(val_acc), "test_acc": float(test_acc),
@@ -192,18 +214,18 @@ class _TrainingDomainMethod(SelectionMethod):
     test_suffix = "in_acc"
 
     @classmethod
-    def _step_acc(cls, record):
+    def _step_acc(cls, record: Record) -> Choice | None:
         test_env = _test_envs(record)[0]
-        vals = [_value(record, f"env{i}_{cls.val_suffix}")
-                for i in range(num_envs(record)) if i != test_env]
-        vals = [v for v in vals if v is not None]
+        found = [_value(record, f"env{i}_{cls.val_suffix}")
+                 for i in range(num_envs(record)) if i != test_env]
+        vals = [v for v in found if v is not None]
         if not vals:
             return None
         return cls._choice(float(np.mean(vals)),
                            _value(record, f"env{test_env}_{cls.test_suffix}"), record)
 
     @classmethod
-    def run_acc(cls, run_records):
+    def run_acc(cls, run_records: Sequence[Record]) -> Choice | None:
         best = None
         for record in single_test_env_records(run_records):
             acc = cls._step_acc(record)
@@ -218,7 +240,7 @@ class IIDAccuracySelectionMethod(_TrainingDomainMethod):
     key = "training_domain"
 
     @classmethod
-    def _required(cls, test_env, train_envs):
+    def _required(cls, test_env: int, train_envs: list[int]) -> list[str]:
         return [f"env{i}_out_acc" for i in train_envs] + [f"env{test_env}_in_acc"]
 
 
@@ -232,7 +254,7 @@ class WorstGroupSelectionMethod(_TrainingDomainMethod):
     test_suffix = "in_wga"
 
     @classmethod
-    def _required(cls, test_env, train_envs):
+    def _required(cls, test_env: int, train_envs: list[int]) -> list[str]:
         return [f"env{i}_out_wga" for i in train_envs] + [f"env{test_env}_in_wga"]
 
 
@@ -243,16 +265,16 @@ class OracleSelectionMethod(SelectionMethod):
     key = "oracle"
 
     @classmethod
-    def _required(cls, test_env, train_envs):
+    def _required(cls, test_env: int, train_envs: list[int]) -> list[str]:
         return [f"env{test_env}_out_acc", f"env{test_env}_in_acc"]
 
     @classmethod
-    def run_acc(cls, run_records):
-        run_records = single_test_env_records(run_records)
-        if not run_records:
+    def run_acc(cls, run_records: Sequence[Record]) -> Choice | None:
+        singles = single_test_env_records(run_records)
+        if not singles:
             return None
-        test_env = _test_envs(run_records[0])[0]
-        last = sorted(run_records, key=lambda r: r.get("step", 0))[-1]
+        test_env = _test_envs(singles[0])[0]
+        last = sorted(singles, key=lambda r: r.get("step", 0))[-1]
         return cls._choice(_value(last, f"env{test_env}_out_acc"),
                            _value(last, f"env{test_env}_in_acc"), last)
 
@@ -265,11 +287,12 @@ class LeaveOneOutSelectionMethod(SelectionMethod):
     key = "leave_one_out"
 
     @classmethod
-    def _required(cls, test_env, train_envs):  # of the two-test-env runs, and the test
+    def _required(cls, test_env: int, train_envs: list[int]) -> list[str]:
+        # of the two-test-env runs, and the test
         return [f"env{i}_in_acc" for i in train_envs] + [f"env{test_env}_in_acc"]
 
     @classmethod
-    def _step_acc(cls, records):
+    def _step_acc(cls, records: Sequence[Record]) -> Choice | None:
         tests = single_test_env_records(records)
         if len(tests) != 1:
             return None
@@ -278,7 +301,7 @@ class LeaveOneOutSelectionMethod(SelectionMethod):
         n_envs = num_envs(records[0])
         if n_envs < 2:
             return None
-        val_accs = [None] * n_envs
+        val_accs: list[float | None] = [None] * n_envs
         for r in records:
             envs = _test_envs(r)
             if len(envs) != 2 or test_env not in envs:
@@ -286,15 +309,16 @@ class LeaveOneOutSelectionMethod(SelectionMethod):
             val_env = (set(envs) - {test_env}).pop()
             if 0 <= val_env < n_envs:
                 val_accs[val_env] = _value(r, f"env{val_env}_in_acc")
-        val_accs = val_accs[:test_env] + val_accs[test_env + 1:]
-        if any(v is None for v in val_accs):
+        others = val_accs[:test_env] + val_accs[test_env + 1:]
+        held_out = [v for v in others if v is not None]
+        if len(held_out) != len(others):
             return None
-        return cls._choice(sum(val_accs) / (n_envs - 1),
+        return cls._choice(sum(held_out) / (n_envs - 1),
                            _value(test, f"env{test_env}_in_acc"), test)
 
     @classmethod
-    def run_acc(cls, run_records):
-        by_step = collections.defaultdict(list)
+    def run_acc(cls, run_records: Sequence[Record]) -> Choice | None:
+        by_step: dict[Any, list[Record]] = collections.defaultdict(list)
         for r in run_records:
             by_step[r.get("step")].append(r)
         best = None
@@ -305,7 +329,7 @@ class LeaveOneOutSelectionMethod(SelectionMethod):
         return best
 
 
-def official_split_envs(record):
+def official_split_envs(record: Record) -> tuple[int, int] | None:
     """(val, test) environment indices of a dataset whose environments are official splits
     (SubpopBench framing: env_names holding "val" and "test"), else None."""
     names = record["args"].get("env_names") or []
@@ -325,7 +349,7 @@ class ValWorstGroupSelectionMethod(SelectionMethod):
     metric = "worst-group accuracy"
 
     @classmethod
-    def _step_acc(cls, record):
+    def _step_acc(cls, record: Record) -> Choice | None:
         envs = official_split_envs(record)
         if envs is None or not set(envs) <= set(_test_envs(record)):
             return None
@@ -337,7 +361,7 @@ class ValWorstGroupSelectionMethod(SelectionMethod):
         return choice
 
     @classmethod
-    def required_keys(cls, record):
+    def required_keys(cls, record: Record) -> list[str]:
         envs = official_split_envs(record)
         if envs is None or not set(envs) <= set(_test_envs(record)):
             return []
@@ -345,7 +369,7 @@ class ValWorstGroupSelectionMethod(SelectionMethod):
         return [f"env{val}_in_wga", f"env{test}_in_wga", f"env{test}_in_acc"]
 
     @classmethod
-    def run_acc(cls, run_records):
+    def run_acc(cls, run_records: Sequence[Record]) -> Choice | None:
         best = None
         for record in run_records:
             acc = cls._step_acc(record)
@@ -410,7 +434,7 @@ LABEL_ONLY_METHODS = (ValAverageSelectionMethod, ValWorstClassSelectionMethod,
                       ValBalancedSelectionMethod, ValMacroF1SelectionMethod)
 
 
-SELECTION_METHODS = {
+SELECTION_METHODS: dict[str, type[SelectionMethod]] = {
     m.key: m for m in (IIDAccuracySelectionMethod, LeaveOneOutSelectionMethod,
                        OracleSelectionMethod, WorstGroupSelectionMethod,
                        ValWorstGroupSelectionMethod, *LABEL_ONLY_METHODS)
@@ -423,12 +447,13 @@ DOMAINBED_METHODS = (IIDAccuracySelectionMethod, LeaveOneOutSelectionMethod,
                      OracleSelectionMethod)
 
 
-def missing_split_notes(records, methods):
+def missing_split_notes(records: Sequence[Record], methods: Iterable[type[SelectionMethod]]
+                        ) -> list[str]:
     """One line per selection method that some records cannot serve because a split was
     not evaluated (--eval_splits): which keys are absent, in how many records."""
     notes = []
     for method in methods:
-        absent = collections.Counter()
+        absent: collections.Counter[str] = collections.Counter()
         # SubpopBench's runs hold out two environments (val and test)
         served = records if issubclass(method, ValWorstGroupSelectionMethod) else \
             single_test_env_records(records)
@@ -438,14 +463,14 @@ def missing_split_notes(records, methods):
                 keys = keys[-1:]   # val keys live in the two-test-env runs
             absent.update(k for k in keys if k not in record)
         if absent:
-            keys = ", ".join(sorted(absent))
+            names = ", ".join(sorted(absent))
             notes.append(f"note: {method.name}: {sum(absent.values())} missing values "
-                         f"({keys}): those splits were not evaluated (--eval_splits), so "
+                         f"({names}): those splits were not evaluated (--eval_splits), so "
                          f"this method leaves the affected runs out")
     return notes
 
 
-def get_selection_method(name):
+def get_selection_method(name: str) -> type[SelectionMethod]:
     """A selection method class by its command-line name (or class name)."""
     key = ALIASES.get(name.lower().replace("-", "_"), name.lower().replace("-", "_"))
     if key in SELECTION_METHODS:
@@ -457,22 +482,24 @@ def get_selection_method(name):
                     f"{', '.join(SELECTION_METHODS)}")
 
 
-def select(records, method, labels=None):
+def select(records: Sequence[Record] | Records, method: type[SelectionMethod],
+           labels: Labels | None = None) -> pd.DataFrame:
     """Run `method` on every group: a pandas DataFrame with one row per
     (trial_seed, dataset, algorithm, test_env) where a model could be selected, columns
     trial_seed, dataset, algorithm, test_env, val_acc, test_acc (= DomainBed's sweep
     accuracy), step, run_dir, hparams_seed, n_candidates."""
     import pandas as pd
 
-    records = getattr(records, "records", records)
-    rows, extra = [], []
-    for key, group in group_records(records, labels).items():
+    record_list = cast(Sequence[Record], getattr(records, "records", records))
+    rows: list[dict[str, Any]] = []
+    extra: list[str] = []
+    for key, group in group_records(record_list, labels).items():
         accs = method.hparams_accs(group)
         if not accs:
             continue
         best, run_records = accs[0]
         if issubclass(method, ValWorstGroupSelectionMethod) and \
-                key.test_env != official_split_envs(run_records[0])[1]:
+                key.test_env != official_split_envs(run_records[0])[1]:  # type: ignore[index]
             continue  # one row per run: the test env's (its val env is not a test result)
         rows.append({**key._asdict(), "val_acc": best["val_acc"],
                      "test_acc": best["test_acc"], "step": best["step"],

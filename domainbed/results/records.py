@@ -114,7 +114,7 @@ class Records:
         return f"warning: skipped {summary} under {', '.join(self.input_dirs)}{named}"
 
 
-def _as_dir_list(input_dir):
+def _as_dir_list(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
     if isinstance(input_dir, (str, bytes, os.PathLike)):
         return [os.fspath(input_dir)]
     dirs = [os.fspath(d) for d in input_dir]
@@ -139,7 +139,7 @@ def find_run_dirs(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
     return found
 
 
-def _parse_line(line):
+def _parse_line(line: str | bytes) -> tuple[Record | None, str | None]:
     """One results.jsonl line -> (record, None), or (None, what is wrong with it)."""
     record = parse_json(line)
     if record is None:
@@ -206,7 +206,7 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
     return result
 
 
-def _hashable(value):
+def _hashable(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_hashable(v) for v in value)
     if isinstance(value, dict):
@@ -325,7 +325,13 @@ def prediction_matrix(records: Records | Iterable[Record], env: int,
     columns must mean the same example in every row.
     """
     recs = records.records if isinstance(records, Records) else list(records)
-    rows, kept, ref_ids, ref_meta, differ, skipped, have = [], [], None, None, {}, 0, {}
+    rows: list[np.ndarray] = []
+    kept: list[Record] = []
+    ref_ids: Any = None                # the first checkpoint's example ids
+    ref_meta: dict[str, Any] = {}
+    differ: dict[str, int] = {}
+    skipped = 0
+    have: dict[str, set[int]] = {}
     for r in sorted(recs, key=lambda r: (r["run_dir"], r["step"])):
         run_dir = r["run_dir"]
         if run_dir not in have:

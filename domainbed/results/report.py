@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from domainbed.results import model_selection
 from domainbed.results import tables as reporting
@@ -15,6 +15,7 @@ from oodutils.log import get_logger
 if TYPE_CHECKING:
     import pandas as pd
 
+    from domainbed.results.model_selection import SelectionMethod
     from domainbed.results.records import Records
 
 logger = get_logger(__name__)
@@ -44,7 +45,7 @@ def registered_environments(dataset: str | None) -> list[str] | None:
     ``folder:``/``csv:`` dataset whose files are no longer there)."""
     try:
         from domainbed.registry import get_dataset_class
-        return list(get_dataset_class(dataset).ENVIRONMENTS or [])
+        return list(get_dataset_class(dataset).ENVIRONMENTS or [])  # type: ignore[arg-type]
     except (UserError, ImportError):  # UnknownNameError is a UserError
         return None
     except Exception as e:  # a broken dataset module must not stop a results table
@@ -64,7 +65,7 @@ class DatasetInfo:
         self.env_names = self._env_names(records)
         self.official_splits = "val" in self.env_names and "test" in self.env_names
 
-    def _env_names(self, records):
+    def _env_names(self, records: list[Record]) -> list[str]:
         for r in records:
             names = r["args"].get("env_names")
             if isinstance(names, list) and len(names) == self.n_envs:
@@ -86,8 +87,8 @@ def dataset_infos(records: Iterable[Record], labels: dict) -> dict[str, DatasetI
     return {i.label: i for i in ordered}
 
 
-def build_section(records: list[Record], method: type, infos: dict[str, DatasetInfo],
-                  algorithms: Sequence[str], labels: dict,
+def build_section(records: list[Record], method: type[SelectionMethod],
+                  infos: dict[str, DatasetInfo], algorithms: Sequence[str], labels: dict,
                   selected: pd.DataFrame | None = None,
                   metric: str | None = None) -> reporting.Section:
     """One Section: a table per dataset in `infos`, then the averages table.
@@ -210,44 +211,46 @@ def with_metric(selected: pd.DataFrame, records: list[Record], metric: str) -> p
     return out[out["test_acc"].notna()]
 
 
-def build_report(records: Records | list[Record], methods: Sequence[type] | None = None,
+def build_report(records: Records | list[Record],
+                 methods: Sequence[type[SelectionMethod]] | None = None,
                  metric: str | None = None) -> reporting.Report:
     """Records -> reporting.Report. `methods`: selection method classes; default
     DomainBed's three, plus worst-group selection when any record has worst-group
     accuracies. Worst-group tables cover only the datasets that have them."""
-    records = getattr(records, "records", records)
-    labels = model_selection.dataset_labels(records)
-    infos = dataset_infos(records, labels)
+    record_list = cast("list[Record]", getattr(records, "records", records))
+    labels = model_selection.dataset_labels(record_list)
+    infos = dataset_infos(record_list, labels)
     if methods is None:
-        methods = list(model_selection.DOMAINBED_METHODS)
+        defaults: list[type[SelectionMethod]] = list(model_selection.DOMAINBED_METHODS)
         if any(i.has_worst_group for i in infos.values()):
-            methods.append(model_selection.WorstGroupSelectionMethod)
+            defaults.append(model_selection.WorstGroupSelectionMethod)
         if any(i.official_splits and i.has_worst_group for i in infos.values()):
-            methods.append(model_selection.ValWorstGroupSelectionMethod)
-    for note in model_selection.missing_split_notes(records, methods):
+            defaults.append(model_selection.ValWorstGroupSelectionMethod)
+        methods = defaults
+    for note in model_selection.missing_split_notes(record_list, methods):
         logger.warning(note)
     sections = []
     for method in methods:
         if issubclass(method, model_selection.ValWorstGroupSelectionMethod):
-            section = build_val_worst_group_section(records, infos, labels, method)
+            section = build_val_worst_group_section(record_list, infos, labels, method)
             sections += [section] if section else []
             continue
         if metric is not None and method.metric != "accuracy":
             logger.warning(f"warning: --metric applies to accuracy-based selection; no "
                            f"{method.name} tables")
             continue
-        inputs = section_inputs(records, method, infos, labels)
+        inputs = section_inputs(record_list, method, infos, labels)
         if inputs is None:
             logger.warning("warning: no records carry worst-group accuracies (env*_wga); "
                            "no worst-group tables")
             continue
         sections.append(build_section(inputs[0], method, inputs[1], inputs[2], labels,
                                       metric=metric))
-    return reporting.Report(len(records), sections)
+    return reporting.Report(len(record_list), sections)
 
 
-def section_inputs(records: list[Record], method: type, infos: dict[str, DatasetInfo],
-                   labels: dict
+def section_inputs(records: list[Record], method: type[SelectionMethod],
+                   infos: dict[str, DatasetInfo], labels: dict
                    ) -> tuple[list[Record], dict[str, DatasetInfo], list[str]] | None:
     """(records, infos, algorithms) that `method`'s section covers, or None when it
     covers nothing (worst-group selection without worst-group accuracies)."""

@@ -7,7 +7,7 @@ A Report holds Sections (one per model selection method), each a list of Tables.
 Cells are Cell(mean, err, n) in percent, or None for a missing cell ('X').
 """
 import dataclasses
-from typing import Iterable, List, Optional
+from typing import Iterable, List, Optional, Sequence
 
 import numpy as np
 
@@ -51,7 +51,7 @@ def row_average(cells: List[Optional[Cell]]) -> Optional[float]:
     """The Avg column: mean of the cell means, or None when any cell is missing."""
     if not cells or any(c is None for c in cells):
         return None
-    return sum(c.mean for c in cells) / len(cells)
+    return sum(c.mean for c in cells if c is not None) / len(cells)
 
 
 @dataclasses.dataclass
@@ -79,7 +79,7 @@ class Report:
     sections: List[Section]
 
 
-def _table_strings(table, style):
+def _table_strings(table: Table, style: str) -> tuple[list[str], list[list[str]]]:
     header = ["Algorithm", *table.columns, "Avg"]
     body = [[name, *(format_cell(c, style) for c in cells), format_avg(avg)]
             for name, cells, avg in zip(table.rows, table.cells, table.avg)]
@@ -160,7 +160,7 @@ def render_csv(report: Report) -> str:
     rows = []
     for section in report.sections:
         for table in section.tables:
-            envs = table.env_indices or [""] * len(table.columns)
+            envs: Sequence[int | str] = table.env_indices or [""] * len(table.columns)
             for name, cells, avg in zip(table.rows, table.cells, table.avg):
                 for column, env, cell in zip(table.columns, envs, cells):
                     rows.append([section.method_name, table.heading, name, column, env,
