@@ -11,9 +11,13 @@ metric}, "rows": [...]}``. A row is one printed number::
 Numbers are copied as printed (percent). DomainBed's file is converted from its
 ``results.tex`` by ``parse_results_tex`` (``scripts/convert_published.py``).
 """
+from __future__ import annotations
+
 import json
 import re
+from collections.abc import Iterable
 from importlib import resources
+from typing import Any
 
 from domainbed.results import model_selection
 from oodutils.errors import UserError
@@ -24,15 +28,17 @@ _SUBSUBSECTION = re.compile(r"^\\subsubsection\{(.*)\}\s*$")
 _BOLD = re.compile(r"^\\textbf\{(.*)\}$")
 _CELL = re.compile(r"^(-?\d+(?:\.\d+)?) \$\\pm\$ (-?\d+(?:\.\d+)?)$")
 _TEX_UNESCAPE = {"\\%": "%", "\\_": "_", "\\&": "&", "\\#": "#", "\\$": "$"}
+Row = dict[str, Any]        # one published number
+Source = dict[str, Any]     # one data file: {"source": {...}, "rows": [Row, ...]}
 
 
-def _unescape(text):
+def _unescape(text: str) -> str:
     for escaped, plain in _TEX_UNESCAPE.items():
         text = text.replace(escaped, plain)
     return text
 
 
-def method_key(method_name):
+def method_key(method_name: str) -> str:
     """A selection method's key from the name printed in table headers."""
     for method in model_selection.SELECTION_METHODS.values():
         if method.name == method_name:
@@ -40,7 +46,7 @@ def method_key(method_name):
     raise UserError(f"unknown model selection method {method_name!r} in the published table")
 
 
-def _parse_number(text, where):
+def _parse_number(text: str, where: str) -> tuple[float | None, float | None]:
     text = text.strip()
     if text == "X":
         return None, None
@@ -53,9 +59,12 @@ def _parse_number(text, where):
         raise UserError(f"cannot read the cell {text!r} ({where})") from None
 
 
-def parse_results_tex(text):
+def parse_results_tex(text: str) -> list[Row]:
     """DomainBed's results.tex (as collect_results --latex writes it) -> rows."""
-    rows, method, table, header = [], None, None, None
+    rows: list[Row] = []
+    method: str | None = None
+    table: str | None = None
+    header: list[str] | None = None
     for number, line in enumerate(text.splitlines(), 1):
         if (m := _SUBSECTION.match(line)):
             method, table, header = method_key(m.group(1)), None, None
@@ -64,7 +73,8 @@ def parse_results_tex(text):
         elif table and line.rstrip().endswith("\\\\"):
             cells = [c.strip() for c in line.rstrip()[:-2].split("&")]
             if header is None:
-                header = [_unescape(_BOLD.match(c).group(1)) if _BOLD.match(c) else c
+                header = [_unescape(_BOLD.match(c).group(1))  # type: ignore[union-attr]
+                          if _BOLD.match(c) else c
                           for c in cells]
                 continue
             for column, cell in zip(header[1:], cells[1:]):
@@ -77,7 +87,7 @@ def parse_results_tex(text):
     return rows
 
 
-def format_published(row):
+def format_published(row: Row) -> str:
     """A published number as the leaderboard prints it ("97.7 +/- 0.4", "63.09", "X")."""
     if row["mean"] is None:
         return "X"
@@ -88,22 +98,22 @@ def format_published(row):
     return text
 
 
-def data_files():
+def data_files() -> list[str]:
     return sorted(p.name for p in resources.files(DATA_PACKAGE).iterdir()
                   if p.name.endswith(".json"))
 
 
-def load_source(name):
+def load_source(name: str) -> Source:
     with resources.files(DATA_PACKAGE).joinpath(name).open("r", encoding="utf-8") as f:
         return json.load(f)
 
 
-def load_published():
+def load_published() -> list[Source]:
     """Every shipped source: a list of {"source": ..., "rows": [...]}."""
     return [load_source(name) for name in data_files()]
 
 
-def dumps_source(source, rows):
+def dumps_source(source: dict[str, Any], rows: Iterable[Row]) -> str:
     """A data file's text: the source block, then one row per line (diffs stay readable)."""
     lines = [json.dumps(row, ensure_ascii=False) for row in rows]
     return ("{\"source\": " + json.dumps(source, indent=1, ensure_ascii=False) +

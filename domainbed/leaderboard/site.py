@@ -4,6 +4,8 @@ the images, ``leaderboard.json`` and ``leaderboard.csv``.
 The site is written into a staging folder beside ``out`` and moved into place at the
 end, so a failed build never leaves a half-written site.
 """
+from __future__ import annotations
+
 import collections
 import csv
 import io
@@ -11,7 +13,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable, Sequence
 from importlib import resources
+from typing import TYPE_CHECKING, Any
 
 from domainbed.leaderboard import model as lbmodel
 from domainbed.leaderboard import pages, panels
@@ -22,12 +26,18 @@ from domainbed.results.records import load_records
 from oodutils.errors import UserError
 from oodutils.fileio import finite_json
 
+if TYPE_CHECKING:
+    from domainbed.results.model_selection import SelectionMethod
+    from domainbed.results.records import PathLike, Record, Records
+
+Model = dict[str, Any]      # the leaderboard's data model (leaderboard.json)
+
 SITE_MARKER = "leaderboard.json"
 ASSETS = ("style.css", "leaderboard.js")
 CSV_COLUMNS = reporting.CSV_COLUMNS + ["n_hparams", "source", "text", "diff_vs_published"]
 
 
-def check_out_dir(out):
+def check_out_dir(out: str) -> None:
     """Refuse to replace anything but an empty folder or an earlier leaderboard site."""
     if not os.path.exists(out):
         return
@@ -39,34 +49,37 @@ def check_out_dir(out):
                         f"({SITE_MARKER}); choose a new or empty directory")
 
 
-def _records_by_label(records):
+def _records_by_label(records: Iterable[Record]) -> dict[str, list[Record]]:
     usable = [r for r in records if r["args"].get("dataset") is not None and
               r["args"].get("algorithm") is not None]
     labels = model_selection.dataset_labels(usable)
-    by_label = collections.defaultdict(list)
+    by_label: dict[str, list[Record]] = collections.defaultdict(list)
     for r in usable:
         by_label[model_selection.dataset_label(r, labels)].append(r)
     return by_label
 
 
-def _csv_row(method, table, algorithm, column, env, cell, source="", text=None, diff=None):
+def _csv_row(method: str, table: str, algorithm: str, column: str, env: int | str,
+             cell: dict[str, Any] | None, source: str = "", text: str | None = None,
+             diff: float | None = None) -> list[Any]:
     mean = cell.get("mean") if cell else None
     err = cell.get("err") if cell else None
     return [method, table, algorithm, column, env,
             "" if mean is None else repr(mean), "" if err is None else repr(err),
-            "" if mean is None or "n_trials" not in cell else cell["n_trials"],
+            "" if mean is None or "n_trials" not in cell  # type: ignore[operator]
+            else cell["n_trials"],  # type: ignore[index]
             "" if not cell or "n_hparams" not in cell else cell["n_hparams"], source,
             text if text is not None else (cell.get("text", "") if cell else ""),
             "" if diff is None else repr(diff)]
 
 
-def render_csv(model):
+def render_csv(model: Model) -> str:
     """Every number on the pages, one per line. The user's rows come first, in
     collect_results' CSV layout (its columns, its order); published rows follow."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
-    published = []
+    published: list[list[Any]] = []
     for s in model["sections"]:
         if s["missing"]:
             continue
@@ -101,17 +114,18 @@ def render_csv(model):
     return buf.getvalue()
 
 
-def _write(stage, name, text):
+def _write(stage: str, name: str, text: str) -> None:
     path = os.path.join(stage, name)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
 
 
-def _write_site(stage, model, loaded, oodselect_dirs, sources):
+def _write_site(stage: str, model: Model, loaded: Records, oodselect_dirs: Sequence[PathLike],
+                sources: list[dict[str, Any]]) -> Model:
     os.makedirs(os.path.join(stage, "img"), exist_ok=True)
     by_label = _records_by_label(loaded.records)
-    analysis = {"aotl": {}, "oodselect": []}
+    analysis: dict[str, Any] = {"aotl": {}, "oodselect": []}
     oodselect_views = []
     for number, path in enumerate(oodselect_dirs):
         view, data = panels.oodselect_panel(path, number, stage)
@@ -140,7 +154,7 @@ def _write_site(stage, model, loaded, oodselect_dirs, sources):
 
 
 
-def _replace(stage, out):
+def _replace(stage: str, out: str) -> None:
     old = None
     if os.path.exists(out):
         old = tempfile.mkdtemp(prefix=".leaderboard-old-", dir=os.path.dirname(out) or ".")
@@ -151,7 +165,9 @@ def _replace(stage, out):
         shutil.rmtree(old, ignore_errors=True)
 
 
-def build_site(input_dirs, out, oodselect_dirs=(), include_unfinished=False, methods=None):
+def build_site(input_dirs: PathLike | Sequence[PathLike], out: PathLike,
+               oodselect_dirs: Iterable[PathLike] = (), include_unfinished: bool = False,
+               methods: Sequence[type[SelectionMethod]] | None = None) -> Model:
     """Build the site into `out`; returns the model (with its "analysis" part)."""
     out = os.path.abspath(out)
     check_out_dir(out)
