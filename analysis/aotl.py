@@ -27,7 +27,9 @@ PATH: a sweep directory (read with ``domainbed.results.records``) or accuracy CS
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -62,6 +64,9 @@ from .aotl_stats import (
 )
 
 if TYPE_CHECKING:
+    import argparse
+
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 logger = get_logger(__name__)
@@ -79,12 +84,13 @@ __all__ = ["SCALES", "VERDICTS", "transform", "inverse_transform", "probit", "lo
 
 # ---------------------------------------------------------------------------- tables
 
-def _ordered_splits(acc: Accuracies):
+def _ordered_splits(acc: Accuracies) -> list[tuple[str, int]]:
     order = {d: i for i, d in enumerate(acc.datasets())}
     return sorted(acc.splits(), key=lambda de: (order[de[0]], de[1]))
 
 
-def _id_envs_for(acc, dataset, ood, id_envs):
+def _id_envs_for(acc: Accuracies, dataset: str, ood: int, id_envs: Sequence[int] | None
+                 ) -> list[int]:
     envs = acc.envs(dataset)
     if id_envs is None:
         return [e for e in envs if e != ood]
@@ -95,7 +101,7 @@ def _id_envs_for(acc, dataset, ood, id_envs):
     return [e for e in dict.fromkeys(id_envs) if e != ood]
 
 
-def _split_frame(acc, dataset, ood, cols):
+def _split_frame(acc: Accuracies, dataset: str, ood: int, cols: list[str]) -> pd.DataFrame:
     sub = acc.subset(dataset, ood)
     missing = [c for c in cols if c not in sub]
     if missing:
@@ -109,7 +115,8 @@ def _split_frame(acc, dataset, ood, cols):
     return sub[ok]
 
 
-def _fit_row(meta, x, y, runs, opts, where):
+def _fit_row(meta: dict[str, Any], x: np.ndarray, y: np.ndarray, runs: np.ndarray,
+             opts: dict[str, Any], where: str) -> dict[str, Any]:
     row = dict(meta)
     row.update(fit_line(x, y, opts["scale"], opts["clip"], where))
     row["verdict"], row["well_specified"] = classify(row["r"], opts["threshold"])
@@ -122,8 +129,9 @@ def _fit_row(meta, x, y, runs, opts, where):
     return row
 
 
-def _options(scale="probit", clip=AOTL_CLIP, threshold=0.3, n_boot=0, resample="runs", ci=0.95,
-             seed=0):
+def _options(scale: str = "probit", clip: float = AOTL_CLIP, threshold: float = 0.3,
+             n_boot: int = 0, resample: str = "runs", ci: float = 0.95, seed: int = 0
+             ) -> dict[str, Any]:
     if resample not in RESAMPLE:
         raise UnknownNameError("resampling unit", resample, RESAMPLE)
     transform([0.5], scale, clip)
@@ -134,13 +142,14 @@ def _options(scale="probit", clip=AOTL_CLIP, threshold=0.3, n_boot=0, resample="
                 resample=resample, ci=ci, seed=seed)
 
 
-def _table(rows, what):
+def _table(rows: list[dict[str, Any]], what: str) -> pd.DataFrame:
     if not rows:
         raise UserError(f"no {what} could be computed from the input")
     return pd.DataFrame(rows)
 
 
-def per_ood_table(acc: Accuracies, id_envs=None, **options) -> pd.DataFrame:
+def per_ood_table(acc: Accuracies, id_envs: Sequence[int] | None = None,
+                  **options: Any) -> pd.DataFrame:
     """One fit per leave-one-domain-out split: mean ID accuracy vs OOD accuracy."""
     opts = _options(**options)
     rows = []
@@ -157,8 +166,8 @@ def per_ood_table(acc: Accuracies, id_envs=None, **options) -> pd.DataFrame:
     return _table(rows, "per-OOD fit")
 
 
-def effective_robustness_table(acc: Accuracies, id_envs=None,
-                               **options) -> pd.DataFrame:
+def effective_robustness_table(acc: Accuracies, id_envs: Sequence[int] | None = None,
+                               **options: Any) -> pd.DataFrame:
     """Each classifier's effective robustness (Taori et al. 2020, "Measuring Robustness to
     Natural Distribution Shifts in Image Classification"): its OOD accuracy above (+) or
     below (-) the split's accuracy-on-the-line fit of OOD on mean ID accuracy, fitted on
@@ -193,7 +202,8 @@ def effective_robustness_table(acc: Accuracies, id_envs=None,
     return _table(rows, "effective robustness")
 
 
-def pairwise_table(acc: Accuracies, id_envs=None, **options) -> pd.DataFrame:
+def pairwise_table(acc: Accuracies, id_envs: Sequence[int] | None = None,
+                   **options: Any) -> pd.DataFrame:
     """One fit per (OOD env, ID env): accuracy on that ID env vs OOD accuracy."""
     opts = _options(**options)
     rows = []
@@ -210,7 +220,8 @@ def pairwise_table(acc: Accuracies, id_envs=None, **options) -> pd.DataFrame:
     return _table(rows, "pairwise fit")
 
 
-def group_table(acc: Accuracies, mode="average", id_envs=None, **options) -> pd.DataFrame:
+def group_table(acc: Accuracies, mode: str = "average", id_envs: Sequence[int] | None = None,
+                **options: Any) -> pd.DataFrame:
     """Group-level lines (paper Tables 25/26): OOD group accuracy against the mean ID
     accuracy (``mode="average"``) or against each ID group's accuracy (``"pairwise"``)."""
     if mode not in ("average", "pairwise"):
@@ -248,7 +259,8 @@ def group_table(acc: Accuracies, mode="average", id_envs=None, **options) -> pd.
     return pd.DataFrame(rows)
 
 
-def _mean_id(acc, dataset, ood, id_envs):
+def _mean_id(acc: Accuracies, dataset: str, ood: int, id_envs: Sequence[int] | None
+             ) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray] | None:
     ids = _id_envs_for(acc, dataset, ood, id_envs)
     if not ids:
         return None
@@ -257,7 +269,8 @@ def _mean_id(acc, dataset, ood, id_envs):
     return ids, x, sub[acc_col(ood)].to_numpy(), sub["run"].to_numpy()
 
 
-def regime_table(acc: Accuracies, id_envs=None, acc_threshold=0.9, **options) -> pd.DataFrame:
+def regime_table(acc: Accuracies, id_envs: Sequence[int] | None = None, acc_threshold: float = 0.9,
+                 **options: Any) -> pd.DataFrame:
     """Separate fits for classifiers below / at-or-above an ID accuracy threshold (the paper
     notes Camelyon's high-accuracy classifiers show a negative trend)."""
     opts = _options(**options)
@@ -279,8 +292,10 @@ def regime_table(acc: Accuracies, id_envs=None, acc_threshold=0.9, **options) ->
     return _table(rows, "regime fit")
 
 
-def changepoint_table(acc: Accuracies, id_envs=None, pen=None, min_size=None, jump=None,
-                      **options) -> pd.DataFrame:
+def changepoint_table(acc: Accuracies, id_envs: Sequence[int] | None = None,
+                      pen: float | None = None,
+                      min_size: int | None = None, jump: int | None = None,
+                      **options: Any) -> pd.DataFrame:
     """Segments of the mean-ID vs OOD scatter found by PELT, each with its own fit. The
     paper found change-point detection noise-sensitive: look at the plots too."""
     opts = _options(**options)
@@ -310,9 +325,12 @@ def changepoint_table(acc: Accuracies, id_envs=None, pen=None, min_size=None, ju
     return _table(rows, "segment fit")
 
 
-def classifier_count_table(acc: Accuracies, id_envs=None, pooled=True, n_boot=1000,
-                           conf=0.95, tol=0.01, step=100, start=10, resample="models",
-                           scale="probit", clip=AOTL_CLIP, seed=0) -> pd.DataFrame:
+def classifier_count_table(acc: Accuracies, id_envs: Sequence[int] | None = None,
+                           pooled: bool = True,
+                           n_boot: int = 1000, conf: float = 0.95, tol: float = 0.01,
+                           step: int = 100, start: int = 10, resample: str = "models",
+                           scale: str = "probit", clip: float = AOTL_CLIP, seed: int = 0
+                           ) -> pd.DataFrame:
     """Table-3 style: minimum number of classifiers for a stable R, per split.
 
     ``pooled`` (the paper's Table 3): every (classifier, ID env) row is a point, x its ID
@@ -352,8 +370,9 @@ def classifier_count_table(acc: Accuracies, id_envs=None, pooled=True, n_boot=10
 
 # ---------------------------------------------------------------------------- plots
 
-def plot_split(acc: Accuracies, dataset, ood, path=None, id_envs=None, scale="probit",
-               clip=AOTL_CLIP, ax=None) -> Figure:
+def plot_split(acc: Accuracies, dataset: str, ood: int, path: str | Path | None = None,
+               id_envs: Sequence[int] | None = None, scale: str = "probit", clip: float = AOTL_CLIP,
+               ax: Axes | None = None) -> Figure:
     """Probit-axis scatter of one split: per-ID-env points and fit lines, the overall fit
     (mean ID accuracy), y = x; slope and R in the legend. Drawn on ``ax`` if given, saved
     as PNG to ``path`` if given; returns the matplotlib Figure."""
@@ -376,7 +395,7 @@ def plot_split(acc: Accuracies, dataset, ood, path=None, id_envs=None, scale="pr
 
 # ---------------------------------------------------------------------------- CLI
 
-def make_table(acc, args):
+def make_table(acc: Accuracies, args: argparse.Namespace) -> pd.DataFrame:
     common = dict(scale=args.scale, clip=args.clip)
     fit_opts = dict(common, threshold=args.threshold, n_boot=args.bootstrap,
                     resample=args.resample or "runs", ci=args.ci, seed=args.seed)
@@ -399,12 +418,12 @@ def make_table(acc, args):
                                   seed=args.seed, **common)
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     """The aotl command on `argv` (``python -m analysis.aotl``)."""
     return run(build_parser().parse_args(argv))
 
 
-def run(args):
+def run(args: argparse.Namespace) -> int:
     """The aotl command on parsed arguments: tables, exports and plots."""
     from oodutils import tables as report
     configure_logging(args)

@@ -6,11 +6,15 @@ on the most misspecified OOD environment, and `summary.md`.
 The study lives in analysis because it is an analysis that starts by asking for models:
 it reaches training only through `domainbed.api`, never the launch or training internals,
 and domainbed never imports it."""
+from __future__ import annotations
+
 import collections
 import contextlib
 import io
 import os
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -19,13 +23,13 @@ from domainbed.results.records import load_records
 from oodutils import fileio
 
 
-def zoo_facts(runs_dir):
+def zoo_facts(runs_dir: str) -> pd.DataFrame | None:
     """What the zoo is, from its records: runs and checkpoints per test env, algorithm
     and architecture, steps, evaluated splits, and each run's final ID accuracy."""
     recs = load_records(runs_dir, quiet=True).records
     if not recs:
         return None
-    by_run = collections.defaultdict(list)
+    by_run: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     for r in recs:
         by_run[r["run_dir"]].append(r)
     rows = []
@@ -44,7 +48,7 @@ def zoo_facts(runs_dir):
     return pd.DataFrame(rows)
 
 
-def run_quietly(main, argv):
+def run_quietly(main: Callable[[list[str]], Any], argv: list[str]) -> str:
     """Call a CLI main in-process and keep what it prints (for the summary)."""
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
@@ -52,7 +56,7 @@ def run_quietly(main, argv):
     return buf.getvalue()
 
 
-def run_aotl(runs_dir, out_dir):
+def run_aotl(runs_dir: str, out_dir: str) -> dict[str, str]:
     """Per-OOD and pairwise tables (markdown + csv) and probit plots under out_dir."""
     from analysis import aotl
     paths = {"per_ood_csv": os.path.join(out_dir, "aotl_per_ood.csv"),
@@ -81,12 +85,13 @@ def run_aotl(runs_dir, out_dir):
     return paths
 
 
-def pick_ood_env(per_ood):
+def pick_ood_env(per_ood: pd.DataFrame) -> int:
     """The OOD environment with the lowest correlation (most misspecified)."""
     return int(per_ood.sort_values("r").iloc[0]["ood_env"])
 
 
-def run_oodselect(runs_dir, dataset, ood_env, out_dir, steps=1500, seed=0):
+def run_oodselect(runs_dir: str, dataset: str, ood_env: int, out_dir: str, steps: int = 1500,
+                  seed: int = 0) -> pd.DataFrame:
     from analysis import oodselect_cli
     argv = ["--input_dir", runs_dir, "--dataset", dataset, "--ood_env", str(ood_env),
             "--output_dir", out_dir, "--steps", str(steps), "--patience", str(max(100, steps // 5)),
@@ -95,13 +100,14 @@ def run_oodselect(runs_dir, dataset, ood_env, out_dir, steps=1500, seed=0):
     return pd.read_csv(os.path.join(out_dir, "summary.csv"))
 
 
-def _md(df, digits=3):
+def _md(df: pd.DataFrame, digits: int = 3) -> str:
     from oodutils.tables import render
     return render(df, "markdown", digits).strip() if len(df) else "(empty)"
 
 
-def write_summary(path, dataset, facts, per_ood, pairwise_md, plots, oodselect, ood_env,
-                  timings, notes=()):
+def write_summary(path: str, dataset: str, facts: pd.DataFrame, per_ood: pd.DataFrame,
+                  pairwise_md: str, plots: Sequence[str], oodselect: pd.DataFrame | None,
+                  ood_env: int, timings: Mapping[str, str], notes: Iterable[str] = ()) -> None:
     """summary.md: what the zoo is, its ID accuracy, the tables, verdicts, figures,
     OODSelect and the wall times."""
     lines = [f"# Accuracy on the line: {dataset} zoo", ""]
@@ -147,8 +153,9 @@ def write_summary(path, dataset, facts, per_ood, pairwise_md, plots, oodselect, 
     fileio.atomic_write_text(path, "\n".join(lines) + "\n")
 
 
-def analyse(runs_dir, out_dir, dataset, ood_env=None, oodselect_steps=1500,
-            timings=None, log=print):
+def analyse(runs_dir: str, out_dir: str, dataset: str, ood_env: int | None = None,
+            oodselect_steps: int = 1500, timings: Mapping[str, str] | None = None,
+            log: Callable[[str], None] = print) -> tuple[str, pd.DataFrame, pd.DataFrame]:
     """Everything after training; returns the summary path."""
     start = time.time()
     facts = zoo_facts(runs_dir)
@@ -160,7 +167,8 @@ def analyse(runs_dir, out_dir, dataset, ood_env=None, oodselect_steps=1500,
     log(f"accuracy on the line: {len(per_ood)} per-OOD fits in {time.time() - start:.0f} s")
     ood_env = pick_ood_env(per_ood) if ood_env is None else ood_env
     t = time.time()
-    oodselect, notes = None, []
+    oodselect: pd.DataFrame | None = None
+    notes: list[str] = []
     if oodselect_steps > 0:
         from oodutils.errors import UserError
         try:
