@@ -34,10 +34,11 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from analysis.oodselect_config import (  # noqa: F401
     LOSSES,
@@ -61,13 +62,13 @@ VAR_EPS = 1e-6          # [code] added to both variances in the Pearson denomina
 # before importing torch); these names stay importable from here.
 
 
-def probit(x, eps=PROBIT_EPS):
+def probit(x: Any, eps: float = PROBIT_EPS) -> Any:
     """Phi^-1(clip(x, eps, 1 - eps)) for a torch tensor or anything array-like: the shared
     :func:`oodutils.accuracy.probit` at OODSelect's clip."""
     return _probit(x, eps)
 
 
-def pearson(u, v, var_eps=VAR_EPS):
+def pearson(u: Any, v: Any, var_eps: float = VAR_EPS) -> Any:
     """Pearson r over the last axis with population moments, as the authors' code:
     mean(u~ v~) / sqrt((mean(u~^2) + eps) (mean(v~^2) + eps)). Broadcasts: u (K, M) and
     v (M,) give (K,). A constant u gives r = 0 (that is what the +eps is for)."""
@@ -78,7 +79,7 @@ def pearson(u, v, var_eps=VAR_EPS):
     return num / lib.sqrt(((uc * uc).mean(-1) + var_eps) * ((vc * vc).mean(-1) + var_eps))
 
 
-def subset_accuracy(A, subset) -> np.ndarray:
+def subset_accuracy(A: ArrayLike, subset: ArrayLike) -> np.ndarray:
     """Per-model accuracy on the examples `subset` (indices, or a boolean mask)."""
     A = np.asarray(A)
     sub = np.asarray(subset)
@@ -89,7 +90,8 @@ def subset_accuracy(A, subset) -> np.ndarray:
     return A[:, sub].mean(axis=1, dtype=np.float64)
 
 
-def subset_correlation(A, y, subset, eps=PROBIT_EPS, method="pearson") -> float:
+def subset_correlation(A: ArrayLike, y: ArrayLike, subset: ArrayLike, eps: float = PROBIT_EPS,
+                       method: str = "pearson") -> float:
     """Correlation across models of probit(y) and probit(accuracy on `subset`).
     method: "pearson" (the authors' formula) or "spearman". Undefined (NaN, never 0.0)
     when either side is constant across the models: there is nothing to correlate."""
@@ -103,19 +105,20 @@ def subset_correlation(A, y, subset, eps=PROBIT_EPS, method="pearson") -> float:
     return float(pearson(probit(acc, eps), probit(y, eps)))
 
 
-def _device(device):
+def _device(device: str | torch.device | None) -> torch.device:
     if device is None or device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
 
 
-def _as_tensor(x, device, dtype=torch.float32):
+def _as_tensor(x: Any, device: torch.device, dtype: torch.dtype = torch.float32
+               ) -> torch.Tensor:
     if torch.is_tensor(x):
         return x.to(device=device, dtype=dtype)
     return torch.as_tensor(np.asarray(x), dtype=dtype, device=device)
 
 
-def topn_masks(theta, sizes):
+def topn_masks(theta: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
     """Dense 0/1 masks (K, N) of the top-n entries of each row of theta (n per row)."""
     K, N = theta.shape
     mask = torch.zeros_like(theta)
@@ -132,15 +135,15 @@ class _torch_threads:
     """Run tiny problems single-threaded: their ops are too small to split, and on a
     busy machine idle OpenMP workers spinning for a second core cost more than they save."""
 
-    def __init__(self, work):
+    def __init__(self, work: int) -> None:
         self.one = work < 4_000_000 and torch.get_num_threads() > 1
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         if self.one:
             self.saved = torch.get_num_threads()
             torch.set_num_threads(1)
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         if self.one:
             torch.set_num_threads(self.saved)
 
@@ -155,7 +158,8 @@ class BatchResult:
     history: list = field(default_factory=list)  # (step, train r (K,), val r (K,))
 
 
-def optimize_batch(A_train, y_train, sizes, hparams, A_val=None, y_val=None, **kw):
+def optimize_batch(A_train: Any, y_train: Any, sizes: ArrayLike, hparams: Hparams | list[Hparams],
+                   A_val: Any = None, y_val: Any = None, **kw: Any) -> BatchResult:
     """Optimise K independent selections at once.
 
     A_train (M, N) and y_train (M,): the models the loss sees. sizes: K subset sizes.
@@ -171,9 +175,12 @@ def optimize_batch(A_train, y_train, sizes, hparams, A_val=None, y_val=None, **k
         return _optimize_batch(A_train, y_train, sizes, hparams, A_val, y_val, **kw)
 
 
-def _optimize_batch(A_train, y_train, sizes, hparams, A_val, y_val, *, steps=3000,
-                    patience=500, penalty_form="softplus", loss="r", eps=PROBIT_EPS,
-                    restore_best=True, eval_every=1, seed=0, device=None, history_every=0):
+def _optimize_batch(A_train: Any, y_train: Any, sizes: ArrayLike,
+                    hparams: Hparams | list[Hparams], A_val: Any, y_val: Any, *,
+                    steps: int = 3000, patience: int = 500, penalty_form: str = "softplus",
+                    loss: str = "r", eps: float = PROBIT_EPS, restore_best: bool = True,
+                    eval_every: int = 1, seed: int = 0, device: str | torch.device | None = None,
+                    history_every: int = 0) -> BatchResult:
     if penalty_form not in PENALTY_FORMS:
         raise UserError(f"penalty_form must be one of {PENALTY_FORMS}, not {penalty_form!r}")
     if loss not in LOSSES:
@@ -220,9 +227,9 @@ def _optimize_batch(A_train, y_train, sizes, hparams, A_val, y_val, *, steps=300
     # subset changes by a few examples per step, so the counts are updated through the
     # changed columns only (rows of A_val^T), with a full recount when many changed.
     A_vaT = A_va.T.contiguous()
-    state = {"mask": None, "counts": None}
+    state: dict[str, Any] = {"mask": None, "counts": None}
 
-    def evaluate(th):
+    def evaluate(th: torch.Tensor) -> torch.Tensor:
         mask = topn_masks(th.detach(), sizes_dev)
         old = state["mask"]
         if old is None:
@@ -279,16 +286,16 @@ def _optimize_batch(A_train, y_train, sizes, hparams, A_val, y_val, *, steps=300
                        history=history)
 
 
-def top_subset(scores, n) -> np.ndarray:
+def top_subset(scores: ArrayLike, n: int) -> np.ndarray:
     """Indices of the n largest scores, best first (ties broken by index)."""
     scores = np.asarray(scores)
     order = np.lexsort((np.arange(scores.size), -scores))
     return order[:int(n)]
 
 
-def sample_hparams(trial):
+def sample_hparams(trial: Any) -> Hparams:
     """An Optuna trial's draw from the paper's search space."""
-    out = {}
+    out: dict[str, Any] = {}
     for name, (kind, lo, hi) in SEARCH_SPACE.items():
         if kind == "log":
             out[name] = trial.suggest_float(name, lo, hi, log=True)
@@ -316,13 +323,13 @@ class OODSelect:
     and :meth:`trials_frame` (one row per trial).
     """
 
-    def __init__(self, hparams=None, trials=0, steps=3000, patience=500,
-                 penalty_form="softplus", loss="r", eps=PROBIT_EPS, restore_best=True,
-                 eval_every=1, trial_batch=8, restarts=1, seed=0, device=None,
-                 verbose=False):
-        self.hparams = hparams if hparams is not None else Hparams()
-        if isinstance(self.hparams, dict):
-            self.hparams = Hparams(**self.hparams)
+    def __init__(self, hparams: Hparams | dict[str, Any] | None = None, trials: int = 0,
+                 steps: int = 3000, patience: int = 500, penalty_form: str = "softplus",
+                 loss: str = "r", eps: float = PROBIT_EPS, restore_best: bool = True,
+                 eval_every: int = 1, trial_batch: int = 8, restarts: int = 1, seed: int = 0,
+                 device: str | torch.device | None = None, verbose: bool = False) -> None:
+        self.hparams: Hparams = Hparams(**hparams) if isinstance(hparams, dict) else \
+            hparams if hparams is not None else Hparams()
         self.trials, self.steps, self.patience = int(trials), int(steps), int(patience)
         self.penalty_form, self.loss, self.eps = penalty_form, loss, eps
         self.restore_best, self.eval_every = restore_best, int(eval_every)
@@ -330,20 +337,22 @@ class OODSelect:
         self.restarts = max(1, int(restarts))
         self.verbose = verbose
 
-    def _run(self, A_train, y_train, sizes, hps, A_val, y_val, seed):
+    def _run(self, A_train: Any, y_train: Any, sizes: ArrayLike, hps: Hparams | list[Hparams],
+             A_val: Any, y_val: Any, seed: int) -> BatchResult:
         return optimize_batch(A_train, y_train, sizes, hps, A_val, y_val, steps=self.steps,
                               patience=self.patience, penalty_form=self.penalty_form,
                               loss=self.loss, eps=self.eps, restore_best=self.restore_best,
                               eval_every=self.eval_every, seed=seed, device=self.device)
 
-    def fit(self, A_train, y_train, n, A_val=None, y_val=None) -> OODSelect:
+    def fit(self, A_train: ArrayLike, y_train: ArrayLike, n: int | ArrayLike,
+            A_val: ArrayLike | None = None, y_val: ArrayLike | None = None) -> OODSelect:
         sizes = [int(v) for v in np.atleast_1d(n)]
         A_train = np.asarray(A_train)
         dev = _device(self.device)
         # Move the matrices once; every batch below reuses them.
         A_tr = _as_tensor(A_train, dev)
         A_va = None if A_val is None else _as_tensor(A_val, dev)
-        self.trials_ = []
+        self.trials_: list[dict[str, Any]] = []
         if self.trials <= 0:
             R = self.restarts
             res = self._run(A_tr, y_train, np.repeat(sizes, R), self.hparams, A_va, y_val,
@@ -385,7 +394,9 @@ class OODSelect:
         import pandas as pd
         return pd.DataFrame(self.trials_)
 
-    def _tune(self, A_tr, y_train, sizes, A_va, y_val):
+    def _tune(self, A_tr: torch.Tensor, y_train: ArrayLike, sizes: list[int],
+              A_va: torch.Tensor | None, y_val: ArrayLike | None) -> tuple[list, list, list, list,
+              list]:
         from oodutils.errors import require
         optuna = require("optuna", extra="analysis")
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -395,7 +406,7 @@ class OODSelect:
             study = optuna.create_study(direction="minimize", sampler=sampler)
             study.enqueue_trial(self.hparams.as_dict())
             studies.append(study)
-        best = [None] * len(sizes)
+        best: list[Any] = [None] * len(sizes)
         done, batch_no = 0, 0
         from tqdm import tqdm
         bar = tqdm(total=self.trials, desc="OODSelect trials", unit="trial",
