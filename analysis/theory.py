@@ -29,8 +29,12 @@ logistic regressions fit here with scipy (the same objective as scikit-learn's d
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 from scipy import optimize, special, stats
 
 from oodutils.accuracy import THEORY_CLIP, probit
@@ -46,11 +50,11 @@ __all__ = [
 ]
 
 
-def _vec(x):
+def _vec(x: ArrayLike) -> np.ndarray:
     return np.atleast_1d(np.asarray(x, dtype=float))
 
 
-def _mat(x, dim):
+def _mat(x: ArrayLike, dim: int) -> np.ndarray:
     m = np.asarray(x, dtype=float)
     if m.ndim == 0:
         m = m * np.eye(dim)
@@ -63,7 +67,8 @@ def _mat(x, dim):
 # Theorems 1-2, Lemma 2, A.7
 # ---------------------------------------------------------------------------------------------
 
-def thm1_margin(w_spu, M, mu_spu, delta=0.05, lipschitz=1.0, kappa=1.0) -> float:
+def thm1_margin(w_spu: ArrayLike, M: ArrayLike, mu_spu: ArrayLike, delta: float = 0.05,
+                lipschitz: float = 1.0, kappa: float = 1.0) -> float:
     """Theorem 1's left-hand side: w^T (M mu) + sqrt(2) L_phi kappa ||w|| sqrt(log(1/delta)).
 
     Negative means the split is well-specified with probability at least 1 - delta.
@@ -76,12 +81,15 @@ def thm1_margin(w_spu, M, mu_spu, delta=0.05, lipschitz=1.0, kappa=1.0) -> float
                  * np.sqrt(np.log(1.0 / delta)))
 
 
-def thm1_well_specified(w_spu, M, mu_spu, delta=0.05, lipschitz=1.0, kappa=1.0) -> bool:
+def thm1_well_specified(w_spu: ArrayLike, M: ArrayLike, mu_spu: ArrayLike, delta: float = 0.05,
+                        lipschitz: float = 1.0, kappa: float = 1.0) -> bool:
     """Theorem 1's sufficient condition (a bool)."""
     return thm1_margin(w_spu, M, mu_spu, delta, lipschitz, kappa) < 0
 
 
-def thm2_sides(w_dg, mu_dg, sigma_dg, w_spu, M, mu_spu, sigma_spu=None, sigma_phi=None):
+def thm2_sides(w_dg: ArrayLike, mu_dg: ArrayLike, sigma_dg: ArrayLike, w_spu: ArrayLike,
+               M: ArrayLike, mu_spu: ArrayLike, sigma_spu: ArrayLike | None = None,
+               sigma_phi: ArrayLike | None = None) -> tuple[float, float]:
     """The two SNRs of Theorem 2 (Eq. 10): (f_X's OOD SNR, f_dg's SNR).
 
     lhs = (w_dg^T mu_dg + w_spu^T M mu_spu) / sqrt(w_dg^T S_dg w_dg + w_spu^T S_phi w_spu)
@@ -103,13 +111,14 @@ def thm2_sides(w_dg, mu_dg, sigma_dg, w_spu, M, mu_spu, sigma_spu=None, sigma_ph
     return float(lhs), float(rhs)
 
 
-def thm2_well_specified(*args, **kwargs):
+def thm2_well_specified(*args: Any, **kwargs: Any) -> bool:
     """Theorem 2: well-specified iff f_X's OOD SNR is below f_dg's (arguments as thm2_sides)."""
     lhs, rhs = thm2_sides(*args, **kwargs)
     return lhs < rhs
 
 
-def lemma2_accuracy(r, p=0.5, cdf=stats.norm.cdf) -> float | np.ndarray:
+def lemma2_accuracy(r: ArrayLike, p: float = 0.5, cdf: Callable[[Any], Any] = stats.norm.cdf
+                    ) -> float | np.ndarray:
     """Lemma 2: accuracy of 1{U > 0} when U|Y=0 ~ sigma W0 and U|Y=1 ~ mu1 + sigma W0.
 
     acc = p F_W0(r) + (1 - p) / 2 with r = mu1 / sigma; strictly increasing in r.
@@ -119,7 +128,8 @@ def lemma2_accuracy(r, p=0.5, cdf=stats.norm.cdf) -> float | np.ndarray:
     return p * cdf(np.asarray(r, dtype=float)) + (1 - p) / 2
 
 
-def gaussian_accuracy(w, mean, cov, bias=0.0, p=0.5) -> float:
+def gaussian_accuracy(w: ArrayLike, mean: ArrayLike, cov: ArrayLike, bias: float = 0.0,
+                      p: float = 0.5) -> float:
     """Exact accuracy of sign(w^T x + b) when x | y ~ N(y * mean, cov), y = +-1, P(y=1) = p."""
     w, mean = _vec(w), _vec(mean)
     cov = _mat(cov, len(mean))
@@ -130,7 +140,8 @@ def gaussian_accuracy(w, mean, cov, bias=0.0, p=0.5) -> float:
     return float(p * stats.norm.cdf((m + bias) / s) + (1 - p) * stats.norm.cdf((m - bias) / s))
 
 
-def reflection_construction(w_spu, mu_spu, sigma_spu, delta=0.05, eta=0.01):
+def reflection_construction(w_spu: ArrayLike, mu_spu: ArrayLike, sigma_spu: ArrayLike,
+                            delta: float = 0.05, eta: float = 0.01) -> dict[str, Any]:
     """Appendix A.7: M = alpha R with R = I - 2 v v^T, v = w / ||w||.
 
     alpha = max{1 + eta, sqrt(2 w^T S w log(1/delta)) / (w^T mu)} as printed. Returns a dict
@@ -173,27 +184,27 @@ def reflection_construction(w_spu, mu_spu, sigma_spu, delta=0.05, eta=0.01):
 class LinearClassifier:
     """sign(x @ coef + intercept), labels +-1."""
 
-    def __init__(self, coef, intercept):
+    def __init__(self, coef: ArrayLike, intercept: float) -> None:
         self.coef = np.asarray(coef, dtype=float)
         self.intercept = float(intercept)
 
-    def decision_function(self, X):
+    def decision_function(self, X: ArrayLike) -> np.ndarray:
         return np.asarray(X, dtype=float) @ self.coef + self.intercept
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> np.ndarray:
         return np.where(self.decision_function(X) > 0, 1, -1)
 
-    def accuracy(self, X, y):
+    def accuracy(self, X: ArrayLike, y: ArrayLike) -> float:
         return float(np.mean(self.predict(X) == np.asarray(y)))
 
 
-def fit_logistic(X, y, C=1.0) -> LinearClassifier:
+def fit_logistic(X: ArrayLike, y: ArrayLike, C: float = 1.0) -> LinearClassifier:
     """L2-regularised logistic regression: min 0.5 ||w||^2 + C sum log(1 + exp(-y (Xw + b)))."""
     X = np.asarray(X, dtype=float)
     y = np.where(np.asarray(y) > 0, 1.0, -1.0)
     n, d = X.shape
 
-    def loss(theta):
+    def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
         w, b = theta[:d], theta[d]
         z = y * (X @ w + b)
         value = 0.5 * w @ w + C * np.sum(np.logaddexp(0.0, -z))
@@ -209,8 +220,10 @@ def fit_logistic(X, y, C=1.0) -> LinearClassifier:
 # Simulations (appendix B)
 # ---------------------------------------------------------------------------------------------
 
-def simulate_domain(M, n, rng, mu_dg=MU_DG, mu_spu=MU_SPU, sigma_dg=None, sigma_spu=None,
-                    label_noise=0.0):
+def simulate_domain(M: Any, n: int, rng: np.random.Generator,
+                    mu_dg: ArrayLike = MU_DG, mu_spu: ArrayLike = MU_SPU,
+                    sigma_dg: ArrayLike | None = None, sigma_spu: ArrayLike | None = None,
+                    label_noise: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Samples of one domain: y = +-1 balanced, Z_dg ~ N(y mu_dg, S_dg), Z_spu = M Z_spu^ID with
     Z_spu^ID ~ N(y mu_spu, S_spu), i.e. Z_spu ~ N(y M mu_spu, M S_spu M^T).
 
@@ -238,7 +251,8 @@ def simulate_domain(M, n, rng, mu_dg=MU_DG, mu_spu=MU_SPU, sigma_dg=None, sigma_
     return np.hstack([z_dg, z_spu]), y_obs
 
 
-def generate_shifts(n, dim=2, bound=10.0, include_nd=True, rng=None) -> list[np.ndarray]:
+def generate_shifts(n: int, dim: int = 2, bound: float = 10.0, include_nd: bool = True,
+                    rng: int | np.random.Generator | None = None) -> list[np.ndarray]:
     """The authors' random shifts: S = (A + A^T)/2 with A ~ randn, PD = S diag(|eig S| + 0.1) S^T
     rescaled to Frobenius norm U(0, 1) * bound, and ND = -PD. Returns n PD matrices, followed
     (include_nd) by their n negatives."""
@@ -253,14 +267,15 @@ def generate_shifts(n, dim=2, bound=10.0, include_nd=True, rng=None) -> list[np.
     return pd_mats + ([-P for P in pd_mats] if include_nd else [])
 
 
-def _block_diag(a, b):
+def _block_diag(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out = np.zeros((a.shape[0] + b.shape[0], a.shape[1] + b.shape[1]))
     out[:a.shape[0], :a.shape[1]] = a
     out[a.shape[0]:, a.shape[1]:] = b
     return out
 
 
-def _mixture_moments(Ms, weights, mu_spu, s_spu):
+def _mixture_moments(Ms: Sequence[np.ndarray], weights: Sequence[float] | np.ndarray,
+                     mu_spu: np.ndarray, s_spu: np.ndarray) -> tuple[Any, Any, Any]:
     """Mean shift M_bar mu and the covariance of w^T Z_spu's class-conditional mixture."""
     M_bar = sum(w * M for w, M in zip(weights, Ms))
     mean = M_bar @ mu_spu
@@ -272,8 +287,9 @@ def _mixture_moments(Ms, weights, mu_spu, s_spu):
 FIGURE2_SETTINGS = ("identity", "extrapolation", "interpolation")
 
 
-def simulate_figure2(setting="identity", n_test=50, n=1000, seed=1234, delta=0.5,
-                     label_noise=0.0, bound=10.0, n_train_components=4) -> pd.DataFrame:
+def simulate_figure2(setting: str = "identity", n_test: int = 50, n: int = 1000,
+                     seed: int = 1234, delta: float = 0.5, label_noise: float = 0.0,
+                     bound: float = 10.0, n_train_components: int = 4) -> pd.DataFrame:
     """One row per test shift: f_X's and f_dg's OOD accuracy and what the theory says.
 
     setting:
@@ -350,7 +366,8 @@ def simulate_figure2(setting="identity", n_test=50, n=1000, seed=1234, delta=0.5
     return df
 
 
-def probit_fit(acc_id, acc_ood, clip=THEORY_CLIP) -> dict[str, float]:
+def probit_fit(acc_id: ArrayLike, acc_ood: ArrayLike, clip: float = THEORY_CLIP
+               ) -> dict[str, float]:
     """linregress(probit(acc_id), probit(acc_ood)) via analysis.aotl_stats.fit_line: a dict
     with slope, intercept, R, p, stderr (and fit_line's other keys). The default clip is
     tiny: the authors' Fig. 3 notebook fits unclipped probits; clipping only keeps
@@ -360,7 +377,8 @@ def probit_fit(acc_id, acc_ood, clip=THEORY_CLIP) -> dict[str, float]:
     return {**fit, "R": fit["r"]}
 
 
-def simulate_figure3(a=-1.0, n_classifiers=50, n=1000, seed=1234, label_noise=0.0
+def simulate_figure3(a: float | None = -1.0, n_classifiers: int = 50, n: int = 1000,
+                     seed: int = 1234, label_noise: float = 0.0
                      ) -> tuple[pd.DataFrame, dict[str, float]]:
     """ID vs OOD accuracies of ``n_classifiers`` logistic regressions, each trained on a domain
     with a random shift M_train ~ randn(2, 2) (so they lean on the spurious features to
