@@ -25,10 +25,13 @@ Defaults where the paper is silent (each a parameter):
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Union
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 from scipy import special, stats
 
 from analysis.validity_config import DEFAULT_THRESHOLDS, STRATEGIES
@@ -36,6 +39,9 @@ from oodutils.accuracy import check_accuracies
 from oodutils.errors import UserError
 
 _TIE_ATOL = 1e-9
+# methods x benchmarks worst-group test accuracies (a Series: one benchmark)
+AccuracyTable = Union[pd.DataFrame, pd.Series]
+ByBenchmark = Union[Mapping[str, Any], pd.Series]     # benchmark -> K, or -> architecture
 
 __all__ = [
     "DEFAULT_THRESHOLDS", "STRATEGIES", "check_accuracies", "per_group_accuracy",
@@ -51,14 +57,14 @@ __all__ = [
 # input checks
 # ---------------------------------------------------------------------------------------------
 
-def _require_columns(df, columns, what):
+def _require_columns(df: pd.DataFrame, columns: Iterable[str], what: str) -> None:
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise UserError(f"{what} is missing column(s) {', '.join(map(repr, missing))}; "
                         f"has {', '.join(map(str, df.columns)) or 'none'}")
 
 
-def _wga_frame(wga, what="worst-group accuracies"):
+def _wga_frame(wga: AccuracyTable, what: str = "worst-group accuracies") -> pd.DataFrame:
     """A methods x benchmarks DataFrame of fractions (NaN = not run)."""
     if isinstance(wga, pd.Series):
         wga = wga.to_frame()
@@ -74,7 +80,7 @@ def _wga_frame(wga, what="worst-group accuracies"):
 # groups and accuracies
 # ---------------------------------------------------------------------------------------------
 
-def per_group_accuracy(labels, preds, groups) -> pd.Series:
+def per_group_accuracy(labels: ArrayLike, preds: ArrayLike, groups: ArrayLike) -> pd.Series:
     """Accuracy per group (a Series indexed by group, sorted)."""
     labels, preds, groups = map(np.asarray, (labels, preds, groups))
     if labels.size == 0:
@@ -85,16 +91,17 @@ def per_group_accuracy(labels, preds, groups) -> pd.Series:
     return correct.groupby(groups).mean().rename("accuracy").rename_axis("group")
 
 
-def worst_group_accuracy(labels, preds, groups) -> float:
+def worst_group_accuracy(labels: ArrayLike, preds: ArrayLike, groups: ArrayLike) -> float:
     return float(per_group_accuracy(labels, preds, groups).min())
 
 
-def _sd(arr, ddof, scale):
+def _sd(arr: np.ndarray, ddof: int, scale: float) -> float:
     # equal values give exactly 0 (np.std leaves rounding residue like 1e-14)
     return 0.0 if np.ptp(arr) == 0 else float(np.std(arr, ddof=ddof) * scale)
 
 
-def erm_failure(group_accuracies, ddof=1, scale=100.0) -> float:
+def erm_failure(group_accuracies: ArrayLike | Mapping[Any, float], ddof: int = 1,
+                scale: float = 100.0) -> float:
     """SD over groups of ERM's per-group test accuracy.
 
     ``group_accuracies``: one value per group, or a seeds x groups array / DataFrame (averaged
@@ -109,7 +116,8 @@ def erm_failure(group_accuracies, ddof=1, scale=100.0) -> float:
     return _sd(arr, ddof, scale)
 
 
-def discriminative_power(wga_by_method, ddof=1, scale=100.0) -> float:
+def discriminative_power(wga_by_method: ArrayLike | Mapping[Any, float], ddof: int = 1,
+                         scale: float = 100.0) -> float:
     """SD over methods of worst-group test accuracy (each method already averaged over seeds).
     Accepts a sequence, dict or Series; returned in ``scale`` units (pp)."""
     if isinstance(wga_by_method, dict):
@@ -126,7 +134,7 @@ def discriminative_power(wga_by_method, ddof=1, scale=100.0) -> float:
 # K: the Bayes factor
 # ---------------------------------------------------------------------------------------------
 
-def log_likelihood(logits, labels) -> np.ndarray:
+def log_likelihood(logits: ArrayLike, labels: ArrayLike) -> np.ndarray:
     """log p(label | x) per example, from logits (n, C); (n,) or (n, 1) is DomainBed's binary
     single-logit case (p(y=1) = sigmoid(z)). Computed in float64."""
     z = np.asarray(logits, dtype=np.float64)
@@ -148,14 +156,14 @@ def log_likelihood(logits, labels) -> np.ndarray:
     return logp[np.arange(len(y)), y]
 
 
-def _predicted(logits):
+def _predicted(logits: ArrayLike) -> np.ndarray:
     z = np.asarray(logits, dtype=np.float64)
     if z.ndim == 1 or z.shape[1] == 1:
         return (z.reshape(-1) > 0).astype(np.int64)
     return z.argmax(axis=1)
 
 
-def group_inverse_weights(groups) -> np.ndarray:
+def group_inverse_weights(groups: ArrayLike) -> np.ndarray:
     """w_i = N / N_{g_i} (inverse group size, Eq. 2): the reweighted model's sample weights."""
     groups = np.asarray(groups)
     if groups.size == 0:
@@ -172,12 +180,13 @@ class KResult:
     reduction: str               # 'mean' (per sample) or 'sum'
     erm_group_accuracy: dict = field(default_factory=dict)  # ERM's accuracy per group
 
-    def __float__(self):
+    def __float__(self) -> float:
         return self.k
 
 
-def bayes_factor_k(logits_ref, logits_erm, labels, groups, worst_group="erm_lowest_acc",
-                   reduction="mean") -> KResult:
+def bayes_factor_k(logits_ref: ArrayLike, logits_erm: ArrayLike, labels: ArrayLike,
+                   groups: ArrayLike, worst_group: str | int = "erm_lowest_acc",
+                   reduction: str = "mean") -> KResult:
     """K = log P(Y^WG | X^WG, M_ref) - log P(Y^WG | X^WG, M_ERM) on the worst test group.
 
     logits_ref: the reference model's test logits (group-reweighted ERM by default in the
@@ -222,7 +231,7 @@ def bayes_factor_k(logits_ref, logits_erm, labels, groups, worst_group="erm_lowe
 # mutual information (the baseline the paper argues against)
 # ---------------------------------------------------------------------------------------------
 
-def mutual_information(y, a, base=None) -> float:
+def mutual_information(y: ArrayLike, a: ArrayLike, base: float | None = None) -> float:
     """I(Y; A) = sum_{y,a} P(y,a) log(P(y,a) / (P(y) P(a))) of the empirical joint; nats
     unless ``base`` (e.g. 2 for bits)."""
     y, a = np.asarray(y), np.asarray(a)
@@ -239,7 +248,8 @@ def mutual_information(y, a, base=None) -> float:
     return mi / math.log(base) if base else mi
 
 
-def attributes_from_groups(groups, labels, n_groups, num_classes) -> np.ndarray:
+def attributes_from_groups(groups: ArrayLike, labels: ArrayLike, n_groups: int,
+                           num_classes: int) -> np.ndarray:
     """Attributes under the SubpopBench convention g = y * |A| + a (checked against labels)."""
     groups, labels = np.asarray(groups), np.asarray(labels)
     if not n_groups or not num_classes or n_groups % num_classes:
@@ -256,7 +266,8 @@ def attributes_from_groups(groups, labels, n_groups, num_classes) -> np.ndarray:
 # agreement between benchmarks, convergent validity, robustness
 # ---------------------------------------------------------------------------------------------
 
-def agreement_matrix(wga, method="pearson", min_methods=3) -> pd.DataFrame:
+def agreement_matrix(wga: AccuracyTable, method: str = "pearson", min_methods: int = 3
+                     ) -> pd.DataFrame:
     """Benchmark x benchmark correlation (over methods run on both) of WG test accuracies.
     Pairs with fewer than ``min_methods`` shared methods or a constant column are NaN."""
     wga = _wga_frame(wga)
@@ -273,8 +284,11 @@ def agreement_matrix(wga, method="pearson", min_methods=3) -> pd.DataFrame:
     return out
 
 
-def convergent_validity(wga, K, benchmarks=None, pool=None, min_pairs=3, min_methods=3,
-                        arch=None, method="pearson") -> pd.DataFrame:
+def convergent_validity(wga: AccuracyTable, K: ByBenchmark,
+                        benchmarks: Iterable[str] | None = None,
+                        pool: Iterable[str] | None = None, min_pairs: int = 3,
+                        min_methods: int = 3, arch: ByBenchmark | None = None,
+                        method: str = "pearson") -> pd.DataFrame:
     """-slope of the OLS fit r(b, b') = alpha + beta |K_b - K_b'| over b' in ``pool``.
 
     wga: methods x benchmarks WG test accuracies; K: benchmark -> K (Series or dict).
@@ -313,7 +327,8 @@ def convergent_validity(wga, K, benchmarks=None, pool=None, min_pairs=3, min_met
                                        "r2", "n_pairs"]).set_index("benchmark")
 
 
-def method_robustness(wga, K=None, scale=100.0) -> pd.DataFrame:
+def method_robustness(wga: AccuracyTable, K: ByBenchmark | None = None, scale: float = 100.0
+                      ) -> pd.DataFrame:
     """Per method over benchmarks: median and IQR of WG test accuracy (pp), and the OLS fit of
     WG accuracy on K (slope, R^2) where K is given for at least 3 of its benchmarks."""
     wga = _wga_frame(wga)
@@ -333,7 +348,7 @@ def method_robustness(wga, K=None, scale=100.0) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("method")
 
 
-def best_methods(wga, as_frame: bool = False) -> dict[str, list[str]] | pd.DataFrame:
+def best_methods(wga: AccuracyTable, as_frame: bool = False) -> dict[str, list[str]] | pd.DataFrame:
     """Per benchmark: the list of methods with the highest WG accuracy (several on a tie).
     ``as_frame=True``: a DataFrame instead, one row per (benchmark, best method) with its
     WG accuracy (columns benchmark, method, wga)."""
@@ -355,7 +370,8 @@ def best_methods(wga, as_frame: bool = False) -> dict[str, list[str]] | pd.DataF
 # the Table-1 report
 # ---------------------------------------------------------------------------------------------
 
-def validity_table(measures, thresholds=None) -> pd.DataFrame:
+def validity_table(measures: pd.DataFrame, thresholds: Mapping[str, float] | None = None
+                   ) -> pd.DataFrame:
     """Add pass/fail flags to a per-benchmark table of measures (Table 1 style).
 
     measures: DataFrame indexed by benchmark with columns erm_failure, disc_power (pp) and
@@ -377,7 +393,7 @@ def validity_table(measures, thresholds=None) -> pd.DataFrame:
         flag = pd.Series((values >= cut).to_numpy(), index=out.index, dtype="boolean")
         flag[values.isna()] = pd.NA
         out[f"pass_{name}"] = flag
-    def combine(flags):
+    def combine(flags: Sequence[Any]) -> Any:
         if any(f is False for f in flags):
             return False
         return pd.NA if any(f is pd.NA for f in flags) else True
@@ -395,7 +411,8 @@ def validity_table(measures, thresholds=None) -> pd.DataFrame:
 # choosing a method (section 5)
 # ---------------------------------------------------------------------------------------------
 
-def closest_benchmarks(k, K, candidates=None, exclude=(), atol=_TIE_ATOL) -> list[str]:
+def closest_benchmarks(k: float, K: ByBenchmark, candidates: Collection[str] | None = None,
+                       exclude: Collection[str] = (), atol: float = _TIE_ATOL) -> list[str]:
     """The benchmarks whose K is closest to ``k`` (several when tied within ``atol``), in the
     order of ``K``. candidates: restrict to these (e.g. the valid ones of the same
     architecture); exclude: drop these (e.g. the test dataset itself)."""
@@ -417,7 +434,7 @@ class Recommendation:
     note: str = ""
 
 
-def _mean_over(wga, benchmarks):
+def _mean_over(wga: pd.DataFrame, benchmarks: list[str]) -> pd.Series:
     sub = wga[benchmarks]
     complete = sub.dropna()
     if complete.empty:
@@ -425,8 +442,10 @@ def _mean_over(wga, benchmarks):
     return complete.mean(axis=1)
 
 
-def recommend_method(wga, strategy, valid=None, K=None, query_k=None, exclude=(),
-                     arch=None, query_arch=None) -> Recommendation:
+def recommend_method(wga: AccuracyTable, strategy: str, valid: Collection[str] | None = None,
+                     K: ByBenchmark | None = None, query_k: float | None = None,
+                     exclude: Collection[str] = (), arch: ByBenchmark | None = None,
+                     query_arch: str | None = None) -> Recommendation:
     """Pick a method for a new dataset (section 5).
 
     wga: methods x benchmarks WG test accuracies. strategy: 'all' (best mean over all
@@ -473,8 +492,9 @@ def recommend_method(wga, strategy, valid=None, K=None, query_k=None, exclude=()
                           "" if len(top) == 1 else f"tie between {', '.join(top)}")
 
 
-def leave_one_out(wga, K, valid, arch=None, test_datasets=None, exclude_test=True,
-                  scale=100.0) -> pd.DataFrame:
+def leave_one_out(wga: AccuracyTable, K: ByBenchmark, valid: Collection[str],
+                  arch: ByBenchmark | None = None, test_datasets: Iterable[str] | None = None,
+                  exclude_test: bool = True, scale: float = 100.0) -> pd.DataFrame:
     """Table 2: for each test dataset, the WG accuracy on it of the method each strategy picks
     (All / Valid / Closest), choosing from the other benchmarks (``exclude_test``; the paper
     leaves open whether its averages dropped the test dataset). Closest ties: every tied
@@ -516,7 +536,8 @@ def leave_one_out(wga, K, valid, arch=None, test_datasets=None, exclude_test=Tru
     return pd.DataFrame(rows).set_index("dataset")
 
 
-def strategy_win_counts(all_acc, valid_acc, closest_acc=None) -> dict[str, int]:
+def strategy_win_counts(all_acc: ArrayLike, valid_acc: ArrayLike,
+                        closest_acc: ArrayLike | None = None) -> dict[str, int]:
     """Table 2's claims: on how many test datasets Valid beats All, and on how many Closest is
     the best of the three (with ties counted as wins, and strictly). NaN Closest rows (no
     comparable benchmark) are left out of the Closest counts."""
