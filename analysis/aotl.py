@@ -293,8 +293,8 @@ def regime_table(acc: Accuracies, id_envs: Sequence[int] | None = None, acc_thre
 
 
 def changepoint_table(acc: Accuracies, id_envs: Sequence[int] | None = None,
-                      pen: float | None = None,
-                      min_size: int | None = None, jump: int | None = None,
+                      pen: float | None = None, min_size: int | None = None,
+                      jump: int | None = None,
                       **options: Any) -> pd.DataFrame:
     """Segments of the mean-ID vs OOD scatter found by PELT, each with its own fit. The
     paper found change-point detection noise-sensitive: look at the plots too."""
@@ -326,8 +326,8 @@ def changepoint_table(acc: Accuracies, id_envs: Sequence[int] | None = None,
 
 
 def classifier_count_table(acc: Accuracies, id_envs: Sequence[int] | None = None,
-                           pooled: bool = True,
-                           n_boot: int = 1000, conf: float = 0.95, tol: float = 0.01,
+                           pooled: bool = True, n_boot: int = 1000, conf: float = 0.95,
+                           tol: float = 0.01,
                            step: int = 100, start: int = 10, resample: str = "models",
                            scale: str = "probit", clip: float = AOTL_CLIP, seed: int = 0
                            ) -> pd.DataFrame:

@@ -395,8 +395,8 @@ class OODSelect:
         return pd.DataFrame(self.trials_)
 
     def _tune(self, A_tr: torch.Tensor, y_train: ArrayLike, sizes: list[int],
-              A_va: torch.Tensor | None, y_val: ArrayLike | None) -> tuple[list, list, list, list,
-              list]:
+              A_va: torch.Tensor | None, y_val: ArrayLike | None
+              ) -> tuple[list[Any], list[Any], list[Any], list[Any], list[Hparams]]:
         from oodutils.errors import require
         optuna = require("optuna", extra="analysis")
         optuna.logging.set_verbosity(optuna.logging.WARNING)
