@@ -18,9 +18,12 @@ Files may be gzip-compressed. Our exporter adds two optional trailing columns, `
 """
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -38,6 +41,8 @@ META_COLUMNS = ["dataset", "ood_env", "model", "run", "step", "algorithm", "mode
 
 _ACC_RE = re.compile(r"^acc(\d+)$")
 _GROUP_RE = re.compile(r"^acc(\d+)_g(\d+)$")
+T = TypeVar("T")
+PathLike = str | os.PathLike[str]
 
 
 @dataclass
@@ -48,67 +53,68 @@ class Accuracies:
     group_names: dict = field(default_factory=dict)  # dataset -> list[str]
     notices: list = field(default_factory=list)
 
-    def _cached(self, key, make):
+    def _cached(self, key: Hashable, make: Callable[[], T]) -> T:
         # Tables ask for the same subsets again and again; cache them per frame object.
         if getattr(self, "_cache_frame", None) is not self.frame:
-            self._cache_frame, self._cache = self.frame, {}
+            self._cache_frame = self.frame
+            self._cache: dict[Hashable, Any] = {}
         if key not in self._cache:
             self._cache[key] = make()
         return self._cache[key]
 
-    def datasets(self):
+    def datasets(self) -> list[str]:
         return self._cached("datasets", lambda: list(dict.fromkeys(self.frame["dataset"])))
 
-    def splits(self):
+    def splits(self) -> list[tuple[str, int]]:
         """(dataset, ood_env) pairs, in order of appearance."""
-        def make():
+        def make() -> list[tuple[str, int]]:
             pairs = self.frame[["dataset", "ood_env"]].drop_duplicates()
             return [(d, int(e)) for d, e in pairs.itertuples(index=False, name=None)]
         return self._cached("splits", make)
 
-    def subset(self, dataset, ood_env):
+    def subset(self, dataset: str, ood_env: int) -> pd.DataFrame:
         """The rows of one split, without the columns it has no value in."""
-        def make():
+        def make() -> pd.DataFrame:
             f = self.frame
             sub = f[(f["dataset"] == dataset) & (f["ood_env"] == ood_env)]
             return sub.loc[:, sub.notna().any(axis=0)]
         return self._cached(("subset", dataset, ood_env), make)
 
-    def _columns(self, dataset):
-        def make():
+    def _columns(self, dataset: str) -> list[str]:
+        def make() -> list[str]:
             sub = self.frame[self.frame["dataset"] == dataset]
             return [c for c in sub.columns if sub[c].notna().any()]
         return self._cached(("columns", dataset), make)
 
-    def envs(self, dataset):
+    def envs(self, dataset: str) -> list[int]:
         """Environment indices with accuracies for ``dataset``."""
         return sorted(int(m.group(1)) for c in self._columns(dataset) if (m := _ACC_RE.match(c)))
 
-    def groups(self, dataset):
+    def groups(self, dataset: str) -> list[int]:
         """Group indices with per-group accuracies for ``dataset``."""
         return sorted({int(m.group(2)) for c in self._columns(dataset)
                        if (m := _GROUP_RE.match(c))})
 
-    def group_label(self, dataset, g):
+    def group_label(self, dataset: str, g: int) -> str:
         names = self.group_names.get(dataset) or []
         return str(names[g]) if g < len(names) else f"g{g}"
 
-    def notice(self, message):
+    def notice(self, message: str) -> None:
         self.notices.append(message)
 
 
-def acc_col(env, group=None):
+def acc_col(env: int, group: int | None = None) -> str:
     return f"acc{env}" if group is None else f"acc{env}_g{group}"
 
 
-def check_range(values, what):
+def check_range(values: Any, what: str) -> None:
     """UserError unless every value is a finite accuracy in [0, 1] (none is fine)."""
     check_accuracies(values, what, allow_empty=True)
 
 
 # ---------------------------------------------------------------------------- CSV files
 
-def _read_one_csv(path):
+def _read_one_csv(path: PathLike) -> pd.DataFrame:
     try:
         df = pd.read_csv(path, compression="infer")
     except (OSError, EOFError, ValueError, pd.errors.ParserError) as e:
@@ -130,7 +136,7 @@ def _read_one_csv(path):
     return df
 
 
-def _csv_blocks_to_rows(df, path, file_index):
+def _csv_blocks_to_rows(df: pd.DataFrame, path: PathLike, file_index: int) -> pd.DataFrame:
     """One file's rows for one (dataset, test_env) -> one row per classifier."""
     dataset, ood = df["dataset"].iloc[0], int(df["test_env"].iloc[0])
     where = f"{path} ({dataset}, test_env {ood})"
@@ -164,7 +170,7 @@ def _csv_blocks_to_rows(df, path, file_index):
     return out
 
 
-def read_accuracy_csvs(paths) -> Accuracies:
+def read_accuracy_csvs(paths: Iterable[PathLike]) -> Accuracies:
     """Read accuracy CSV files (plain or .gz) in the shared schema."""
     parts = []
     for i, path in enumerate(paths):
@@ -178,7 +184,7 @@ def read_accuracy_csvs(paths) -> Accuracies:
 
 # ---------------------------------------------------------------------------- sweeps
 
-def _load_records(path):
+def _load_records(path: PathLike) -> list[dict[str, Any]]:
     try:
         from domainbed.results.records import load_records
     except ImportError as e:  # pragma: no cover - only while the records module is missing
@@ -187,9 +193,9 @@ def _load_records(path):
     return load_records(path).records
 
 
-def _dataset_labels(records):
+def _dataset_labels(records: Sequence[dict[str, Any]]) -> list[str]:
     """Dataset name per record; runs on different data (fingerprints) never pool."""
-    fps = {}
+    fps: dict[Any, set[Any]] = {}
     for r in records:
         a = r.get("args", {})
         fps.setdefault(a.get("dataset"), set()).add(a.get("data_fingerprint"))
@@ -201,8 +207,9 @@ def _dataset_labels(records):
     return labels
 
 
-def accuracies_from_records(records, split="out", checkpoints="all",
-                            algorithms=None) -> Accuracies:
+def accuracies_from_records(records: Iterable[dict[str, Any]], split: str = "out",
+                            checkpoints: str = "all",
+                            algorithms: Collection[str] | None = None) -> Accuracies:
     """Records (dicts: a results.jsonl line plus ``run_dir``) -> :class:`Accuracies`.
 
     Runs with exactly one test environment give the points of that leave-one-domain-out
@@ -223,8 +230,12 @@ def accuracies_from_records(records, split="out", checkpoints="all",
     grp_re = re.compile(rf"^env(\d+)_{split}_acc_g(\d+)$")
     val_re = re.compile(r"^env(\d+)_out_acc$")
     labels = _dataset_labels(records)
-    rows, runs_multi, runs_zero, runs_algo = [], set(), set(), set()
-    env_names, group_names = {}, {}
+    rows: list[dict[str, Any]] = []
+    runs_multi: set[str] = set()
+    runs_zero: set[str] = set()
+    runs_algo: set[str] = set()
+    env_names: dict[str, list[str]] = {}
+    group_names: dict[str, list[str]] = {}
     for rec, dataset in zip(records, labels):
         a = rec.get("args", {})
         run = str(rec.get("run_dir", a.get("output_dir", "")))
@@ -286,11 +297,12 @@ def accuracies_from_records(records, split="out", checkpoints="all",
     return Accuracies(_finish_frame(frame), env_names, group_names, notices)
 
 
-def _finish_frame(frame):
+def _finish_frame(frame: pd.DataFrame) -> pd.DataFrame:
     accs = sorted((c for c in frame.columns if _ACC_RE.match(c)),
-                  key=lambda c: int(_ACC_RE.match(c).group(1)))
+                  key=lambda c: int(_ACC_RE.match(c).group(1)))  # type: ignore[union-attr]
     groups = sorted((c for c in frame.columns if _GROUP_RE.match(c)),
-                    key=lambda c: tuple(int(x) for x in _GROUP_RE.match(c).groups()))
+                    key=lambda c: tuple(int(x) for x in
+                                        _GROUP_RE.match(c).groups()))  # type: ignore[union-attr]
     frame = frame[META_COLUMNS + accs + groups].reset_index(drop=True)
     frame["ood_env"] = frame["ood_env"].astype(int)
     return frame
@@ -298,24 +310,26 @@ def _finish_frame(frame):
 
 # ---------------------------------------------------------------------------- dispatch
 
-def _csv_files(directory):
+def _csv_files(directory: PathLike) -> list[Path]:
     files = sorted(p for p in Path(directory).rglob("*")
                    if p.is_file() and (p.name.endswith(".csv") or p.name.endswith(".csv.gz")))
     return files
 
 
-def load_accuracies(paths, split="out", checkpoints="all", algorithms=None) -> Accuracies:
+def load_accuracies(paths: Iterable[PathLike], split: str = "out", checkpoints: str = "all",
+                    algorithms: Collection[str] | None = None) -> Accuracies:
     """Sweep directories and/or accuracy CSV files (or directories of them) -> Accuracies.
 
     A directory holding any ``results.jsonl`` is read as a sweep; otherwise its ``*.csv``
     and ``*.csv.gz`` files are read as accuracy CSVs. ``split``/``checkpoints`` apply to
     sweeps (CSV files already hold one accuracy per classifier and environment).
     """
-    paths = [Path(p) for p in paths]
-    if not paths:
+    given = [Path(p) for p in paths]
+    if not given:
         raise UserError("no input path given")
-    csvs, sets = [], []
-    for p in paths:
+    csvs: list[Path] = []
+    sets: list[Accuracies] = []
+    for p in given:
         if not p.exists():
             raise UserError(f"{p}: no such file or directory")
         if p.is_dir():
@@ -341,7 +355,7 @@ def load_accuracies(paths, split="out", checkpoints="all", algorithms=None) -> A
     return merge(sets)
 
 
-def merge(sets) -> Accuracies:
+def merge(sets: Sequence[Accuracies]) -> Accuracies:
     if len(sets) == 1:
         return sets[0]
     frame = _finish_frame(pd.concat([s.frame for s in sets], ignore_index=True))
@@ -357,7 +371,7 @@ def merge(sets) -> Accuracies:
 
 # ---------------------------------------------------------------------------- export
 
-def to_csv_frame(acc: Accuracies, dataset, ood_env) -> pd.DataFrame:
+def to_csv_frame(acc: Accuracies, dataset: str, ood_env: int) -> pd.DataFrame:
     """One split's accuracies in the shared CSV schema (plus ``run``, ``step``)."""
     sub = acc.subset(dataset, ood_env)
     cols = [acc_col(e) for e in acc.envs(dataset) if acc_col(e) in sub]
@@ -374,24 +388,24 @@ def to_csv_frame(acc: Accuracies, dataset, ood_env) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def export_csv(acc: Accuracies, out_dir, split="out"):
+def export_csv(acc: Accuracies, out_dir: PathLike, split: str = "out") -> list[Path]:
     """Write ``<out_dir>/<dataset>/env<k>_<split>_acc.csv.gz`` per split; returns the paths."""
     import gzip
 
     from oodutils.fileio import atomic_write_bytes
-    out_dir = Path(out_dir)
+    out_path = Path(out_dir)
     written = []
     for dataset, ood in acc.splits():
         frame = to_csv_frame(acc, dataset, ood)
         safe = re.sub(r"[^A-Za-z0-9._@+-]", "_", dataset)
-        path = out_dir / safe / f"env{ood}_{split}_acc.csv.gz"
+        path = out_path / safe / f"env{ood}_{split}_acc.csv.gz"
         data = gzip.compress(frame.to_csv(index=False, lineterminator="\n").encode(), mtime=0)
         atomic_write_bytes(path, data)
         written.append(path)
     return written
 
 
-def warn(message):
+def warn(message: str) -> None:
     """Notices go to stderr, once each, so stdout stays a clean table."""
     logger.info(f"notice: {message}")
 

@@ -7,8 +7,11 @@ per-split tables from them.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 from scipy import special, stats
 
 from analysis.aotl_options import SCALES  # noqa: F401
@@ -18,7 +21,7 @@ from oodutils.errors import UnknownNameError, UserError
 VERDICTS = ("inverse line", "weak", "on the line")
 
 
-def transform(acc, scale="probit", clip=AOTL_CLIP):
+def transform(acc: ArrayLike, scale: str = "probit", clip: float = AOTL_CLIP) -> np.ndarray:
     """Accuracies -> the fitting scale: ``probit`` Phi^-1 (:func:`oodutils.accuracy.probit`),
     ``logit`` or ``identity``.
 
@@ -36,11 +39,11 @@ def transform(acc, scale="probit", clip=AOTL_CLIP):
     return special.logit(a)
 
 
-def logit(acc, clip=AOTL_CLIP):
+def logit(acc: ArrayLike, clip: float = AOTL_CLIP) -> np.ndarray:
     return transform(acc, "logit", clip)
 
 
-def inverse_transform(t, scale="probit"):
+def inverse_transform(t: ArrayLike, scale: str = "probit") -> np.ndarray:
     t = np.asarray(t, dtype=float)
     if scale == "probit":
         return special.ndtr(t)
@@ -49,7 +52,8 @@ def inverse_transform(t, scale="probit"):
     return t
 
 
-def fit_line(x, y, scale="probit", clip=AOTL_CLIP, where="fit"):
+def fit_line(x: ArrayLike, y: ArrayLike, scale: str = "probit", clip: float = AOTL_CLIP,
+             where: str = "fit") -> dict[str, Any]:
     """Fit OOD accuracy ``y`` on ID accuracy ``x`` on the chosen scale.
 
     Returns a dict with ``scipy.stats.linregress`` semantics: n, slope, intercept, r, r2,
@@ -79,7 +83,7 @@ def fit_line(x, y, scale="probit", clip=AOTL_CLIP, where="fit"):
             "spearman": float(rho) if np.isfinite(rho) else 0.0}
 
 
-def classify(r, threshold=0.3):
+def classify(r: float, threshold: float = 0.3) -> tuple[str, bool]:
     """(verdict, well_specified) for a Pearson R.
 
     ``R <= -threshold``: "inverse line"; ``|R| < threshold``: "weak";
@@ -92,7 +96,7 @@ def classify(r, threshold=0.3):
     return verdict, bool(r < threshold)
 
 
-def _unit_stats(tx, ty, groups):
+def _unit_stats(tx: np.ndarray, ty: np.ndarray, groups: ArrayLike | None) -> np.ndarray:
     """Per resampling unit: count and sums of x, y, xx, yy, xy (centred), unit count."""
     tx, ty = tx - tx.mean(), ty - ty.mean()
     if groups is None:
@@ -105,14 +109,15 @@ def _unit_stats(tx, ty, groups):
     return s
 
 
-def _r_from_sums(s):
+def _r_from_sums(s: np.ndarray) -> np.ndarray:
     n, sx, sy, sxx, syy, sxy = np.moveaxis(s, -1, 0)
     with np.errstate(invalid="ignore", divide="ignore"):
         cxx, cyy, cxy = sxx - sx * sx / n, syy - sy * sy / n, sxy - sx * sy / n
         return cxy / np.sqrt(cxx * cyy)
 
 
-def bootstrap_r(tx, ty, groups=None, n_boot=1000, ci=0.95, seed=0):
+def bootstrap_r(tx: ArrayLike, ty: ArrayLike, groups: ArrayLike | None = None, n_boot: int = 1000,
+                ci: float = 0.95, seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap CI of Pearson R on already transformed points.
 
     ``groups`` (e.g. run ids): resample whole groups, since the checkpoints of one run are
@@ -121,19 +126,19 @@ def bootstrap_r(tx, ty, groups=None, n_boot=1000, ci=0.95, seed=0):
     s = _unit_stats(np.asarray(tx, float), np.asarray(ty, float), groups)
     n_units = len(s)
     rng = np.random.default_rng(seed)
-    rs = []
+    rs: list[np.ndarray] = []
     for start in range(0, n_boot, 100):
         b = min(100, n_boot - start)
         counts = rng.multinomial(n_units, np.full(n_units, 1.0 / n_units), size=b)
         rs.append(_r_from_sums(counts @ s))
-    rs = np.concatenate(rs)
     alpha = (1 - ci) / 2
-    lo, hi = np.nanquantile(rs, [alpha, 1 - alpha])
+    lo, hi = np.nanquantile(np.concatenate(rs), [alpha, 1 - alpha])
     return float(lo), float(hi)
 
 
-def classifier_count(tx, ty, groups=None, n_boot=1000, conf=0.95, tol=0.01, step=100,
-                     start=10, seed=0):
+def classifier_count(tx: ArrayLike, ty: ArrayLike, groups: ArrayLike | None = None,
+                     n_boot: int = 1000, conf: float = 0.95, tol: float = 0.01, step: int = 100,
+                     start: int = 10, seed: int = 0) -> tuple[int | None, int]:
     """The paper's "number of classifiers" heuristic (Table 3).
 
     Each bootstrap resample is a sequence of units (classifiers, or whole runs when
@@ -179,20 +184,22 @@ class _LinearCost:
     model = "linear_cumsum"
     min_size = 3
 
-    def fit(self, signal):
+    def fit(self, signal: np.ndarray) -> _LinearCost:
         self.signal = signal
         x, y = signal[:, 0] - signal[:, 0].mean(), signal[:, 1] - signal[:, 1].mean()
         self.c = np.vstack([np.zeros(6), np.cumsum(
             np.stack([np.ones_like(x), x, y, x * x, y * y, x * y], axis=1), axis=0)])
         return self
 
-    def error(self, start, end):
+    def error(self, start: int, end: int) -> float:
         n, sx, sy, sxx, syy, sxy = self.c[end] - self.c[start]
         cxx, cyy, cxy = sxx - sx * sx / n, syy - sy * sy / n, sxy - sx * sy / n
         return max(cyy - (cxy * cxy / cxx if cxx > 1e-12 else 0.0), 0.0)
 
 
-def changepoints(tx, ty, pen=None, min_size=None, jump=None):
+def changepoints(tx: np.ndarray, ty: np.ndarray, pen: float | None = None,
+                 min_size: int | None = None, jump: int | None = None
+                 ) -> tuple[np.ndarray, list[int], float]:
     """Change points of a piecewise-linear fit of ty on tx, points sorted by tx (PELT).
 
     ``pen``: penalty per extra segment in squared residual units; default a BIC penalty

@@ -14,8 +14,8 @@ USER_FACING = (
     "domainbed.run_hparams", "domainbed.results", "domainbed.results.records",
     "domainbed.results.model_selection", "domainbed.results.report", "domainbed.results.tables",
     "domainbed.leaderboard.site", "domainbed.leaderboard.published",
-    "analysis.aotl", "analysis.aotl_study", "analysis.oodselect", "analysis.theory",
-    "analysis.validity",
+    "analysis.aotl", "analysis.aotl_inputs", "analysis.aotl_stats", "analysis.aotl_study",
+    "analysis.oodselect", "analysis.theory", "analysis.validity",
     "oodutils", "oodutils.accuracy", "oodutils.cli", "oodutils.errors", "oodutils.fileio",
     "oodutils.log", "oodutils.plotting", "oodutils.tables",
 )
@@ -96,7 +96,8 @@ def test_the_main_entry_points_are_checked():
                  "domainbed.results.records.load_records",
                  "domainbed.results.model_selection.select",
                  "domainbed.leaderboard.site.build_site", "analysis.aotl.per_ood_table",
-                 "analysis.oodselect.OODSelect.fit", "analysis.validity.bayes_factor_k",
+                 "analysis.aotl_stats.fit_line", "analysis.oodselect.OODSelect.fit",
+                 "analysis.validity.bayes_factor_k",
                  "oodutils.fileio.atomic_write_text"):
         assert name in seen, name
 
