@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 USER_FACING = (
     "domainbed", "domainbed.api", "domainbed.config", "domainbed.registry", "domainbed.hparams",
     "domainbed.run_hparams", "domainbed.results", "domainbed.results.records",
-    "domainbed.results.model_selection", "domainbed.results.report", "domainbed.results.tables",
+    "domainbed.results.model_selection", "domainbed.results.report", "domainbed.results.stats",
+    "domainbed.results.tables",
     "domainbed.leaderboard.site", "domainbed.leaderboard.published",
     "analysis.aotl", "analysis.aotl_inputs", "analysis.aotl_stats", "analysis.aotl_study",
     "analysis.oodselect", "analysis.theory", "analysis.validity",

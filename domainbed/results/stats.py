@@ -36,7 +36,7 @@ TITLES = ("Rank stability", "Paired comparison with ERM", "Selection regret",
           "Expected best accuracy")
 
 
-def candidate_table(records: list[Record], method: type,
+def candidate_table(records: list[Record], method: type[ms.SelectionMethod],
                     labels: dict | None = None) -> pd.DataFrame:
     """One row per (trial_seed, dataset, algorithm, test_env, hyperparameter setting)
     with the validation and test accuracy `method` gives that candidate (percent)."""
@@ -55,7 +55,8 @@ def _best_test(val: np.ndarray, test: np.ndarray) -> float:
     return float(test[int(np.argmax(val))])
 
 
-def _cells(candidates: pd.DataFrame) -> dict[tuple, list[tuple[np.ndarray, np.ndarray]]]:
+def _cells(candidates: pd.DataFrame
+           ) -> dict[tuple, dict[tuple, tuple[np.ndarray, np.ndarray]]]:
     """{(dataset, algorithm): [(val, test) arrays of one (trial, test_env) cell]} with the
     trial seed kept for pairing."""
     cells: dict[tuple, dict] = collections.defaultdict(dict)
@@ -158,7 +159,7 @@ def paired_comparison(selected: pd.DataFrame, baseline: str = BASELINE) -> pd.Da
     return frame[columns]
 
 
-def selection_regret(records: list[Record], method: type,
+def selection_regret(records: list[Record], method: type[ms.SelectionMethod],
                      labels: dict | None = None) -> pd.DataFrame:
     """Oracle minus `method`, in points of test accuracy: rows algorithms, columns
     datasets (mean over trials and test environments) and their average."""
@@ -179,11 +180,11 @@ def expected_best(val: Sequence[float], test: Sequence[float], k: int) -> float:
     test accuracy of the chosen model): sum_i test_(i) [(i/N)^k - ((i-1)/N)^k], the
     candidates ordered by validation accuracy."""
     order = np.argsort(np.asarray(val, dtype=float), kind="stable")
-    test = np.asarray(test, dtype=float)[order]
-    n = len(test)
+    ranked_test = np.asarray(test, dtype=float)[order]
+    n = len(ranked_test)
     i = np.arange(1, n + 1)
     weights = (i / n) ** k - ((i - 1) / n) ** k
-    return float(np.dot(weights, test))
+    return float(np.dot(weights, ranked_test))
 
 
 def expected_best_table(candidates: pd.DataFrame, ks: Sequence[int] | None = None
@@ -205,7 +206,7 @@ def expected_best_table(candidates: pd.DataFrame, ks: Sequence[int] | None = Non
     return pd.DataFrame(rows, columns=["dataset", "algorithm"] + [f"k={k}" for k in ks])
 
 
-def stats_sections(records: list[Record], method: type, n_boot: int = 1000,
+def stats_sections(records: list[Record], method: type[ms.SelectionMethod], n_boot: int = 1000,
                    seed: int = 0) -> list[tuple[str, pd.DataFrame, str]]:
     """(title, table, note) for each of the four statistics under `method`."""
     labels = ms.dataset_labels(records)
