@@ -114,7 +114,9 @@ def write_summary(path: str, dataset: str, facts: pd.DataFrame, per_ood: pd.Data
     n_runs, n_ckpt = len(facts), int(facts.checkpoints.sum())
     lines += ["## The zoo", "",
               f"{n_runs} training runs (N counts runs), {n_ckpt} checkpoints in the fits "
-              f"(each run contributes every checkpoint, as Salaudeen et al. 2025 count them). "
+              f"(each run contributes every checkpoint, as Salaudeen et al. 2025, 'Are Domain "
+              f"Generalization Benchmarks with Accuracy on the Line Misspecified?', count "
+              f"them). "
               f"Steps per run: {', '.join(map(str, sorted(facts.steps.unique())))}; "
               f"evaluated splits: {', '.join(sorted(facts.eval_splits.unique()))}; data: "
               f"{', '.join(sorted(facts.data_source.unique()))}.", ""]

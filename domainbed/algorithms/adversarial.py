@@ -327,7 +327,9 @@ class ADRMX(Algorithm):
 @register_algorithm("ERDG")
 class ERDG(Algorithm):
     """Domain generalization via entropy regularization (Zhao et al. 2020), benchmarked in
-    OoD-Bench (Ye et al. 2022; its Table 12 gives the defaults and search ranges declared here).
+    OoD-Bench (Ye et al. 2022, "OoD-Bench: Quantifying and Understanding Two Dimensions of
+    Out-of-Distribution Generalization"; its Table 12 gives the defaults and search ranges
+    declared here).
 
     Four parts: featurizer F, classifier T, a domain discriminator D and one auxiliary
     classifier T'_k per training domain. Each update takes

@@ -1,5 +1,6 @@
 """MMD-AAE (Li et al. 2018, "Domain Generalization with Adversarial Feature Learning"), the
-best method of the Spawrious study (Lynch et al. 2023): an autoencoder on the featurizer's output
+best method of the Spawrious study (Lynch et al. 2023, "Spawrious: A Benchmark for Fine Control
+of Spurious Correlation Biases"): an autoencoder on the featurizer's output
 whose hidden code is (a) aligned across training domains with a multi-bandwidth MMD,
 (b) pushed towards a Laplace prior by an adversarial discriminator, (c) decoded back to the
 features, and (d) classified.

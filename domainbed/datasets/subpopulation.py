@@ -1,5 +1,6 @@
 """Group-annotated image benchmarks in SubpopBench's framing (Yang et al. 2023), plus
-the Waterbirds construction of Salaudeen et al. 2025 (accuracy on the line).
+the Waterbirds construction of Salaudeen et al. 2025, "Are Domain Generalization Benchmarks
+with Accuracy on the Line Misspecified?".
 
 SubpopBench framing (``Waterbirds``, ``CelebA``, ``MetaShift``; the text ones live in
 ``domainbed.datasets.text``): the environments are the official splits

@@ -1,5 +1,10 @@
 """Text benchmarks: CivilComments in three framings, and MultiNLI.
 
+The papers behind the framings: accuracy on the line is Salaudeen et al. 2025, "Are Domain
+Generalization Benchmarks with Accuracy on the Line Misspecified?"; OODSelect is Salaudeen
+et al. 2025, "Aggregation Hides Out-of-Distribution Generalization Failures from Spurious
+Correlations".
+
 Inputs are made by the text featurizer the ``text_featurizer`` hyperparameter picks (hashed
 bag of words by default; see ``domainbed.networks.text``): every comment of the file is
 encoded once (cached on disk for frozen encoders) and each construction indexes into it.

@@ -10,7 +10,8 @@ Environments as DomainBed's WILDSDataset: one per sorted distinct value of the m
 (``hospital`` / ``region``), named ``hospital_<v>`` / ``region_<v>``. Example id: the index of
 the example in the WILDS dataset. Transforms: DomainBed's (resize, and its augmentation on
 training environments when ``data_augmentation``); ``image_size`` defaults to 96 for Camelyon
-(its patches' native size, as Salaudeen et al. 2025 use them) and 224 for FMoW.
+(its patches' native size, as Salaudeen et al. 2025, "Are Domain Generalization Benchmarks
+with Accuracy on the Line Misspecified?", use them) and 224 for FMoW.
 """
 import os
 

@@ -13,7 +13,8 @@
 Frozen encoders (``text_finetune`` false, the default) are run once: the embeddings are cached
 on disk keyed by (model identity, dataset fingerprint, max length), so every run of a sweep
 after the first loads them; the featurizer is then the identity on the embedding (a linear or
-light classifier on top, as Salaudeen et al. 2025 do). With ``text_finetune`` true the
+light classifier on top, as Salaudeen et al. 2025 do in "Are Domain Generalization Benchmarks
+with Accuracy on the Line Misspecified?"). With ``text_finetune`` true the
 inputs are token ids + attention masks and the encoder is trained end to end.
 
 Cache location: ``$DOMAINBED_CACHE_DIR/text_features`` if set, else
