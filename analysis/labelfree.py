@@ -26,8 +26,10 @@ environment; `verdicts` whether label-free estimation can be trusted per split.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -79,11 +81,13 @@ def atc_threshold(id_scores: np.ndarray, id_correct: np.ndarray) -> float:
     return float(scores[k]) if k < len(scores) else float(np.nextafter(scores[-1], np.inf))
 
 
-def atc_estimate(id_scores, id_correct, ood_scores) -> float:
+def atc_estimate(id_scores: np.ndarray, id_correct: np.ndarray, ood_scores: np.ndarray
+                 ) -> float:
     return float(np.mean(ood_scores >= atc_threshold(id_scores, id_correct)))
 
 
-def doc_estimate(id_logits, id_correct, ood_logits) -> float:
+def doc_estimate(id_logits: np.ndarray, id_correct: np.ndarray, ood_logits: np.ndarray
+                 ) -> float:
     id_conf, ood_conf = max_confidence(id_logits).mean(), max_confidence(ood_logits).mean()
     return float(np.mean(id_correct) - (id_conf - ood_conf))
 
@@ -117,9 +121,10 @@ class AgreementLine:
         return float(norm.cdf(self.slope * probit(id_acc, AOTL_CLIP) + self.intercept))
 
 
-def _aligned_predictions(cp: Checkpoint, ids_id: np.ndarray, ids_ood: np.ndarray):
+def _aligned_predictions(cp: Checkpoint, ids_id: np.ndarray, ids_ood: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
     """This checkpoint's predicted classes on the given ID and OOD example ids."""
-    def on(ids, own_ids, logits):
+    def on(ids: np.ndarray, own_ids: np.ndarray, logits: np.ndarray) -> np.ndarray:
         index = pd.Index(own_ids).get_indexer(ids)
         if (index < 0).any():
             raise UserError(f"run {cp.run} lacks some examples of the other models "
@@ -207,7 +212,8 @@ def verdicts(agreement: pd.DataFrame, n_models: dict[tuple, int]) -> pd.DataFram
 
 
 # ---------------------------------------------------------------- reading a sweep
-def checkpoints_from_sweep(input_dirs, all_steps: bool = False) -> list[Checkpoint]:
+def checkpoints_from_sweep(input_dirs: Sequence[str | os.PathLike[str]],
+                           all_steps: bool = False) -> list[Checkpoint]:
     """Every finished run's last checkpoint (or every checkpoint) with saved logits, one
     Checkpoint per test environment. A sweep without logits is a UserError saying how
     to get them."""
@@ -236,7 +242,8 @@ def checkpoints_from_sweep(input_dirs, all_steps: bool = False) -> list[Checkpoi
     return out
 
 
-def _split_checkpoint(run_dir, step, args, arrays) -> list[Checkpoint]:
+def _split_checkpoint(run_dir: str, step: int, args: dict[str, Any], arrays: Any
+                      ) -> list[Checkpoint]:
     test_envs = [int(e) for e in args.get("test_envs") or []]
     env, split = arrays["env"].astype(int), arrays["split"].astype(int)
     id_mask = (split == SPLIT_OUT) & ~np.isin(env, test_envs)

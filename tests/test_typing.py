@@ -16,9 +16,10 @@ USER_FACING = (
     "domainbed.results.tables",
     "domainbed.leaderboard.site", "domainbed.leaderboard.published",
     "analysis.aotl", "analysis.aotl_inputs", "analysis.aotl_stats", "analysis.aotl_study",
-    "analysis.oodselect", "analysis.theory", "analysis.validity",
+    "analysis.labelfree", "analysis.oodselect", "analysis.theory", "analysis.validity",
     "oodutils", "oodutils.accuracy", "oodutils.cli", "oodutils.errors", "oodutils.fileio",
     "oodutils.log", "oodutils.plotting", "oodutils.tables",
+    "oodutils.templating",
 )
 
 
