@@ -81,9 +81,9 @@ def classification_metrics(labels: np.ndarray, pred: np.ndarray,
         if name == "nll":
             out["nll"] = float(skm.log_loss(labels, probs, labels=classes))
         elif name == "ece":
-            out["ece"] = expected_calibration_error(probs, labels)
+            out["ece"] = expected_calibration_error(probs, labels)  # type: ignore[arg-type]
         elif name == "brier":
-            out["brier"] = brier_score(probs, labels)
+            out["brier"] = brier_score(probs, labels)  # type: ignore[arg-type]
         elif name == "balanced_acc":
             out["balanced_acc"] = float(np.mean(recall))
         elif name == "macro_f1":
@@ -94,7 +94,7 @@ def classification_metrics(labels: np.ndarray, pred: np.ndarray,
         elif name == "class_acc":
             out.update({f"acc_class{c}": float(r) for c, r in zip(present, recall)})
         elif name == "auroc" and num_classes == 2 and len(present) == 2:
-            out["auroc"] = float(skm.roc_auc_score(labels, probs[:, 1]))
+            out["auroc"] = float(skm.roc_auc_score(labels, probs[:, 1]))  # type: ignore[index]
     return out
 
 

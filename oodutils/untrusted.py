@@ -13,10 +13,14 @@ never hang it, exhaust its memory or make it read or publish something else.
   with the mode a plain write gives (``oodutils.fileio``), never the source's mode.
 * ``array_digest(array)``: the checksum caches store with an entry and verify on read.
 """
+from __future__ import annotations
+
 import hashlib
 import json
 import os
 import stat
+from collections.abc import Iterator
+from typing import IO, Any
 
 import numpy as np
 
@@ -29,7 +33,7 @@ class NotRegularFile(OSError):
     """The path is a symlink, FIFO, device, socket or directory, or is too large."""
 
 
-def open_regular(path):
+def open_regular(path: str | os.PathLike[str]) -> IO[bytes]:
     """`path` opened for reading in binary, after checking (on the open descriptor, so
     nothing can swap it in between) that it is a regular file."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) \
@@ -50,7 +54,7 @@ def open_regular(path):
         raise
 
 
-def read_lines(path, max_line_bytes):
+def read_lines(path: str | os.PathLike[str], max_line_bytes: int) -> Iterator[bytes | None]:
     """Each line of the regular file `path` as bytes, or None for a line longer than
     `max_line_bytes` (skipped to its end without being kept in memory)."""
     with open_regular(path) as f:
@@ -66,7 +70,7 @@ def read_lines(path, max_line_bytes):
             yield None
 
 
-def parse_json(text):
+def parse_json(text: str | bytes) -> Any:
     """The JSON value of `text`, or None when it is not JSON (or too deeply nested)."""
     try:
         return json.loads(text)
@@ -74,7 +78,7 @@ def parse_json(text):
         return None
 
 
-def read_regular_bytes(path, max_bytes):
+def read_regular_bytes(path: str | os.PathLike[str], max_bytes: int) -> bytes:
     """The bytes of the regular file `path`; NotRegularFile when it holds more."""
     with open_regular(path) as f:
         data = f.read(max_bytes + 1)
@@ -83,12 +87,13 @@ def read_regular_bytes(path, max_bytes):
     return data
 
 
-def copy_regular_file(src, dst, max_bytes=64 << 20):
+def copy_regular_file(src: str | os.PathLike[str], dst: str | os.PathLike[str],
+                      max_bytes: int = 64 << 20) -> None:
     """Copy the regular file `src` to `dst` (a fresh file, umask mode); see module doc."""
     atomic_write_bytes(dst, read_regular_bytes(src, max_bytes))
 
 
-def array_digest(array):
+def array_digest(array: Any) -> str:
     """sha256 of an array's dtype, shape and bytes: what a cache stores beside an entry and
     checks on read, so a zeroed, truncated or altered entry is noticed."""
     array = np.ascontiguousarray(array)

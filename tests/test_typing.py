@@ -13,13 +13,14 @@ USER_FACING = (
     "domainbed", "domainbed.api", "domainbed.config", "domainbed.registry", "domainbed.hparams",
     "domainbed.run_hparams", "domainbed.results", "domainbed.results.records",
     "domainbed.results.model_selection", "domainbed.results.report", "domainbed.results.stats",
-    "domainbed.results.tables",
+    "domainbed.results.tables", "domainbed.results.schema", "domainbed.results.export",
+    "domainbed.results.metrics",
     "domainbed.leaderboard.site", "domainbed.leaderboard.published",
     "analysis.aotl", "analysis.aotl_inputs", "analysis.aotl_stats", "analysis.aotl_study",
     "analysis.labelfree", "analysis.oodselect", "analysis.theory", "analysis.validity",
     "oodutils", "oodutils.accuracy", "oodutils.cli", "oodutils.errors", "oodutils.fileio",
     "oodutils.log", "oodutils.plotting", "oodutils.tables",
-    "oodutils.templating",
+    "oodutils.templating", "oodutils.metrics", "oodutils.untrusted",
 )
 
 

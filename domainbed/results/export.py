@@ -61,7 +61,7 @@ def _link_or_copy(source: str, target: str) -> None:
         shutil.copy2(source, target)
 
 
-def export_selected(records: list[Record], methods: Sequence[type],
+def export_selected(records: list[Record], methods: Sequence[type[ms.SelectionMethod]],
                     output_dir: str) -> dict[str, Any]:
     """Write the chosen models and `output_dir/manifest.json`; return the manifest."""
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):

@@ -151,7 +151,10 @@ def _parse_line(line: str | bytes) -> tuple[Record | None, str | None]:
 def read_run(run_dir: str, notes: list[str] | None = None) -> tuple[list[Record], int]:
     """(records, skipped_lines) of one run directory; raises OSError when unreadable (not a
     regular file included). Each skipped line adds a note naming it to `notes`."""
-    records, skipped = [], 0
+    records: list[Record] = []
+    skipped = 0
+    record: Record | None
+    problem: str | None
     path = os.path.join(run_dir, RESULTS_FILE)
     for number, raw in enumerate(read_lines(path, MAX_LINE_BYTES), start=1):
         if raw is None:
@@ -181,7 +184,9 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
     Raises UserError when an input directory is missing.
     """
     dirs = _as_dir_list(input_dir)
-    records, kept_dirs, notes = [], [], []
+    records: list[Record] = []
+    kept_dirs: list[str] = []
+    notes: list[str] = []
     skipped_lines = skipped_runs = 0
     for run_dir in find_run_dirs(dirs):
         if require_done and not os.path.exists(os.path.join(run_dir, DONE_FILE)):

@@ -17,7 +17,11 @@ or None when it fits:
 * ``step``: an int >= 0; ``epoch`` and every accuracy / worst-group key
   (``env<i>_...acc...`` / ``..._wga``): a number or null, with i below the environment count.
 """
+from __future__ import annotations
+
 import re
+from collections.abc import Mapping
+from typing import Any
 
 MAX_ENVS = 1000
 MAX_DEPTH = 32
@@ -26,19 +30,19 @@ SCALAR_ARGS = ("data_source", "data_fingerprint", "data_seed", "precision", "wei
 _ENV_KEY = re.compile(r"^env(\d+)_\w*(?:acc|wga)\w*$")
 
 
-def _is_int(value):
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value):
+def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _is_scalar(value):
+def _is_scalar(value: object) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
 
 
-def _args_problem(args):
+def _args_problem(args: Mapping[str, Any]) -> str | None:
     for key in ("dataset", "algorithm"):
         if not isinstance(args.get(key), str):
             return f"args.{key} is not a string"
@@ -60,7 +64,7 @@ def _args_problem(args):
     return None
 
 
-def _metrics_problem(record, n_envs):
+def _metrics_problem(record: Mapping[str, Any], n_envs: int) -> str | None:
     if not _is_int(record.get("step")) or record["step"] < 0:
         return "step is not an int >= 0"
     if record.get("epoch") is not None and not _is_number(record["epoch"]):
@@ -76,10 +80,10 @@ def _metrics_problem(record, n_envs):
     return None
 
 
-def _nesting_depth_exceeds(value, limit):
+def _nesting_depth_exceeds(value: object, limit: int) -> bool:
     """Whether `value` nests lists / objects deeper than `limit` (walked without recursion,
     so later recursive code such as grouping keys stays far from the recursion limit)."""
-    stack = [(value, 0)]
+    stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, (list, dict)):
@@ -90,7 +94,7 @@ def _nesting_depth_exceeds(value, limit):
     return False
 
 
-def record_problem(record):
+def record_problem(record: object) -> str | None:
     """What keeps `record` from fitting the schema (module docstring), or None."""
     if not isinstance(record, dict):
         return "not a JSON object"
