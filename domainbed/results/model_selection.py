@@ -383,10 +383,10 @@ class _ValLabelOnlyMethod(ValWorstGroupSelectionMethod):
     environment (no group labels needed to select); report, like val_worst_group, the
     `test` environment's worst-group and average accuracy. The per-class scores come from
     runs trained with `--metrics` (worst_class_acc, balanced_acc, macro_f1)."""
-    val_suffix = None   # the `val` environment's `in`-split key suffix
+    val_suffix: str = None  # type: ignore[assignment]  # the `val` env's `in`-split key suffix
 
     @classmethod
-    def _step_acc(cls, record):
+    def _step_acc(cls, record: Record) -> Choice | None:
         envs = official_split_envs(record)
         if envs is None or not set(envs) <= set(_test_envs(record)):
             return None
@@ -398,7 +398,7 @@ class _ValLabelOnlyMethod(ValWorstGroupSelectionMethod):
         return choice
 
     @classmethod
-    def required_keys(cls, record):
+    def required_keys(cls, record: Record) -> list[str]:
         envs = official_split_envs(record)
         if envs is None or not set(envs) <= set(_test_envs(record)):
             return []

@@ -133,7 +133,7 @@ def build_section(records: list[Record], method: type[SelectionMethod],
 
 
 def build_val_worst_group_section(records: list[Record], infos: dict[str, DatasetInfo],
-                                  labels: dict, method: type | None = None
+                                  labels: dict, method: type[SelectionMethod] | None = None
                                   ) -> reporting.Section | None:
     """SubpopBench's selection (best val worst-group accuracy, or with `method` one of the
     attribute-unknown, label-only scores of the val environment) for datasets whose

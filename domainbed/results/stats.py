@@ -232,7 +232,8 @@ def stats_sections(records: list[Record], method: type[ms.SelectionMethod], n_bo
     ]
 
 
-def render_stats(records: list[Record], methods: Sequence[type], fmt: str = "text",
+def render_stats(records: list[Record], methods: Sequence[type[ms.SelectionMethod]],
+                 fmt: str = "text",
                  n_boot: int = 1000, seed: int = 0) -> str:
     """The four statistics for every method, each a titled table and its note, in `fmt`
     (text, markdown, latex, csv, html)."""
