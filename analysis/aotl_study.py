@@ -194,9 +194,12 @@ def analyse(runs_dir: str, out_dir: str, dataset: str, ood_env: int | None = Non
     return summary, facts, per_ood
 
 
-def run_study(dataset, n_models, output_dir, workers=2, data_dir="data", steps=300,
-              checkpoint_freq=75, eval_splits=("out", "test"), launcher="pooled", seed=0,
-              ood_env=None, oodselect_steps=1500, log=print):
+def run_study(dataset: str, n_models: int, output_dir: str, workers: int = 2,
+              data_dir: str = "data", steps: int = 300, checkpoint_freq: int = 75,
+              eval_splits: Sequence[str] = ("out", "test"), launcher: str = "pooled",
+              seed: int = 0, ood_env: int | None = None, oodselect_steps: int = 1500,
+              log: Callable[[str], None] = print
+              ) -> tuple[str, pd.DataFrame, pd.DataFrame, Any, float, float]:
     """Train (or resume, or extend) the zoo under OUTPUT_DIR/runs, analyse it and append the
     wall time to the summary. Returns (summary path, zoo facts, per-OOD table, training)."""
     from domainbed.api import train_zoo

@@ -4,6 +4,7 @@ and one configuration of the five searched hyperparameters. A module without tor
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 PENALTY_FORMS = ("softplus", "squared")
 LOSSES = ("r", "r2")
@@ -27,5 +28,5 @@ class Hparams:
     penalty: float = 10.0
     anneal_iters: int = 200
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)

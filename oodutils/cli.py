@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.log import configure
@@ -20,8 +21,8 @@ class ArgumentParser(argparse.ArgumentParser):
     option (``--input`` for ``--input_dir`` and its hidden ``--input-dir``) is that option,
     not an ambiguity: abbreviations that worked before the aliases keep working."""
 
-    def _get_option_tuples(self, option_string):
-        by_action = {}
+    def _get_option_tuples(self, option_string: str) -> list[tuple[Any, ...]]:
+        by_action: dict[int, tuple[Any, ...]] = {}
         for match in super()._get_option_tuples(option_string):
             by_action.setdefault(id(match[0]), match)
         return list(by_action.values())
@@ -32,7 +33,8 @@ def hyphen_twin(option: str) -> str:
     return "--" + option[2:].replace("_", "-")
 
 
-def add_option(parser, canonical: str, *aliases: str, **kwargs) -> argparse.Action:
+def add_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, canonical: str,
+               *aliases: str, **kwargs: Any) -> argparse.Action:
     """Add the option ``canonical`` (``--output_dir``: DomainBed's underscore style, the one
     name --help shows) and accept ``aliases`` (older names such as ``--out``) and the
     hyphen spelling of every name as hidden alternatives, so users' scripts keep working.
