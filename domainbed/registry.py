@@ -52,7 +52,7 @@ class Registry:
         self.builtin_module = builtin_module
         self._classes: dict[str, type[Any]] = {}
         self._overridden: set[str] = set()
-        self._factories: dict[str, Callable[[str], type]] = {}
+        self._factories: dict[str, Callable[[str], type[Any]]] = {}
         self._loaded = False
         self._loading = False
 
@@ -92,7 +92,7 @@ class Registry:
             return factory
         return decorator
 
-    def _from_factory(self, name: str) -> type | None:
+    def _from_factory(self, name: str) -> type[Any] | None:
         """The class a prefix factory builds for `name`, registered under `name`; None when
         no factory claims the prefix."""
         prefix, sep, argument = name.partition(":")
