@@ -48,7 +48,7 @@ def require(module: str, extra: str) -> ModuleType:
                         f"pip install 'oodbed[{extra}]'") from None
 
 
-def load_error_reason(error):
+def load_error_reason(error: BaseException) -> str:
     """One short line saying why a file could not be loaded (torch.load with
     weights_only=True, np.load with allow_pickle=False), for an error message. The
     libraries' own texts advise loading again without those guards, which would run

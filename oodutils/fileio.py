@@ -9,17 +9,20 @@ name survives a power cut (records, `done`). A full disk is one UserError naming
 file and the space left. A folder others can write (a run directory in a shared sweep)
 is written through `oodutils.pinned_dir.PinnedDir`, which follows no symlink in it.
 """
+from __future__ import annotations
+
 import io
 import json
 import math
 import os
+from typing import Any
 
 import numpy as np
 
 from oodutils.pinned_dir import PinnedDir, current_umask  # noqa: F401  (re-exported)
 
 
-def fsync_directory(directory):
+def fsync_directory(directory: str | os.PathLike[str]) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError:
@@ -32,7 +35,7 @@ def fsync_directory(directory):
         os.close(fd)
 
 
-def atomic_write_bytes(path, data, durable=False):
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, durable: bool = False) -> None:
     """Write `path` atomically (see `PinnedDir.write_bytes`); its folder is made when
     missing and may itself be reached through symlinks (the caller chose it)."""
     path = os.fspath(path)
@@ -40,22 +43,22 @@ def atomic_write_bytes(path, data, durable=False):
         folder.write_bytes(os.path.basename(path), data, durable=durable)
 
 
-def atomic_write_text(path, text, durable=False):
+def atomic_write_text(path: str | os.PathLike[str], text: str, durable: bool = False) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), durable=durable)
 
 
-def atomic_write_json(path, obj):
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
-def npz_bytes(compressed=True, **arrays):
+def npz_bytes(compressed: bool = True, **arrays: Any) -> bytes:
     """The bytes np.savez(_compressed) would write for `arrays`."""
     buf = io.BytesIO()
     (np.savez_compressed if compressed else np.savez)(buf, **arrays)
     return buf.getvalue()
 
 
-def torch_bytes(obj):
+def torch_bytes(obj: Any) -> bytes:
     """The bytes torch.save would write for `obj`."""
     import torch
     buf = io.BytesIO()
@@ -63,15 +66,15 @@ def torch_bytes(obj):
     return buf.getvalue()
 
 
-def atomic_savez(path, compressed=True, **arrays):
+def atomic_savez(path: str | os.PathLike[str], compressed: bool = True, **arrays: Any) -> None:
     atomic_write_bytes(path, npz_bytes(compressed, **arrays))
 
 
-def atomic_torch_save(path, obj, durable=False):
+def atomic_torch_save(path: str | os.PathLike[str], obj: Any, durable: bool = False) -> None:
     atomic_write_bytes(path, torch_bytes(obj), durable=durable)
 
 
-def atomic_move_aside(path, suffix=".prev"):
+def atomic_move_aside(path: str, suffix: str = ".prev") -> str | None:
     """Rename `path` to the first free name of `path.prev`, `path.prev.1`, ... (an older
     copy is never replaced) and fsync the folder; returns the new name, or None when
     `path` does not exist."""
@@ -80,13 +83,13 @@ def atomic_move_aside(path, suffix=".prev"):
         return folder.move_aside(os.path.basename(path), suffix)
 
 
-def file_name_part(name):
+def file_name_part(name: object) -> str:
     """`name` made safe inside one file name: a dataset named by a path (``folder:/a/b``)
     must not add directories to a plot's file name."""
     return "".join(ch if ch.isalnum() or ch in "._-@" else "_" for ch in str(name))
 
 
-def check_output_path(path, what, directory=False):
+def check_output_path(path: str | os.PathLike[str], what: str, directory: bool = False) -> None:
     """A UserError before any work when `path` cannot be written: a file where a folder
     is wanted (or the reverse), a file among its parents, or a parent not writable."""
     from oodutils.errors import UserError
@@ -108,7 +111,7 @@ def check_output_path(path, what, directory=False):
         raise UserError(f"{what} {path!r}: {existing!r} is not writable")
 
 
-def finite_json(obj):
+def finite_json(obj: Any) -> Any:
     """NaN and infinities become None (null), recursively, so the JSON written is strict."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None

@@ -13,10 +13,13 @@ the target, which replaces a symlink there and never writes through it), with th
 plain open() gets under the umask. A full disk is one `UserError` naming the file and the
 free space, never a traceback.
 """
+from __future__ import annotations
+
 import errno
 import os
 import secrets
 import stat
+from typing import IO
 
 from oodutils.errors import UserError
 
@@ -30,7 +33,7 @@ class NoSpaceLeft(UserError):
     """The disk is full (or the quota spent): which file, how much was needed and left."""
 
 
-def current_umask():
+def current_umask() -> int:
     """The process umask: from /proc on Linux (no race with other threads), else by
     setting and restoring it (there is no portable getter)."""
     try:
@@ -45,7 +48,8 @@ def current_umask():
     return mask
 
 
-def unsafe_entry_reason(path, st, want_dir=False, writing=False):
+def unsafe_entry_reason(path: str, st: os.stat_result, want_dir: bool = False,
+                        writing: bool = False) -> str | None:
     """Why an entry with lstat result `st` cannot be used, or None. `writing` a file in
     place: one with other hard links is refused too (the write would reach them)."""
     if stat.S_ISLNK(st.st_mode):
@@ -59,7 +63,7 @@ def unsafe_entry_reason(path, st, want_dir=False, writing=False):
     return None
 
 
-def _size_text(n):
+def _size_text(n: float) -> str:  # type: ignore[return]  # the GiB branch returns
     for unit in ("bytes", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
@@ -70,11 +74,12 @@ class PinnedDir:
     """A directory opened once; its entries are reached through its descriptor only.
     Use as a context manager (or call `close`)."""
 
-    def __init__(self, fd, path):
+    def __init__(self, fd: int, path: str) -> None:
         self.fd, self.path = fd, os.fspath(path)
 
     @classmethod
-    def open(cls, path, create=False, follow=False):
+    def open(cls, path: str | os.PathLike[str], create: bool = False,
+             follow: bool = False) -> PinnedDir:
         """Open `path` as a directory. `follow=False`: its last component must not be a
         symlink (UnsafePath); `create`: make it (and its parents) first."""
         path = os.fspath(path)
@@ -96,38 +101,38 @@ class PinnedDir:
                     raise UnsafePath(reason) from None
             raise
 
-    def close(self):
+    def close(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
-            self.fd = None
+            self.fd = None  # type: ignore[assignment]  # closed
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:  # noqa: BLE001 - at interpreter exit `os` may be gone
             pass
 
-    def __enter__(self):
+    def __enter__(self) -> PinnedDir:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def join(self, name):
+    def join(self, name: str) -> str:
         """The path of `name` inside this folder, for messages."""
         return os.path.join(self.path, name)
 
-    def lstat(self, name):
+    def lstat(self, name: str) -> os.stat_result | None:
         """lstat of `name` (a symlink is not followed), or None when it does not exist."""
         try:
             return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
         except FileNotFoundError:
             return None
 
-    def exists(self, name):
+    def exists(self, name: str) -> bool:
         return self.lstat(name) is not None
 
-    def subdir(self, name, create=True):
+    def subdir(self, name: str, create: bool = True) -> PinnedDir:
         """The sub-folder `name`, made when missing; a symlink there is refused."""
         if create:
             try:
@@ -143,7 +148,7 @@ class PinnedDir:
             raise
         return PinnedDir(fd, self.join(name))
 
-    def open_file(self, name, flags, mode=0o666):
+    def open_file(self, name: str, flags: int, mode: int = 0o666) -> int:
         """A descriptor of the regular file `name` (O_NOFOLLOW, never blocking on a FIFO).
         Anything else there, or a file with other hard links when writing (the write
         would reach the other names too), is refused with UnsafePath."""
@@ -166,15 +171,15 @@ class PinnedDir:
             raise
         return fd
 
-    def read_bytes(self, name):
+    def read_bytes(self, name: str) -> bytes:
         with os.fdopen(self.open_file(name, os.O_RDONLY), "rb") as f:
             return f.read()
 
-    def open_reader(self, name):
+    def open_reader(self, name: str) -> IO[bytes]:
         """A binary file object reading the regular file `name`."""
         return os.fdopen(self.open_file(name, os.O_RDONLY), "rb")
 
-    def write_bytes(self, name, data, durable=False):
+    def write_bytes(self, name: str, data: bytes, durable: bool = False) -> None:
         """Write `name` atomically: temp file, fsync, rename over `name`. `durable`:
         fsync the folder too, so the new name survives a power cut."""
         tmp = f".tmp-{secrets.token_hex(8)}"
@@ -198,7 +203,7 @@ class PinnedDir:
         if durable:
             self.fsync()
 
-    def _no_space_message(self, name, size):
+    def _no_space_message(self, name: str, size: int) -> str:
         try:
             st = os.fstatvfs(self.fd)
             left = f"{_size_text(st.f_bavail * st.f_frsize)} left"
@@ -207,10 +212,10 @@ class PinnedDir:
         return (f"no space left to write {self.join(name)} ({_size_text(size)} needed, "
                 f"{left} on its file system); free some space and rerun")
 
-    def write_text(self, name, text, durable=False):
+    def write_text(self, name: str, text: str, durable: bool = False) -> None:
         self.write_bytes(name, text.encode("utf-8"), durable=durable)
 
-    def unlink(self, name):
+    def unlink(self, name: str) -> None:
         """Remove the file or symlink `name` (a link is removed, its target left alone);
         nothing when it does not exist."""
         try:
@@ -218,7 +223,7 @@ class PinnedDir:
         except FileNotFoundError:
             pass
 
-    def move_aside(self, name, suffix=".prev"):
+    def move_aside(self, name: str, suffix: str = ".prev") -> str | None:
         """Rename `name` to the first free name of `name.prev`, `name.prev.1`, ... (an
         older copy is never replaced); returns the new path, or None when `name` does
         not exist."""
@@ -233,14 +238,14 @@ class PinnedDir:
         raise UserError(f"{self.join(name)}: too many older copies beside it; "
                         f"move them away and rerun")
 
-    def fsync(self):
+    def fsync(self) -> None:
         try:
             os.fsync(self.fd)
         except OSError:
             pass  # some file systems cannot fsync a directory
 
 
-def _write_all(fd, data):
+def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -50,7 +51,7 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
-def format_for_path(path, default: str = "text") -> str:
+def format_for_path(path: str | os.PathLike[str], default: str = "text") -> str:
     """The format a file name asks for by its extension (``.md``, ``.tex``, ``.csv`` ...)."""
     return _EXTENSIONS.get(Path(path).suffix.lower(), default)
 
@@ -62,7 +63,7 @@ _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$",
                   "^": r"\textasciicircum{}", "\n": " ", "\r": " "}
 
 
-def latex_escape(text) -> str:
+def latex_escape(text: object) -> str:
     """``text`` safe inside LaTeX text mode: the ten special characters escaped, line
     breaks (a blank line would end the table) made spaces. Text from records (dataset,
     algorithm names) can so never run a TeX command."""
@@ -73,7 +74,7 @@ _MARKDOWN_SPECIAL = {"|": "\\|", "&": "&amp;", "<": "&lt;", ">": "&gt;", "\n": "
                      "\r": " "}
 
 
-def markdown_escape(text) -> str:
+def markdown_escape(text: object) -> str:
     """``text`` safe inside a markdown table cell: ``|`` escaped, raw HTML made inert
     (``<``, ``>``, ``&`` as entities, which markdown shows as the characters), line
     breaks made spaces."""
@@ -83,7 +84,7 @@ def markdown_escape(text) -> str:
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
-def csv_cell(value):
+def csv_cell(value: object) -> object:
     """``value`` safe to open in a spreadsheet: text that starts like a formula (``=``,
     ``+``, ``-``, ``@``, a tab or CR) and is not a number gets a leading apostrophe
     (OWASP's advice against CSV injection); numbers and numeric text are kept."""
@@ -113,7 +114,7 @@ def text_lines(header: Sequence[str], rows: Sequence[Sequence[str]],
     if uniform:
         widths = [max(widths + [min_width])] * n
 
-    def line(cells):
+    def line(cells: Sequence[str]) -> str:
         text = "  ".join(c.rjust(w) if a == "right" else c.ljust(w)
                          for c, w, a in zip(cells, widths, align))
         return text.rstrip() if end is None else text + end
@@ -144,7 +145,7 @@ def latex_tabular(header: Sequence[str], rows: Sequence[Sequence[str]], spec: st
     width, so the source lines up."""
     fix = latex_escape if escape else str
 
-    def line(cells):
+    def line(cells: Sequence[str]) -> str:
         return " & ".join(fix(c).ljust(pad) for c in cells) + r" \\"
 
     return ([r"\begin{tabular}{" + spec + "}", r"\toprule", line(header), r"\midrule"]
@@ -173,7 +174,7 @@ def csv_text(header: Sequence, rows: Sequence[Sequence]) -> str:
 
 # ----------------------------------------------------------------------------- DataFrames
 
-def format_value(value, digits: int = 2) -> str:
+def format_value(value: object, digits: int = 2) -> str:
     """One DataFrame value as the human formats show it."""
     if value is None:
         return "-"
@@ -197,7 +198,7 @@ def format_value(value, digits: int = 2) -> str:
     return str(value)
 
 
-def _cells(df, digits):
+def _cells(df: pd.DataFrame, digits: int) -> tuple[list[str], list[list[str]], list[str]]:
     import pandas as pd
     header = [str(c) for c in df.columns]
     rows = [[format_value(v, digits) for v in row]
@@ -259,8 +260,8 @@ def render(df: pd.DataFrame, fmt: str = "text", digits: int = 2,
             "html": to_html}[fmt](df, digits, title)
 
 
-def write(df: pd.DataFrame, path, fmt: Optional[str] = None, digits: int = 2,
-          title: Optional[str] = None) -> Path:
+def write(df: pd.DataFrame, path: str | os.PathLike[str], fmt: Optional[str] = None,
+          digits: int = 2, title: Optional[str] = None) -> Path:
     """Write the table atomically to ``path``, in ``fmt`` or the format its extension
     names."""
     from oodutils.fileio import atomic_write_text

@@ -21,7 +21,7 @@ USER_FACING = (
     "analysis.validity",
     "oodutils", "oodutils.accuracy", "oodutils.cli", "oodutils.errors", "oodutils.fileio",
     "oodutils.log", "oodutils.plotting", "oodutils.tables",
-    "oodutils.templating", "oodutils.metrics", "oodutils.untrusted",
+    "oodutils.templating", "oodutils.metrics", "oodutils.untrusted", "oodutils.pinned_dir",
 )
 
 
