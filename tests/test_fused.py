@@ -193,6 +193,7 @@ def test_plan_groups_what_can_share_a_process(tmp_path):
     assert [len(g) for g in plan(commands, max_models=2).groups] == [2, 2]
 
 
+@pytest.mark.slow
 def test_sweep_with_the_fused_launcher(tmp_path):
     """The sweep CLI end to end: groups per test environment, ordinary run directories
     with one log line per checkpoint, and `status` reading them as done."""

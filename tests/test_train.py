@@ -64,6 +64,7 @@ def test_run_directory_contents(tmp_path):
             assert pred["correct"][mask].mean() == pytest.approx(r[f"env{env}_{key}_acc"])
 
 
+@pytest.mark.slow
 def test_same_seeds_give_identical_records(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     run(train_cmd(a, algorithm="IRM"))
@@ -74,6 +75,7 @@ def test_same_seeds_give_identical_records(tmp_path):
     assert comparable(records(a)) != comparable(records(c))
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_matches_uninterrupted(tmp_path):
     """Kill the run at random moments (also mid-write), restart, compare every record."""
     reference = tmp_path / "reference"
