@@ -145,6 +145,7 @@ def _resume_step(run_dir):
         return 0
 
 
+@pytest.mark.slow
 def test_kill_and_relaunch_resumes_every_member(tmp_path):
     """SIGKILL a group mid-run, relaunch it: every member resumes from its own last
     checkpoint and ends with the records of an uninterrupted fused run."""
