@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Install the project with its test extra, then run the whole test suite.
+# Install the project with its test extra, then run the whole test suite with coverage:
+# first the quick loop (`-m "not slow"`, which must import every module of the packages:
+# scripts/check_module_coverage.py), then the slow end-to-end tests; the coverage report
+# covers both. Extra arguments go to both pytest runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q --upgrade pip
@@ -8,5 +11,11 @@ python3 -m pip install -q -e ".[test]"
 python3 -m ruff check .
 # types: the user-facing modules, fully annotated (pyproject's [tool.mypy])
 python3 -m mypy
+packages=(domainbed analysis ood_bench spawrious oodutils)
+cov=("${packages[@]/#/--cov=}")
+rm -f .coverage .coverage.*
 # -rs: every skip is listed with its reason (in CI, CI=true, a missing need fails instead)
-python3 -m pytest -q -rs -n 2 --durations=15 tests "$@"
+python3 -m pytest -q -rs -n 2 --durations=15 -m "not slow" "${cov[@]}" --cov-report= tests "$@"
+python3 scripts/check_module_coverage.py .coverage
+python3 -m pytest -q -rs -n 2 --durations=15 -m slow "${cov[@]}" --cov-append \
+    --cov-report=term:skip-covered tests "$@"

@@ -31,6 +31,7 @@ def run_dirs(out):
     return sorted(p for p in runs.iterdir() if p.is_dir())
 
 
+@pytest.mark.slow
 def test_study_end_to_end_and_resume(tmp_path):
     out, data = tmp_path / "study", tmp_path / "data"
     text = study(out, data, 6)

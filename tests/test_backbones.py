@@ -203,6 +203,7 @@ def test_random_search_draws_the_backbone_from_the_datasets_zoo():
     assert "resnet7" not in space["backbone"].choices
 
 
+@pytest.mark.slow
 def test_train_cli_records_the_weights_identity(tmp_path):
     name = "mobilenet_v3_small"
     weights = tmp_path / "weights"

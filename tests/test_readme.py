@@ -167,6 +167,7 @@ def test_no_readme_block_needs_data_beside_the_clone():
     assert [b.name for b in README_BLOCKS if "../shared" in b.code] == []
 
 
+@pytest.mark.slow
 def test_readme_code_blocks_run(tmp_path):
     blocks = readme_blocks((REPO / "README.md").read_text())
     runnable = [b for b in blocks if b.language in RUN_LANGUAGES and b.skip is None]

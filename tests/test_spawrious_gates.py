@@ -101,6 +101,7 @@ def test_location_from_background_crops(two_threads):
     assert acc >= 0.95, acc
 
 
+@pytest.mark.slow
 def test_breed_learnable_with_balanced_backgrounds(balanced, two_threads):
     d = balanced
     # backgrounds really are balanced across breeds

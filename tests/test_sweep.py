@@ -463,6 +463,7 @@ def test_missing_executable_is_a_failed_job(tmp_path):
 
 
 # ------------------------------------------------------------------ end to end
+@pytest.mark.slow
 def test_end_to_end_debug28_local_sweep_and_relaunch(tmp_path):
     """The real train script: a tiny sweep with 2 local workers, then one job made
     incomplete again is completed by a relaunch; finished jobs are not touched."""

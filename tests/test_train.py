@@ -64,6 +64,7 @@ def test_run_directory_contents(tmp_path):
             assert pred["correct"][mask].mean() == pytest.approx(r[f"env{env}_{key}_acc"])
 
 
+@pytest.mark.slow
 def test_same_seeds_give_identical_records(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     run(train_cmd(a, algorithm="IRM"))
@@ -74,6 +75,7 @@ def test_same_seeds_give_identical_records(tmp_path):
     assert comparable(records(a)) != comparable(records(c))
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_matches_uninterrupted(tmp_path):
     """Kill the run at random moments (also mid-write), restart, compare every record."""
     reference = tmp_path / "reference"
@@ -133,6 +135,7 @@ def test_missing_data_dir(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_other_algorithms_hparam_is_ignored_with_notice(tmp_path):
     proc = run(train_cmd(tmp_path / "run", "--hparams", '{"irm_lambda": 5}'))
     assert "irm_lambda" in proc.stderr and "ignored" in proc.stderr
@@ -156,6 +159,7 @@ def test_bf16_refused_clearly_without_cpu_support(tmp_path, monkeypatch, capsys)
     assert not (tmp_path / "run" / "results.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_bf16_runs_under_autocast_when_emulation_is_allowed(tmp_path):
     """The bf16 path trains end to end on any CPU once emulation is allowed, and its
     records say so (runs of other precisions are never pooled with it)."""

@@ -29,6 +29,7 @@ import hashlib
 import os
 import re
 import warnings
+import zipfile
 from dataclasses import dataclass
 
 import torch
@@ -341,6 +342,14 @@ def check_name_hash(path):
                         "your own whose name only looks like a hash: rename it)")
 
 
+def _is_torchscript_archive(path):
+    """A TorchScript archive is a zip with a `code/` folder (torch.save's zips have none)."""
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as archive:
+        return any(name.split("/")[1:2] == ["code"] for name in archive.namelist())
+
+
 def _read_state_dict(path):
     """A state dict from a .safetensors or torch file, read without running code: only
     tensors and plain containers (torch.load weights_only), never a TorchScript archive,
@@ -350,6 +359,8 @@ def _read_state_dict(path):
         from safetensors.torch import load_file
         return load_file(path, device="cpu")
     try:
+        if _is_torchscript_archive(path):  # torch 2.4's torch.load would load it, not refuse
+            raise RuntimeError("a TorchScript archive")
         with warnings.catch_warnings():  # torch warns of TorchScript before refusing it
             warnings.simplefilter("ignore", UserWarning)
             state = torch.load(path, map_location="cpu", weights_only=True)
