@@ -95,7 +95,7 @@ def train_zoo(dataset: str, n_runs: int, runs_dir: str | os.PathLike, data_dir: 
                               list(eval_splits), seed=seed)
     jobs = [sweep.Job(a, os.fspath(runs_dir)) for a in train_args]
     notify(sweep.summarize(jobs))
-    todo = [j for j in jobs if j.state in (launchers.FAILED, launchers.NOT_LAUNCHED)]
+    todo = [j for j in jobs if j.state in launchers.INCOMPLETE + (launchers.NOT_LAUNCHED,)]
     failed = sweep.launch(jobs, launcher, {"max_workers": workers}, seed=seed) if todo else []
     for j in jobs:
         j.refresh()

@@ -216,7 +216,8 @@ def test_local_launcher_two_workers_then_status_done(tmp_path, fake_train, capsy
     sweep.main(["status"] + flags(tmp_path))
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 4 and all(line.startswith("done ") for line in lines[:3])
-    assert lines[3] == "3 jobs: 3 done, 0 running, 0 failed/incomplete, 0 not launched."
+    assert lines[3] == ("3 jobs: 3 done, 0 running, 0 failed/incomplete, 0 interrupted, "
+                        "0 not launched.")
 
 
 def test_failed_job_status_shows_last_error(tmp_path, fake_train, monkeypatch, capsys):
@@ -284,7 +285,8 @@ def test_delete_incomplete_and_delete_all(tmp_path, fake_train, monkeypatch):
 
 def test_sigkill_of_sweep_then_relaunch(tmp_path, fake_train):
     """Kill the sweep mid-way: the orphaned job still counts as running while it lives,
-    as failed once it is gone; `launch` then resumes it and runs the rest."""
+    as interrupted once it is killed (no exit line, no err.txt); `launch` then resumes
+    it and runs the rest."""
     code = textwrap.dedent(f"""
         import sys
         from domainbed.registry import register_algorithm, register_dataset
@@ -322,7 +324,7 @@ def test_sigkill_of_sweep_then_relaunch(tmp_path, fake_train):
     while time.time() < deadline and launchers.is_running(hung.output_dir):
         time.sleep(0.1)
     states = [j.refresh() for j in jobs]
-    assert states[1] == launchers.FAILED
+    assert states[1] == launchers.INTERRUPTED
     assert sweep.main(["launch"] + flags(tmp_path)) == 0
     assert [j.refresh() for j in jobs] == [launchers.DONE] * 3
     assert len(runs(hung)) == 2

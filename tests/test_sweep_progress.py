@@ -57,3 +57,36 @@ def test_local_launcher_reports_progress(tmp_path, capsys):
     assert [o.status for o in outcomes] == ["ok", "ok"]
     out = capsys.readouterr().out
     assert "[sweep] 2/2 done, 0 failed, 0 running, 0 waiting" in out
+
+
+def _writer_commands(tmp_path, names):
+    """Commands that finish a job by writing its `done` file, each labelled."""
+    import sys
+
+    from domainbed.launch.jobs import Command
+    commands = []
+    for name in names:
+        out = tmp_path / name
+        script = f"open({str(out / 'done')!r}, 'w').write('done')"
+        commands.append(Command([sys.executable, "-c", script], str(out),
+                                label=f"ERM on Debug28, test envs [{name}]"))
+    return commands
+
+
+def test_pooled_launcher_shows_the_sweep_progress_and_names_each_job(tmp_path):
+    from domainbed.launch.pooled import pooled_launcher
+    lines = []
+    outcomes = pooled_launcher(_writer_commands(tmp_path, ["0", "1", "2"]), max_workers=2,
+                               echo=lines.append)
+    assert sorted(o.status for o in outcomes) == ["ok"] * 3
+    assert lines[-1].startswith("[sweep] 3/3 done, 0 failed, 0 running, 0 waiting")
+    done = sorted(line for line in lines if line.startswith("Done: "))
+    assert done == [f"Done: ERM on Debug28, test envs [{i}] ({tmp_path / str(i)})"
+                    for i in range(3)]
+
+
+def test_local_launcher_status_lines_name_the_job(tmp_path, capsys):
+    from domainbed.launch.local import local_launcher
+    local_launcher(_writer_commands(tmp_path, ["7"]))
+    out = capsys.readouterr().out
+    assert f"Done: ERM on Debug28, test envs [7] ({tmp_path / '7'})" in out

@@ -22,6 +22,12 @@ class MultipleDomainDataset:
         "class_balanced": Hparam(False, lambda r: False),
     }
 
+    @classmethod
+    def data_notice(cls, data_dir):
+        """A line a sweep prints once before its jobs about where this dataset's data
+        comes from under `data_dir` (e.g. a built-in substitute), or None."""
+        return None
+
     # Set by the constructor of each concrete dataset:
     #   self.datasets: list of Environment, one per entry of ENVIRONMENTS
     #   self.input_shape, self.num_classes

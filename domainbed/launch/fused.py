@@ -133,7 +133,7 @@ def fused_launcher(commands, max_workers=1, echo=None, fused_max_models=FUSED_MA
         from domainbed.launch.progress import SweepProgress
         progress = SweepProgress(sum(map(len, work.groups)), max_workers, echo)
         echo = progress.echo
-        started = {}
+        started, names = {}, {c.output_dir: c.describe() for c in commands}
 
         def on_start(index, commands):
             started[index] = time.monotonic()
@@ -143,7 +143,7 @@ def fused_launcher(commands, max_workers=1, echo=None, fused_max_models=FUSED_MA
             seconds = (time.monotonic() - started[index]) / max(1, len(work.groups[index]))
             outcomes.extend(result.outcomes)
             for outcome in result.outcomes:
-                local._report(outcome, echo)
+                local._report(outcome, echo, names.get(outcome.output_dir))
                 progress.job_finished(outcome, seconds)
             echo(result.summary)
             if result.fallback:

@@ -16,6 +16,7 @@ import errno
 import fcntl
 import os
 import shlex
+import signal
 import subprocess
 from dataclasses import dataclass, field
 
@@ -32,7 +33,10 @@ LOG_PREFIX = "[launcher]"
 DONE = "done"
 RUNNING = "running"
 FAILED = "failed"
+INTERRUPTED = "interrupted"
 NOT_LAUNCHED = "not launched"
+# States a relaunch resumes.
+INCOMPLETE = (FAILED, INTERRUPTED)
 
 
 @dataclass
@@ -40,9 +44,15 @@ class Command:
     argv: list
     output_dir: str
     env: dict = field(default_factory=dict)   # extra environment variables
+    label: str = ""   # what the job is, for people: "ERM on ColoredMNIST, test envs [0]"
 
     def __str__(self):
         return shlex.join(str(a) for a in self.argv)
+
+    def describe(self):
+        """The job for a status line: its label and directory (a directory alone names
+        nothing a person recognises)."""
+        return f"{self.label} ({self.output_dir})" if self.label else self.output_dir
 
 
 @dataclass
@@ -122,17 +132,43 @@ def is_running(output_dir):
 
 
 def job_state(output_dir):
-    """done / running / failed (incomplete, no live lock, or refused) / not launched."""
+    """done / running / interrupted / failed (incomplete, no live lock, or refused) /
+    not launched."""
     if not os.path.lexists(output_dir):
         return NOT_LAUNCHED
     if unsafe_reason(output_dir):
         return FAILED
     if os.path.exists(os.path.join(output_dir, DONE_FILE)):
         return DONE
-    return RUNNING if is_running(output_dir) else FAILED
+    if is_running(output_dir):
+        return RUNNING
+    return INTERRUPTED if was_interrupted(output_dir) else FAILED
 
 
-def _last_line(path, skip_prefix=None):
+# Exit codes of a job a person stopped: Ctrl-C (run_cli's 130), SIGINT, SIGTERM, SIGHUP.
+# SIGKILL is not among them: the out-of-memory killer sends it, and that is a failure.
+_INTERRUPT_EXIT_CODES = {130, -signal.SIGINT, -signal.SIGTERM, -signal.SIGHUP}
+
+
+def was_interrupted(output_dir):
+    """Whether the job's last attempt was stopped rather than failed: no err.txt, and its
+    launcher.log ends that attempt without an exit line (the launcher itself was stopped)
+    or with the exit code of Ctrl-C, SIGINT, SIGTERM or SIGHUP."""
+    if os.path.exists(os.path.join(output_dir, "err.txt")):
+        return False
+    last = _last_line(os.path.join(output_dir, LOG_FILE), keep_prefix=LOG_PREFIX)
+    if last is None:
+        return False
+    if "exit code" not in last:
+        return True   # the attempt's "running" header is the last launcher line
+    try:
+        code = int(last.rsplit(" ", 1)[-1])
+    except ValueError:
+        return False
+    return code in _INTERRUPT_EXIT_CODES
+
+
+def _last_line(path, skip_prefix=None, keep_prefix=None):
     try:
         with os.fdopen(open_in_place(path, os.O_RDONLY), "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -142,7 +178,9 @@ def _last_line(path, skip_prefix=None):
         return None
     for line in reversed(lines):
         line = line.strip()
-        if line and not (skip_prefix and line.startswith(skip_prefix)):
+        if not line or (skip_prefix and line.startswith(skip_prefix)):
+            continue
+        if keep_prefix is None or line.startswith(keep_prefix):
             return line
     return None
 

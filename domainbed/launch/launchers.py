@@ -18,6 +18,8 @@ from domainbed.launch.jobs import (  # noqa: F401  (the job API, under its old n
     DONE,
     DONE_FILE,
     FAILED,
+    INCOMPLETE,
+    INTERRUPTED,
     LOCK_FILE,
     LOG_FILE,
     LOG_PREFIX,

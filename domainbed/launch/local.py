@@ -39,7 +39,7 @@ def _run_pool(commands, slots, echo=print):
                 errors.append(e)
                 stop.set()
                 return
-            _report(outcomes[i], echo)
+            _report(outcomes[i], echo, c.describe())
             progress.job_finished(outcomes[i], time.monotonic() - started)
 
     if len(slots) == 1:
@@ -62,18 +62,21 @@ def _run_pool(commands, slots, echo=print):
     return [o for o in outcomes if o is not None]
 
 
-def _report(outcome, echo):
+def _report(outcome, echo, job=None):
+    """One status line for a finished job; `job` names it (Command.describe()), else its
+    directory does."""
     if echo is None:
         return
+    job = job or outcome.output_dir
     if outcome.status == "failed" and outcome.returncode is None:
-        echo(f"Failed: {outcome.output_dir}: {last_error(outcome.output_dir)}")
+        echo(f"Failed: {job}: {last_error(outcome.output_dir)}")
     elif outcome.status == "failed":
-        echo(f"Failed (exit code {outcome.returncode}): {outcome.output_dir}: "
+        echo(f"Failed (exit code {outcome.returncode}): {job}: "
              f"{last_error(outcome.output_dir)}")
     elif outcome.status == "skipped_running":
-        echo(f"Skipped (running elsewhere): {outcome.output_dir}")
+        echo(f"Skipped (running elsewhere): {job}")
     elif outcome.status == "ok":
-        echo(f"Done: {outcome.output_dir}")
+        echo(f"Done: {job}")
 
 
 def dummy_launcher(commands, **_):

@@ -116,7 +116,7 @@ class _Worker:
         self.command = None
 
     def give(self, command):
-        self.command = command
+        self.command, self.started = command, time.monotonic()
         self.conn.send(command)
 
     def result(self):
@@ -158,9 +158,10 @@ def died_outcome(command, process):
     return jobs.Outcome(command.output_dir, "failed", code)
 
 
-def _run_workers(commands, n_workers, context):
-    """Yield each command's Outcome as it finishes, running them in `n_workers`
-    processes; a worker that dies is replaced and its job reported failed."""
+def _run_workers(commands, n_workers, context, on_idle=None):
+    """Yield (Outcome, seconds it ran) of each command as it finishes, running them in
+    `n_workers` processes; a worker that dies is replaced and its job reported failed.
+    `on_idle` is called about every second while jobs run (the progress lines)."""
     pending = list(reversed(commands))
     workers = [_Worker(context) for _ in range(n_workers)]
     try:
@@ -170,7 +171,9 @@ def _run_workers(commands, n_workers, context):
         while any(w.command is not None for w in workers):
             busy = [w for w in workers if w.command is not None]
             multiprocessing.connection.wait([w.conn for w in busy] +
-                                            [w.process.sentinel for w in busy])
+                                            [w.process.sentinel for w in busy], timeout=1.0)
+            if on_idle is not None:
+                on_idle()
             for i, w in enumerate(workers):
                 if w.command is None:
                     continue
@@ -179,6 +182,7 @@ def _run_workers(commands, n_workers, context):
                     continue   # still running
                 if isinstance(outcome, str):
                     raise RuntimeError(f"pooled worker failed:\n{outcome}")
+                seconds = time.monotonic() - w.started
                 if outcome is None:
                     w.process.join()
                     outcome = died_outcome(w.command, w.process)
@@ -187,7 +191,7 @@ def _run_workers(commands, n_workers, context):
                 w.command = None
                 if pending:
                     w.give(pending.pop())
-                yield outcome
+                yield outcome, seconds
     finally:
         for w in workers:
             w.stop(wait=w.command is None)
@@ -195,25 +199,35 @@ def _run_workers(commands, n_workers, context):
 
 def pooled_launcher(commands, max_workers=1, echo=None, **_):
     """Run train jobs in `max_workers` long-lived processes (each job under its lock, as
-    the local launcher), paying Python and torch start-up once per worker. Prints one
-    progress line per finished job. A worker that dies fails its job alone (with the
-    reason in the job's launcher.log) and is replaced."""
+    the local launcher), paying Python and torch start-up once per worker. Shows the
+    local launcher's progress (a bar with ETA on a terminal, else status lines) and one
+    line per finished job naming its algorithm, dataset and test environments. A worker
+    that dies fails its job alone (with the reason in the job's launcher.log) and is
+    replaced."""
+    from domainbed.launch.local import _report
+    from domainbed.launch.progress import SweepProgress
     max_workers = int(max_workers or 1)
     if max_workers < 1:
         raise UserError(f"--max_workers must be at least 1, got {max_workers}")
     if not commands:
         return []
-    echo = echo or (lambda line: print(line, flush=True))
-    start, outcomes = time.time(), []
+    slots = min(max_workers, len(commands))
+    progress = SweepProgress(len(commands), slots,
+                             echo or (lambda line: print(line, flush=True)))
+    names = {c.output_dir: c.describe() for c in commands}
+    outcomes, waiting = [], len(commands)
     context = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
-    for outcome in _run_workers(commands, min(max_workers, len(commands)), context):
-        outcomes.append(outcome)
-        if outcome.status in ("ok", "failed"):
-            elapsed = time.time() - start
-            ran = sum(o.status in ("ok", "failed") for o in outcomes)
-            echo(f"[{len(outcomes)}/{len(commands)}] {outcome.status}: "
-                 f"{outcome.output_dir} ({elapsed:.0f} s, "
-                 f"{3600 * ran / max(elapsed, 1e-9):.0f} runs/hour)")
-            if outcome.status == "failed":
-                echo(f"  {jobs.last_error(outcome.output_dir)}")
+    for _ in range(slots):   # a worker takes the next job as soon as it is free
+        progress.job_started()
+        waiting -= 1
+    try:
+        for outcome, seconds in _run_workers(commands, slots, context, progress.tick):
+            outcomes.append(outcome)
+            _report(outcome, progress.echo, names.get(outcome.output_dir))
+            progress.job_finished(outcome, seconds)
+            if waiting:
+                progress.job_started()
+                waiting -= 1
+    finally:
+        progress.close()
     return outcomes

