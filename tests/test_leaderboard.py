@@ -100,14 +100,22 @@ def text_tables(text):
 
 
 def model_tables(model):
-    """The same shape from leaderboard.json: the text the pages show, per cell."""
+    """The same shape from leaderboard.json: the text the pages show, per cell, with the
+    "+/- 0.0" collect_results prints for a one-trial cell (the pages leave it out)."""
     tables = {}
     for s in model["sections"]:
         shown = s["tables"] + ([s["overview"]] if s["overview"] else []) + s["extra_tables"]
         for t in shown:
-            tables[t["title"]] = {r["algorithm"]: [c["text"] for c in r["cells"]] +
-                                  [r["avg_text"]] for r in t["rows"]}
+            tables[t["title"]] = {r["algorithm"]: [_as_collect_results(c) for c in r["cells"]]
+                                  + [r["avg_text"]] for r in t["rows"]}
     return tables
+
+
+def _as_collect_results(cell):
+    if cell.get("n_trials") == 1:
+        assert "+/-" not in cell["text"] and cell["err"] == 0.0
+        return f"{cell['text']} +/- 0.0"
+    return cell["text"]
 
 
 def collect(argv):
@@ -139,7 +147,9 @@ def test_numbers_equal_collect_results(mixed_site):
     # The pages show the same text: VLCS, training-domain validation, env C.
     page = (out / "dataset_VLCS.html").read_text()
     assert "98.0 +/- 0.2" in page and "2 trials · 3 hparams" in page
-    assert "78.3 +/- 0.0" in (out / "index.html").read_text()
+    index = (out / "index.html").read_text()
+    assert "78.3 +/- 0.0" in index                       # two trials that agree
+    assert re.search(r">100\.0</a>", index) and "100.0 +/-" not in index   # one trial
     assert any(title.startswith("Test average accuracy") for title in model_tables(model))
 
 
@@ -174,12 +184,34 @@ def test_subpopbench_selection_and_published_worst_group(mixed_site):
     section = next(s for s in model["sections"] if s["key"] == "val_worst_group")
     assert section["overview"]["columns"] == ["Waterbirds"]
     dro = section["overview"]["rows"][0]
-    assert dro["algorithm"] == "GroupDRO" and dro["cells"][0]["text"] == "70.0 +/- 0.0"
-    assert section["extra_tables"][0]["rows"][0]["cells"][0]["text"] == "80.0 +/- 0.0"
+    assert dro["algorithm"] == "GroupDRO" and dro["cells"][0]["text"] == "70.0"   # 1 trial
+    assert section["extra_tables"][0]["rows"][0]["cells"][0]["text"] == "80.0"
     pub = section["published_overview"][0]
     assert pub["algorithm"] == "LISA" and pub["cells"][0]["text"] == "86.98"
     page = (out / "dataset_Waterbirds.html").read_text()
-    assert "70.0 +/- 0.0" in page and "80.0 +/- 0.0" in page
+    assert ">70.0<" in page and ">80.0<" in page and "+/- 0.0" not in page
+
+
+def test_title_names_the_sweeps_and_reasons_are_footnotes_once_per_table(mixed_site):
+    out, model = mixed_site
+    names = [Path(p).name for p in model["inputs"]]
+    assert model["sweeps"] == names and re.fullmatch(r"\d{4}-\d\d-\d\d", model["built"])
+    index = (out / "index.html").read_text()
+    assert f"<title>Leaderboard of {', '.join(names)}, built {model['built']}</title>" in index
+    pages_with_reasons = 0
+    for page in out.glob("dataset_*.html"):
+        for section in page.read_text().split('<section class="method"')[1:]:
+            section = section.split("</section>")[0]
+            for table in section.split('<table class="board">')[1:]:
+                refs = re.findall(r'<small class="note-ref">\[(\d+)\]</small>', table)
+                notes = re.findall(r'<li><small class="note-ref">\[\d+\]</small> X: '
+                                   r'([^<]*)</li>', table)
+                assert len(notes) == len(set(notes))            # each reason once
+                assert set(refs) == {str(i + 1) for i in range(len(notes))}
+                pages_with_reasons += lbmodel.LOO_NEEDS in notes
+                if notes:
+                    assert len(refs) > 2 * len(notes)           # cells point at them
+    assert pages_with_reasons
 
 
 def test_runs_behind_each_cell(mixed_site):
@@ -362,7 +394,7 @@ def test_dataset_level_published_rows_land_in_the_avg_column(tmp_path):
     section = model["sections"][0]
     over = next(p for p in section["published_overview"]
                 if p["source"] == "spawrious_2023_table3" and p["algorithm"] == "ERM")
-    assert section["overview"]["rows"][0]["cells"][0]["text"] == "70.0 +/- 0.0"
+    assert section["overview"]["rows"][0]["cells"][0]["text"] == "70.0"   # one trial
     assert over["cells"][0]["diff"] == pytest.approx(70.0 - 72.15)
     assert {p["algorithm"] for p in spawrious} == {"ERM", "GroupDRO", "IRM", "CORAL",
                                                    "CausIRL", "MMD-AAE"}

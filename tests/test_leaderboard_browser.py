@@ -20,7 +20,7 @@ def browser():
     from selenium.webdriver.chrome.service import Service
     options = webdriver.ChromeOptions()
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1300,1000", "--allow-file-access-from-files"):
+                "--window-size=1280,1000", "--allow-file-access-from-files"):
         options.add_argument(arg)
     options.binary_location = chromium
     driver = webdriver.Chrome(service=Service(driver_path), options=options)
@@ -69,9 +69,12 @@ def test_site_in_headless_chromium(browser, site, tmp_path):
     assert user[2].text == want["avg_text"]
     assert "best" in user[2].get_attribute("class")
 
+    # The title names the sweep and the build date.
+    assert browser.title == f"Leaderboard of {model['sweeps'][0]}, built {model['built']}"
+
     # Dataset page: every user cell as in the JSON, the published rows beside them.
     browser.get((out / f"dataset_{dataset}.html").as_uri())
-    assert browser.title == f"Leaderboard: {dataset}"
+    assert browser.title == f"Leaderboard of {model['sweeps'][0]}: {dataset}"
     tbl, rows = rows_of(browser, "training_domain")
     shown = [td.text.split("\n")[0] for td in rows[0].find_elements(By.TAG_NAME, "td")[1:]]
     assert shown == [c["text"] for c in table["rows"][0]["cells"]] + \
@@ -124,3 +127,17 @@ def test_site_in_headless_chromium(browser, site, tmp_path):
     browser.get((out / "index.html").as_uri())
     shot = tmp_path / "leaderboard.png"
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+
+
+def test_no_page_is_wider_than_a_1280_px_screen(browser, site):
+    """Every page fits a 1280 px window: no table pushes the page into sideways scrolling."""
+    out, _ = site
+    browser.set_window_size(1280, 1000)
+    width = browser.execute_script("return window.innerWidth")
+    assert width <= 1280
+    pages = sorted(out.glob("*.html"))
+    assert any(p.name.startswith("dataset_") for p in pages)
+    for page in pages:
+        browser.get(page.as_uri())
+        scroll = browser.execute_script("return document.documentElement.scrollWidth")
+        assert scroll <= width, f"{page.name} is {scroll} px wide in a {width} px window"

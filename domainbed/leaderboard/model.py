@@ -23,11 +23,12 @@ WGA_NEEDS = ("worst-group selection needs worst-group accuracies (env*_wga: data
 
 
 def _cell(cell, **extra):
-    """A reporting.Cell as the pages show it."""
+    """A reporting.Cell as the pages show it; one trial has no standard error to show
+    (its "+/- 0.0" would claim a precision nobody measured)."""
     if cell is None:
         return {"mean": None, "err": None, "n_trials": 0, "text": "X", **extra}
-    return {"mean": cell.mean, "err": cell.err, "n_trials": cell.n,
-            "text": reporting.format_cell(cell, "text"), **extra}
+    text = reporting.format_cell(cell, "text") if cell.n > 1 else f"{cell.mean:.1f}"
+    return {"mean": cell.mean, "err": cell.err, "n_trials": cell.n, "text": text, **extra}
 
 
 def _rank(values):

@@ -57,7 +57,7 @@ class Cell:
     source: Optional[str] = None   # ... and its short name
     rank: Optional[int] = None
     counts: Optional[str] = None   # "2 trials · 3 hparams"
-    why: Optional[str] = None      # why a cell is missing
+    note: Optional[int] = None     # a missing cell: the number of its board's footnote
     diff: Optional[str] = None     # user minus published
 
 
@@ -74,6 +74,13 @@ class Board:
     columns: list
     rows: list
     heading: Optional[str] = None
+    footnotes: list = dataclasses.field(default_factory=list)   # reasons, numbered from 1
+
+    def footnote(self, reason):
+        """The number of `reason`'s footnote, added once however many cells share it."""
+        if reason not in self.footnotes:
+            self.footnotes.append(reason)
+        return self.footnotes.index(reason) + 1
 
 
 def _sort_value(value):
@@ -150,13 +157,23 @@ def _index_section(s, sources):
     return _section(s, intro, boards=boards)
 
 
+def site_name(model):
+    """"Leaderboard of <sweep>, ..." from the input folders' names (at most three)."""
+    sweeps = list(model.get("sweeps") or [])
+    if not sweeps:
+        return "Leaderboard"
+    shown = ", ".join(sweeps[:3]) + (f" and {len(sweeps) - 3} more" if len(sweeps) > 3 else "")
+    return f"Leaderboard of {shown}"
+
+
 def _page(template, title, model, current="", **context):
     nav = [("index.html", "Overview")]
     nav += [(dataset_page(d["label"]), d["label"]) for d in model["datasets"]]
     nav += [("published.html", "Published")]
     nav = [{"href": href, "text": text, "current": href == current} for href, text in nav]
     return render(__package__, template, title=title, nav=nav, style=STYLE, script=SCRIPT,
-                  total_records=model["total_records"], **context)
+                  total_records=model["total_records"], sweeps=model.get("sweeps") or [],
+                  built=model.get("built"), **context)
 
 
 def _filters(model, algorithms):
@@ -169,7 +186,8 @@ def render_index(model, panels=()):
     sources = {s["id"]: s for s in model["sources"]}
     algorithms = sorted({r["algorithm"] for s in model["sections"] if s["overview"]
                          for r in s["overview"]["rows"]})
-    return _page("index.html.j2", "Leaderboard", model, "index.html",
+    built = f", built {model['built']}" if model.get("built") else ""
+    return _page("index.html.j2", site_name(model) + built, model, "index.html",
                  notes=model["notes"], filters=_filters(model, algorithms),
                  sections=[_index_section(s, sources) for s in model["sections"]],
                  panels=list(panels))
@@ -180,22 +198,23 @@ def _dataset_board(section, table, sources):
     best = _best(table["rows"], lambda r, i: r["cells"][i]["mean"], n)
     best_avg = _best(table["rows"], lambda r, i: r["avg"], 1)[0]
     target = runs_page(table["dataset"], section["key"])
-    rows = []
+    board = Board([*table["columns"], "Avg"], [])
     for r in table["rows"]:
         cells = [_name_cell(r["algorithm"])]
         for i, c in enumerate(r["cells"]):
             href = f'{target}#{cell_anchor(r["algorithm"], c["env"])}'
             if c["mean"] is None:
+                reason = c.get("missing")
                 cells.append(Cell("X", classes=("missing",), href=href,
-                                  why=c.get("missing", "")))
+                                  note=board.footnote(reason) if reason else None))
                 continue
             cells.append(Cell(c["text"], _sort_value(c["mean"]),
                               _best_class(c["mean"], best[i]), href=href,
                               counts=f'{c["n_trials"]} trials · {c["n_hparams"]} hparams'))
         cells.append(Cell(r["avg_text"], _sort_value(r["avg"]), _best_class(r["avg"], best_avg)))
-        rows.append(Row(r["algorithm"], cells, "user"))
-    rows += [_published_row(p, sources, n) for p in table["published"]]
-    return Board([*table["columns"], "Avg"], rows)
+        board.rows.append(Row(r["algorithm"], cells, "user"))
+    board.rows += [_published_row(p, sources, n) for p in table["published"]]
+    return board
 
 
 def _dataset_level_board(section, label):
@@ -235,7 +254,7 @@ def render_dataset(model, dataset, panels=()):
         sections.append(view)
         algorithms.update(shown)
     envs = ", ".join(f"{i}: {n}" for i, n in enumerate(dataset["env_names"]))
-    return _page("dataset.html.j2", f"Leaderboard: {dataset['label']}", model,
+    return _page("dataset.html.j2", f"{site_name(model)}: {dataset['label']}", model,
                  dataset_page(dataset["label"]), dataset=dataset, envs=envs,
                  filters=_filters(model, sorted(algorithms)), sections=sections,
                  panels=list(panels))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import csv
+import datetime
 import io
 import json
 import os
@@ -165,6 +166,18 @@ def _replace(stage: str, out: str) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def sweep_names(input_dirs: PathLike | Sequence[PathLike]) -> list[str]:
+    """The input folders' names, each once, in order: what the title calls the sweeps."""
+    if isinstance(input_dirs, (str, os.PathLike)):
+        input_dirs = [input_dirs]
+    names: list[str] = []
+    for path in input_dirs:
+        name = os.path.basename(os.path.normpath(os.path.abspath(path)))
+        if name not in names:
+            names.append(name)
+    return names
+
+
 def build_site(input_dirs: PathLike | Sequence[PathLike], out: PathLike,
                oodselect_dirs: Iterable[PathLike] = (), include_unfinished: bool = False,
                methods: Sequence[type[SelectionMethod]] | None = None) -> Model:
@@ -176,6 +189,8 @@ def build_site(input_dirs: PathLike | Sequence[PathLike], out: PathLike,
     loaded = load_records(input_dirs, require_done=not include_unfinished, quiet=True)
     sources = load_published()
     model = lbmodel.build_model(loaded, sources, methods)
+    model["sweeps"] = sweep_names(input_dirs)
+    model["built"] = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
     stage = tempfile.mkdtemp(prefix=".leaderboard-", dir=parent)
