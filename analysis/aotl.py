@@ -57,6 +57,7 @@ from .aotl_stats import (
     classifier_count,
     classify,
     fit_line,
+    fit_warning,
     inverse_transform,
     logit,
     probit,
@@ -120,6 +121,9 @@ def _fit_row(meta: dict[str, Any], x: np.ndarray, y: np.ndarray, runs: np.ndarra
     row = dict(meta)
     row.update(fit_line(x, y, opts["scale"], opts["clip"], where))
     row["verdict"], row["well_specified"] = classify(row["r"], opts["threshold"])
+    warning = fit_warning(len(x), len(set(np.asarray(runs).tolist())))
+    if warning:
+        row["warning"] = warning
     if opts["n_boot"]:
         tx, ty = transform(x, opts["scale"], opts["clip"]), transform(y, opts["scale"],
                                                                       opts["clip"])
@@ -145,7 +149,10 @@ def _options(scale: str = "probit", clip: float = AOTL_CLIP, threshold: float = 
 def _table(rows: list[dict[str, Any]], what: str) -> pd.DataFrame:
     if not rows:
         raise UserError(f"no {what} could be computed from the input")
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    if "warning" in df:   # only where some fit has too few points: "" for the others
+        df["warning"] = df["warning"].fillna("")
+    return df
 
 
 def per_ood_table(acc: Accuracies, id_envs: Sequence[int] | None = None,
@@ -434,6 +441,8 @@ def run(args: argparse.Namespace) -> int:
         logger.info(f"wrote {len(written)} accuracy CSV file(s) under {args.export_csv}")
     if args.export_csv is None or args.table is not None:
         df = make_table(acc, args)
+        for where, warning in _fit_warnings(df):
+            logger.warning(f"warning: {where}: {warning}")
         if args.output:
             report.write(df, args.output, args.format, args.digits)
         else:
@@ -447,6 +456,14 @@ def run(args: argparse.Namespace) -> int:
         warn(message)
     return 0
 
+
+def _fit_warnings(df):
+    """(which fit, why it means little) for each row of a table with a warning."""
+    if "warning" not in df:
+        return []
+    keys = [c for c in ("dataset", "ood_env", "id_envs") if c in df]
+    return [(", ".join(f"{k} {row[k]}" for k in keys), row["warning"])
+            for _, row in df.iterrows() if row["warning"]]
 
 
 if __name__ == "__main__":

@@ -83,6 +83,25 @@ def fit_line(x: ArrayLike, y: ArrayLike, scale: str = "probit", clip: float = AO
             "spearman": float(rho) if np.isfinite(rho) else 0.0}
 
 
+# Below these a fit is reported with a warning: R over fewer than 10 points has a 95%
+# Fisher interval wider than +/-0.63 even at R = 0, so the verdict (R < 0.3) is a coin
+# flip; points from fewer than 3 runs are checkpoints of the same few models.
+MIN_FIT_POINTS = 10
+MIN_FIT_RUNS = 3
+
+
+def fit_warning(n_points: int, n_runs: int | None = None) -> str | None:
+    """Why a fit over `n_points` points from `n_runs` runs means little, or None."""
+    reasons = []
+    if n_points < MIN_FIT_POINTS:
+        reasons.append(f"only {n_points} points (fewer than {MIN_FIT_POINTS}): R's 95% "
+                       f"interval is wider than +/-0.63")
+    if n_runs is not None and n_runs < MIN_FIT_RUNS:
+        reasons.append(f"the points come from {n_runs} run(s) (fewer than {MIN_FIT_RUNS}): "
+                       f"checkpoints of the same models, not independent classifiers")
+    return "; ".join(reasons) + "; the verdict means little" if reasons else None
+
+
 def classify(r: float, threshold: float = 0.3) -> tuple[str, bool]:
     """(verdict, well_specified) for a Pearson R.
 

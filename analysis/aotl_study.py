@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import io
+import json
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -91,13 +92,16 @@ def pick_ood_env(per_ood: pd.DataFrame) -> int:
 
 
 def run_oodselect(runs_dir: str, dataset: str, ood_env: int, out_dir: str, steps: int = 1500,
-                  seed: int = 0) -> pd.DataFrame:
+                  seed: int = 0) -> tuple[pd.DataFrame, list[str]]:
+    """OODSelect's summary table and its small-input warnings (split.json)."""
     from analysis import oodselect_cli
     argv = ["--input_dir", runs_dir, "--dataset", dataset, "--ood_env", str(ood_env),
             "--output_dir", out_dir, "--steps", str(steps), "--patience", str(max(100, steps // 5)),
             "--seed", str(seed), "--baselines", "random", "hard", "--quiet"]
     oodselect_cli.main(argv)
-    return pd.read_csv(os.path.join(out_dir, "summary.csv"))
+    with open(os.path.join(out_dir, "split.json")) as f:
+        warnings = json.load(f).get("warnings", [])
+    return pd.read_csv(os.path.join(out_dir, "summary.csv")), warnings
 
 
 def _md(df: pd.DataFrame, digits: int = 3) -> str:
@@ -105,8 +109,26 @@ def _md(df: pd.DataFrame, digits: int = 3) -> str:
     return render(df, "markdown", digits).strip() if len(df) else "(empty)"
 
 
+def fit_warnings(per_ood: pd.DataFrame) -> list[str]:
+    """One line per per-OOD fit with too few points (analysis.aotl's `warning` column)."""
+    if "warning" not in per_ood:
+        return []
+    return [f"OOD env {int(row['ood_env'])}: {row['warning']}"
+            for _, row in per_ood.iterrows() if isinstance(row["warning"], str) and
+            row["warning"]]
+
+
+def _warning_lines(warnings: Sequence[str]) -> list[str]:
+    """Markdown for warnings a reader must not miss: the input is too small."""
+    if not warnings:
+        return []
+    return ["**Warning: too little input for these numbers to mean much.**", ""] + \
+        [f"- {w}" for w in warnings] + [""]
+
+
 def write_summary(path: str, dataset: str, facts: pd.DataFrame, per_ood: pd.DataFrame,
-                  pairwise_md: str, plots: Sequence[str], oodselect: pd.DataFrame | None,
+                  pairwise_md: str, plots: Sequence[str],
+                  oodselect: tuple[pd.DataFrame, list[str]] | None,
                   ood_env: int, timings: Mapping[str, str], notes: Iterable[str] = ()) -> None:
     """summary.md: what the zoo is, its ID accuracy, the tables, verdicts, figures,
     OODSelect and the wall times."""
@@ -134,8 +156,9 @@ def write_summary(path: str, dataset: str, facts: pd.DataFrame, per_ood: pd.Data
               f"{q[2]:.3f}, 90% {q[3]:.3f}, max {q[4]:.3f}.", ""]
     lines += ["## Per-OOD fits (probit scale; x = mean ID accuracy)", "",
               _md(per_ood[[c for c in ("ood_env", "id_envs", "n", "slope", "intercept", "r",
-                                       "p", "verdict") if c in per_ood]]), "",
-              "## Verdict per split", ""]
+                                       "p", "verdict") if c in per_ood]]), ""]
+    lines += _warning_lines(fit_warnings(per_ood))
+    lines += ["## Verdict per split", ""]
     for _, row in per_ood.iterrows():
         where = "below the line (negative R)" if row["r"] < 0 else (
             "on the line (positive R)" if row["r"] >= 0.3 else "weakly correlated")
@@ -144,12 +167,14 @@ def write_summary(path: str, dataset: str, facts: pd.DataFrame, per_ood: pd.Data
     lines += ["", "## Pairwise fits", "", pairwise_md.strip(), "", "## Figures", ""]
     lines += [f"- {os.path.relpath(p, os.path.dirname(path))}" for p in plots]
     if oodselect is not None:
+        frame, warnings = oodselect
         cols = [c for c in ("method", "n", "r_test", "r_test_lo", "r_test_hi", "r_val")
-                if c in oodselect]
+                if c in frame]
         lines += ["", f"## OODSelect on OOD env {ood_env}", "",
                   "Subsets of the OOD examples chosen to make ID and OOD accuracy "
                   "anti-correlated (test models held out by run); files under oodselect/.",
-                  "", _md(oodselect[cols])]
+                  "", _md(frame[cols]), ""]
+        lines += _warning_lines(warnings)
     lines += ["", "## Time", ""] + [f"- {k}: {v}" for k, v in timings.items()]
     lines += [f"- {n}" for n in notes]
     fileio.atomic_write_text(path, "\n".join(lines) + "\n")
@@ -167,9 +192,11 @@ def analyse(runs_dir: str, out_dir: str, dataset: str, ood_env: int | None = Non
     paths = run_aotl(runs_dir, out_dir)
     per_ood = pd.read_csv(paths["per_ood_csv"])
     log(f"accuracy on the line: {len(per_ood)} per-OOD fits in {time.time() - start:.0f} s")
+    for warning in fit_warnings(per_ood):
+        log(f"warning: accuracy on the line: {warning}")
     ood_env = pick_ood_env(per_ood) if ood_env is None else ood_env
     t = time.time()
-    oodselect: pd.DataFrame | None = None
+    oodselect: tuple[pd.DataFrame, list[str]] | None = None
     notes: list[str] = []
     if oodselect_steps > 0:
         from oodutils.errors import UserError
@@ -177,6 +204,8 @@ def analyse(runs_dir: str, out_dir: str, dataset: str, ood_env: int | None = Non
             oodselect = run_oodselect(runs_dir, dataset, ood_env,
                                       os.path.join(out_dir, "oodselect"), oodselect_steps)
             log(f"OODSelect on OOD env {ood_env}: {time.time() - t:.0f} s")
+            for warning in oodselect[1]:
+                log(f"warning: OODSelect: {warning}")
         except UserError as e:   # e.g. too few runs on that env for a split by run
             notes.append(f"OODSelect on OOD env {ood_env} not run: {e}")
             log(f"note: {notes[-1]}")

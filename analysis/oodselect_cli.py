@@ -105,6 +105,9 @@ def run_selection(cm, sizes, seed=0, out_dir=None, split="run", fractions=(0.6, 
     tr, va, te = parts
     log(f"[oodselect] {cm.n_models} models x {N} OOD examples; split {split}: "
         f"{len(tr)} train / {len(va)} val / {len(te)} test models")
+    warnings = rep.small_input_warnings(cm.models["run"].to_numpy(), parts, sizes)
+    for warning in warnings:
+        logger.warning(f"warning: {warning}")
     selector = selector or core.OODSelect(seed=seed)
     t0 = time.time()
     selector.fit(A[tr], y[tr], sizes, A[va], y[va])
@@ -159,7 +162,7 @@ def run_selection(cm, sizes, seed=0, out_dir=None, split="run", fractions=(0.6, 
                 rows.append(_row("exhaustive", n, A, y, parts, best, fisher_m))
     summary = pd.DataFrame(rows)
     results = {"summary": summary, "subsets": subsets, "split": parts, "selector": selector,
-               "sizes": sizes}
+               "sizes": sizes, "warnings": warnings}
     our = {n: subsets["oodselect"][n] for n in sizes}
     results["jaccard"] = rep.normalized_jaccard(our, N) if len(sizes) > 1 else None
     attrs = [c for c in cm.examples.columns if c not in ("id", "path")
@@ -182,7 +185,7 @@ def write_outputs(out_dir, cm, results, plots=True):
         rep.write_csv(os.path.join(out_dir, f"subset_{n}.csv"), table)
     tr, va, te = results["split"]
     rep.write_json(os.path.join(out_dir, "split.json"), {
-        "train": tr, "val": va, "test": te,
+        "train": tr, "val": va, "test": te, "warnings": results["warnings"],
         "runs": {name: sorted(map(str, cm.models["run"].iloc[p].unique()))
                  for name, p in (("train", tr), ("val", va), ("test", te))}})
     rep.write_json(os.path.join(out_dir, "subsets.json"), {
@@ -328,7 +331,7 @@ def main(argv=None):
                               restore_best=not args.last_theta, trial_batch=args.trial_batch,
                               restarts=args.restarts, seed=args.seed, device=args.device,
                               verbose=not args.quiet)
-    summary, _ = run_selection(
+    summary, results = run_selection(
         cm, sizes, seed=args.seed, out_dir=args.out, split=args.split,
         fractions=tuple(args.fractions), test_archs=args.test_archs, selector=selector,
         baselines=tuple(args.baselines), random_draws=args.random_draws,
@@ -337,16 +340,18 @@ def main(argv=None):
         fisher_m=rep.PAPER_FISHER_M if args.paper_fisher else None,
         n_boot=args.bootstrap, plots=not args.no_plots, log=log)
     if not args.quiet:
-        print(format_summary(summary))
+        print(format_summary(summary, results["warnings"]))
     return 0
 
 
-def format_summary(summary) -> str:
+def format_summary(summary, warnings=()) -> str:
+    """The summary table, then one `warning:` line per reason the input is too small."""
     cols = [c for c in ("method", "n", "r_test", "r_test_lo", "r_test_hi", "r_test_sd",
                         "r_val", "spearman_test", "m_test") if c in summary]
     table = summary[cols]
     from oodutils.tables import render
-    return render(table, "text", digits=3)
+    text = render(table, "text", digits=3)
+    return text + "".join(f"warning: {w}\n" for w in warnings)
 
 def cli():
     """The `oodselect` console command ([project.scripts])."""

@@ -27,6 +27,38 @@ def fisher_interval(r, m, level=0.95):
     return (math.tanh(z - half), math.tanh(z + half))
 
 
+# Below these an OODSelect estimate is reported with a warning: a Pearson r over fewer
+# than 10 models has a 95% Fisher interval wider than +/-0.63 even at r = 0; a model
+# part drawn from fewer than 3 runs holds checkpoints that are not independent; a subset
+# of fewer than 10 examples moves its accuracy in steps of 10 points or more.
+MIN_MODELS = 10
+MIN_RUNS = 3
+MIN_SUBSET = 10
+
+
+def small_input_warnings(model_runs, parts, sizes):
+    """Why the estimates of this split mean little (one sentence each), or [].
+    `model_runs`: each model's run; `parts`: (train, val, test) model indices."""
+    warnings = []
+    for name, idx in zip(("train", "val", "test"), parts):
+        m, runs = len(idx), len(set(np.asarray(model_runs)[idx].tolist()))
+        if m < MIN_MODELS:
+            lo, hi = fisher_interval(0.0, m)
+            spread = (f"a correlation of 0 would have the 95% interval [{lo:.2f}, {hi:.2f}]"
+                      if np.isfinite(lo) else "no confidence interval exists (needs > 3)")
+            warnings.append(f"only {m} {name} model(s) (fewer than {MIN_MODELS}): "
+                            f"r_{name} means little; {spread}")
+        if runs < MIN_RUNS:
+            warnings.append(f"the {name} models come from {runs} run(s) (fewer than "
+                            f"{MIN_RUNS}): their checkpoints are not independent, so r_{name} "
+                            f"and its interval overstate what is known; train more runs")
+    small = [int(n) for n in sizes if n < MIN_SUBSET]
+    if small:
+        warnings.append(f"subset size(s) {small} have fewer than {MIN_SUBSET} examples: "
+                        f"accuracy on them moves in steps of 10 points or more")
+    return warnings
+
+
 def fisher_halfwidth(r, m):
     """r - lower end of the 95% Fisher interval: the number Table A.3 prints in
     parentheses, with m = 100 in the paper (i.e. a 1.96 / sqrt(97) z half-width)."""

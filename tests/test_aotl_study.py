@@ -55,6 +55,9 @@ def test_study_end_to_end_and_resume(tmp_path):
         assert part in summary, part
     assert (out / "plots" / "ColoredMNIST_env0.png").stat().st_size > 1000
     assert (out / "oodselect" / "summary.csv").exists() or "not run" in summary
+    # 8 checkpoints of 2 runs per fit: the summary and the console say it means little
+    assert "**Warning: too little input" in summary and "come from 2 run(s)" in summary
+    assert "warning: accuracy on the line: OOD env" in text
 
     stamps = {d: os.stat(d / "results.jsonl").st_mtime_ns for d in dirs}
     text = study(out, data, 9)   # rerun, bigger: the first six are untouched
