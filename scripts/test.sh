@@ -11,6 +11,8 @@ python3 -m pip install -q -e ".[test]"
 python3 -m ruff check .
 # types: the user-facing modules, fully annotated (pyproject's [tool.mypy])
 python3 -m mypy
+# the documentation site: reference pages regenerated from the code, every link checked
+NO_MKDOCS_2_WARNING=1 python3 -m mkdocs build --strict --quiet
 packages=(domainbed analysis ood_bench spawrious oodutils)
 cov=("${packages[@]/#/--cov=}")
 rm -f .coverage .coverage.*

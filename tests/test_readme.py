@@ -40,10 +40,11 @@ class Block:
     replacements: list = field(default_factory=list)
     appended: list = field(default_factory=list)
     setup: list = field(default_factory=list)
+    source: str = "README.md"   # the file the block is in (tests/test_docs.py reads docs/)
 
     @property
     def name(self):
-        return f"README.md:{self.line} ({self.language or 'text'})"
+        return f"{self.source}:{self.line} ({self.language or 'text'})"
 
 
 def parse_directives(block, directives):
@@ -65,7 +66,7 @@ def parse_directives(block, directives):
             raise ValueError(f"{block.name}: unknown readme-test directive {text!r}")
 
 
-def readme_blocks(text):
+def readme_blocks(text, source="README.md"):
     """Fenced blocks with the directives written in the comment lines just before them."""
     blocks, directives, lines = [], [], text.splitlines()
     i = 0
@@ -82,7 +83,8 @@ def readme_blocks(text):
         end = i + 1
         while end < len(lines) and not lines[end].startswith("```"):
             end += 1
-        block = Block(i + 1, match.group(1).lower(), "\n".join(lines[i + 1:end]) + "\n")
+        block = Block(i + 1, match.group(1).lower(), "\n".join(lines[i + 1:end]) + "\n",
+                      source=source)
         parse_directives(block, directives)
         blocks.append(block)
         directives = []

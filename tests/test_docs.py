@@ -1,0 +1,82 @@
+"""The documentation site: every code block in docs/ runs (as README blocks do, with the
+same directives and block parser), and `mkdocs build --strict` passes."""
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.test_readme import (
+    REPO,
+    RUN_LANGUAGES,
+    reader_environment,
+    readme_blocks,
+    run_block,
+)
+
+
+def _nav_pages(nav):
+    for item in nav:
+        value = next(iter(item.values())) if isinstance(item, dict) else item
+        if isinstance(value, list):
+            yield from _nav_pages(value)
+        else:
+            yield value
+
+
+def _mkdocs_config():
+    class Loader(yaml.SafeLoader):   # mkdocs.yml may use !!python/name tags; none needed here
+        pass
+    return yaml.load((REPO / "mkdocs.yml").read_text(), Loader=Loader)
+
+
+def doc_pages():
+    """The docs' Markdown pages in the site's reading order (mkdocs.yml's nav), then
+    CONTRIBUTING.md."""
+    pages = [REPO / "docs" / p for p in _nav_pages(_mkdocs_config()["nav"])]
+    return pages + [REPO / "CONTRIBUTING.md"]
+
+
+def doc_blocks():
+    blocks = []
+    for page in doc_pages():
+        if page.exists():   # generated reference pages hold no runnable blocks
+            blocks += readme_blocks(page.read_text(), source=str(page.relative_to(REPO)))
+    return blocks
+
+
+def test_every_nav_page_exists_or_is_generated():
+    generated = {"commands.md", "algorithms.md", "datasets.md"}
+    missing = [p for p in doc_pages() if not p.exists() and p.name not in generated]
+    assert missing == []
+
+
+def test_docs_blocks_parse_and_some_run():
+    blocks = doc_blocks()
+    runnable = [b for b in blocks if b.language in RUN_LANGUAGES and b.skip is None]
+    assert len(runnable) >= 5, "did the fence or directive syntax change?"
+    assert all(b.source.endswith(".md") for b in blocks)
+
+
+@pytest.mark.slow
+def test_docs_code_blocks_run(tmp_path):
+    """Every runnable block of every page, in reading order, in one folder."""
+    cwd = tmp_path / "checkout"
+    cwd.mkdir()
+    (cwd / "scripts").symlink_to(REPO / "scripts")
+    env = reader_environment(tmp_path)
+    for block in doc_blocks():
+        if block.language in RUN_LANGUAGES and block.skip is None:
+            run_block(block, cwd, env)
+
+
+@pytest.mark.slow
+def test_mkdocs_build_strict(tmp_path):
+    pytest.importorskip("mkdocs", reason="the docs extra is not installed")
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",
+                           "--site-dir", str(tmp_path / "site")], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (tmp_path / "site" / "reference" / "commands" / "index.html").exists()
