@@ -457,7 +457,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fit_warnings(df):
+def _fit_warnings(df: pd.DataFrame) -> list[tuple[str, str]]:
     """(which fit, why it means little) for each row of a table with a warning."""
     if "warning" not in df:
         return []
