@@ -30,7 +30,7 @@ import pandas as pd
 
 from analysis.aotl_options import CHECKPOINTS, SPLITS  # noqa: F401
 from oodutils.accuracy import check_accuracies
-from oodutils.errors import UserError
+from oodutils.errors import UnknownNameError, UserError
 from oodutils.log import get_logger
 
 logger = get_logger(__name__)
@@ -218,10 +218,8 @@ def accuracies_from_records(records: Iterable[dict[str, Any]], split: str = "out
     training-domain validation accuracy: mean ``out`` accuracy over the ID environments).
     """
     if split not in SPLITS:
-        from oodutils.errors import UnknownNameError
         raise UnknownNameError("split", split, SPLITS)
     if checkpoints not in CHECKPOINTS:
-        from oodutils.errors import UnknownNameError
         raise UnknownNameError("checkpoint selection", checkpoints, CHECKPOINTS)
     records = list(records)
     if not records:

@@ -16,7 +16,7 @@ from scipy import special, stats
 
 from analysis.aotl_options import SCALES  # noqa: F401
 from oodutils.accuracy import AOTL_CLIP, check_clip, probit
-from oodutils.errors import UnknownNameError, UserError
+from oodutils.errors import UnknownNameError, UserError, require
 
 VERDICTS = ("inverse line", "weak", "on the line")
 
@@ -225,7 +225,6 @@ def changepoints(tx: np.ndarray, ty: np.ndarray, pen: float | None = None,
     3 * sigma^2 * ln(n) with sigma^2 the residual variance of one line through all points.
     Returns (order, end indices of the segments in the sorted order, pen used).
     """
-    from oodutils.errors import require
     rpt = require("ruptures", extra="analysis")
     BaseCost = require("ruptures.base", extra="analysis").BaseCost
     order = np.argsort(tx, kind="stable")

@@ -20,8 +20,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from domainbed.api import train_zoo
 from domainbed.results.records import load_records
 from oodutils import fileio
+from oodutils.errors import UserError
 
 
 def zoo_facts(runs_dir: str) -> pd.DataFrame | None:
@@ -65,7 +67,6 @@ def run_aotl(runs_dir: str, out_dir: str) -> dict[str, str]:
              "pairwise_csv": os.path.join(out_dir, "aotl_pairwise.csv"),
              "pairwise_md": os.path.join(out_dir, "aotl_pairwise.md"),
              "plots": os.path.join(out_dir, "plots")}
-    from oodutils.errors import UserError
     for table in ("per-ood", "pairwise"):
         stem = table.replace("-", "_")
         for fmt in ("csv", "markdown"):
@@ -187,7 +188,6 @@ def analyse(runs_dir: str, out_dir: str, dataset: str, ood_env: int | None = Non
     start = time.time()
     facts = zoo_facts(runs_dir)
     if facts is None:
-        from oodutils.errors import UserError
         raise UserError(f"no finished runs under {runs_dir}: nothing to analyse")
     paths = run_aotl(runs_dir, out_dir)
     per_ood = pd.read_csv(paths["per_ood_csv"])
@@ -199,7 +199,6 @@ def analyse(runs_dir: str, out_dir: str, dataset: str, ood_env: int | None = Non
     oodselect: tuple[pd.DataFrame, list[str]] | None = None
     notes: list[str] = []
     if oodselect_steps > 0:
-        from oodutils.errors import UserError
         try:
             oodselect = run_oodselect(runs_dir, dataset, ood_env,
                                       os.path.join(out_dir, "oodselect"), oodselect_steps)
@@ -231,7 +230,6 @@ def run_study(dataset: str, n_models: int, output_dir: str, workers: int = 2,
               ) -> tuple[str, pd.DataFrame, pd.DataFrame, Any, float, float]:
     """Train (or resume, or extend) the zoo under OUTPUT_DIR/runs, analyse it and append the
     wall time to the summary. Returns (summary path, zoo facts, per-OOD table, training)."""
-    from domainbed.api import train_zoo
     start = time.time()
     runs_dir = os.path.join(output_dir, "runs")
     trained = train_zoo(dataset, n_models, runs_dir, data_dir, steps, checkpoint_freq,

@@ -16,6 +16,7 @@ import sys
 
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
 from oodutils.errors import UserError, epilog_example, run_cli
+from oodutils.plotting import figure_and_axes, save_figure
 
 EPILOG = epilog_example("labelfree", "analysis.labelfree",
                         "--input_dir sweeps/zoo --output_dir labelfree/")
@@ -35,7 +36,6 @@ def build_parser():
 
 
 def plot_split(estimates, dataset, env, path):
-    from oodutils.plotting import figure_and_axes, save_figure
     fig, ax = figure_and_axes(None, (5, 5))
     part = estimates[(estimates["dataset"] == dataset) & (estimates["env"] == env)]
     for method, rows in part.groupby("method"):

@@ -48,7 +48,7 @@ from analysis.oodselect_config import (  # noqa: F401
 )
 from oodutils.accuracy import OODSELECT_CLIP
 from oodutils.accuracy import probit as _probit
-from oodutils.errors import UserError
+from oodutils.errors import UserError, require
 from oodutils.log import get_logger
 
 if TYPE_CHECKING:
@@ -397,7 +397,6 @@ class OODSelect:
     def _tune(self, A_tr: torch.Tensor, y_train: ArrayLike, sizes: list[int],
               A_va: torch.Tensor | None, y_val: ArrayLike | None
               ) -> tuple[list[Any], list[Any], list[Any], list[Any], list[Hparams]]:
-        from oodutils.errors import require
         optuna = require("optuna", extra="analysis")
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         studies = []

@@ -355,7 +355,6 @@ def format_summary(summary, warnings=()) -> str:
 
 def cli():
     """The `oodselect` console command ([project.scripts])."""
-    from oodutils.errors import run_cli
     sys.exit(run_cli(main))
 
 

@@ -297,7 +297,6 @@ def main(argv=None):
 
 def cli():
     """The `benchmark-validity` console command ([project.scripts])."""
-    from oodutils.errors import run_cli
     sys.exit(run_cli(main))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from domainbed.api import train as _train
 from domainbed.config import RunConfig
 
 if TYPE_CHECKING:
@@ -20,5 +21,4 @@ __all__ = ["RunConfig", "train", "__version__"]
 
 def train(*args: Any, **kwargs: Any) -> Records:
     """Train one run and return its records: see `domainbed.api.train`."""
-    from domainbed.api import train as _train
     return _train(*args, **kwargs)

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from domainbed.config import RunConfig
+from domainbed.launch import launchers
+from domainbed.training.splits import check_eval_splits
 from oodutils.errors import UserError
 from oodutils.log import get_logger
 
@@ -85,8 +87,7 @@ def train_zoo(dataset: str, n_runs: int, runs_dir: str | os.PathLike, data_dir: 
     with a larger `n_runs`, extends the same zoo. Failed runs are counted, not raised."""
     import time
 
-    from domainbed.launch import launchers, sweep, zoo
-    from domainbed.training.evaluation import check_eval_splits
+    from domainbed.launch import sweep, zoo
     notify = notify or LOG.info
     check_eval_splits(list(eval_splits))
     start = time.time()

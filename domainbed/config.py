@@ -20,8 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from domainbed.registry import get_algorithm_class, get_dataset_class
+from domainbed.training.splits import check_eval_splits
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, parse_json_object
 from oodutils.errors import UserError, epilog_example
+from oodutils.pinned_dir import PinnedDir
 
 EVAL_SPLITS_HELP = ("splits to evaluate at each checkpoint, a union of: all (default, "
                     "DomainBed's), in, out, uda, test (test envs' splits), train (training "
@@ -147,7 +150,6 @@ class RunConfig:
     def validate(self, check_data_dir: bool = True) -> tuple[type[Any], type[Any]]:
         """Check everything that can be checked before training; fill the dataset's default
         test environments. Returns (algorithm class, dataset class)."""
-        from domainbed.registry import get_algorithm_class, get_dataset_class
         dataset_cls = get_dataset_class(self.dataset)
         algorithm_cls = get_algorithm_class(self.algorithm)
         if self.test_envs is None:
@@ -202,7 +204,6 @@ class RunConfig:
         if self.num_threads < 0:
             raise UserError(f"--num_threads must be 0 (torch's default) or more, got "
                             f"{self.num_threads}")
-        from domainbed.training.splits import check_eval_splits
         check_eval_splits(self.eval_splits)
         from oodutils.metrics import check_metrics
         check_metrics(self.metrics)
@@ -218,7 +219,6 @@ class RunConfig:
         the folder's descriptor: a symlink there is refused, never written through)."""
         import secrets
 
-        from oodutils.pinned_dir import PinnedDir
         self.check_output_dir()
         try:
             with PinnedDir.open(self.output_dir, create=True) as folder:

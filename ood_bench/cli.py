@@ -332,7 +332,6 @@ def main(argv=None):
 
 def cli():
     """The `ood-bench` console command ([project.scripts])."""
-    from oodutils.errors import run_cli
     sys.exit(run_cli(main))
 
 

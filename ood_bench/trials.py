@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ood_bench.estimator import DEFAULTS, ShiftDensities, iid_split
+from oodutils.errors import UserError, load_error_reason
 from oodutils.fileio import atomic_savez, atomic_write_json
 from oodutils.log import ProjectWarning, get_logger
 
@@ -97,7 +98,6 @@ def save_features(path, feats, meta=None):
 
 
 def load_features(path):
-    from oodutils.errors import UserError
     if not os.path.isfile(path):
         raise UserError(f"features file {path!r} does not exist")
     import zipfile
@@ -111,7 +111,6 @@ def load_features(path):
                 raise UserError(f"{path}: missing arrays {missing} (need z_p, y_p, z_q, y_q)")
             feats = {k: data[k] for k in data.files}
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:
-        from oodutils.errors import load_error_reason
         reason = load_error_reason(e)
         raise UserError(f"cannot read features file {path!r} (empty, truncated or not an "
                         f"npz: {reason})") from None
@@ -120,7 +119,6 @@ def load_features(path):
 
 
 def check_feature_shapes(path, feats):
-    from oodutils.errors import UserError
     for side in ("p", "q"):
         z, y = feats[f"z_{side}"], feats[f"y_{side}"]
         if z.ndim != 2 or y.ndim != 1 or len(z) != len(y) or len(z) == 0:
@@ -230,7 +228,6 @@ def run_trials(cfg, n_trials=5, seed=0, output_dir=None, calibrate=False,
         elif calibration_level == "features":
             iid = iid_feature_densities(feats, cfg, seed)
         else:
-            from oodutils.errors import UserError
             raise UserError(f"--calibration_level must be data or features, not "
                             f"{calibration_level!r}")
     eps_div, eps_cor = cfg.eps_div, cfg.eps_cor
@@ -264,7 +261,6 @@ def run_trials(cfg, n_trials=5, seed=0, output_dir=None, calibrate=False,
 
 def load_results(paths):
     """result.json files as dicts; a missing or malformed one is one clear UserError."""
-    from oodutils.errors import UserError
     out = []
     for p in paths:
         try:

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from oodutils.errors import UserError
+
 AOTL_CLIP = 0.01
 OODSELECT_CLIP = 1e-6
 THEORY_CLIP = 1e-6
@@ -27,7 +29,6 @@ THEORY_CLIP = 1e-6
 def check_clip(clip: float) -> float:
     """``clip`` when it lies in [0, 0.5), else a UserError."""
     if not (0 <= clip < 0.5):
-        from oodutils.errors import UserError
         raise UserError(f"--clip must lie in [0, 0.5), got {clip}")
     return clip
 
@@ -63,7 +64,6 @@ def check_accuracies(values: Any, what: str = "accuracies", *, allow_nan: bool =
     empty (unless ``allow_empty``), missing values (NaN; with ``allow_nan`` they may be
     missing, but not all of them), or values outside [0, 1] (with a hint when they look
     like percentages)."""
-    from oodutils.errors import UserError
     try:
         arr = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError):

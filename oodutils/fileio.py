@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from oodutils.errors import UserError
 from oodutils.pinned_dir import PinnedDir, current_umask  # noqa: F401  (re-exported)
 
 
@@ -92,7 +93,6 @@ def file_name_part(name: object) -> str:
 def check_output_path(path: str | os.PathLike[str], what: str, directory: bool = False) -> None:
     """A UserError before any work when `path` cannot be written: a file where a folder
     is wanted (or the reverse), a file among its parents, or a parent not writable."""
-    from oodutils.errors import UserError
     path = os.fspath(path)
     if directory and os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f"{what} {path!r} is a file, not a directory")

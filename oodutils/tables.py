@@ -32,6 +32,7 @@ import numpy as np
 if TYPE_CHECKING:   # pandas is imported where a table is built: commands answer --help first
     import pandas as pd
 
+from oodutils.errors import UnknownNameError
 from oodutils.templating import render as render_template
 
 FORMATS = ("text", "markdown", "latex", "csv", "html")
@@ -46,7 +47,6 @@ def check_format(fmt: str) -> str:
     """``fmt`` when it is one of :data:`FORMATS`, else an UnknownNameError (a UserError)
     listing the valid ones."""
     if fmt not in FORMATS:
-        from oodutils.errors import UnknownNameError
         raise UnknownNameError("format", fmt, FORMATS)
     return fmt
 

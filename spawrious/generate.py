@@ -20,7 +20,7 @@ from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configur
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.fileio import atomic_write_bytes, atomic_write_json
 from oodutils.log import get_logger
-from spawrious.caption import DEFAULT_CAPTIONER, caption_passes
+from spawrious.caption import DEFAULT_CAPTIONER, ViTGPT2Captioner, caption_passes
 from spawrious.constants import (
     BREEDS,
     CAPTION_KEYWORDS,
@@ -271,7 +271,6 @@ def main(argv=None):
     else:
         captioner = None
         if captioner_name != "none":
-            from spawrious.caption import ViTGPT2Captioner
             captioner = ViTGPT2Captioner(captioner_name, device=args.device,
                                          local_files_only=args.local_files_only)
         generate_filtered(dataset_dir, backend, args.seed, args.per_cell, cells, captioner,
@@ -281,7 +280,6 @@ def main(argv=None):
 
 def cli():
     """The `spawrious-generate` console command ([project.scripts])."""
-    from oodutils.errors import run_cli
     sys.exit(run_cli(main))
 
 

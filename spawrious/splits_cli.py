@@ -99,7 +99,6 @@ def main(argv=None):
 
 def cli():
     """The `spawrious-splits` console command ([project.scripts])."""
-    from oodutils.errors import run_cli
     sys.exit(run_cli(main))
 
 

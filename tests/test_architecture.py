@@ -126,3 +126,61 @@ def test_analysis_never_imports_training_internals(internal):
                  if name.startswith("analysis") for target in targets
                  if target == internal or target.startswith(internal + ".")]
     assert offenders == []
+
+
+HEAVY_PACKAGES = {"torch", "torchvision", "pandas", "scipy", "matplotlib", "sklearn", "timm",
+                  "open_clip", "transformers", "wilds", "ray", "submitit", "diffusers", "PIL",
+                  "tqdm", "mlxtend", "numpy", "jinja2", "selenium", "optuna", "ruptures",
+                  "gdown"}
+
+
+def _targets(node, name, path, modules):
+    """The project modules (or third-party names) one import statement imports."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    base = node.module or ""
+    if node.level:
+        anchor = name.split(".")
+        anchor = anchor[:len(anchor) - node.level + (1 if path.name == "__init__.py" else 0)]
+        base = ".".join(anchor + ([base] if base else []))
+    return [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+
+
+def _top_level_imports(tree):
+    def walk(body):
+        for node in body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                yield node
+            elif isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
+                yield from walk(node.body)
+                yield from walk(node.orelse)
+            elif isinstance(node, ast.Try):
+                yield from walk(node.body)
+    return list(walk(tree.body))
+
+
+def test_imports_inside_functions_are_for_heavy_or_optional_modules():
+    """A function imports a project module only when that module's own top-level imports
+    pull in a heavy or optional package (commands answer --help before them); every other
+    project import is at the top of the module, where a reader sees the dependency."""
+    modules = project_modules()
+    trees = {name: ast.parse(path.read_text()) for name, path in modules.items()}
+    heavy_cache = {}
+
+    def heavy(name):
+        if name not in heavy_cache:
+            heavy_cache[name] = False   # a module being checked counts as light
+            heavy_cache[name] = any(
+                full.split(".")[0] in HEAVY_PACKAGES or (full in modules and heavy(full))
+                for node in _top_level_imports(trees[name])
+                for full in _targets(node, name, modules[name], modules))
+        return heavy_cache[name]
+
+    light = []
+    for name, tree in trees.items():
+        skip = {id(n) for n in _top_level_imports(tree)} | _type_checking_nodes(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in skip:
+                light += [(name, t) for t in _targets(node, name, modules[name], modules)
+                          if t in modules and not heavy(t)]
+    assert light == [], light

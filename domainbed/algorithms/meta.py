@@ -16,6 +16,7 @@ from domainbed.algorithms.common import adam, choice, log_uniform
 from domainbed.algorithms.erm import ERM
 from domainbed.hparams import Hparam, small_or_large
 from domainbed.registry import register_algorithm
+from oodutils.errors import UserError
 
 
 def split_meta_train_test(minibatches, num_meta_test=1):
@@ -102,7 +103,6 @@ class ARM(ERM):
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         if len(input_shape) != 3:
-            from oodutils.errors import UserError
             raise UserError("ARM needs image inputs (channels, height, width); "
                             f"got input shape {tuple(input_shape)}")
         original = tuple(input_shape)

@@ -11,6 +11,7 @@ from domainbed.algorithms.base import Algorithm
 from domainbed.algorithms.common import adam, choice, concat, log_uniform, uniform
 from domainbed.algorithms.erm import ERM
 from domainbed.registry import register_algorithm
+from oodutils.errors import UserError
 
 
 def random_pairs_of_minibatches(minibatches):
@@ -266,7 +267,6 @@ class LISA(ERM):
 
     def update(self, minibatches, unlabeled=None, groups=None):
         if groups is None or self.num_attributes is None:
-            from oodutils.errors import UserError
             raise UserError("LISA needs prepare() and per-batch groups")
         all_x, all_y = concat(minibatches)
         attributes = torch.cat(groups) % self.num_attributes

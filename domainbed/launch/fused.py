@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from domainbed.config import RunConfig
 from domainbed.launch import jobs, local
 from domainbed.launch.pooled import train_flags
+from domainbed.launch.progress import SweepProgress
+from domainbed.registry import ALGORITHMS
 from oodutils.errors import UserError
 
 FUSED_MAX_MODELS = 64
@@ -109,7 +111,6 @@ def plan(commands, max_models=FUSED_MAX_MODELS):
 
 def fusable_algorithms():
     from domainbed.algorithms.base import fused_form
-    from domainbed.registry import ALGORITHMS
     return sorted(name for name in ALGORITHMS.names() if fused_form(ALGORITHMS.get(name)))
 
 
@@ -130,7 +131,6 @@ def fused_launcher(commands, max_workers=1, echo=None, fused_max_models=FUSED_MA
     if work.groups:
         echo(f"fused: {sum(map(len, work.groups))} jobs in {len(work.groups)} groups "
              f"({', '.join(str(len(g)) for g in work.groups)} models)")
-        from domainbed.launch.progress import SweepProgress
         progress = SweepProgress(sum(map(len, work.groups)), max_workers, echo)
         echo = progress.echo
         started, names = {}, {c.output_dir: c.describe() for c in commands}

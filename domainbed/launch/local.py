@@ -6,6 +6,7 @@ import threading
 import time
 
 from domainbed.launch.jobs import last_error, run_command
+from domainbed.launch.progress import SweepProgress
 from oodutils.errors import UserError
 from oodutils.log import get_logger
 
@@ -21,7 +22,6 @@ def _run_pool(commands, slots, echo=print):
     outcomes = [None] * len(commands)
     errors = []
     stop = threading.Event()
-    from domainbed.launch.progress import SweepProgress
     progress = SweepProgress(len(commands), len(slots), echo)
     echo = progress.echo
 

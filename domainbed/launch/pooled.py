@@ -17,7 +17,11 @@ import os
 import sys
 import time
 
+from domainbed.api import run_config
+from domainbed.config import RunConfig
 from domainbed.launch import jobs
+from domainbed.launch.local import _report
+from domainbed.launch.progress import SweepProgress
 from oodutils.errors import UserError
 
 TRAIN_MODULE = "domainbed.scripts.train"
@@ -72,8 +76,6 @@ def run_in_process(command):
 
 
 def _call_train(flags, log):
-    from domainbed.api import run_config
-    from domainbed.config import RunConfig
     with _output_to(log):
         try:
             run_config(RunConfig.from_argv(flags))
@@ -204,8 +206,6 @@ def pooled_launcher(commands, max_workers=1, echo=None, **_):
     line per finished job naming its algorithm, dataset and test environments. A worker
     that dies fails its job alone (with the reason in the job's launcher.log) and is
     replaced."""
-    from domainbed.launch.local import _report
-    from domainbed.launch.progress import SweepProgress
     max_workers = int(max_workers or 1)
     if max_workers < 1:
         raise UserError(f"--max_workers must be at least 1, got {max_workers}")

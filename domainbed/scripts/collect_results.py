@@ -137,7 +137,6 @@ def main(argv=None):
 
 def cli():
     """The `domainbed-collect-results` console command ([project.scripts])."""
-    from oodutils.errors import run_cli
     sys.exit(run_cli(main))
 
 

@@ -125,7 +125,6 @@ def main(argv=None):
 
 def cli():
     """The `domainbed-list-top-hparams` console command ([project.scripts])."""
-    from oodutils.errors import run_cli
     sys.exit(run_cli(main))
 
 

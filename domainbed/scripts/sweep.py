@@ -38,6 +38,7 @@ from domainbed.launch.sweep import (  # noqa: F401  (the planning API, by its ol
     summarize,
     train_argv,
 )
+from domainbed.registry import get_dataset_class
 from oodutils.cli import (
     ArgumentParser,
     add_logging_flags,
@@ -170,7 +171,6 @@ def check_args(args):
 
 def _needs_data_dir(datasets):
     """Whether any dataset needs files (the MNIST family and Debug build themselves)."""
-    from domainbed.registry import get_dataset_class
     return any(getattr(get_dataset_class(d), "NEEDS_DATA_DIR", True) for d in datasets)
 
 
@@ -235,7 +235,6 @@ def main(argv=None):
 
 def cli():
     """The `domainbed-sweep` console command ([project.scripts])."""
-    from oodutils.errors import run_cli
     sys.exit(run_cli(main))
 
 

@@ -3,6 +3,7 @@
 The options are `domainbed.RunConfig`'s fields; the parser is generated from it."""
 import sys
 
+from domainbed.api import run_config
 from domainbed.config import RunConfig, build_parser
 from oodutils.errors import run_cli
 from oodutils.log import configure, get_logger
@@ -20,7 +21,6 @@ def parse_args(argv=None, configure_logging=False):
 
 
 def main(argv=None):
-    from domainbed.api import run_config
     config = parse_args(argv, configure_logging=True)
     results = run_config(config, notify=logger.info)
     print(summary(config.output_dir, results), flush=True)
