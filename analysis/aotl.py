@@ -160,6 +160,16 @@ def per_ood_table(acc: Accuracies, id_envs: Sequence[int] | None = None,
     """One fit per leave-one-domain-out split: mean ID accuracy vs OOD accuracy."""
     opts = _options(**options)
     rows = []
+    for dataset, ood, ids, sub, x, y in _mean_id_splits(acc, id_envs):
+        meta = {"dataset": dataset, "ood_env": ood, "id_envs": " ".join(map(str, ids))}
+        rows.append(_fit_row(meta, x, y, sub["run"].to_numpy(), opts,
+                             f"{dataset}, OOD env {ood}"))
+    return _table(rows, "per-OOD fit")
+
+
+def _mean_id_splits(acc: Accuracies, id_envs: Sequence[int] | None) -> Any:
+    """(dataset, OOD env, ID envs, rows, mean ID accuracy, OOD accuracy) per split with an
+    ID environment left (a split without one is skipped with a notice)."""
     for dataset, ood in _ordered_splits(acc):
         ids = _id_envs_for(acc, dataset, ood, id_envs)
         if not ids:
@@ -167,10 +177,7 @@ def per_ood_table(acc: Accuracies, id_envs: Sequence[int] | None = None,
             continue
         sub = _split_frame(acc, dataset, ood, [acc_col(e) for e in ids] + [acc_col(ood)])
         x = sub[[acc_col(e) for e in ids]].to_numpy().mean(axis=1)
-        meta = {"dataset": dataset, "ood_env": ood, "id_envs": " ".join(map(str, ids))}
-        rows.append(_fit_row(meta, x, sub[acc_col(ood)].to_numpy(), sub["run"].to_numpy(),
-                             opts, f"{dataset}, OOD env {ood}"))
-    return _table(rows, "per-OOD fit")
+        yield dataset, ood, ids, sub, x, sub[acc_col(ood)].to_numpy()
 
 
 def effective_robustness_table(acc: Accuracies, id_envs: Sequence[int] | None = None,
@@ -184,13 +191,7 @@ def effective_robustness_table(acc: Accuracies, id_envs: Sequence[int] | None = 
     line's prediction, in percent)."""
     opts = _options(**options)
     rows = []
-    for dataset, ood in _ordered_splits(acc):
-        ids = _id_envs_for(acc, dataset, ood, id_envs)
-        if not ids:
-            continue
-        sub = _split_frame(acc, dataset, ood, [acc_col(e) for e in ids] + [acc_col(ood)])
-        x = sub[[acc_col(e) for e in ids]].to_numpy().mean(axis=1)
-        y = sub[acc_col(ood)].to_numpy()
+    for dataset, ood, _ids, sub, x, y in _mean_id_splits(acc, id_envs):
         fit = fit_line(x, y, opts["scale"], opts["clip"], f"{dataset}, OOD env {ood}")
         tx, ty = transform(x, opts["scale"], opts["clip"]), transform(y, opts["scale"],
                                                                       opts["clip"])

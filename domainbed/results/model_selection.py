@@ -347,43 +347,7 @@ class ValWorstGroupSelectionMethod(SelectionMethod):
     name = "validation worst-group accuracy (SubpopBench)"
     key = "val_worst_group"
     metric = "worst-group accuracy"
-
-    @classmethod
-    def _step_acc(cls, record: Record) -> Choice | None:
-        envs = official_split_envs(record)
-        if envs is None or not set(envs) <= set(_test_envs(record)):
-            return None
-        val, test = envs
-        choice = cls._choice(_value(record, f"env{val}_in_wga"),
-                             _value(record, f"env{test}_in_wga"), record)
-        if choice is not None:
-            choice["test_avg_acc"] = _value(record, f"env{test}_in_acc")
-        return choice
-
-    @classmethod
-    def required_keys(cls, record: Record) -> list[str]:
-        envs = official_split_envs(record)
-        if envs is None or not set(envs) <= set(_test_envs(record)):
-            return []
-        val, test = envs
-        return [f"env{val}_in_wga", f"env{test}_in_wga", f"env{test}_in_acc"]
-
-    @classmethod
-    def run_acc(cls, run_records: Sequence[Record]) -> Choice | None:
-        best = None
-        for record in run_records:
-            acc = cls._step_acc(record)
-            if acc is not None and (best is None or acc["val_acc"] > best["val_acc"]):
-                best = acc
-        return best
-
-
-class _ValLabelOnlyMethod(ValWorstGroupSelectionMethod):
-    """SubpopBench's attribute-unknown selections: pick by a label-only score of the `val`
-    environment (no group labels needed to select); report, like val_worst_group, the
-    `test` environment's worst-group and average accuracy. The per-class scores come from
-    runs trained with `--metrics` (worst_class_acc, balanced_acc, macro_f1)."""
-    val_suffix: str = None  # type: ignore[assignment]  # the `val` env's `in`-split key suffix
+    val_suffix = "wga"   # the `val` environment's `in`-split key the method selects by
 
     @classmethod
     def _step_acc(cls, record: Record) -> Choice | None:
@@ -404,6 +368,22 @@ class _ValLabelOnlyMethod(ValWorstGroupSelectionMethod):
             return []
         val, test = envs
         return [f"env{val}_in_{cls.val_suffix}", f"env{test}_in_wga", f"env{test}_in_acc"]
+
+    @classmethod
+    def run_acc(cls, run_records: Sequence[Record]) -> Choice | None:
+        best = None
+        for record in run_records:
+            acc = cls._step_acc(record)
+            if acc is not None and (best is None or acc["val_acc"] > best["val_acc"]):
+                best = acc
+        return best
+
+
+class _ValLabelOnlyMethod(ValWorstGroupSelectionMethod):
+    """SubpopBench's attribute-unknown selections: pick by a label-only score of the `val`
+    environment (no group labels needed to select); report, like val_worst_group, the
+    `test` environment's worst-group and average accuracy. The per-class scores come from
+    runs trained with `--metrics` (worst_class_acc, balanced_acc, macro_f1)."""
 
 
 class ValAverageSelectionMethod(_ValLabelOnlyMethod):
