@@ -25,7 +25,7 @@ import numpy as np
 
 from analysis import oodselect_config
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
-from oodutils.errors import UserError, epilog_example
+from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.log import get_logger
 
 if TYPE_CHECKING:

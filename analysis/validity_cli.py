@@ -9,7 +9,7 @@ import sys
 
 from analysis import validity_config
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
-from oodutils.errors import UserError, epilog_example
+from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.tables import FORMATS
 
 EPILOG = epilog_example("benchmark-validity", "analysis.validity",

@@ -23,7 +23,7 @@ from oodutils.cli import (
     configure_logging,
     parse_json_object,
 )
-from oodutils.errors import UserError, epilog_example
+from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.fileio import atomic_write_json, atomic_write_text
 
 EPILOG = epilog_example("ood-bench", "ood_bench",
