@@ -214,6 +214,11 @@ class _TrainingDomainMethod(SelectionMethod):
     test_suffix = "in_acc"
 
     @classmethod
+    def _required(cls, test_env: int, train_envs: list[int]) -> list[str]:
+        return [f"env{i}_{cls.val_suffix}" for i in train_envs] + \
+            [f"env{test_env}_{cls.test_suffix}"]
+
+    @classmethod
     def _step_acc(cls, record: Record) -> Choice | None:
         test_env = _test_envs(record)[0]
         found = [_value(record, f"env{i}_{cls.val_suffix}")
@@ -239,10 +244,6 @@ class IIDAccuracySelectionMethod(_TrainingDomainMethod):
     name = "training-domain validation set"
     key = "training_domain"
 
-    @classmethod
-    def _required(cls, test_env: int, train_envs: list[int]) -> list[str]:
-        return [f"env{i}_out_acc" for i in train_envs] + [f"env{test_env}_in_acc"]
-
 
 class WorstGroupSelectionMethod(_TrainingDomainMethod):
     """Picks argmax(mean(env_out_wga for env in train_envs)); reports the test env's
@@ -252,10 +253,6 @@ class WorstGroupSelectionMethod(_TrainingDomainMethod):
     metric = "worst-group accuracy"
     val_suffix = "out_wga"
     test_suffix = "in_wga"
-
-    @classmethod
-    def _required(cls, test_env: int, train_envs: list[int]) -> list[str]:
-        return [f"env{i}_out_wga" for i in train_envs] + [f"env{test_env}_in_wga"]
 
 
 class OracleSelectionMethod(SelectionMethod):
