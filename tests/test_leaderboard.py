@@ -346,7 +346,11 @@ def test_domainbed_conversion_matches_results_tex():
 
 
 def test_transcriptions_match_paper_notes():
-    need_data(NOTES / "notes_003.md", "the team's paper notes (shared/spec, not shipped)")
+    # development material, never shipped: a user's clone (even under CI=true) lacks it, so
+    # this is a plain skip, unlike the reference data in tests/data
+    if not (NOTES / "notes_003.md").is_file():
+        pytest.skip(f"the team's paper notes (development material, not shipped) are not at "
+                    f"{NOTES}")
     checks = [("spawrious_2023_table3.json", "notes_003.md", "ERM", "SpawriousO2O_easy",
                "72.15±0.03", "| ERM | 72.15±0.03 | 69.85±0.01 |"),
               ("spawrious_2023_table3.json", "notes_003.md", "MMD-AAE", "SpawriousM2M_hard",
