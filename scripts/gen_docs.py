@@ -129,6 +129,34 @@ def datasets_page():
     return "\n".join(lines)
 
 
+BENCHMARKS_INTRO = """# Benchmarks
+
+Each current figure, one line each: what, command, machine, date, result. Every row is
+written by the benchmark script named in it (`scripts/benchfigures.py` records its figure
+under `docs/benchmarks/`, and this page is rendered from those files by
+`scripts/gen_docs.py`): rerun the command to refresh a row. A machine marked "loaded" ran
+other work at the same time, so its figure is an upper bound.
+"""
+
+
+def benchmarks_page(figures=REPO / "docs" / "benchmarks"):
+    """The Benchmarks page from the recorded figures, sorted by key."""
+    import json
+    lines = [HEADER + BENCHMARKS_INTRO, "| What | Command | Machine | Date | Result |",
+             "|---|---|---|---|---|"]
+    for path in sorted(Path(figures).glob("*.json")):
+        entry = json.loads(path.read_text())
+        result = entry["result"] + (f" ({entry['method']})" if entry.get("method") else "")
+        lines.append(f"| {_cell(entry['what'])} | `{_cell(entry['command'])}` | "
+                     f"{_cell(entry['machine'])} | {_cell(entry['date'])} | {_cell(result)} |")
+    return "\n".join(lines)
+
+
+def write_benchmarks_page():
+    """Rewrite docs/benchmarks.md (committed, so it reads on the repository host too)."""
+    write_if_changed(REPO / "docs" / "benchmarks.md", benchmarks_page() + "\n")
+
+
 def write_if_changed(path, text):
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() or path.read_text() != text:
@@ -140,6 +168,7 @@ def generate(out=OUT):
     for name, page in (("commands.md", commands_page), ("algorithms.md", algorithms_page),
                        ("datasets.md", datasets_page)):
         write_if_changed(Path(out) / name, page() + "\n")
+    write_benchmarks_page()
 
 
 def on_pre_build(config, **kwargs):

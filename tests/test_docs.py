@@ -80,3 +80,19 @@ def test_mkdocs_build_strict(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (tmp_path / "site" / "reference" / "commands" / "index.html").exists()
+
+
+def test_benchmarks_page_is_what_the_recorded_figures_render(tmp_path):
+    """docs/benchmarks.md is rendered from docs/benchmarks/*.json (what the benchmark
+    scripts recorded), never edited by hand; a new figure appears as a row."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import benchfigures
+    import gen_docs
+    page = (REPO / "docs" / "benchmarks.md").read_text()
+    assert page == gen_docs.benchmarks_page() + "\n", "run python scripts/gen_docs.py"
+    benchfigures.record("test-figure", what="A test figure", command="true",
+                        result="42 s", figures=tmp_path)
+    rendered = gen_docs.benchmarks_page(tmp_path)
+    assert "| A test figure | `true` |" in rendered and "| 42 s |" in rendered
+    with pytest.raises(ValueError):
+        benchfigures.record("../escape", what="x", command="x", result="x", figures=tmp_path)
