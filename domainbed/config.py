@@ -76,6 +76,14 @@ class RunConfig:
                                                       "checkpoint")
     save_best_model: bool = option(False, "keep model_best.pkl: the checkpoint with the best "
                                           "training-domain validation accuracy")
+    early_stopping: str | None = option(None, "stop when this record key (e.g. val_acc, the "
+                                              "training-domain validation accuracy, or "
+                                              "env0_out_acc; min:/max: to set the "
+                                              "direction) has not improved for --patience "
+                                              "checkpoints", metavar="METRIC")
+    patience: int | None = option(None, "with --early_stopping: checkpoints in a row without "
+                                        "improvement before stopping (default 5)",
+                                  metavar="N")
     save_logits: bool = option(False, "also save per-example float16 logits with the "
                                       "predictions")
     precision: str = option("fp32", "bf16 = bfloat16 autocast (needs AVX-512 BF16/AMX on "
@@ -205,6 +213,8 @@ class RunConfig:
             raise UserError(f"--num_threads must be 0 (torch's default) or more, got "
                             f"{self.num_threads}")
         check_eval_splits(self.eval_splits)
+        from domainbed.training.early_stopping import check_options
+        check_options(self.early_stopping, self.patience)
         from oodutils.metrics import check_metrics
         check_metrics(self.metrics)
 

@@ -10,7 +10,6 @@ import torch.nn.functional as F
 from domainbed import networks
 from domainbed.algorithms.base import Algorithm
 from domainbed.algorithms.common import (
-    adam,
     choice,
     concat,
     domain_labels,
@@ -20,6 +19,7 @@ from domainbed.algorithms.common import (
     uniform,
 )
 from domainbed.algorithms.erm import ERM
+from domainbed.algorithms.optimization import make_optimizer
 from domainbed.hparams import Hparam, small_or_large
 from domainbed.registry import register_algorithm
 
@@ -62,12 +62,12 @@ class AbstractDANN(Algorithm):
         self.discriminator = networks.MLP(self.featurizer.n_outputs, num_domains, hparams)
         self.class_embeddings = nn.Embedding(num_classes, self.featurizer.n_outputs)
         betas = (hparams["beta1"], 0.9)
-        self.disc_opt = torch.optim.Adam(
+        self.disc_opt = make_optimizer(
             list(self.discriminator.parameters()) + list(self.class_embeddings.parameters()),
-            lr=hparams["lr_d"], weight_decay=hparams["weight_decay_d"], betas=betas)
-        self.gen_opt = torch.optim.Adam(
+            hparams, lr=hparams["lr_d"], weight_decay=hparams["weight_decay_d"], betas=betas)
+        self.gen_opt = make_optimizer(
             list(self.featurizer.parameters()) + list(self.classifier.parameters()),
-            lr=hparams["lr_g"], weight_decay=hparams["weight_decay_g"], betas=betas)
+            hparams, lr=hparams["lr_g"], weight_decay=hparams["weight_decay_g"], betas=betas)
 
     def update(self, minibatches, unlabeled=None):
         self.update_count += 1
@@ -155,7 +155,7 @@ class URM(ERM):
                 self.discriminator.parameters(), lr=lr,
                 weight_decay=hparams["weight_decay"], momentum=0.9)
         else:
-            self.discriminator_opt = adam(self.discriminator.parameters(), hparams, lr=lr)
+            self.discriminator_opt = make_optimizer(self.discriminator.parameters(), hparams, lr=lr)
         set_output_activation(self.featurizer, hparams["urm_generator_output"])
 
     def build_discriminator(self):
@@ -263,13 +263,15 @@ class ADRMX(Algorithm):
         self.classifier_domain = networks.Classifier(n, num_domains, is_nonlinear=True)
         self.network = nn.Sequential(self.featurizer_label, self.classifier_label_1)
         betas = (hparams["beta1"], 0.9)
-        self.disc_opt = torch.optim.Adam(self.discriminator.parameters(), lr=hparams["lr"],
-                                         betas=betas)
-        self.opt = torch.optim.Adam(
+        # DomainBed's ADRMX optimizers have no weight decay
+        self.disc_opt = make_optimizer(self.discriminator.parameters(), hparams,
+                                       weight_decay=0.0, betas=betas)
+        self.opt = make_optimizer(
             list(self.featurizer_label.parameters()) + list(self.featurizer_domain.parameters())
             + list(self.classifier_label_1.parameters())
             + list(self.classifier_label_2.parameters())
-            + list(self.classifier_domain.parameters()), lr=hparams["lr"], betas=betas)
+            + list(self.classifier_domain.parameters()), hparams, weight_decay=0.0,
+            betas=betas)
 
     def remix_loss(self, feat_combined, feat_domain, all_y):
         loss = 0
@@ -361,14 +363,13 @@ class ERDG(Algorithm):
         self.discriminator = nn.Sequential(nn.Linear(n, n), nn.ReLU(), nn.Linear(n, num_domains))
         self.domain_classifiers = nn.ModuleList(
             [networks.Classifier(n, num_classes, nonlinear) for _ in range(num_domains)])
-        self.optimizer = torch.optim.Adam([
+        self.optimizer = make_optimizer([
             {"params": self.featurizer.parameters()},
-            {"params": self.classifier.parameters(), "lr": hparams["erdg_lr_t"]}],
-            lr=hparams["lr"], weight_decay=hparams["weight_decay"])
-        self.optimizer_d = adam(self.discriminator.parameters(), hparams,
-                                lr=hparams["erdg_lr_d"])
-        self.optimizer_tprime = adam(self.domain_classifiers.parameters(), hparams,
-                                     lr=hparams["erdg_lr_tprime"])
+            {"params": self.classifier.parameters(), "lr": hparams["erdg_lr_t"]}], hparams)
+        self.optimizer_d = make_optimizer(self.discriminator.parameters(), hparams,
+                                          lr=hparams["erdg_lr_d"])
+        self.optimizer_tprime = make_optimizer(self.domain_classifiers.parameters(), hparams,
+                                               lr=hparams["erdg_lr_tprime"])
 
     def cross_domain_loss(self, features, minibatches):
         """Mean cross-entropy of each domain's classifier on the other domains' examples."""

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from domainbed import networks
 from domainbed.algorithms.alignment import mmd_gaussian
 from domainbed.algorithms.base import Algorithm
-from domainbed.algorithms.common import adam, choice, concat, log_uniform
+from domainbed.algorithms.common import choice, concat, log_uniform
+from domainbed.algorithms.optimization import make_optimizer
 from domainbed.registry import register_algorithm
 
 AAE_BANDWIDTHS = (1.0, 5.0, 10.0)  # sigma^2 of the RBF kernels: exp(-|x - y|^2 / (2 sigma^2))
@@ -58,11 +59,11 @@ class MMD_AAE(Algorithm):
                                               hparams["nonlinear_classifier"])
         self.discriminator = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(),
                                            nn.Linear(hidden, 1))
-        self.optimizer = adam(list(self.featurizer.parameters()) +
-                              list(self.encoder.parameters()) +
-                              list(self.decoder.parameters()) +
-                              list(self.classifier.parameters()), hparams)
-        self.optimizer_d = adam(self.discriminator.parameters(), hparams)
+        self.optimizer = make_optimizer(list(self.featurizer.parameters()) +
+                                        list(self.encoder.parameters()) +
+                                        list(self.decoder.parameters()) +
+                                        list(self.classifier.parameters()), hparams)
+        self.optimizer_d = make_optimizer(self.discriminator.parameters(), hparams)
         self.prior = torch.distributions.Laplace(0.0, 1.0)
 
     def update(self, minibatches, unlabeled=None):

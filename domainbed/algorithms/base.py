@@ -5,6 +5,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 
+from domainbed.algorithms.optimization import OPTIMIZATION_HPARAMS, dataset_default
 from domainbed.hparams import Hparam, by_dataset, small_or_large
 from oodutils.errors import UserError
 
@@ -88,12 +89,19 @@ class Algorithm(torch.nn.Module):
     - stage(): the training stage the last update belonged to (written into each record).
     """
     NEEDS_GROUPS = False
+    # (index, count) of the current micro-batch under gradient accumulation (set by the
+    # training loop; ERM.optimizer_step reads it)
+    micro_step = (0, 1)
+    # lr, weight decay and the optimization choices: DomainBed's, unless the dataset
+    # declares its benchmark's own (OPTIMIZER_HPARAMS, e.g. SubpopBench's datasets)
     HPARAMS = {
-        "lr": small_or_large(Hparam(1e-3, lambda r: 10 ** r.uniform(-4.5, -2.5), low=0.0),
-                             Hparam(5e-5, lambda r: 10 ** r.uniform(-5, -3.5), low=0.0)),
-        "weight_decay": small_or_large(Hparam(0.0, lambda r: 0.0, low=0.0),
-                                       Hparam(0.0, lambda r: 10 ** r.uniform(-6, -2),
-                                              low=0.0)),
+        "lr": dataset_default("lr", small_or_large(
+            Hparam(1e-3, lambda r: 10 ** r.uniform(-4.5, -2.5), low=0.0),
+            Hparam(5e-5, lambda r: 10 ** r.uniform(-5, -3.5), low=0.0))),
+        "weight_decay": dataset_default("weight_decay", small_or_large(
+            Hparam(0.0, lambda r: 0.0, low=0.0),
+            Hparam(0.0, lambda r: 10 ** r.uniform(-6, -2), low=0.0))),
+        **{name: dataset_default(name, decl) for name, decl in OPTIMIZATION_HPARAMS.items()},
         "batch_size": small_or_large(SMALL_IMAGES_BATCH_SIZE, by_dataset({
             ("DomainNet",): Hparam(32, lambda r: int(2 ** r.uniform(3, 5)), low=1),
             None: Hparam(32, lambda r: int(2 ** r.uniform(3, 5.5)), low=1)})),

@@ -7,7 +7,8 @@ import torch.nn.functional as F
 
 from domainbed import networks
 from domainbed.algorithms.base import Algorithm
-from domainbed.algorithms.common import adam, choice, concat, domain_labels, fixed
+from domainbed.algorithms.common import choice, concat, domain_labels, fixed
+from domainbed.algorithms.optimization import make_optimizer
 from domainbed.registry import register_algorithm
 
 BASE_TEMPERATURE = 0.07
@@ -82,7 +83,7 @@ class AbstractCAD(Algorithm):
             self.project = nn.Sequential(nn.Linear(n, n), nn.ReLU(inplace=True),
                                          nn.Linear(n, 128))
             params += list(self.project.parameters())
-        self.optimizer = adam(params, hparams)
+        self.optimizer = make_optimizer(params, hparams)
 
     def bn_loss(self, z, y, dom_labels):
         if self.hparams["is_project"]:

@@ -23,13 +23,6 @@ def split_rows(tensor, minibatches):
     return out
 
 
-def adam(params, hparams, lr=None, weight_decay=None, **kwargs):
-    """Adam with the run's lr and weight decay unless given (DomainBed's usual optimizer)."""
-    return torch.optim.Adam(params, lr=hparams["lr"] if lr is None else lr,
-                            weight_decay=(hparams["weight_decay"] if weight_decay is None
-                                          else weight_decay), **kwargs)
-
-
 class OutputActivation:
     """Applies an activation to a featurizer's output through a forward hook, so the
     featurizer keeps its parameter names (DomainBed adds an `activation` attribute to its

@@ -5,6 +5,7 @@ import torch.nn.functional as F
 
 from domainbed import networks
 from domainbed.algorithms.base import Algorithm, FusedForm, hparam_tensor
+from domainbed.algorithms.optimization import make_optimizer
 from domainbed.registry import register_algorithm
 
 
@@ -35,14 +36,20 @@ class ERM(Algorithm):
         self.optimizer = self.new_optimizer()
 
     def new_optimizer(self):
-        """A fresh Adam over the whole network (penalty methods rebuild it when annealing ends)."""
-        return torch.optim.Adam(self.network.parameters(), lr=self.hparams["lr"],
-                                weight_decay=self.hparams["weight_decay"])
+        """A fresh optimizer over the whole network (penalty methods rebuild it when
+        annealing ends): the run's choice, DomainBed's Adam by default."""
+        return make_optimizer(self.network.parameters(), self.hparams)
 
     def optimizer_step(self, loss):
-        self.optimizer.zero_grad()
-        loss.backward()
-        self.optimizer.step()
+        """One step on `loss`; under gradient accumulation (the loop sets `micro_step`
+        to (index, count)), gradients of `count` micro-batches add up, each loss scaled
+        by 1/count, and the optimizer steps after the last."""
+        index, count = self.micro_step
+        if index == 0:
+            self.optimizer.zero_grad()
+        (loss / count if count > 1 else loss).backward()
+        if index == count - 1:
+            self.optimizer.step()
 
     def update(self, minibatches, unlabeled=None):
         values, _ = self.objective_update(erm_objective, minibatches)

@@ -12,8 +12,9 @@ import torch.nn.functional as F
 
 from domainbed import networks
 from domainbed.algorithms.base import Algorithm
-from domainbed.algorithms.common import adam, choice, concat, log_uniform, uniform
+from domainbed.algorithms.common import choice, concat, log_uniform, uniform
 from domainbed.algorithms.erm import ERM
+from domainbed.algorithms.optimization import make_optimizer
 from domainbed.hparams import Hparam
 from domainbed.registry import register_algorithm
 
@@ -43,12 +44,12 @@ class Fish(Algorithm):
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.network = WholeFish(input_shape, num_classes, hparams)
-        self.optimizer = adam(self.network.parameters(), hparams)
+        self.optimizer = make_optimizer(self.network.parameters(), hparams)
         self.optimizer_inner_state = None
 
     def update(self, minibatches, unlabeled=None):
         inner = copy.deepcopy(self.network)
-        inner_opt = adam(inner.parameters(), self.hparams)
+        inner_opt = make_optimizer(inner.parameters(), self.hparams)
         if self.optimizer_inner_state is not None:
             inner_opt.load_state_dict(self.optimizer_inner_state)
         for x, y in minibatches:
@@ -234,8 +235,9 @@ class Fishr(Algorithm):
         self.optimizer = self.new_optimizer()
 
     def new_optimizer(self):
-        return adam(list(self.featurizer.parameters()) + list(self.classifier.parameters()),
-                    self.hparams)
+        return make_optimizer(
+            list(self.featurizer.parameters()) + list(self.classifier.parameters()),
+            self.hparams)
 
     def update(self, minibatches, unlabeled=None):
         assert len(minibatches) == self.num_domains

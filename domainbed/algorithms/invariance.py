@@ -7,9 +7,10 @@ import torch
 import torch.nn.functional as F
 
 from domainbed.algorithms.alignment import mean_cov_distance, mmd_gaussian
-from domainbed.algorithms.common import adam, choice, log_uniform, split_rows, uniform
+from domainbed.algorithms.common import choice, log_uniform, split_rows, uniform
 from domainbed.algorithms.erm import ERM
 from domainbed.algorithms.irm import irm_penalty
+from domainbed.algorithms.optimization import make_optimizer
 from domainbed.hparams import Hparam, by_dataset
 from domainbed.registry import register_algorithm
 
@@ -30,8 +31,9 @@ class InformationBottleneck(ERM):
         self.register_buffer("update_count", torch.tensor([0]))
 
     def new_optimizer(self):
-        return adam(list(self.featurizer.parameters()) + list(self.classifier.parameters()),
-                    self.hparams)
+        return make_optimizer(
+            list(self.featurizer.parameters()) + list(self.classifier.parameters()),
+            self.hparams)
 
     def update(self, minibatches, unlabeled=None):
         h, count = self.hparams, self.update_count
@@ -153,8 +155,8 @@ class EQRM(ERM):
         else:
             loss = kde_quantile(env_risks, self.alpha)
         if self.update_count == burnin:
-            self.optimizer = adam(self.network.parameters(), self.hparams,
-                                  lr=self.hparams["eqrm_lr"])
+            self.optimizer = make_optimizer(self.network.parameters(), self.hparams,
+                                            lr=self.hparams["eqrm_lr"])
         self.optimizer_step(loss)
         self.update_count += 1
         return {"loss": loss.item()}
@@ -216,7 +218,7 @@ class RDM(ERM):
         variance = torch.var(pooled) + torch.var(worst)
         total = erm_loss + matching_weight * matching + variance_weight * variance
         if self.update_count == h["rdm_penalty_anneal_iters"]:
-            self.optimizer = adam(self.network.parameters(), h, lr=h["rdm_lr"])
+            self.optimizer = make_optimizer(self.network.parameters(), h, lr=h["rdm_lr"])
         self.optimizer_step(total)
         self.update_count += 1
         return {"update_count": float(self.update_count.item()), "total_loss": total.item(),

@@ -12,8 +12,9 @@ import torch.nn.functional as F
 
 from domainbed import networks
 from domainbed.algorithms.base import SMALL_IMAGES_BATCH_SIZE, Algorithm
-from domainbed.algorithms.common import adam, choice, log_uniform
+from domainbed.algorithms.common import choice, log_uniform
 from domainbed.algorithms.erm import ERM
+from domainbed.algorithms.optimization import make_optimizer
 from domainbed.hparams import Hparam, small_or_large
 from domainbed.registry import register_algorithm
 from oodutils.errors import UserError
@@ -55,7 +56,7 @@ class MLDG(ERM):
         for (xi, yi), (xj, yj) in split_meta_train_test(minibatches,
                                                         self.hparams["n_meta_test"]):
             inner_net = copy.deepcopy(self.network)
-            inner_opt = adam(inner_net.parameters(), self.hparams)
+            inner_opt = make_optimizer(inner_net.parameters(), self.hparams)
             inner_obj = F.cross_entropy(inner_net(xi), yi)
             inner_opt.zero_grad()
             inner_obj.backward()
@@ -135,8 +136,8 @@ class MTL(Algorithm):
         self.featurizer = networks.Featurizer(input_shape, hparams)
         self.classifier = networks.Classifier(self.featurizer.n_outputs * 2, num_classes,
                                               hparams["nonlinear_classifier"])
-        self.optimizer = adam(list(self.featurizer.parameters()) +
-                              list(self.classifier.parameters()), hparams)
+        self.optimizer = make_optimizer(list(self.featurizer.parameters()) +
+                                        list(self.classifier.parameters()), hparams)
         self.register_buffer("embeddings", torch.zeros(num_domains, self.featurizer.n_outputs))
         self.ema = hparams["mtl_ema"]
 

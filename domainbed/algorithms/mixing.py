@@ -8,8 +8,9 @@ import torch.nn.functional as F
 
 from domainbed import networks
 from domainbed.algorithms.base import Algorithm
-from domainbed.algorithms.common import adam, choice, concat, log_uniform, uniform
+from domainbed.algorithms.common import choice, concat, log_uniform, uniform
 from domainbed.algorithms.erm import ERM
+from domainbed.algorithms.optimization import make_optimizer
 from domainbed.registry import register_algorithm
 from oodutils.errors import UserError
 
@@ -141,9 +142,9 @@ class SagNet(Algorithm):
         nonlinear = hparams["nonlinear_classifier"]
         self.network_c = networks.Classifier(self.network_f.n_outputs, num_classes, nonlinear)
         self.network_s = networks.Classifier(self.network_f.n_outputs, num_classes, nonlinear)
-        self.optimizer_f = adam(self.network_f.parameters(), hparams)
-        self.optimizer_c = adam(self.network_c.parameters(), hparams)
-        self.optimizer_s = adam(self.network_s.parameters(), hparams)
+        self.optimizer_f = make_optimizer(self.network_f.parameters(), hparams)
+        self.optimizer_c = make_optimizer(self.network_c.parameters(), hparams)
+        self.optimizer_s = make_optimizer(self.network_s.parameters(), hparams)
         self.weight_adv = hparams["sag_w_adv"]
 
     def forward_c(self, x):

@@ -13,6 +13,7 @@ from domainbed import networks
 from domainbed.algorithms.base import Algorithm
 from domainbed.algorithms.common import concat, fixed, log_uniform, uniform
 from domainbed.algorithms.erm import ERM
+from domainbed.algorithms.optimization import make_optimizer
 from domainbed.registry import register_algorithm
 
 
@@ -130,8 +131,7 @@ class ERMPlusPlus(Algorithm):
     def make_optimizer(self, params, lr):
         if self.hparams["lars"]:
             return LARS(params, lr=lr, weight_decay=self.hparams["weight_decay"])
-        return torch.optim.Adam(params, lr=lr, weight_decay=self.hparams["weight_decay"],
-                                foreach=False)
+        return make_optimizer(params, self.hparams, lr=lr, foreach=False)
 
     def update_sma(self):
         self.global_iter += 1

@@ -11,8 +11,9 @@ import torch.nn.functional as F
 
 from domainbed import networks
 from domainbed.algorithms.base import Algorithm, require_groups
-from domainbed.algorithms.common import adam, concat, log_uniform, uniform
+from domainbed.algorithms.common import concat, log_uniform, uniform
 from domainbed.algorithms.erm import ERM
+from domainbed.algorithms.optimization import make_optimizer
 from domainbed.hparams import Hparam
 from domainbed.registry import register_algorithm
 from oodutils.errors import UserError
@@ -192,7 +193,7 @@ class LfF(Algorithm):
         featurizer = networks.Featurizer(input_shape, hparams)
         self.biased_network = nn.Sequential(featurizer, networks.Classifier(
             featurizer.n_outputs, num_classes, hparams["nonlinear_classifier"]))
-        self.optimizer_b = adam(self.biased_network.parameters(), hparams)
+        self.optimizer_b = make_optimizer(self.biased_network.parameters(), hparams)
 
     def update(self, minibatches, unlabeled=None):
         all_x, all_y = concat(minibatches)

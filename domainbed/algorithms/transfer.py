@@ -10,7 +10,8 @@ import torch.nn.functional as F
 
 from domainbed import networks
 from domainbed.algorithms.base import Algorithm
-from domainbed.algorithms.common import adam, choice, concat, fixed, log_uniform, uniform
+from domainbed.algorithms.common import choice, concat, fixed, log_uniform, uniform
+from domainbed.algorithms.optimization import make_optimizer
 from domainbed.hparams import Hparam
 from domainbed.registry import register_algorithm
 
@@ -61,8 +62,8 @@ class TRM(Algorithm):
         self.classifier = nn.Linear(n, num_classes)
         self.clist = nn.ModuleList([nn.Linear(n, num_classes) for _ in range(num_domains + 1)])
         self.olist = [torch.optim.SGD(c.parameters(), lr=1e-1) for c in self.clist]
-        self.optimizer_f = adam(self.featurizer.parameters(), hparams)
-        self.optimizer_c = adam(self.classifier.parameters(), hparams)
+        self.optimizer_f = make_optimizer(self.featurizer.parameters(), hparams)
+        self.optimizer_c = make_optimizer(self.classifier.parameters(), hparams)
         self.register_buffer("alpha", torch.ones((num_domains, num_domains)) -
                              torch.eye(num_domains))
 
@@ -172,8 +173,8 @@ class Transfer(Algorithm):
         if hparams["gda"]:
             self.optimizer = torch.optim.SGD(self.adv_classifier.parameters(), lr=hparams["lr"])
         else:
-            self.optimizer = adam(list(self.featurizer.parameters()) +
-                                  list(self.classifier.parameters()), hparams)
+            self.optimizer = make_optimizer(list(self.featurizer.parameters()) +
+                                            list(self.classifier.parameters()), hparams)
         self.adv_opt = torch.optim.SGD(self.adv_classifier.parameters(), lr=hparams["lr_d"])
 
     def loss_gap(self, minibatches):

@@ -50,6 +50,34 @@ WATERBIRDS_DIRS = ("waterbirds/waterbird_complete95_forest2water2",
 WATERBIRDS_COLUMNS = ["img_id", "img_filename", "y", "split", "place"]
 
 
+def _log_uniform(default, low_exp, high_exp):
+    return Hparam(default, lambda r: 10 ** r.uniform(low_exp, high_exp), low=0.0)
+
+
+def _fixed(default, **valid):
+    return Hparam(default, lambda r: default, **valid)
+
+
+# SubpopBench's optimization protocol (YyzHarry/SubpopBench: subpopbench/hparams_registry.py,
+# learning/optimizers.py, learning/algorithms.py ERM._init_model), the defaults of its
+# datasets here: SGD with momentum 0.9 at a constant rate for images; AdamW with a linear
+# decay to 0 (no warm-up) and gradient norms clipped to 1 for text. Weight decay 1e-4 for
+# both. Random draws use SubpopBench's search ranges.
+SUBPOPBENCH_IMAGE_OPTIMIZER = {
+    "optimizer": _fixed("sgd", choices=("adam", "sgd", "adamw")),
+    "momentum": _fixed(0.9, low=0.0, high=0.999),
+    "lr": _log_uniform(1e-3, -4, -2),
+    "weight_decay": _log_uniform(1e-4, -6, -3),
+}
+SUBPOPBENCH_TEXT_OPTIMIZER = {
+    "optimizer": _fixed("adamw", choices=("adam", "sgd", "adamw")),
+    "lr": _log_uniform(1e-5, -5.5, -4),
+    "weight_decay": _log_uniform(1e-4, -6, -3),
+    "lr_schedule": _fixed("linear", choices=("constant", "linear", "cosine", "step")),
+    "max_grad_norm": _fixed(1.0, low=0.0),
+}
+
+
 def group_names(classes, attributes):
     return [f"{c}_{a}" for c in classes for a in attributes]
 
@@ -63,6 +91,7 @@ class SubpopulationDataset(MultipleDomainDataset):
     ATTRIBUTES = None
     N_STEPS = 5001
     CHECKPOINT_FREQ = 100
+    OPTIMIZER_HPARAMS = SUBPOPBENCH_IMAGE_OPTIMIZER
     HPARAMS = {
         "data_augmentation": Hparam(False, lambda r: False, "SubpopBench trains unaugmented",
                                     choices=(False, True)),

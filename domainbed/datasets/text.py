@@ -47,7 +47,7 @@ import numpy as np
 
 from domainbed.datasets.base import MultipleDomainDataset, TensorEnvironment
 from domainbed.datasets.layout import find_root, fingerprint_columns, read_csv
-from domainbed.datasets.subpopulation import group_names
+from domainbed.datasets.subpopulation import SUBPOPBENCH_TEXT_OPTIMIZER, group_names
 from domainbed.networks.text import TEXT_HPARAMS
 from domainbed.registry import register_dataset
 from oodutils.errors import UserError
@@ -122,6 +122,7 @@ class CivilComments(TextDataset):
     CLASSES = ["nontoxic", "toxic"]
     ATTRIBUTES = IDENTITIES + ["any_identity", "no_identity"]
     GROUP_NAMES = group_names(CLASSES, ATTRIBUTES)
+    OPTIMIZER_HPARAMS = SUBPOPBENCH_TEXT_OPTIMIZER   # SubpopBench's protocol
     N_STEPS = 30001
     CHECKPOINT_FREQ = 1000
 
@@ -293,6 +294,7 @@ class MultiNLI(TextDataset):
     CLASSES = ["contradiction", "entailment", "neutral"]
     ATTRIBUTES = ["no_negation", "negation"]
     GROUP_NAMES = group_names(CLASSES, ATTRIBUTES)
+    OPTIMIZER_HPARAMS = SUBPOPBENCH_TEXT_OPTIMIZER   # SubpopBench's protocol
     N_STEPS = 30001
     CHECKPOINT_FREQ = 1000
 

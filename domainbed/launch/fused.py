@@ -5,7 +5,8 @@ Jobs fuse when they train the same algorithm (one with a `FusedForm`: ERM,
 ReweightedERM, GroupDRO, IRM, VREx, CORAL, MMD) on the same data (dataset, data seed,
 test environments, holdout, trial seed), with the same architecture, batch size,
 schedule and evaluation; learning rate, weight decay, dropout, the algorithm's penalty
-weights and the training seed may differ. Every other job runs as an ordinary job (the
+weights and the training seed may differ. Fused training is constant-rate Adam without
+gradient accumulation or early stopping. Every other job runs as an ordinary job (the
 local launcher), and the launcher says why. Each fused member keeps everything a job
 has: its run directory, lock, `launcher.log` (one line per checkpoint), records,
 predictions, resume state and `done`; a relaunch resumes each member from its own last
@@ -68,7 +69,26 @@ def parse_job(command):
         return None, f"{args.algorithm} has no fused form"
     if hparams.get("transfer", "full") != "full":
         return None, "linear probes train on cached features"
+    reason = unfusable_optimization(args, hparams)
+    if reason:
+        return None, reason
     return Job(command, args, hparams, algorithm_cls, dataset_cls), None
+
+
+def unfusable_optimization(args, hparams):
+    """Why fused training (constant-rate Adam, one step per batch, every step) cannot
+    train this job, or None: other optimizers, schedules, gradient accumulation or
+    clipping and early stopping run as ordinary jobs."""
+    from domainbed.algorithms.optimization import OPTIMIZATION_HPARAMS
+    fusable = {"optimizer": "adam", "lr_schedule": "constant", "warmup_steps": 0,
+               "grad_accum_steps": 1, "max_grad_norm": 0.0}
+    for name, value in fusable.items():
+        if hparams.get(name, OPTIMIZATION_HPARAMS[name].default) != value:
+            return f"fused training is constant-rate Adam; this job has {name}=" \
+                   f"{hparams[name]!r}"
+    if args.early_stopping:
+        return "fused members train every step; this job stops early"
+    return None
 
 
 def group_key(job):

@@ -73,6 +73,11 @@ PASS_THROUGH = {   # name -> argparse kwargs
     "save_logits": dict(action="store_true", help="save float16 logits per checkpoint"),
     "metrics": dict(nargs="+", default=None, metavar="METRIC",
                     help="train.py's --metrics (metrics beyond accuracy in the records)"),
+    "early_stopping": dict(type=str, default=None, metavar="METRIC",
+                           help="train.py's --early_stopping (stop each job when METRIC, "
+                                "e.g. val_acc, stops improving)"),
+    "patience": dict(type=int, default=None, metavar="N",
+                     help="train.py's --patience (checkpoints without improvement)"),
     "skip_model_save": dict(action="store_true", help="train.py's --skip_model_save"),
     "save_model_every_checkpoint": dict(action="store_true",
                                         help="train.py's --save_model_every_checkpoint"),
@@ -164,6 +169,8 @@ def check_args(args):
     if args.hparams is not None:
         parse_json_object(args.hparams, "--hparams")
     launchers.get_launcher(args.command_launcher)
+    from domainbed.training.early_stopping import check_options
+    check_options(args.early_stopping, args.patience)
     if args.eval_splits:
         from domainbed.training.evaluation import check_eval_splits
         check_eval_splits(args.eval_splits)

@@ -63,6 +63,13 @@ def sampling_weights(split, hparams):
     return None
 
 
+def samples_per_step(hparams):
+    """Examples drawn per environment and step: batch_size, times grad_accum_steps (the
+    step's micro-batches are consecutive slices of one draw, so k micro-batches of b give
+    the very gradient one batch of k*b gives)."""
+    return hparams["batch_size"] * int(hparams.get("grad_accum_steps", 1))
+
+
 class BatchSampler:
     """Minibatch indices as a pure function of (seed, env, step): resumable for free.
     Sampling is with replacement, as DomainBed's InfiniteDataLoader."""
@@ -86,7 +93,7 @@ class MinibatchSource:
     def __init__(self, splits, env_indices, hparams, seed, device, memory_format, n_workers):
         self.splits, self.device, self.memory_format = splits, device, memory_format
         self.samplers = [
-            BatchSampler(split, hparams["batch_size"], seed, env_i,
+            BatchSampler(split, samples_per_step(hparams), seed, env_i,
                          sampling_weights(split, hparams))
             for split, env_i in zip(splits, env_indices)]
         self.hparams, self.seed, self.env_indices = hparams, seed, env_indices
@@ -111,7 +118,7 @@ class MinibatchSource:
         if self.balanced_samplers is None:
             balanced = dict(self.hparams, group_balanced=True)
             self.balanced_samplers = [
-                BatchSampler(split, self.hparams["batch_size"], self.seed, env_i,
+                BatchSampler(split, samples_per_step(self.hparams), self.seed, env_i,
                              sampling_weights(split, balanced))
                 for split, env_i in zip(self.splits, self.env_indices)]
         return self.balanced_samplers

@@ -27,9 +27,11 @@ from domainbed.training.batches import (  # noqa: F401  (re-exported: part of tr
     build_dataset,
     class_balanced_weights,
     make_splits,
+    samples_per_step,
     sampling_weights,
     training_view,
 )
+from domainbed.training.early_stopping import DEFAULT_PATIENCE, EarlyStopping
 from domainbed.training.evaluation import (  # noqa: F401
     RunContext,
     evaluate,
@@ -55,6 +57,7 @@ from domainbed.training.resume import (  # noqa: F401
     read_kept_records,
     save_resume_state,
 )
+from domainbed.training.schedules import RunSchedule
 from oodutils import fileio
 from oodutils.errors import UserError
 from oodutils.log import get_logger
@@ -105,6 +108,7 @@ class TrainingRun:
         runs with the same dataset and splits); built here when None."""
         self.config, self.hparams, self.log = config, hparams, log or LOG.info
         self.algorithm_cls, self.dataset_cls = algorithm_cls, dataset_cls
+        self.accum_steps = check_grad_accumulation(config.algorithm, algorithm_cls, hparams)
         self.out = config.output_dir
         # Every file of the run is written through this descriptor: a run directory (or a
         # folder in it) swapped for a symlink is refused, never followed.
@@ -121,8 +125,14 @@ class TrainingRun:
         self._build_model()
         self.n_steps = config.steps or dataset_cls.N_STEPS
         self.checkpoint_freq = config.checkpoint_freq or dataset_cls.CHECKPOINT_FREQ
-        self.steps_per_epoch = min(len(s) / hparams["batch_size"] for s in self.in_splits)
+        self.steps_per_epoch = min(len(s) / samples_per_step(hparams)
+                                   for s in self.in_splits)
         self.records, self.accumulators, self.last_results = [], {}, None
+        self.schedule = RunSchedule(hparams, self.n_steps)
+        self.early_stopping = EarlyStopping(
+            config.early_stopping, config.patience or DEFAULT_PATIENCE,
+            self.train_envs) if config.early_stopping else None
+        self.stopped = False   # early stopping ended the run at its last checkpoint
 
     def _build_data(self, data=None):
         config, hparams = self.config, self.hparams
@@ -207,10 +217,13 @@ class TrainingRun:
         if self.config.restart and run_dir.exists(RESUME_FILE):
             discard_resume_state(run_dir, self.log)
         if run_dir.exists(RESUME_FILE):
-            state = load_resume_state(run_dir, RESUME_FILE, self.algorithm, self.identity)
+            state = load_resume_state(run_dir, RESUME_FILE, self.algorithm, self.identity,
+                                      self.schedule)
             self.accumulators = state["accumulators"]
             self.records = read_kept_records(run_dir, RESULTS_FILE, state["records"],
                                              self.log)
+            if self.early_stopping is not None:
+                self.stopped = self.early_stopping.replay(map(json.loads, self.records))
             self.log(f"notice: resuming {out} at step {state['next_step']}")
             return state["next_step"]
         # Records no resume state vouches for (a run killed before its first checkpoint,
@@ -222,7 +235,9 @@ class TrainingRun:
         return 0
 
     def train_step(self, step):
-        """One update of the algorithm; its values are averaged into the next record."""
+        """One optimizer step of the algorithm at the scheduled learning rate (under
+        gradient accumulation, `grad_accum_steps` updates on slices of the step's
+        batches); its values are averaged into the next record."""
         step_start = time.time()
         balanced_hook = getattr(self.algorithm, "group_balanced_batches", None)
         balanced = bool(balanced_hook(step)) if balanced_hook else False
@@ -230,11 +245,22 @@ class TrainingRun:
         uda = None
         if self.uda_source is not None:
             uda = [x for x, _ in self.uda_source.batches(step)]
-        extra = {}
+        groups = None
         if getattr(self.algorithm, "NEEDS_GROUPS", False):
-            extra["groups"] = self.minibatches.groups(step, group_balanced=balanced)
-        with autocast_context(self.device, self.config.precision):
-            step_vals = self.algorithm.update(batches, uda, **extra)
+            groups = self.minibatches.groups(step, group_balanced=balanced)
+        micro_values = []
+        with self.schedule.applied(), autocast_context(self.device, self.config.precision):
+            for index in range(self.accum_steps):
+                micro = micro_batch(index, self.accum_steps)
+                extra = {} if groups is None else {"groups": micro(groups)}
+                if self.accum_steps > 1:
+                    self.algorithm.micro_step = (index, self.accum_steps)
+                micro_values.append(self.algorithm.update(
+                    micro(batches), None if uda is None else micro(uda), **extra))
+        self.schedule.step()
+        step_vals = micro_values[0] if self.accum_steps == 1 else {
+            key: float(np.mean([float(v[key]) for v in micro_values]))
+            for key in micro_values[0]}
         self.accumulate(step, step_vals, time.time() - step_start)
         return step_vals
 
@@ -265,6 +291,12 @@ class TrainingRun:
             self.config.save_logits, logits=logits, extra_metrics=self.config.metrics,
             num_classes=self.dataset.num_classes)
         results.update(metrics)
+        if self.early_stopping is not None and self.early_stopping.observe(results):
+            self.early_stopping.mark(results)
+            self.stopped = True
+            self.log(f"notice: early stopping at step {step}: {self.config.early_stopping} "
+                     f"has not improved for {self.early_stopping.patience} checkpoints "
+                     f"(best at step {self.early_stopping.best_step})")
         stage = self.algorithm.stage() if hasattr(self.algorithm, "stage") else None
         if stage is not None:
             results["stage"] = stage  # two-stage algorithms: which stage this checkpoint is
@@ -287,7 +319,7 @@ class TrainingRun:
         if self.config.save_best_model:
             self.keep_if_best(step, results)
         save_resume_state(self.run_dir, RESUME_FILE, self.algorithm, step + 1,
-                          self.records, self.accumulators, self.identity)
+                          self.records, self.accumulators, self.identity, self.schedule)
         self.last_results = results
         return results
 
@@ -319,6 +351,34 @@ class TrainingRun:
             self.save_model("model.pkl")
         self.run_dir.write_text("done", "done\n", durable=True)
         self.run_dir.unlink(RESUME_FILE)
+
+
+def check_grad_accumulation(algorithm_name, algorithm_cls, hparams):
+    """The run's grad_accum_steps; more than 1 only for algorithms whose update is one loss
+    through ERM.optimizer_step (a clear error for the others, before any work)."""
+    from domainbed.algorithms.optimization import supports_grad_accumulation
+    steps = int(hparams.get("grad_accum_steps", 1))
+    if steps > 1 and not supports_grad_accumulation(algorithm_cls):
+        raise UserError(f"{algorithm_name} does not support grad_accum_steps > 1 (its "
+                        f"update steps its optimizers itself); algorithms that do: those "
+                        f"with one loss and one optimizer, e.g. ERM, GroupDRO, IRM, VREx, "
+                        f"CORAL, MMD")
+    return steps
+
+
+def micro_batch(index, count):
+    """A function slicing each tensor (or (x, y) pair) of a list into `count` equal parts
+    and keeping part `index` (the whole list when count is 1)."""
+    def part(tensor):
+        size = tensor.shape[0] // count
+        return tensor[index * size:(index + 1) * size]
+
+    def micro(items):
+        if count == 1:
+            return items
+        return [tuple(part(t) for t in item) if isinstance(item, tuple) else part(item)
+                for item in items]
+    return micro
 
 
 class RunData(NamedTuple):
@@ -361,6 +421,8 @@ def run(config: RunConfig, hparams: dict, algorithm_cls: type, dataset_cls: type
                     disable=not sys.stderr.isatty(),
                     desc=f"{config.algorithm}/{config.dataset}", dynamic_ncols=True)
     for step in range(start_step, training_run.n_steps):
+        if training_run.stopped:
+            break
         training_run.train_step(step)
         progress.update(1)
         if training_run.is_checkpoint(step):

@@ -66,9 +66,11 @@ def set_python_rng_state(state):
     random.setstate((version, tuple(internal), gauss_next))
 
 
-def save_resume_state(run_dir, name, algorithm, step, records, accumulators, identity):
+def save_resume_state(run_dir, name, algorithm, step, records, accumulators, identity,
+                      schedule=None):
     """`records`: the results.jsonl lines written so far (the state vouches for them).
-    `run_dir`: the run's PinnedDir."""
+    `run_dir`: the run's PinnedDir. `schedule`: the run's learning-rate schedule
+    (training.schedules.RunSchedule), whose position is restored exactly."""
     run_dir.write_bytes(name, fileio.torch_bytes({
         "version": STATE_VERSION, "next_step": step, "n_records": len(records),
         "records": list(records), "identity": identity,
@@ -78,6 +80,7 @@ def save_resume_state(run_dir, name, algorithm, step, records, accumulators, ide
         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
         "numpy_rng": numpy_rng_state(), "python_rng": python_rng_state(),
         "accumulators": accumulators,
+        "schedule": schedule.state_dict() if schedule is not None else None,
     }), durable=True)
 
 
@@ -134,6 +137,8 @@ def state_shape_problem(state):
         return "identity is not a string"
     if not isinstance(state["algorithm"], dict) or not isinstance(state["optimizers"], dict):
         return "algorithm or optimizers is not a dict"
+    if not isinstance(state.get("schedule"), (dict, type(None))):
+        return "schedule is not a dict"
     if not isinstance(state["torch_rng"], torch.Tensor) or \
             state["torch_rng"].dtype != torch.uint8:
         return "torch_rng is not a byte tensor"
@@ -185,7 +190,7 @@ def records_problem(records, next_step):
     return None
 
 
-def load_resume_state(run_dir, name, algorithm, identity):
+def load_resume_state(run_dir, name, algorithm, identity, schedule=None):
     path = run_dir.join(name)
     state = _read_state(run_dir, name)
     if state["identity"] != identity:
@@ -201,6 +206,8 @@ def load_resume_state(run_dir, name, algorithm, identity):
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         set_numpy_rng_state(state["numpy_rng"])
         set_python_rng_state(state["python_rng"])
+        if schedule is not None and state.get("schedule") is not None:
+            schedule.load_state_dict(state["schedule"])
     except (RuntimeError, ValueError, TypeError, KeyError, IndexError,
             OverflowError) as e:
         raise ResumeStateError(f"the resume state {path} does not fit this run "
