@@ -70,4 +70,8 @@ class RunSchedule:
         return self.scheduler.state_dict()
 
     def load_state_dict(self, state):
+        """The scheduler's position, and the reference's current rate, which chainable
+        schedulers (cosine) step from."""
         self.scheduler.load_state_dict(state)
+        for group in self.reference.param_groups:
+            group["lr"] = self.factor
