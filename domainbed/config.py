@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from domainbed.registry import get_algorithm_class, get_dataset_class
+from domainbed.training.early_stopping import check_options as check_early_stopping
 from domainbed.training.splits import check_eval_splits
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, parse_json_object
 from oodutils.errors import UserError, epilog_example
@@ -213,8 +214,7 @@ class RunConfig:
             raise UserError(f"--num_threads must be 0 (torch's default) or more, got "
                             f"{self.num_threads}")
         check_eval_splits(self.eval_splits)
-        from domainbed.training.early_stopping import check_options
-        check_options(self.early_stopping, self.patience)
+        check_early_stopping(self.early_stopping, self.patience)
         from oodutils.metrics import check_metrics
         check_metrics(self.metrics)
 

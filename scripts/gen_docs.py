@@ -126,6 +126,9 @@ def datasets_page():
         lines += [f"## {name}", "", _summary(cls) or f"`{cls.__module__}`", "",
                   "; ".join(facts) + ".", ""]
         lines += hparam_table(declared_space(cls, cls))
+        if getattr(cls, "OPTIMIZER_HPARAMS", None):   # a benchmark's own protocol
+            lines += ["Optimization defaults of every algorithm on this dataset:", ""]
+            lines += hparam_table(cls.OPTIMIZER_HPARAMS)
     return "\n".join(lines)
 
 

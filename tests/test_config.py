@@ -14,7 +14,8 @@ RECORD_ARG_KEYS = [
     "data_dir", "dataset", "algorithm", "task", "hparams", "hparams_seed", "trial_seed",
     "seed", "data_seed", "steps", "checkpoint_freq", "test_envs", "output_dir",
     "holdout_fraction", "uda_holdout_fraction", "skip_model_save",
-    "save_model_every_checkpoint", "save_best_model", "save_logits", "precision", "memory_format",
+    "save_model_every_checkpoint", "save_best_model", "early_stopping", "patience",
+    "save_logits", "precision", "memory_format",
     "eval_splits", "eval_batch_size", "metrics", "num_threads", "restart", "weights_dir",
     "feature_cache_dir"]
 

@@ -141,6 +141,9 @@ def test_make_optimizer_defaults_to_domainbeds_adam():
     ("PACS", {"optimizer": "adam", "lr": 5e-5, "weight_decay": 0.0,
               "lr_schedule": "constant", "grad_accum_steps": 1}),
     ("ColoredMNIST", {"optimizer": "adam", "lr": 1e-3, "lr_schedule": "constant"}),
+    # DomainBed-trained framings of the same images keep DomainBed's Adam
+    ("WILDSWaterbirds", {"optimizer": "adam", "lr": 5e-5, "weight_decay": 0.0}),
+    ("NICO_Mixed", {"optimizer": "adam", "lr": 5e-5, "weight_decay": 0.0}),
 ])
 def test_benchmark_protocol_defaults(dataset, expected):
     got = run_hparams.default_hparams("ERM", dataset)
@@ -249,3 +252,19 @@ def test_fused_launcher_leaves_such_jobs_to_the_local_launcher(tmp_path, hparams
         [sys.executable, "-m", "domainbed.scripts.train", *_argv(tmp_path / "run", {})],
         str(tmp_path / "run")))
     assert job is not None and why is None
+
+
+def test_sweep_passes_early_stopping_to_every_job(tmp_path, capsys):
+    from domainbed.scripts import sweep
+    common = ["--datasets", "Debug28", "--algorithms", "ERM", "--data_dir", str(tmp_path),
+              "--output_dir", str(tmp_path / "sweep"), "--command_launcher", "dummy",
+              "--n_trials", "1", "--n_hparams", "1", "--single_test_envs",
+              "--skip_confirmation"]
+    assert sweep.main(["launch", *common, "--early_stopping", "val_acc",
+                       "--patience", "3"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines()
+             if "Dummy launcher: " in line]
+    assert len(lines) == 3
+    assert all("--early_stopping val_acc --patience 3" in line for line in lines)
+    with pytest.raises(UserError, match="--patience needs --early_stopping"):
+        sweep.main(["launch", *common, "--patience", "3"])

@@ -61,6 +61,13 @@ def fused_form(algorithm_cls):
     return vars(algorithm_cls).get("FUSED")
 
 
+def supports_grad_accumulation(algorithm_cls):
+    """Algorithms whose update is one loss through ERM.optimizer_step: those with a fused
+    form, or that declare GRAD_ACCUMULATION = True in their own class body."""
+    return fused_form(algorithm_cls) is not None or \
+        bool(vars(algorithm_cls).get("GRAD_ACCUMULATION", False))
+
+
 def require_groups(algorithm_name, splits):
     """The group annotations of `splits`, or a clear error for datasets without them."""
     if not splits or any(getattr(s, "groups", None) is None for s in splits):

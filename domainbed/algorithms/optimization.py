@@ -95,11 +95,3 @@ def make_schedule(optimizer, hparams, n_steps):
     ramp = sched.LinearLR(optimizer, start_factor=1.0 / (warmup + 1), end_factor=1.0,
                           total_iters=warmup)
     return sched.SequentialLR(optimizer, [ramp, main], milestones=[warmup])
-
-
-def supports_grad_accumulation(algorithm_cls):
-    """Algorithms whose update is one loss through ERM.optimizer_step: those with a fused
-    form, or that declare GRAD_ACCUMULATION = True in their own class body."""
-    from domainbed.algorithms.base import fused_form
-    return fused_form(algorithm_cls) is not None or \
-        bool(vars(algorithm_cls).get("GRAD_ACCUMULATION", False))

@@ -51,11 +51,12 @@ WATERBIRDS_COLUMNS = ["img_id", "img_filename", "y", "split", "place"]
 
 
 def _log_uniform(default, low_exp, high_exp):
-    return Hparam(default, lambda r: 10 ** r.uniform(low_exp, high_exp), low=0.0)
+    return Hparam(default, lambda r: 10 ** r.uniform(low_exp, high_exp),
+                  f"SubpopBench's; searched as 10 ** uniform({low_exp}, {high_exp})", low=0.0)
 
 
 def _fixed(default, **valid):
-    return Hparam(default, lambda r: default, **valid)
+    return Hparam(default, lambda r: default, "SubpopBench's", **valid)
 
 
 # SubpopBench's optimization protocol (YyzHarry/SubpopBench: subpopbench/hparams_registry.py,
@@ -91,7 +92,6 @@ class SubpopulationDataset(MultipleDomainDataset):
     ATTRIBUTES = None
     N_STEPS = 5001
     CHECKPOINT_FREQ = 100
-    OPTIMIZER_HPARAMS = SUBPOPBENCH_IMAGE_OPTIMIZER
     HPARAMS = {
         "data_augmentation": Hparam(False, lambda r: False, "SubpopBench trains unaugmented",
                                     choices=(False, True)),
@@ -142,6 +142,7 @@ class Waterbirds(SubpopulationDataset):
     CLASSES = ["landbird", "waterbird"]
     ATTRIBUTES = ["land", "water"]
     GROUP_NAMES = group_names(CLASSES, ATTRIBUTES)
+    OPTIMIZER_HPARAMS = SUBPOPBENCH_IMAGE_OPTIMIZER   # SubpopBench's protocol
 
     def __init__(self, root, test_envs, hparams):
         data_root, df, paths = read_waterbirds(self.registry_name, root)
@@ -156,6 +157,7 @@ class WILDSWaterbirds(Waterbirds):
     (DEFAULT_TEST_ENVS = [1])."""
     ENVIRONMENTS = ["train", "val_test"]
     DEFAULT_TEST_ENVS = [1]
+    OPTIMIZER_HPARAMS = None   # DomainBed's training, as the paper's sweeps
 
     def __init__(self, root, test_envs, hparams):
         data_root, df, paths = read_waterbirds(self.registry_name, root)
@@ -212,6 +214,7 @@ class CelebA(SubpopulationDataset):
     CLASSES = ["not_blond", "blond"]
     ATTRIBUTES = ["female", "male"]
     GROUP_NAMES = group_names(CLASSES, ATTRIBUTES)
+    OPTIMIZER_HPARAMS = SUBPOPBENCH_IMAGE_OPTIMIZER   # SubpopBench's protocol
 
     def __init__(self, root, test_envs, hparams):
         data_root, df, paths = read_celeba(self.registry_name, root)
@@ -242,6 +245,7 @@ class MetaShift(SubpopulationDataset):
     CLASSES = ["dog", "cat"]
     ATTRIBUTES = ["outdoor", "indoor"]
     GROUP_NAMES = group_names(CLASSES, ATTRIBUTES)
+    OPTIMIZER_HPARAMS = SUBPOPBENCH_IMAGE_OPTIMIZER   # SubpopBench's protocol
 
     def __init__(self, root, test_envs, hparams):
         name = self.registry_name

@@ -39,6 +39,7 @@ from domainbed.launch.sweep import (  # noqa: F401  (the planning API, by its ol
     train_argv,
 )
 from domainbed.registry import get_dataset_class
+from domainbed.training.early_stopping import check_options as check_early_stopping
 from oodutils.cli import (
     ArgumentParser,
     add_logging_flags,
@@ -169,8 +170,7 @@ def check_args(args):
     if args.hparams is not None:
         parse_json_object(args.hparams, "--hparams")
     launchers.get_launcher(args.command_launcher)
-    from domainbed.training.early_stopping import check_options
-    check_options(args.early_stopping, args.patience)
+    check_early_stopping(args.early_stopping, args.patience)
     if args.eval_splits:
         from domainbed.training.evaluation import check_eval_splits
         check_eval_splits(args.eval_splits)

@@ -356,7 +356,7 @@ class TrainingRun:
 def check_grad_accumulation(algorithm_name, algorithm_cls, hparams):
     """The run's grad_accum_steps; more than 1 only for algorithms whose update is one loss
     through ERM.optimizer_step (a clear error for the others, before any work)."""
-    from domainbed.algorithms.optimization import supports_grad_accumulation
+    from domainbed.algorithms.base import supports_grad_accumulation
     steps = int(hparams.get("grad_accum_steps", 1))
     if steps > 1 and not supports_grad_accumulation(algorithm_cls):
         raise UserError(f"{algorithm_name} does not support grad_accum_steps > 1 (its "
