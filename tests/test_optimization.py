@@ -53,12 +53,14 @@ def _torch_scheduler(kind, optimizer, warmup):
     return sched.SequentialLR(optimizer, [ramp, main], milestones=[warmup])
 
 
-@pytest.mark.parametrize("kind, schedule, warmup", [
-    ("adam", "constant", 0), ("sgd", "cosine", 2), ("adamw", "linear", 0),
-    ("sgd", "step", 0), ("adam", "cosine", 3)])
-def test_optimizer_and_schedule_match_torchs_own_loop(tmp_path, kind, schedule, warmup):
+@pytest.mark.parametrize("kind, schedule, warmup, clip", [
+    ("adam", "constant", 0, 0.0), ("sgd", "cosine", 2, 0.0), ("adamw", "linear", 0, 0.0),
+    ("sgd", "step", 0, 0.0), ("adam", "cosine", 3, 0.0), ("sgd", "constant", 0, 0.05)])
+def test_optimizer_and_schedule_match_torchs_own_loop(tmp_path, kind, schedule, warmup,
+                                                      clip):
     hparams = {"optimizer": kind, "lr_schedule": schedule, "warmup_steps": warmup,
-               "lr_step_size": 3, "lr_gamma": 0.5, "lr": 0.05, "weight_decay": 1e-3}
+               "lr_step_size": 3, "lr_gamma": 0.5, "lr": 0.05, "weight_decay": 1e-3,
+               "max_grad_norm": clip}
     run = training_run(_argv(tmp_path / "run", hparams, steps=STEPS))
     network = copy.deepcopy(run.algorithm.network)
     optimizer = _torch_optimizer(kind, network.parameters(), 0.05, 1e-3)
@@ -70,6 +72,8 @@ def test_optimizer_and_schedule_match_torchs_own_loop(tmp_path, kind, schedule, 
         y = torch.cat([y for _, y in batches])
         optimizer.zero_grad()
         F.cross_entropy(network(x), y).backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(network.parameters(), clip)
         optimizer.step()
         scheduler.step()
     ours = dict(run.algorithm.network.named_parameters())
