@@ -22,6 +22,7 @@ from typing import Any
 
 from domainbed.registry import get_algorithm_class, get_dataset_class
 from domainbed.training.splits import check_eval_splits
+from domainbed.training.trackers import check_trackers
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, parse_json_object
 from oodutils.errors import UserError, epilog_example
 from oodutils.pinned_dir import PinnedDir
@@ -33,11 +34,15 @@ EVAL_SPLITS_HELP = ("splits to evaluate at each checkpoint, a union of: all (def
 
 
 def option(default: Any, help: str = "", choices: Sequence[str] | None = None,
-           metavar: str | None = None, aliases: Sequence[str] = ()) -> Any:
+           metavar: str | None = None, aliases: Sequence[str] = (), flag: str = "",
+           repeatable: bool = False) -> Any:
     """A RunConfig field: its default and what the command line says of it. ``aliases``:
     older flag names still accepted, hidden from --help (the hyphen spelling of every name
-    is accepted anyway, see `oodutils.cli.add_option`)."""
-    meta = {"help": help, "choices": choices, "metavar": metavar, "aliases": tuple(aliases)}
+    is accepted anyway, see `oodutils.cli.add_option`). ``flag``: the option's name when it
+    is not ``--<field>``; ``repeatable``: a list option that may be given several times
+    (``--tracker a --tracker b``), each time with one or more values."""
+    meta = {"help": help, "choices": choices, "metavar": metavar, "aliases": tuple(aliases),
+            "flag": flag, "repeatable": repeatable}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -90,6 +95,15 @@ class RunConfig:
                                     "balanced_acc, macro_f1, worst_class_acc, class_acc, "
                                     "auroc (two classes); confusion matrices are saved "
                                     "beside the predictions", metavar="METRIC")
+    trackers: list[str] = option([], "experiment tracker receiving the hparams, args and "
+                                     "every checkpoint's record: tensorboard, mlflow, wandb "
+                                     "or a plug-in's name (repeatable); a tracker that "
+                                     "fails is a warning, never a stopped run",
+                                 metavar="TRACKER", flag="--tracker", aliases=("--trackers",),
+                                 repeatable=True)
+    tracker_uri: str = option("", "MLflow tracking URI (default: a file store in "
+                                  "OUTPUT_DIR/mlruns; e.g. file:/abs/sweep_mlruns to gather "
+                                  "a sweep, or a server's http:// address)")
     num_threads: int = option(0, "torch intra-op threads (0 = torch's default)")
     restart: bool = option(False, "discard the run directory's resume state (e.g. a corrupt "
                                   "one) and train from step 0; its old records are moved to "
@@ -133,6 +147,10 @@ class RunConfig:
     @classmethod
     def from_namespace(cls, namespace: argparse.Namespace) -> RunConfig:
         values = vars(namespace)
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for name, f in fields.items():   # a repeatable option never given: its default
+            if values[name] is None and f.metadata.get("repeatable"):
+                values = {**values, name: f.default_factory()}  # type: ignore[misc]
         return cls(**{name: values[name] for name in cls.field_names()})
 
     def replace(self, **changes: Any) -> RunConfig:
@@ -207,6 +225,7 @@ class RunConfig:
         check_eval_splits(self.eval_splits)
         from oodutils.metrics import check_metrics
         check_metrics(self.metrics)
+        self.trackers = check_trackers(self.trackers)
 
     def check_output_dir(self) -> None:
         """The output directory is (or can become) a writable directory: checked before
@@ -269,19 +288,24 @@ def _argument(f: dataclasses.Field) -> tuple[str, dict[str, Any]]:
     kwargs: dict[str, Any] = {"default": default, "help": f.metadata["help"] or None}
     if f.metadata["metavar"]:
         kwargs["metavar"] = f.metadata["metavar"]
+    flag = f.metadata.get("flag") or f"--{f.name}"
+    if flag != f"--{f.name}":
+        kwargs["dest"] = f.name
     if kind is bool:
         kwargs["action"] = "store_true"
-        return f"--{f.name}", kwargs
+        return flag, kwargs
     base = kind
     if typing.get_origin(kind) in (typing.Union, types.UnionType):   # X | None
         base = next(a for a in typing.get_args(kind) if a is not type(None))
     if typing.get_origin(base) is list:
         kwargs.update(nargs="+", type=typing.get_args(base)[0])
+        if f.metadata.get("repeatable"):   # None: never given (from_namespace fills it)
+            kwargs.update(action="extend", default=None)
     else:
         kwargs["type"] = base
     if f.metadata["choices"]:
         kwargs["choices"] = list(f.metadata["choices"])
-    return f"--{f.name}", kwargs
+    return flag, kwargs
 
 
 @functools.lru_cache(maxsize=1)

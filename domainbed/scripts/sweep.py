@@ -73,6 +73,10 @@ PASS_THROUGH = {   # name -> argparse kwargs
     "save_logits": dict(action="store_true", help="save float16 logits per checkpoint"),
     "metrics": dict(nargs="+", default=None, metavar="METRIC",
                     help="train.py's --metrics (metrics beyond accuracy in the records)"),
+    "tracker": dict(action="extend", nargs="+", default=None, metavar="TRACKER",
+                    help="train.py's --tracker (tensorboard, mlflow, wandb; repeatable); "
+                         "not part of a job's directory name"),
+    "tracker_uri": dict(type=str, default=None, help="train.py's --tracker_uri (MLflow)"),
     "skip_model_save": dict(action="store_true", help="train.py's --skip_model_save"),
     "save_model_every_checkpoint": dict(action="store_true",
                                         help="train.py's --save_model_every_checkpoint"),

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from domainbed.config import RunConfig
+from domainbed.training import trackers
 from domainbed.training.batches import (  # noqa: F401  (re-exported: part of training's API)
     BatchSampler,
     MinibatchSource,
@@ -123,6 +124,7 @@ class TrainingRun:
         self.checkpoint_freq = config.checkpoint_freq or dataset_cls.CHECKPOINT_FREQ
         self.steps_per_epoch = min(len(s) / hparams["batch_size"] for s in self.in_splits)
         self.records, self.accumulators, self.last_results = [], {}, None
+        self.trackers = None   # opened by restore(), closed by finish() / close()
 
     def _build_data(self, data=None):
         config, hparams = self.config, self.hparams
@@ -161,7 +163,7 @@ class TrainingRun:
         args_dict.pop("restart", None)  # how this run started, not what it is
         args_dict.update(dataset.identity() if hasattr(dataset, "identity") else {})
         from domainbed.networks import backbones
-        for where in ("weights_dir", "feature_cache_dir"):  # where, not what: not identity
+        for where in ("weights_dir", "feature_cache_dir", "tracker_uri"):  # where, not what
             args_dict.pop(where, None)
         backbones.set_weights_dir(self.config.weights_dir)
         args_dict.update(backbones.weights_identity(dataset.input_shape, self.hparams))
@@ -196,7 +198,9 @@ class TrainingRun:
                 device=self.device))
 
     def restore(self):
-        """The first step to train: after the last checkpoint of an unfinished run, else 0."""
+        """The first step to train: after the last checkpoint of an unfinished run, else 0.
+        Starts the run's experiment trackers (--tracker)."""
+        self._open_trackers()
         out, run_dir = self.out, self.run_dir
         if any(s.paths is not None for _, _, _, s in self.named_splits) and \
                 not run_dir.exists("examples.csv"):
@@ -220,6 +224,18 @@ class TrainingRun:
             self.log(f"notice: starting {out} from step 0; its earlier records are kept "
                      f"in {aside}")
         return 0
+
+    def _open_trackers(self):
+        if self.trackers is None and self.config.trackers:
+            self.trackers = trackers.open_trackers(self.config.trackers, trackers.TrackedRun(
+                self.out, trackers.run_name(self.args_dict), self.hparams, self.args_dict,
+                self.identity, self.config.tracker_uri),
+                warn=LOG.warning if self.log == LOG.info else self.log)
+
+    def close(self):
+        """Close the trackers (finish() does; a run stopped by an error calls it too)."""
+        if self.trackers is not None:
+            self.trackers.close()
 
     def train_step(self, step):
         """One update of the algorithm; its values are averaged into the next record."""
@@ -289,6 +305,8 @@ class TrainingRun:
         save_resume_state(self.run_dir, RESUME_FILE, self.algorithm, step + 1,
                           self.records, self.accumulators, self.identity)
         self.last_results = results
+        if self.trackers is not None:
+            self.trackers.log_checkpoint(step, results)
         return results
 
     def keep_if_best(self, step, results):
@@ -319,6 +337,7 @@ class TrainingRun:
             self.save_model("model.pkl")
         self.run_dir.write_text("done", "done\n", durable=True)
         self.run_dir.unlink(RESUME_FILE)
+        self.close()
 
 
 class RunData(NamedTuple):
@@ -355,6 +374,13 @@ def run(config: RunConfig, hparams: dict, algorithm_cls: type, dataset_cls: type
     if not prepare_output_dir(config.output_dir, log):
         return None
     training_run = TrainingRun(config, hparams, algorithm_cls, dataset_cls, log)
+    try:
+        return _train(training_run, config, log)
+    finally:
+        training_run.close()
+
+
+def _train(training_run, config, log):
     start_step = training_run.restore()
     from tqdm import tqdm
     progress = tqdm(total=training_run.n_steps, initial=start_step,
