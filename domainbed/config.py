@@ -168,8 +168,14 @@ class RunConfig:
     def validate(self, check_data_dir: bool = True) -> tuple[type[Any], type[Any]]:
         """Check everything that can be checked before training; fill the dataset's default
         test environments. Returns (algorithm class, dataset class)."""
-        dataset_cls = get_dataset_class(self.dataset)
+        get_dataset_class(self.dataset)   # an unknown dataset is named first
         algorithm_cls = get_algorithm_class(self.algorithm)
+        return algorithm_cls, self.validate_data(check_data_dir)
+
+    def validate_data(self, check_data_dir: bool = True) -> type[Any]:
+        """`validate` without the algorithm (`domainbed-evaluate` scores models that are
+        not registered algorithms): the dataset class, its test environments filled."""
+        dataset_cls = get_dataset_class(self.dataset)
         if self.test_envs is None:
             self.test_envs = list(getattr(dataset_cls, "DEFAULT_TEST_ENVS", None) or [0])
         self._check_test_envs(dataset_cls)
@@ -181,7 +187,7 @@ class RunConfig:
         if self.weights_dir and not os.path.isdir(self.weights_dir):
             raise UserError(f"--weights_dir {self.weights_dir!r} is not a directory")
         self.check_numbers()
-        return algorithm_cls, dataset_cls
+        return dataset_cls
 
     def _needs_data_dir(self, dataset_cls: type[Any]) -> bool:
         """Datasets that can build themselves without files (the MNIST family falls back to

@@ -146,30 +146,14 @@ class TrainingRun:
             [s for _, s in self.uda_splits], [i for i, _ in self.uda_splits], hparams,
             config.seed + 1, self.device, self.memory_format,
             self.n_workers) if self.uda_splits else None
-        named = [(f"env{i}_in", i, "in", s) for i, s in enumerate(self.in_splits)]
-        named += [(f"env{i}_out", i, "out", s) for i, s in enumerate(self.out_splits)]
-        named += [(f"env{i}_uda", i, "uda", s) for i, s in self.uda_splits]
-        for _, _, _, split in named:
-            if hasattr(split, "set_transform"):
-                split.set_transform(False)
-        # --eval_splits: a split left out is never evaluated and its keys never written
-        self.named_splits = select_splits(named, config.eval_splits,
-                                          config.test_envs)
+        self.named_splits = evaluated_splits(data, config)
         self.group_names = getattr(self.dataset, "group_names", None)
 
     def _build_identity(self):
-        dataset = self.dataset
-        args_dict = self.config.to_dict()
-        args_dict.pop("restart", None)  # how this run started, not what it is
-        args_dict.update(dataset.identity() if hasattr(dataset, "identity") else {})
         from domainbed.networks import backbones
-        for where in ("weights_dir", "feature_cache_dir", "tracker_uri"):  # where, not what
-            args_dict.pop(where, None)
+        args_dict = data_args(self.config, self.dataset, self.dataset_cls)
         backbones.set_weights_dir(self.config.weights_dir)
-        args_dict.update(backbones.weights_identity(dataset.input_shape, self.hparams))
-        args_dict.update({
-            "env_names": list(getattr(self.dataset_cls, "ENVIRONMENTS", []) or []),
-            "group_names": self.group_names, "num_classes": dataset.num_classes})
+        args_dict.update(backbones.weights_identity(self.dataset.input_shape, self.hparams))
         self.args_dict = args_dict
         self.identity = args_identity(args_dict)
 
@@ -288,15 +272,8 @@ class TrainingRun:
                              if self.device.type == "cuda" else 0.0)
         results["hparams"] = self.hparams
         results["args"] = self.args_dict
-        with self.run_dir.subdir("predictions") as predictions:
-            predictions.write_bytes(f"step_{step:07d}.npz", fileio.npz_bytes(**table))
-        if confusion:   # rows: true class, columns: predicted class, one array per split
-            with self.run_dir.subdir("confusion") as confusion_dir:
-                confusion_dir.write_bytes(f"step_{step:07d}.npz",
-                                          fileio.npz_bytes(**confusion))
         self.records.append(json.dumps(results, sort_keys=True))
-        self.run_dir.write_text(RESULTS_FILE, "\n".join(self.records) + "\n",
-                                durable=True)
+        write_checkpoint(self.run_dir, step, table, confusion, self.records)
         self.accumulators = {}
         if self.config.save_model_every_checkpoint:
             self.save_model(f"model_step{step}.pkl")
@@ -338,6 +315,44 @@ class TrainingRun:
         self.run_dir.write_text("done", "done\n", durable=True)
         self.run_dir.unlink(RESUME_FILE)
         self.close()
+
+
+def evaluated_splits(data, config):
+    """[(name, env, kind, split)] of the splits a checkpoint evaluates: every environment's
+    in/out (and uda) split, with its deterministic transform, narrowed by --eval_splits (a
+    split left out is never evaluated and its keys never written)."""
+    named = [(f"env{i}_in", i, "in", s) for i, s in enumerate(data.in_splits)]
+    named += [(f"env{i}_out", i, "out", s) for i, s in enumerate(data.out_splits)]
+    named += [(f"env{i}_uda", i, "uda", s) for i, s in data.uda_splits]
+    for _, _, _, split in named:
+        if hasattr(split, "set_transform"):
+            split.set_transform(False)
+    return select_splits(named, config.eval_splits, config.test_envs)
+
+
+def data_args(config, dataset, dataset_cls):
+    """A record's `args` before the model's entries: the config's fields (less where things
+    are kept and how the run started), the data's identity, env, group and class names."""
+    args_dict = config.to_dict()
+    for key in ("restart", "weights_dir", "feature_cache_dir", "tracker_uri"):
+        args_dict.pop(key, None)   # how it started or where things are, not what it is
+    args_dict.update(dataset.identity() if hasattr(dataset, "identity") else {})
+    args_dict.update({
+        "env_names": list(getattr(dataset_cls, "ENVIRONMENTS", []) or []),
+        "group_names": getattr(dataset, "group_names", None),
+        "num_classes": dataset.num_classes})
+    return args_dict
+
+
+def write_checkpoint(run_dir, step, table, confusion, records):
+    """One checkpoint's files: predictions, confusion matrices (rows: true class, one
+    array per split) where computed, then results.jsonl holding `records` (JSON lines)."""
+    with run_dir.subdir("predictions") as predictions:
+        predictions.write_bytes(f"step_{step:07d}.npz", fileio.npz_bytes(**table))
+    if confusion:
+        with run_dir.subdir("confusion") as confusion_dir:
+            confusion_dir.write_bytes(f"step_{step:07d}.npz", fileio.npz_bytes(**confusion))
+    run_dir.write_text(RESULTS_FILE, "\n".join(records) + "\n", durable=True)
 
 
 class RunData(NamedTuple):
