@@ -150,7 +150,7 @@ class RunConfig:
         fields = {f.name: f for f in dataclasses.fields(cls)}
         for name, f in fields.items():   # a repeatable option never given: its default
             if values[name] is None and f.metadata.get("repeatable"):
-                values = {**values, name: f.default_factory()}  # type: ignore[misc]
+                values = {**values, name: f.default_factory()}  # type: ignore[operator]
         return cls(**{name: values[name] for name in cls.field_names()})
 
     def replace(self, **changes: Any) -> RunConfig:

@@ -166,8 +166,10 @@ class TensorBoardTracker(Tracker):
         self.writer.add_text("args", json.dumps(run.args, sort_keys=True, indent=1))
         scalars = {k: v for k, v in run.hparams.items()
                    if isinstance(v, (bool, int, float, str))}
+        file_writer = self.writer.file_writer   # the HParams tab's summaries, this folder
+        assert file_writer is not None
         for summary in hparams_summary(scalars, {}):
-            self.writer.file_writer.add_summary(summary)
+            file_writer.add_summary(summary)
         self.writer.flush()
 
     def log_checkpoint(self, step: int, values: dict[str, float]) -> None:
@@ -201,10 +203,10 @@ class MLflowTracker(Tracker):
                          else self.client.create_experiment(EXPERIMENT))
         tags = {"domainbed.identity": run.identity,
                 "domainbed.run_dir": os.path.abspath(run.run_dir), **run.tags}
-        self.run_id = self._earlier_run(experiment_id, tags)
-        if self.run_id is None:
-            self.run_id = self.client.create_run(experiment_id, run_name=run.name,
-                                                 tags=tags).info.run_id
+        earlier = self._earlier_run(experiment_id, tags)
+        self.run_id: str = earlier or self.client.create_run(
+            experiment_id, run_name=run.name, tags=tags).info.run_id
+        if earlier is None:
             params = {**flatten("hparams", run.hparams), **flatten("args", run.args)}
             items = [Param(k, v[:MLFLOW_PARAM_LIMIT]) for k, v in sorted(params.items())]
             for start in range(0, len(items), MLFLOW_BATCH):
