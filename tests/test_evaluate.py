@@ -215,6 +215,16 @@ def test_mismatched_outputs_and_maps_are_refused(tmp_path, capsys):
     assert not (tmp_path / "o" / "results.jsonl").exists()
 
 
+def test_damaged_checkpoint_is_one_line_without_pickle_advice(tmp_path, capsys):
+    (tmp_path / "model.pkl").write_bytes(b"not a checkpoint at all")
+    code, err = run_here(capsys, "--checkpoint", tmp_path / "model.pkl", "--output_dir",
+                         tmp_path / "o")
+    [line] = err.strip().splitlines()
+    assert code == 2 and line.startswith(f"error: --checkpoint {tmp_path / 'model.pkl'} "
+                                         f"cannot be read")
+    assert "trust_pickle" not in line and not (tmp_path / "o").exists()
+
+
 def test_output_dir_holding_a_run_is_refused(tmp_path, capsys):
     path, _ = make_checkpoint(tmp_path)
     out = tmp_path / "eval"

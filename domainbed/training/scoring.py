@@ -49,6 +49,9 @@ def read_checkpoint(path, trust_pickle=False):
             warnings.simplefilter("ignore", UserWarning)
             saved = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as e:
+        if "Unsupported global" not in str(e):   # damaged, or not a torch file at all
+            raise UserError(f"--checkpoint {path} cannot be read: damaged, or not a torch "
+                            f"checkpoint ({type(e).__name__})") from None
         if not trust_pickle:
             raise UserError(
                 f"--checkpoint {path} is a full pickle, not tensors and plain values only "
