@@ -144,6 +144,20 @@ def test_torchvision_classifier_with_the_datasets_head(tmp_path):
     assert len(record["args"]["evaluated_model"]["weights_sha256"]) == 64
 
 
+def test_timm_classifier_with_the_datasets_head(tmp_path):
+    import timm
+    from safetensors.torch import save_file
+    torch.manual_seed(0)
+    model = timm.create_model("test_resnet", num_classes=2).eval()
+    save_file(model.state_dict(), str(tmp_path / "tiny.safetensors"))
+    out = tmp_path / "eval"
+    assert evaluate.main(["--model", "timm:test_resnet", "--weights",
+                          str(tmp_path / "tiny.safetensors"), "--dataset", "Debug28",
+                          "--output_dir", str(out)]) == 0
+    record = assert_scored(out, expected_predictions(model))
+    assert record["args"]["algorithm"] == "timm:test_resnet"
+
+
 def test_class_map_takes_log_sum_exp_of_each_class_outputs(tmp_path):
     model = save_resnet18(tmp_path / "four.safetensors", 4)
     (tmp_path / "map.json").write_text(json.dumps([[0, 3], 2]))
@@ -187,6 +201,8 @@ def test_hugging_face_classifier_from_a_local_folder(tmp_path):
      "error: --metrics 'f2'"),
     (["--model", "nosuchnet", "--dataset", "Debug28", "--output_dir", "o"],
      "error: unknown backbone 'nosuchnet'"),
+    (["--model", "clip_vit_b16", "--dataset", "Debug28", "--output_dir", "o"],
+     "error: clip_vit_b16 is an image tower without a classifier: pass --weights"),
 ])
 def test_bad_input_is_one_line_before_any_work(tmp_path, capsys, argv, message):
     code, err = run_here(capsys, *[str(tmp_path / a) if a in ("o", "c.pkl", "w") else a
