@@ -23,6 +23,7 @@ from typing import Any
 from domainbed.registry import get_algorithm_class, get_dataset_class
 from domainbed.training.early_stopping import check_options as check_early_stopping
 from domainbed.training.splits import check_eval_splits
+from domainbed.training.trackers import check_trackers
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, parse_json_object
 from oodutils.errors import UserError, epilog_example
 from oodutils.pinned_dir import PinnedDir
@@ -34,11 +35,15 @@ EVAL_SPLITS_HELP = ("splits to evaluate at each checkpoint, a union of: all (def
 
 
 def option(default: Any, help: str = "", choices: Sequence[str] | None = None,
-           metavar: str | None = None, aliases: Sequence[str] = ()) -> Any:
+           metavar: str | None = None, aliases: Sequence[str] = (), flag: str = "",
+           repeatable: bool = False) -> Any:
     """A RunConfig field: its default and what the command line says of it. ``aliases``:
     older flag names still accepted, hidden from --help (the hyphen spelling of every name
-    is accepted anyway, see `oodutils.cli.add_option`)."""
-    meta = {"help": help, "choices": choices, "metavar": metavar, "aliases": tuple(aliases)}
+    is accepted anyway, see `oodutils.cli.add_option`). ``flag``: the option's name when it
+    is not ``--<field>``; ``repeatable``: a list option that may be given several times
+    (``--tracker a --tracker b``), each time with one or more values."""
+    meta = {"help": help, "choices": choices, "metavar": metavar, "aliases": tuple(aliases),
+            "flag": flag, "repeatable": repeatable}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -99,6 +104,15 @@ class RunConfig:
                                     "balanced_acc, macro_f1, worst_class_acc, class_acc, "
                                     "auroc (two classes); confusion matrices are saved "
                                     "beside the predictions", metavar="METRIC")
+    trackers: list[str] = option([], "experiment tracker receiving the hparams, args and "
+                                     "every checkpoint's record: tensorboard, mlflow, wandb "
+                                     "or a plug-in's name (repeatable); a tracker that "
+                                     "fails is a warning, never a stopped run",
+                                 metavar="TRACKER", flag="--tracker", aliases=("--trackers",),
+                                 repeatable=True)
+    tracker_uri: str = option("", "MLflow tracking URI (default: a file store in "
+                                  "OUTPUT_DIR/mlruns; e.g. file:/abs/sweep_mlruns to gather "
+                                  "a sweep, or a server's http:// address)")
     num_threads: int = option(0, "torch intra-op threads (0 = torch's default)")
     restart: bool = option(False, "discard the run directory's resume state (e.g. a corrupt "
                                   "one) and train from step 0; its old records are moved to "
@@ -142,6 +156,10 @@ class RunConfig:
     @classmethod
     def from_namespace(cls, namespace: argparse.Namespace) -> RunConfig:
         values = vars(namespace)
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for name, f in fields.items():   # a repeatable option never given: its default
+            if values[name] is None and f.metadata.get("repeatable"):
+                values = {**values, name: f.default_factory()}  # type: ignore[operator]
         return cls(**{name: values[name] for name in cls.field_names()})
 
     def replace(self, **changes: Any) -> RunConfig:
@@ -159,8 +177,14 @@ class RunConfig:
     def validate(self, check_data_dir: bool = True) -> tuple[type[Any], type[Any]]:
         """Check everything that can be checked before training; fill the dataset's default
         test environments. Returns (algorithm class, dataset class)."""
-        dataset_cls = get_dataset_class(self.dataset)
+        get_dataset_class(self.dataset)   # an unknown dataset is named first
         algorithm_cls = get_algorithm_class(self.algorithm)
+        return algorithm_cls, self.validate_data(check_data_dir)
+
+    def validate_data(self, check_data_dir: bool = True) -> type[Any]:
+        """`validate` without the algorithm (`domainbed-evaluate` scores models that are
+        not registered algorithms): the dataset class, its test environments filled."""
+        dataset_cls = get_dataset_class(self.dataset)
         if self.test_envs is None:
             self.test_envs = list(getattr(dataset_cls, "DEFAULT_TEST_ENVS", None) or [0])
         self._check_test_envs(dataset_cls)
@@ -172,7 +196,7 @@ class RunConfig:
         if self.weights_dir and not os.path.isdir(self.weights_dir):
             raise UserError(f"--weights_dir {self.weights_dir!r} is not a directory")
         self.check_numbers()
-        return algorithm_cls, dataset_cls
+        return dataset_cls
 
     def _needs_data_dir(self, dataset_cls: type[Any]) -> bool:
         """Datasets that can build themselves without files (the MNIST family falls back to
@@ -217,6 +241,7 @@ class RunConfig:
         check_early_stopping(self.early_stopping, self.patience)
         from oodutils.metrics import check_metrics
         check_metrics(self.metrics)
+        self.trackers = check_trackers(self.trackers)
 
     def check_output_dir(self) -> None:
         """The output directory is (or can become) a writable directory: checked before
@@ -279,19 +304,24 @@ def _argument(f: dataclasses.Field) -> tuple[str, dict[str, Any]]:
     kwargs: dict[str, Any] = {"default": default, "help": f.metadata["help"] or None}
     if f.metadata["metavar"]:
         kwargs["metavar"] = f.metadata["metavar"]
+    flag = f.metadata.get("flag") or f"--{f.name}"
+    if flag != f"--{f.name}":
+        kwargs["dest"] = f.name
     if kind is bool:
         kwargs["action"] = "store_true"
-        return f"--{f.name}", kwargs
+        return flag, kwargs
     base = kind
     if typing.get_origin(kind) in (typing.Union, types.UnionType):   # X | None
         base = next(a for a in typing.get_args(kind) if a is not type(None))
     if typing.get_origin(base) is list:
         kwargs.update(nargs="+", type=typing.get_args(base)[0])
+        if f.metadata.get("repeatable"):   # None: never given (from_namespace fills it)
+            kwargs.update(action="extend", default=None)
     else:
         kwargs["type"] = base
     if f.metadata["choices"]:
         kwargs["choices"] = list(f.metadata["choices"])
-    return f"--{f.name}", kwargs
+    return flag, kwargs
 
 
 @functools.lru_cache(maxsize=1)

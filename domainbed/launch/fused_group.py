@@ -55,6 +55,8 @@ class Member:
         else:
             message, code = "".join(traceback.format_exception(error)), 1
         try:
+            if self.run is not None:
+                self.run.close()   # its trackers: a tracker never raises out of close()
             training.write_error(self.out, message)
             self.write_log(message.rstrip())
             self.write_log(f"{jobs.LOG_PREFIX} exit code {code}")

@@ -25,9 +25,15 @@ from oodutils.errors import UserError
 # The command that runs one job; tests swap it for a fake.
 TRAIN_COMMAND = [sys.executable, "-m", "domainbed.scripts.train"]
 
+# Train flags that say where a run is reported, not what it is: left out of the job's
+# directory name, so adding a tracker to a sweep finds the same jobs.
+NOT_HASHED = ("tracker", "tracker_uri")
+
+
 class Job:
     def __init__(self, train_args, sweep_output_dir, train_command=None):
-        args_str = json.dumps(train_args, sort_keys=True)
+        args_str = json.dumps({k: v for k, v in train_args.items() if k not in NOT_HASHED},
+                              sort_keys=True)
         args_hash = hashlib.md5(args_str.encode("utf-8")).hexdigest()
         self.output_dir = os.path.join(sweep_output_dir, args_hash)
         self.train_args = copy.deepcopy(train_args)

@@ -79,6 +79,10 @@ PASS_THROUGH = {   # name -> argparse kwargs
                                 "e.g. val_acc, stops improving)"),
     "patience": dict(type=int, default=None, metavar="N",
                      help="train.py's --patience (checkpoints without improvement)"),
+    "tracker": dict(action="extend", nargs="+", default=None, metavar="TRACKER",
+                    help="train.py's --tracker (tensorboard, mlflow, wandb; repeatable); "
+                         "not part of a job's directory name"),
+    "tracker_uri": dict(type=str, default=None, help="train.py's --tracker_uri (MLflow)"),
     "skip_model_save": dict(action="store_true", help="train.py's --skip_model_save"),
     "save_model_every_checkpoint": dict(action="store_true",
                                         help="train.py's --save_model_every_checkpoint"),

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from domainbed.config import RunConfig
+from domainbed.training import trackers
 from domainbed.training.batches import (  # noqa: F401  (re-exported: part of training's API)
     BatchSampler,
     MinibatchSource,
@@ -133,6 +134,7 @@ class TrainingRun:
             config.early_stopping, config.patience or DEFAULT_PATIENCE,
             self.train_envs) if config.early_stopping else None
         self.stopped = False   # early stopping ended the run at its last checkpoint
+        self.trackers = None   # opened by restore(), closed by finish() / close()
 
     def _build_data(self, data=None):
         config, hparams = self.config, self.hparams
@@ -154,30 +156,14 @@ class TrainingRun:
             [s for _, s in self.uda_splits], [i for i, _ in self.uda_splits], hparams,
             config.seed + 1, self.device, self.memory_format,
             self.n_workers) if self.uda_splits else None
-        named = [(f"env{i}_in", i, "in", s) for i, s in enumerate(self.in_splits)]
-        named += [(f"env{i}_out", i, "out", s) for i, s in enumerate(self.out_splits)]
-        named += [(f"env{i}_uda", i, "uda", s) for i, s in self.uda_splits]
-        for _, _, _, split in named:
-            if hasattr(split, "set_transform"):
-                split.set_transform(False)
-        # --eval_splits: a split left out is never evaluated and its keys never written
-        self.named_splits = select_splits(named, config.eval_splits,
-                                          config.test_envs)
+        self.named_splits = evaluated_splits(data, config)
         self.group_names = getattr(self.dataset, "group_names", None)
 
     def _build_identity(self):
-        dataset = self.dataset
-        args_dict = self.config.to_dict()
-        args_dict.pop("restart", None)  # how this run started, not what it is
-        args_dict.update(dataset.identity() if hasattr(dataset, "identity") else {})
         from domainbed.networks import backbones
-        for where in ("weights_dir", "feature_cache_dir"):  # where, not what: not identity
-            args_dict.pop(where, None)
+        args_dict = data_args(self.config, self.dataset, self.dataset_cls)
         backbones.set_weights_dir(self.config.weights_dir)
-        args_dict.update(backbones.weights_identity(dataset.input_shape, self.hparams))
-        args_dict.update({
-            "env_names": list(getattr(self.dataset_cls, "ENVIRONMENTS", []) or []),
-            "group_names": self.group_names, "num_classes": dataset.num_classes})
+        args_dict.update(backbones.weights_identity(self.dataset.input_shape, self.hparams))
         self.args_dict = args_dict
         self.identity = args_identity(args_dict)
 
@@ -206,7 +192,9 @@ class TrainingRun:
                 device=self.device))
 
     def restore(self):
-        """The first step to train: after the last checkpoint of an unfinished run, else 0."""
+        """The first step to train: after the last checkpoint of an unfinished run, else 0.
+        Starts the run's experiment trackers (--tracker)."""
+        self._open_trackers()
         out, run_dir = self.out, self.run_dir
         if any(s.paths is not None for _, _, _, s in self.named_splits) and \
                 not run_dir.exists("examples.csv"):
@@ -233,6 +221,18 @@ class TrainingRun:
             self.log(f"notice: starting {out} from step 0; its earlier records are kept "
                      f"in {aside}")
         return 0
+
+    def _open_trackers(self):
+        if self.trackers is None and self.config.trackers:
+            self.trackers = trackers.open_trackers(self.config.trackers, trackers.TrackedRun(
+                self.out, trackers.run_name(self.args_dict), self.hparams, self.args_dict,
+                self.identity, self.config.tracker_uri),
+                warn=LOG.warning if self.log == LOG.info else self.log)
+
+    def close(self):
+        """Close the trackers (finish() does; a run stopped by an error calls it too)."""
+        if self.trackers is not None:
+            self.trackers.close()
 
     def train_step(self, step):
         """One optimizer step of the algorithm at the scheduled learning rate (under
@@ -304,15 +304,8 @@ class TrainingRun:
                              if self.device.type == "cuda" else 0.0)
         results["hparams"] = self.hparams
         results["args"] = self.args_dict
-        with self.run_dir.subdir("predictions") as predictions:
-            predictions.write_bytes(f"step_{step:07d}.npz", fileio.npz_bytes(**table))
-        if confusion:   # rows: true class, columns: predicted class, one array per split
-            with self.run_dir.subdir("confusion") as confusion_dir:
-                confusion_dir.write_bytes(f"step_{step:07d}.npz",
-                                          fileio.npz_bytes(**confusion))
         self.records.append(json.dumps(results, sort_keys=True))
-        self.run_dir.write_text(RESULTS_FILE, "\n".join(self.records) + "\n",
-                                durable=True)
+        write_checkpoint(self.run_dir, step, table, confusion, self.records)
         self.accumulators = {}
         if self.config.save_model_every_checkpoint:
             self.save_model(f"model_step{step}.pkl")
@@ -321,6 +314,8 @@ class TrainingRun:
         save_resume_state(self.run_dir, RESUME_FILE, self.algorithm, step + 1,
                           self.records, self.accumulators, self.identity, self.schedule)
         self.last_results = results
+        if self.trackers is not None:
+            self.trackers.log_checkpoint(step, results)
         return results
 
     def keep_if_best(self, step, results):
@@ -351,6 +346,45 @@ class TrainingRun:
             self.save_model("model.pkl")
         self.run_dir.write_text("done", "done\n", durable=True)
         self.run_dir.unlink(RESUME_FILE)
+        self.close()
+
+
+def evaluated_splits(data, config):
+    """[(name, env, kind, split)] of the splits a checkpoint evaluates: every environment's
+    in/out (and uda) split, with its deterministic transform, narrowed by --eval_splits (a
+    split left out is never evaluated and its keys never written)."""
+    named = [(f"env{i}_in", i, "in", s) for i, s in enumerate(data.in_splits)]
+    named += [(f"env{i}_out", i, "out", s) for i, s in enumerate(data.out_splits)]
+    named += [(f"env{i}_uda", i, "uda", s) for i, s in data.uda_splits]
+    for _, _, _, split in named:
+        if hasattr(split, "set_transform"):
+            split.set_transform(False)
+    return select_splits(named, config.eval_splits, config.test_envs)
+
+
+def data_args(config, dataset, dataset_cls):
+    """A record's `args` before the model's entries: the config's fields (less where things
+    are kept and how the run started), the data's identity, env, group and class names."""
+    args_dict = config.to_dict()
+    for key in ("restart", "weights_dir", "feature_cache_dir", "tracker_uri"):
+        args_dict.pop(key, None)   # how it started or where things are, not what it is
+    args_dict.update(dataset.identity() if hasattr(dataset, "identity") else {})
+    args_dict.update({
+        "env_names": list(getattr(dataset_cls, "ENVIRONMENTS", []) or []),
+        "group_names": getattr(dataset, "group_names", None),
+        "num_classes": dataset.num_classes})
+    return args_dict
+
+
+def write_checkpoint(run_dir, step, table, confusion, records):
+    """One checkpoint's files: predictions, confusion matrices (rows: true class, one
+    array per split) where computed, then results.jsonl holding `records` (JSON lines)."""
+    with run_dir.subdir("predictions") as predictions:
+        predictions.write_bytes(f"step_{step:07d}.npz", fileio.npz_bytes(**table))
+    if confusion:
+        with run_dir.subdir("confusion") as confusion_dir:
+            confusion_dir.write_bytes(f"step_{step:07d}.npz", fileio.npz_bytes(**confusion))
+    run_dir.write_text(RESULTS_FILE, "\n".join(records) + "\n", durable=True)
 
 
 def check_grad_accumulation(algorithm_name, algorithm_cls, hparams):
@@ -415,6 +449,13 @@ def run(config: RunConfig, hparams: dict, algorithm_cls: type, dataset_cls: type
     if not prepare_output_dir(config.output_dir, log):
         return None
     training_run = TrainingRun(config, hparams, algorithm_cls, dataset_cls, log)
+    try:
+        return _train(training_run, config, log)
+    finally:
+        training_run.close()
+
+
+def _train(training_run, config, log):
     start_step = training_run.restore()
     from tqdm import tqdm
     progress = tqdm(total=training_run.n_steps, initial=start_step,

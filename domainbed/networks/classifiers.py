@@ -1,0 +1,235 @@
+"""Outside classifiers for `domainbed-evaluate --model NAME [--weights FILE] [--class_map
+FILE]`: a model of the backbone zoo (torchvision, timm, open_clip) or a Hugging Face image
+classifier saved on disk, made to answer with one logit per class of a dataset.
+
+What a user of the field expects:
+- torchvision / timm names (the zoo's, or ``timm:<model>``) are whole classifiers. With
+  ``--weights`` the file is the classifier's state dict (the library's own key names) with
+  a head for the dataset's classes (a model fine-tuned elsewhere); without it, the zoo's
+  ImageNet weights found on disk as a run finds them (1000 outputs).
+- open_clip names are image towers: ``--weights`` holds a linear head (``head.weight``,
+  ``head.bias``) and optionally the tower (``visual.*``; default: the zoo's tower).
+- ``hf:DIR``: a Hugging Face image classifier saved with ``save_pretrained`` (config.json,
+  model.safetensors), read from that folder only; inputs re-normalized to its processor's
+  mean and std when ``preprocessor_config.json`` gives them.
+- ``--class_map FILE``: a JSON list, entry k the model output (or list of outputs) that is
+  the dataset's class k (e.g. ImageNet classes for a dataset's classes); a class's logit is
+  the log-sum-exp of its outputs. Without it, the outputs must be the dataset's classes.
+
+Weights are read without running code (``_read_state_dict``: safetensors or
+``torch.load(weights_only=True)``, a hash prefix in the file name checked).
+"""
+import json
+import os
+
+import torch
+import torch.nn as nn
+
+from domainbed.networks.backbones import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    _build_open_clip,
+    _read_state_dict,
+    _takes_imagenet_inputs,
+    _timm_classifier,
+    _torchvision_classifier,
+    backbone_name,
+    file_sha256,
+    get_spec,
+    locate_weights,
+)
+from oodutils.errors import UserError, require
+
+HF_PREFIX = "hf:"
+
+
+class OutsideClassifier(nn.Module):
+    """An outside model as an algorithm for evaluation: `predict(x)` gives one logit per
+    dataset class (through the class map where given)."""
+
+    def __init__(self, network, class_map=None):
+        super().__init__()
+        self.network = network
+        self.class_map = class_map
+
+    def predict(self, x):
+        out = self.network(x)
+        logits = getattr(out, "logits", out)   # Hugging Face models return an output object
+        if self.class_map is None:
+            return logits
+        return torch.stack([torch.logsumexp(logits[:, idx], dim=1) for idx in self.class_map],
+                           dim=1)
+
+
+def read_class_map(path, num_classes):
+    """The --class_map file: a JSON list of num_classes entries, each an output index or a
+    non-empty list of them; as a list of index lists."""
+    try:
+        with open(path) as f:
+            entries = json.load(f)
+    except OSError as e:
+        raise UserError(f"--class_map {path!r} cannot be read ({e.strerror})") from None
+    except ValueError as e:
+        raise UserError(f"--class_map {path!r} is not JSON ({e})") from None
+    if not isinstance(entries, list) or len(entries) != num_classes:
+        raise UserError(f"--class_map {path!r} must be a JSON list of {num_classes} entries "
+                        f"(one per class of the dataset), entry k the model output(s) of "
+                        f"class k")
+    out = []
+    for k, entry in enumerate(entries):
+        idx = entry if isinstance(entry, list) else [entry]
+        if not idx or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                              for i in idx):
+            raise UserError(f"--class_map {path!r}: entry {k} must be an output index or a "
+                            f"non-empty list of them, got {entry!r}")
+        out.append(idx)
+    return out
+
+
+def _last_linear(model):
+    name, linear = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)][-1]
+    return name, linear
+
+
+def _replace_head(model, name, n_outputs):
+    """The model with its last Linear (`name`) replaced by one with n_outputs."""
+    old = model.get_submodule(name)
+    parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
+    setattr(parent, name.rsplit(".", 1)[-1],
+            nn.Linear(old.in_features, n_outputs, bias=old.bias is not None))
+
+
+def _load_strict(model, state, path):
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        detail = " ".join(str(e).split())
+        raise UserError(f"weights file {path} does not fit the model: {detail[:300]}") from None
+
+
+def _whole_classifier(spec, input_shape, weights):
+    """torchvision / timm: the library's model, with the --weights file's head size."""
+    build = _torchvision_classifier if spec.family == "torchvision" else _timm_classifier
+    if not weights:
+        return build(spec, input_shape, locate_weights(spec.name, {}))
+    state = _read_state_dict(weights)
+    model = build(spec, input_shape, None)
+    name, _ = _last_linear(model)
+    head = state.get(f"{name}.weight")
+    if not isinstance(head, torch.Tensor) or head.dim() != 2:
+        raise UserError(f"weights file {weights} has no {name}.weight: not a state dict of "
+                        f"{spec.model} (its classifier is `{name}`)")
+    _replace_head(model, name, head.shape[0])
+    _load_strict(model, state, weights)
+    return model
+
+
+class _TowerAndHead(nn.Module):
+    def __init__(self, visual, head):
+        super().__init__()
+        self.visual, self.head = visual, head
+
+    def forward(self, x):
+        return self.head(self.visual(x))
+
+
+def _tower_and_head(spec, input_shape, weights):
+    """open_clip: the image tower and the linear head of the --weights file."""
+    if not weights:
+        raise UserError(f"{spec.name} is an image tower without a classifier: pass --weights "
+                        f"FILE with a linear head (head.weight, head.bias; optionally the "
+                        f"tower as visual.*)")
+    state = _read_state_dict(weights)
+    head = state.get("head.weight")
+    if not isinstance(head, torch.Tensor) or head.dim() != 2:
+        raise UserError(f"weights file {weights} has no head.weight (a linear head "
+                        f"[classes, {spec.name} features])")
+    has_tower = any(k.startswith("visual.") for k in state)
+    visual, width = _build_open_clip(spec, input_shape,
+                                     None if has_tower else locate_weights(spec.name, {}))
+    model = _TowerAndHead(visual, nn.Linear(width, head.shape[0],
+                                            bias="head.bias" in state))
+    if has_tower:
+        _load_strict(model, state, weights)
+    else:
+        _load_strict(model.head, {k[5:]: v for k, v in state.items() if k.startswith("head.")},
+                     weights)
+    return model
+
+
+class _Normalized(nn.Module):
+    """ImageNet-normalized inputs re-normalized to another mean and std."""
+
+    def __init__(self, network, mean, std):
+        super().__init__()
+        self.network = network
+        mean, std = torch.tensor(mean, dtype=torch.float32), torch.tensor(std, dtype=torch.float32)
+        self.register_buffer("scale", (torch.tensor(IMAGENET_STD) / std).view(1, -1, 1, 1),
+                             persistent=False)
+        self.register_buffer("shift", ((torch.tensor(IMAGENET_MEAN) - mean) / std
+                                       ).view(1, -1, 1, 1), persistent=False)
+
+    def forward(self, x):
+        return self.network(x * self.scale + self.shift)
+
+
+def _hugging_face(folder, weights):
+    if weights:
+        raise UserError("a Hugging Face model (hf:DIR) takes its weights from its folder; "
+                        "leave out --weights")
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+        raise UserError(f"{folder!r} is not a saved Hugging Face model (no config.json)")
+    if not os.path.isfile(os.path.join(folder, "model.safetensors")):
+        raise UserError(f"{folder!r} has no model.safetensors: Hugging Face models are read "
+                        f"from safetensors only (a pytorch_model.bin is a pickle)")
+    transformers = require("transformers", extra="text")
+    try:
+        model = transformers.AutoModelForImageClassification.from_pretrained(
+            folder, local_files_only=True, use_safetensors=True)
+    except (OSError, ValueError, KeyError) as e:
+        raise UserError(f"cannot load a Hugging Face image classifier from {folder!r}: "
+                        f"{' '.join(str(e).split())[:300]}") from None
+    processor = os.path.join(folder, "preprocessor_config.json")
+    if os.path.isfile(processor):
+        with open(processor) as f:
+            config = json.load(f)
+        mean, std = config.get("image_mean"), config.get("image_std")
+        if config.get("do_normalize", True) and mean and std:
+            return _Normalized(model, mean, std)
+    return model
+
+
+def _output_width(model):
+    config = getattr(model, "config", None) or getattr(getattr(model, "network", None),
+                                                       "config", None)
+    if config is not None and getattr(config, "num_labels", None):
+        return int(config.num_labels)
+    return _last_linear(model)[1].out_features
+
+
+def outside_classifier(name, input_shape, num_classes, weights="", class_map=None):
+    """(OutsideClassifier, identity entries for the record's args) of model `name`; its
+    outputs must be the dataset's num_classes classes, or cover the class map."""
+    if name.startswith(HF_PREFIX):
+        folder = name[len(HF_PREFIX):]
+        network = _hugging_face(folder, weights)
+        source = os.path.abspath(os.path.join(folder, "model.safetensors"))
+    else:
+        spec = get_spec(backbone_name({"backbone": name}))
+        if spec.family == "open_clip":
+            network = _tower_and_head(spec, tuple(input_shape), weights)
+        else:
+            network = _whole_classifier(spec, tuple(input_shape), weights)
+        network = _takes_imagenet_inputs(network, spec)
+        source = weights or locate_weights(spec.name, {})
+    width = _output_width(network)
+    if class_map is None and width != num_classes:
+        raise UserError(f"model {name} has {width} outputs but the dataset has {num_classes} "
+                        f"classes: give --weights with a {num_classes}-class head, or "
+                        f"--class_map FILE naming the output(s) of each class")
+    if class_map is not None and max(max(idx) for idx in class_map) >= width:
+        raise UserError(f"--class_map names output {max(max(i) for i in class_map)}, but "
+                        f"model {name} has {width} outputs")
+    identity = {"model": name, "weights": os.path.basename(source),
+                "weights_sha256": file_sha256(source), "class_map": class_map}
+    return OutsideClassifier(network.eval(), class_map), identity
