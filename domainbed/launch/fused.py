@@ -1,5 +1,6 @@
 """The `fused` command launcher: a sweep's jobs that can share one process train
-together, with stacked parameters (see domainbed.launch.fused_training), for accelerators.
+together (see domainbed.launch.fused_training): on an accelerator with stacked parameters
+(`batched`), on CPU each with its single run's arithmetic (`exact`).
 
 Jobs fuse when they train the same algorithm (one with a `FusedForm`: ERM,
 ReweightedERM, GroupDRO, IRM, VREx, CORAL, MMD) on the same data (dataset, data seed,
@@ -12,10 +13,11 @@ has: its run directory, lock, `launcher.log` (one line per checkpoint), records,
 predictions, resume state and `done`; a relaunch resumes each member from its own last
 checkpoint, and a member that diverges stops alone.
 
-Why for accelerators only: a GPU runs one small model far below capacity, and stacking
-dozens of them fills it. A CPU is already busy with one model: stacking 16 measured
-0.8x (MLP) and 0.5x (MNIST_CNN) the per-model speed of separate runs on 2 cores
-(scripts/bench_fused.py).
+Why stacking for accelerators only: a GPU runs one small model far below capacity, and
+stacking dozens of them fills it. A CPU is already busy with one model: stacking 16
+measured 0.8x (MLP) and 0.5x (MNIST_CNN) the per-model speed of separate runs on 2 cores
+(scripts/bench_fused.py), so there `exact` is the default: records bit for bit the
+single runs', one process and one copy of the data.
 """
 import json
 import multiprocessing
@@ -135,10 +137,15 @@ def fusable_algorithms():
 
 
 def fused_launcher(commands, max_workers=1, echo=None, fused_max_models=FUSED_MAX_MODELS,
-                   **_):
+                   fused_arithmetic="auto", **_):
     """Train fusable jobs in groups (one process per group, `max_workers` groups at a
-    time), then every other job with the local launcher."""
+    time), then every other job with the local launcher. `fused_arithmetic`: exact,
+    batched or auto (see domainbed.launch.fused_training)."""
+    from domainbed.launch.fused_training import ARITHMETICS
     max_workers, max_models = int(max_workers or 1), int(fused_max_models or 1)
+    if fused_arithmetic not in ARITHMETICS:
+        raise UserError(f"--fused_arithmetic must be one of {', '.join(ARITHMETICS)}, got "
+                        f"{fused_arithmetic!r}")
     if max_workers < 1:
         raise UserError(f"--max_workers must be at least 1, got {max_workers}")
     if max_models < 1:
@@ -159,7 +166,8 @@ def fused_launcher(commands, max_workers=1, echo=None, fused_max_models=FUSED_MA
             started[index] = time.monotonic()
             for _ in commands:
                 progress.job_started()
-        for index, result in run_groups(work.groups, max_workers, on_start, progress.tick):
+        for index, result in run_groups(work.groups, max_workers, on_start, progress.tick,
+                                        fused_arithmetic):
             seconds = (time.monotonic() - started[index]) / max(1, len(work.groups[index]))
             outcomes.extend(result.outcomes)
             for outcome in result.outcomes:
@@ -176,7 +184,7 @@ def fused_launcher(commands, max_workers=1, echo=None, fused_max_models=FUSED_MA
     return outcomes
 
 
-def run_groups(groups, max_workers, on_start=None, on_idle=None):
+def run_groups(groups, max_workers, on_start=None, on_idle=None, arithmetic="auto"):
     """Yield (index, GroupResult) of each group, training `max_workers` groups at a time, each in a
     fresh spawned process (safe with CUDA; its memory is freed when it ends). A process
     that dies without a result (killed, out of memory) fails its members, not the
@@ -189,8 +197,8 @@ def run_groups(groups, max_workers, on_start=None, on_idle=None):
         while pending or running:
             while pending and len(running) < max_workers:
                 index, commands = pending.pop(0)
-                process = context.Process(target=_group_process, args=(index, commands,
-                                                                        results))
+                process = context.Process(target=_group_process,
+                                          args=(index, commands, results, arithmetic))
                 process.start()
                 running[index] = process
                 if on_start:
@@ -215,8 +223,8 @@ def run_groups(groups, max_workers, on_start=None, on_idle=None):
             process.terminate()
 
 
-def _group_process(index, commands, results):
-    results.put((index, run_group(commands)))
+def _group_process(index, commands, results, arithmetic):
+    results.put((index, run_group(commands, arithmetic)))
 
 
 def _died(commands, exitcode):
@@ -235,11 +243,11 @@ class GroupResult:
     summary: str = ""
 
 
-def run_group(commands):
+def run_group(commands, arithmetic="auto"):
     """Train one group in this process (the pool's worker); see fused_group.py."""
     from domainbed.launch.fused_group import GroupRunner
     started = time.time()
-    runner = GroupRunner(commands)
+    runner = GroupRunner(commands, arithmetic)
     try:
         runner.run()
     finally:

@@ -4,38 +4,32 @@ ordinary job has them, one shared dataset, and the stacked training of fused_tra
 What a member sees is what a single train job would leave: `launcher.log` gets the
 launcher's header and exit-code lines around the run's own notices and one line per
 checkpoint; a member that fails (bad arguments, a NaN loss, a full disk) gets its
-`err.txt` and stops alone. If the group cannot train stacked at all (an architecture
+`err.txt` and stops alone. Each member keeps its own state of the global random
+generators (as its single run would have it after its build and restore), swapped in
+for its own steps and checkpoints. If the group cannot train stacked at all (an architecture
 vmap cannot batch), its members are handed back to run as ordinary jobs, resuming from
 whatever checkpoints the group wrote.
 """
 import os
-import random
 import traceback
 
-import numpy as np
 import torch
 
 from domainbed.config import RunConfig
 from domainbed.launch import jobs
 from domainbed.launch.pooled import train_flags
 from domainbed.training import loop as training
+from domainbed.training.random_states import RandomStates
 from oodutils.errors import UserError
 
 
-def _rng_states():
-    return (torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate())
-
-
-def _same_rng(a, b):
-    return torch.equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[2] == b[2]
-
-
 class Member:
-    """One job of the group: its command, lock, log and (once built) TrainingRun."""
+    """One job of the group: its command, lock, log, (once built) TrainingRun and its own
+    state of the global random generators."""
 
     def __init__(self, command):
         self.command, self.out = command, command.output_dir
-        self.claim = self.run = None
+        self.claim = self.run = self.random_states = None
         self.outcome = None
 
     def write_log(self, line):
@@ -69,8 +63,9 @@ class Member:
 
 
 class GroupRunner:
-    def __init__(self, commands):
+    def __init__(self, commands, arithmetic="auto"):
         self.members = [Member(c) for c in commands]
+        self.arithmetic = arithmetic
         self.fallback, self.fallback_reason = [], ""
         self.shared_data = None
 
@@ -90,15 +85,27 @@ class GroupRunner:
         for member in active:
             member.write_log(f"{jobs.LOG_PREFIX} pid {os.getpid()} running fused "
                              f"with {len(active)} models: {member.command}")
-        built = [m for m in active if self._build(m)]
         by_start = {}
-        for member in built:
-            try:
-                by_start.setdefault(member.run.restore(), []).append(member)
-            except Exception as e:   # a resume state that does not fit: this member only
-                member.fail(e)
+        for member in active:
+            start = self._prepare(member)
+            if start is not None:
+                by_start.setdefault(start, []).append(member)
         for start, members in sorted(by_start.items()):
             self._train(members, start)
+
+    def _prepare(self, member):
+        """Build and restore one member, and keep the global random generators' state as
+        its single run would have it now (seeded by its build, or restored from its resume
+        state); the first step it trains, or None when it does not train."""
+        if not self._build(member):
+            return None
+        try:
+            start = member.run.restore()
+        except Exception as e:   # a resume state that does not fit: this member only
+            member.fail(e)
+            return None
+        member.random_states = RandomStates.capture()
+        return start
 
     def _build(self, member):
         """The member's TrainingRun, as `domainbed.api.run_config` builds it."""
@@ -124,9 +131,9 @@ class GroupRunner:
         """The group's dataset and splits, built once; None (each member builds its own)
         when building draws from a global RNG, which would change model initialization."""
         if self.shared_data is None:
-            before = _rng_states()
+            before = RandomStates.capture()
             data = training.build_run_data(dataset_cls, args, hparams)
-            self.shared_data = data if _same_rng(before, _rng_states()) else False
+            self.shared_data = data if before == RandomStates.capture() else False
             if self.shared_data is False:
                 return data
         return self.shared_data or None
@@ -140,7 +147,9 @@ class GroupRunner:
                 [m.run for m in members], start,
                 on_checkpoint=lambda run, results: by_run[id(run)].write_log(
                     training.checkpoint_line(results)),
-                on_failure=lambda run, error: by_run[id(run)].fail(error))
+                on_failure=lambda run, error: by_run[id(run)].fail(error),
+                arithmetic=self.arithmetic,
+                random_states=[m.random_states for m in members])
         except Exception as e:  # the group cannot train stacked: its jobs run one by one
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             self.fallback_reason = f"stacked training failed: {reason[:200]}"

@@ -1,19 +1,29 @@
-"""Training many models of one algorithm at once: stacked parameters, one vmapped step.
+"""Training many models of one algorithm in one process, in one of two arithmetics.
 
-A group's members are ordinary `TrainingRun`s (own run directory, records, predictions,
-resume state, `done`); only their parameters, Adam moments and per-step algorithm state
-live stacked here between checkpoints, along a leading member dimension. Each step
-draws every member's minibatches with its own sampler (the indices a single run would
-draw), computes all members' gradients in one `torch.func.vmap` of the algorithm's
-`FusedForm.objective`, and applies Adam to the stacked tensors with each member's lr
-and weight decay. At a checkpoint the stacked tensors are written back into each
-member's algorithm (so its resume state and model.pkl are those of a single run, and
-either can resume the other) and one vmapped evaluation pass predicts every split for
-all members.
+`exact` (the default on CPU): each step, every member runs its own single run's step
+(`TrainingRun.train_step`, `checkpoint`) with its own state of the global random
+generators swapped in: the same kernels in the same order as the member alone, so its
+records, predictions and resume state are bit for bit the single run's, whatever else
+shares the group. What the group shares is the process and the dataset.
 
-Why by hand: torch.optim.Adam takes one lr per parameter group, not one per slice of a
-stacked tensor; the update below is its single-tensor arithmetic with per-member lr and
-weight decay (the same operations in the same order).
+`batched` (the default on CUDA): parameters, Adam moments and per-step algorithm state
+live stacked along a leading member dimension between checkpoints. Each step draws every
+member's minibatches with its own sampler (the indices a single run would draw),
+computes all members' gradients in one `torch.func.vmap` of the algorithm's
+`FusedForm.objective`, and applies Adam to the stacked tensors with each member's lr and
+weight decay. At a checkpoint the stacked tensors are written back into each member's
+algorithm (so its resume state and model.pkl have a single run's form, and either can
+resume the other) and one vmapped evaluation pass predicts every split for all members.
+Batched matrix products round differently from the single run's kernels (on CPU the
+single run's `addmm` adds the bias inside the product, the batched one after it): a
+member parts from its single run in the last bits at step 0, and the difference grows
+with training (scripts/fused_parity_probe.py measures it). Dropout masks are a hash of
+(member seed, step, layer, element), so a member's draws do not depend on the others in
+its group, their order, or restarts; they are not the single run's masks.
+
+Why Adam by hand (batched): torch.optim.Adam takes one lr per parameter group, not one
+per slice of a stacked tensor; the update below is its single-tensor arithmetic with
+per-member lr and weight decay.
 """
 import copy
 import math
@@ -24,11 +34,24 @@ import torch.nn as nn
 from torch.func import functional_call, grad, vmap
 
 from domainbed.algorithms.base import fused_form, hparam_tensor
+from domainbed.hparams import seed_hash
 from domainbed.networks import DROPOUT_HPARAMS
 from domainbed.training.evaluation import iterate_split
 from domainbed.training.precision import autocast_context
+from domainbed.training.random_states import RandomStates
 
 MEMBER_OPTIMIZER_HPARAMS = ("lr", "weight_decay")
+ARITHMETICS = ("auto", "exact", "batched")
+MASK32 = 0xFFFFFFFF
+
+
+def resolve_arithmetic(choice, device):
+    """auto: exact on CPU (stacking buys no speed there), batched on an accelerator."""
+    if choice not in ARITHMETICS:
+        raise ValueError(f"unknown fused arithmetic {choice!r}; one of {ARITHMETICS}")
+    if choice == "auto":
+        return "exact" if torch.device(device).type == "cpu" else "batched"
+    return choice
 
 
 def member_hparams(algorithm_cls):
@@ -36,19 +59,47 @@ def member_hparams(algorithm_cls):
     return MEMBER_OPTIMIZER_HPARAMS + DROPOUT_HPARAMS + fused_form(algorithm_cls).member_hparams
 
 
-class MemberDropout(nn.Module):
-    """nn.Dropout whose rate is a buffer, so that each stacked member keeps its own."""
+def _mul32(h, constant):
+    """(h * constant) mod 2**32 for h < 2**32 in int64, without overflowing int64."""
+    low, high = constant & 0xFFFF, constant >> 16
+    return (h * low + (((h * high) & 0xFFFF) << 16)) & MASK32
 
-    def __init__(self, p, active):
+
+def _mix32(h):
+    """A 32-bit integer hash (Wellons' lowbias32) on int64 tensors holding 32-bit values."""
+    h = h ^ (h >> 16)
+    h = _mul32(h, 0x7FEB352D)
+    h = h ^ (h >> 15)
+    h = _mul32(h, 0x846CA68B)
+    return h ^ (h >> 16)
+
+
+def counter_uniform(key, layer, shape, device):
+    """Uniform [0, 1) numbers, one per element of `shape`, as a pure function of (key,
+    layer, element index): no generator, so under vmap each member's numbers depend on
+    its own key alone. `key`: an int64 tensor below 2**31 (a member's, per step)."""
+    index = torch.arange(math.prod(shape), device=device, dtype=torch.int64).view(shape)
+    base = _mix32((key ^ (layer * 0x9E3779B9)) & MASK32)
+    h = _mix32(_mix32(index ^ base) ^ _mix32((base + 0x632BE5AB) & MASK32))
+    return (h >> 8).to(torch.float32) * 2.0 ** -24
+
+
+class MemberDropout(nn.Module):
+    """nn.Dropout whose rate and mask key are buffers, so that each stacked member keeps
+    its own rate and draws its own masks (see counter_uniform)."""
+
+    def __init__(self, p, active, layer):
         super().__init__()
         self.register_buffer("p", torch.tensor(float(p)))
-        self.active = active   # False when every member's rate is 0: draws no random numbers
+        self.register_buffer("key", torch.tensor(0, dtype=torch.int64))
+        self.layer = layer
+        self.active = active   # False when every member's rate is 0: draws nothing
 
     def forward(self, x):
         if not (self.training and self.active):
             return x
-        keep = (torch.rand_like(x) >= self.p).to(x.dtype)
-        return x * keep / (1 - self.p)
+        keep = (counter_uniform(self.key, self.layer, x.shape, x.device) >= self.p)
+        return x * keep.to(x.dtype) / (1 - self.p)
 
 
 class GlobalAveragePool(nn.Module):
@@ -86,19 +137,21 @@ class MemberModel:
 
 
 def _member_template(networks):
-    """A copy of the first member's network whose dropout layers read their rate from a
-    buffer (and global pools are means), and each member's rate of every dropout layer."""
+    """A copy of the first member's network whose dropout layers read their rate and mask
+    key from buffers (and global pools are means), each member's rate of every dropout
+    layer, and the names of the dropout layers."""
     template = copy.deepcopy(networks[0])
-    rates = {}
+    rates, dropouts = {}, []
     for name, module in list(template.named_modules()):
         if _is_global_pool(module):
             _replace(template, name, GlobalAveragePool())
         if isinstance(module, nn.Dropout):
             member_rates = [float(net.get_submodule(name).p) for net in networks]
             rates[f"{name}.p"] = torch.tensor(member_rates)
-            _replace(template, name,
-                     MemberDropout(member_rates[0], any(r > 0 for r in member_rates)))
-    return template, rates
+            _replace(template, name, MemberDropout(
+                member_rates[0], any(r > 0 for r in member_rates), len(dropouts)))
+            dropouts.append(name)
+    return template, rates, dropouts
 
 
 def _replace(root, name, module):
@@ -120,7 +173,7 @@ class FusedGroup:
         self.form = fused_form(first.algorithm_cls)
         self.device, self.precision = first.device, first.config.precision
         networks = [m.algorithm.network for m in self.members]
-        self.template, dropout_rates = _member_template(networks)
+        self.template, dropout_rates, self.dropouts = _member_template(networks)
         self.param_names = [n for n, _ in networks[0].named_parameters()]
         self.params = {n: _stack([dict(net.named_parameters())[n] for net in networks])
                        for n in self.param_names}
@@ -201,9 +254,19 @@ class FusedGroup:
             ys.append(y.to(self.device, non_blocking=True))
         return xs, ys
 
+    def _set_dropout_keys(self, step):
+        """Each member's mask key of this step: a function of its own seed and the step."""
+        if not self.dropouts:
+            return
+        keys = torch.tensor([seed_hash(m.config.seed, "dropout", step) for m in self.members],
+                            dtype=torch.int64, device=self.device)
+        for name in self.dropouts:
+            self.buffers[f"{name}.key"] = keys
+
     def train_step(self, step):
         """One step of every member; returns each member's update() values (floats)."""
         xs, ys = self.minibatches(step)
+        self._set_dropout_keys(step)
         if self.form.reset_optimizer is not None:
             self._reset_adam(self.form.reset_optimizer(self.hp, self.state))
         self.template.train()
@@ -297,10 +360,42 @@ class FusedGroup:
                 table[k] = table[k].index_select(0, index.to(table[k].device))
 
 
-def train_group(members, start_step, on_checkpoint, on_failure):
+def train_group(members, start_step, on_checkpoint, on_failure, arithmetic="auto",
+                random_states=None):
     """Train `members` (all resuming at `start_step`) to the end. `on_checkpoint(member,
     results)` after each member's record; `on_failure(member, error)` when one member
-    fails (it leaves the group; the others go on). Returns the members that finished."""
+    fails (it leaves the group; the others go on). `arithmetic`: exact | batched | auto
+    (see the module docstring). `random_states`: each member's RandomStates (its global
+    generators as its single run has them now; captured here when None, which is right
+    only for one member). Returns the members that finished."""
+    if random_states is None:
+        random_states = [RandomStates.capture() for _ in members]
+    states = {id(m): r for m, r in zip(members, random_states)}
+    if resolve_arithmetic(arithmetic, members[0].device) == "exact":
+        return _train_exact(members, start_step, on_checkpoint, on_failure, states)
+    return _train_batched(members, start_step, on_checkpoint, on_failure, states)
+
+
+def _train_exact(members, start_step, on_checkpoint, on_failure, states):
+    """Each member's own single-run step and checkpoint, in turn, with its own random
+    generators: bit for bit what it computes alone."""
+    members = list(members)
+    for step in range(start_step, members[0].n_steps):
+        for member in list(members):
+            try:
+                with states[id(member)].active():
+                    member.train_step(step)
+                    if member.is_checkpoint(step):
+                        on_checkpoint(member, member.checkpoint(step))
+            except Exception as e:   # diverged, or its disk is full: this member alone
+                on_failure(member, e)
+                members.remove(member)
+        if not members:
+            return []
+    return members
+
+
+def _train_batched(members, start_step, on_checkpoint, on_failure, states):
     group = FusedGroup(members)
     first = members[0]
     for step in range(start_step, first.n_steps):
@@ -319,20 +414,21 @@ def train_group(members, start_step, on_checkpoint, on_failure):
         if not group.members:
             return []
         if first.is_checkpoint(step):
-            failed = _checkpoint(group, step, on_checkpoint, on_failure)
+            failed = _checkpoint(group, step, on_checkpoint, on_failure, states)
             if failed:
                 group.drop(failed)
     group.write_back()
     return group.members
 
 
-def _checkpoint(group, step, on_checkpoint, on_failure):
+def _checkpoint(group, step, on_checkpoint, on_failure, states):
     group.write_back()
     logits = group.predict()
     failed = []
     for i, member in enumerate(group.members):
         try:
-            results = member.checkpoint(step, {k: v[i] for k, v in logits.items()})
+            with states[id(member)].active():   # its resume state keeps its own generators
+                results = member.checkpoint(step, {k: v[i] for k, v in logits.items()})
             on_checkpoint(member, results)
         except Exception as e:   # e.g. its disk is full: this member stops alone
             on_failure(member, e)

@@ -145,6 +145,13 @@ def build_parser():
         add_option(parser, f"--{name}", **kwargs)
     add_option(parser, "--fused_max_models", type=int, default=FUSED_MAX_MODELS,
                        help="fused launcher: most models trained together in one group")
+    add_option(parser, "--fused_arithmetic", default="auto",
+                       choices=("auto", "exact", "batched"),
+                       help="fused launcher: exact (each member runs its single run's "
+                            "kernels: records bit for bit a single run's), batched (one "
+                            "vmapped step for all members: fast on a GPU, records part from "
+                            "a single run's by rounding) or auto (exact on CPU, batched on "
+                            "GPU)")
     slurm = parser.add_argument_group("slurm launcher (submitit)")
     add_option(slurm, "--slurm_partition", type=str, default=None)
     add_option(slurm, "--slurm_timeout_min", type=int, default=24 * 60)
