@@ -66,3 +66,25 @@ def need_browser():
         missing(f"{' and '.join(absent)} not found (Debian: apt-get install chromium "
                 "chromium-driver; .ci/run installs them)")
     return chromium, driver
+
+
+def need_commands(names, install_hint):
+    """Each program of `names` on PATH (or /usr/sbin, where Debian puts daemons), or
+    skip/fail naming the missing ones and how to install them."""
+    path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+    absent = [name for name in names if shutil.which(name, path=path) is None]
+    if absent:
+        missing(f"{', '.join(absent)} not found ({install_hint})")
+
+
+def need_slurm():
+    """A Slurm that scripts/slurm_cluster.py can start: its daemons, munge and the clients."""
+    need_package("submitit")
+    need_commands(("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel",
+                   "sinfo"), "Debian: apt-get install slurm-wlm munge; .ci/run installs them")
+
+
+def need_ray():
+    """Ray's Python package and its `ray` command."""
+    need_package("ray")
+    need_commands(("ray",), "pip install 'ray[default]'")

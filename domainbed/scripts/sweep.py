@@ -21,6 +21,7 @@ import sys
 
 from domainbed.launch import launchers
 from domainbed.launch.fused import FUSED_MAX_MODELS
+from domainbed.launch.slurm_status import slurm_view, summarize_view
 from domainbed.launch.sweep import (  # noqa: F401  (the planning API, by its old path)
     TRAIN_COMMAND,
     Job,
@@ -159,6 +160,9 @@ def build_parser():
     add_option(slurm, "--slurm_cpus", type=int, default=8)
     add_option(slurm, "--slurm_mem_gb", type=float, default=32)
     add_option(slurm, "--slurm_array_parallelism", type=int, default=256)
+    add_option(slurm, "--slurm_requeue", action="store_true",
+                       help="requeue a job Slurm warns of its time limit (or preempts); "
+                            "it resumes from its last checkpoint without a relaunch")
     ray = parser.add_argument_group("ray launcher")
     add_option(ray, "--ray_address", type=str, default=None)
     add_option(ray, "--ray_gpus_per_job", type=float, default=None)
@@ -192,6 +196,18 @@ def _needs_data_dir(datasets):
     return any(getattr(get_dataset_class(d), "NEEDS_DATA_DIR", True) for d in datasets)
 
 
+def print_status(jobs, sweep_dir):
+    """One line per job (its run directory's state, and Slurm's where the slurm launcher
+    submitted it and it has not finished), then the counts."""
+    view = slurm_view(jobs, sweep_dir)
+    for job in jobs:
+        slurm_state = view.get(job.output_dir)
+        print(f"{job} | Slurm: {slurm_state}" if slurm_state else job)
+    print(summarize(jobs))
+    if view:
+        print(summarize_view(view))
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
@@ -211,9 +227,7 @@ def main(argv=None):
     running = [j for j in jobs if j.state == launchers.RUNNING]
 
     if args.command == "status":
-        for job in jobs:
-            print(job)
-        print(summarize(jobs))
+        print_status(jobs, args.output_dir)
         notice = outside_notice(jobs, args.output_dir)
         if notice:
             print(notice)
