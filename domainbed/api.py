@@ -35,19 +35,35 @@ def run_config(config: RunConfig,
     checkpoint's record (None when the run was already finished). A failure is written to
     the run's err.txt (a UserError as its one line, anything else as the traceback) and
     raised."""
+    from domainbed.launch import distributed
     from domainbed.training import loop as training
     notify = notify or LOG.info
     algorithm_cls, dataset_cls = config.validate()
     hparams = config.resolve_hparams(notify=notify)
     config.make_output_dir()
     try:
-        return training.run(config, hparams, algorithm_cls, dataset_cls)
+        return _train(config, hparams, algorithm_cls, dataset_cls)
     except UserError as e:
-        training.write_error(config.output_dir, f"error: {e}")
+        if not distributed.is_secondary_process():
+            training.write_error(config.output_dir, f"error: {e}")
         raise
     except Exception:
-        training.write_error(config.output_dir, traceback.format_exc())
+        if not distributed.is_secondary_process():
+            training.write_error(config.output_dir, traceback.format_exc())
         raise
+
+
+def _train(config: RunConfig, hparams: dict[str, Any], algorithm_cls: type,
+           dataset_cls: type) -> dict[str, Any] | None:
+    """One process, or several (`--distributed N`, or started by torchrun)."""
+    from domainbed.launch import distributed
+    from domainbed.training import loop as training
+    if distributed.wants_data_parallel(config):
+        from domainbed.training.data_parallel import check_data_parallel
+        check_data_parallel(config, algorithm_cls, hparams,
+                            distributed.world_size(config))
+        return distributed.run(config, hparams)
+    return training.run(config, hparams, algorithm_cls, dataset_cls)
 
 
 def train(dataset: str = "ColoredMNIST", algorithm: str = "ERM",
@@ -61,8 +77,7 @@ def train(dataset: str = "ColoredMNIST", algorithm: str = "ERM",
                                     output_dir=output_dir, hparams=hparams, **options)
     algorithm_cls, dataset_cls = config.validate()
     hparams_dict = config.resolve_hparams()
-    from domainbed.training import loop as training
-    training.run(config, hparams_dict, algorithm_cls, dataset_cls)
+    _train(config, hparams_dict, algorithm_cls, dataset_cls)
     return load_records(config.output_dir)
 
 

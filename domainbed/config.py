@@ -90,7 +90,14 @@ class RunConfig:
                                     "balanced_acc, macro_f1, worst_class_acc, class_acc, "
                                     "auroc (two classes); confusion matrices are saved "
                                     "beside the predictions", metavar="METRIC")
-    num_threads: int = option(0, "torch intra-op threads (0 = torch's default)")
+    num_threads: int = option(0, "torch intra-op threads per process (0 = torch's "
+                                 "default, shared out among --distributed processes)")
+    distributed: int = option(1, "data-parallel processes for this one run (gloo on CPU, "
+                                 "NCCL on GPUs, one GPU each): each environment's "
+                                 "minibatch is split across them, gradients are averaged, "
+                                 "records match the one-process run's; algorithms whose "
+                                 "loss is a mean over examples only (ERM, ...)",
+                              metavar="N")
     restart: bool = option(False, "discard the run directory's resume state (e.g. a corrupt "
                                   "one) and train from step 0; its old records are moved to "
                                   "results.jsonl.prev")
@@ -201,6 +208,9 @@ class RunConfig:
         if self.eval_batch_size < 1:
             raise UserError(f"--eval_batch_size must be at least 1, got "
                             f"{self.eval_batch_size}")
+        if self.distributed < 1:
+            raise UserError(f"--distributed must be at least 1 (processes), got "
+                            f"{self.distributed}")
         if self.num_threads < 0:
             raise UserError(f"--num_threads must be 0 (torch's default) or more, got "
                             f"{self.num_threads}")
