@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from domainbed.config import RunConfig
-from domainbed.launch import launchers
+from domainbed.launch import distributed, launchers
 from domainbed.training.splits import check_eval_splits
 from oodutils.errors import UserError
 from oodutils.log import get_logger
@@ -35,7 +35,6 @@ def run_config(config: RunConfig,
     checkpoint's record (None when the run was already finished). A failure is written to
     the run's err.txt (a UserError as its one line, anything else as the traceback) and
     raised."""
-    from domainbed.launch import distributed
     from domainbed.training import loop as training
     notify = notify or LOG.info
     algorithm_cls, dataset_cls = config.validate()
@@ -56,7 +55,6 @@ def run_config(config: RunConfig,
 def _train(config: RunConfig, hparams: dict[str, Any], algorithm_cls: type,
            dataset_cls: type) -> dict[str, Any] | None:
     """One process, or several (`--distributed N`, or started by torchrun)."""
-    from domainbed.launch import distributed
     from domainbed.training import loop as training
     if distributed.wants_data_parallel(config):
         from domainbed.training.data_parallel import check_data_parallel

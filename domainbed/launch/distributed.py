@@ -13,6 +13,7 @@ import datetime
 import json
 import logging
 import os
+import sys
 import tempfile
 
 from domainbed.config import RunConfig
@@ -105,7 +106,6 @@ def first_error(meeting, world_size):
 
 def _process_main(rank, world_size, meeting, config, hparams, threads, log_level):
     """One spawned process: its UserError is left in the meeting folder as one line."""
-    import sys
     # spawned: the parent's -v / -q; notices (the dataset's, say) once, from rank 0
     logging.getLogger("domainbed").setLevel(log_level if rank == 0 else
                                             max(log_level, logging.WARNING))

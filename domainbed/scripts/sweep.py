@@ -133,6 +133,9 @@ def build_parser():
                        help="jobs the local launcher runs at once (1: one after another)")
     for name, kwargs in PASS_THROUGH.items():
         add_option(parser, f"--{name}", **kwargs)
+    add_option(parser, "--gpus_per_job", type=int, default=1,
+                       help="multi_gpu launcher: GPUs each job trains on, data-parallel "
+                            "(train.py's --distributed K)")
     add_option(parser, "--fused_max_models", type=int, default=FUSED_MAX_MODELS,
                        help="fused launcher: most models trained together in one group")
     slurm = parser.add_argument_group("slurm launcher (submitit)")
@@ -159,6 +162,8 @@ def check_args(args):
         raise UserError(f"--holdout_fraction must be in (0, 1), got {args.holdout_fraction}")
     if args.max_workers < 1:
         raise UserError(f"--max_workers must be at least 1, got {args.max_workers}")
+    if args.gpus_per_job < 1:
+        raise UserError(f"--gpus_per_job must be at least 1, got {args.gpus_per_job}")
     if args.fused_max_models < 1:
         raise UserError(f"--fused_max_models must be at least 1, got {args.fused_max_models}")
     if args.hparams is not None:
@@ -214,7 +219,8 @@ def main(argv=None):
         if n == 0 or not ask_for_confirmation(args.skip_confirmation):
             return 0
         options = {k: v for k, v in vars(args).items()
-                   if k == "max_workers" or k.startswith(("slurm_", "ray_", "fused_"))}
+                   if k in ("max_workers", "gpus_per_job")
+                   or k.startswith(("slurm_", "ray_", "fused_"))}
         failed = launch(jobs, args.command_launcher, options, seed=args.seed)
         if failed:
             print(f"{len(failed)} jobs failed; see `status` and each job's launcher.log.",

@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 from domainbed.config import RunConfig
 from domainbed.hparams import seed_hash
+from domainbed.registry import ALGORITHMS, get_algorithm_class
 from domainbed.training.evaluation import predict_split
 from domainbed.training.loop import TrainingRun
 from domainbed.training.resume import RESUME_FILE, load_resume_state, optimizer_attributes
@@ -37,7 +38,6 @@ def splits_data_parallel(algorithm_cls) -> bool:
 
 
 def data_parallel_algorithms() -> list:
-    from domainbed.registry import ALGORITHMS, get_algorithm_class
     return [name for name in ALGORITHMS.names()
             if splits_data_parallel(get_algorithm_class(name))]
 
