@@ -80,6 +80,11 @@ def spawn(world_size, meeting, config, hparams, threads):
                                  start_method="spawn",
                                  args=(world_size, meeting, config, hparams, threads,
                                        logging.getLogger("domainbed").getEffectiveLevel()))
+    # torch logs a warning for each process it ends after the first failure: that
+    # failure's own line says what happened
+    quiet = logging.getLogger("torch.multiprocessing.spawn")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
     try:
         while not context.join():
             pass
@@ -89,6 +94,7 @@ def spawn(world_size, meeting, config, hparams, threads):
             raise UserError(message) from None
         raise RuntimeError(f"data-parallel process {e.error_index} failed:\n{e}") from None
     finally:
+        quiet.setLevel(level)
         for process in context.processes:
             if process.is_alive():
                 process.terminate()
