@@ -15,8 +15,8 @@ RECORD_ARG_KEYS = [
     "seed", "data_seed", "steps", "checkpoint_freq", "test_envs", "output_dir",
     "holdout_fraction", "uda_holdout_fraction", "skip_model_save",
     "save_model_every_checkpoint", "save_best_model", "save_logits", "precision", "memory_format",
-    "eval_splits", "eval_batch_size", "metrics", "num_threads", "restart", "weights_dir",
-    "feature_cache_dir"]
+    "eval_splits", "eval_batch_size", "metrics", "num_threads", "distributed", "restart",
+    "weights_dir", "feature_cache_dir"]
 
 
 def test_fields_are_the_record_keys_in_order():

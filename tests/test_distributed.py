@@ -172,6 +172,18 @@ def test_two_processes_give_the_one_process_records(tmp_path, one_process_run):
 
 
 @pytest.mark.slow
+def test_processes_started_by_torchrun(tmp_path, one_process_run):
+    """torchrun's processes (its RANK, WORLD_SIZE ... variables; several machines use the
+    same path) train the run without --distributed."""
+    out = tmp_path / "run"
+    proc = run_ok([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   "--nproc_per_node", "2", "-m", "domainbed.scripts.train", *argv(out)])
+    assert_same_run(out, one_process_run)
+    assert records(out)[-1]["args"]["distributed"] == 2
+    assert proc.stdout.count("run directory:") == 1
+
+
+@pytest.mark.slow
 def test_resume_with_more_processes(tmp_path, one_process_run):
     out = tmp_path / "run"
     train_partially(argv(out), stop_after=2)   # one process, stopped as a kill would

@@ -50,12 +50,13 @@ def run(config: RunConfig, hparams: dict) -> dict | None:
     run was already finished)."""
     import torch
     if started_by_torchrun():
-        world_size = int(os.environ["WORLD_SIZE"])
+        world_size, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
         if config.distributed not in (1, world_size):
             raise UserError(f"--distributed {config.distributed} under torchrun with "
                             f"{world_size} processes; leave --distributed out there")
-        return run_process(int(os.environ["RANK"]), world_size,
-                           int(os.environ["LOCAL_RANK"]), "env://", config, hparams,
+        quiet_unless_first(rank, logging.getLogger("domainbed").getEffectiveLevel())
+        return run_process(rank, world_size, int(os.environ["LOCAL_RANK"]), "env://",
+                           config.replace(distributed=world_size), hparams,
                            threads=config.num_threads)
     world_size = config.distributed
     if torch.cuda.is_available() and torch.cuda.device_count() < world_size:
@@ -112,9 +113,7 @@ def first_error(meeting, world_size):
 
 def _process_main(rank, world_size, meeting, config, hparams, threads, log_level):
     """One spawned process: its UserError is left in the meeting folder as one line."""
-    # spawned: the parent's -v / -q; notices (the dataset's, say) once, from rank 0
-    logging.getLogger("domainbed").setLevel(log_level if rank == 0 else
-                                            max(log_level, logging.WARNING))
+    quiet_unless_first(rank, log_level)   # spawned: the parent's -v / -q
     try:
         results = run_process(rank, world_size, rank, f"file://{meeting}/store", config,
                               hparams, threads)
@@ -125,6 +124,12 @@ def _process_main(rank, world_size, meeting, config, hparams, threads, log_level
     if rank == 0 and results is not None:
         with open(os.path.join(meeting, RESULT_FILE), "w") as f:
             json.dump(results, f)
+
+
+def quiet_unless_first(rank, log_level):
+    """Notices (the dataset's, say) once, from rank 0; warnings from every process."""
+    logging.getLogger("domainbed").setLevel(log_level if rank == 0 else
+                                            max(log_level, logging.WARNING))
 
 
 def run_process(rank, world_size, local_rank, init_method, config, hparams, threads=0):
