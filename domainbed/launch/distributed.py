@@ -50,21 +50,21 @@ def run(config: RunConfig, hparams: dict) -> dict | None:
     run was already finished)."""
     import torch
     if started_by_torchrun():
-        world_size, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
-        if config.distributed not in (1, world_size):
+        n, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+        if config.distributed not in (1, n):
             raise UserError(f"--distributed {config.distributed} under torchrun with "
-                            f"{world_size} processes; leave --distributed out there")
+                            f"{n} processes; leave --distributed out there")
         quiet_unless_first(rank, logging.getLogger("domainbed").getEffectiveLevel())
-        return run_process(rank, world_size, int(os.environ["LOCAL_RANK"]), "env://",
-                           config.replace(distributed=world_size), hparams,
+        return run_process(rank, n, int(os.environ["LOCAL_RANK"]), "env://",
+                           config.replace(distributed=n), hparams,
                            threads=config.num_threads)
-    world_size = config.distributed
-    if torch.cuda.is_available() and torch.cuda.device_count() < world_size:
-        raise UserError(f"--distributed {world_size} needs {world_size} GPUs (one per "
-                        f"process); this machine shows {torch.cuda.device_count()}")
-    threads = config.num_threads or max(1, torch.get_num_threads() // world_size)
+    n = config.distributed
+    if torch.cuda.is_available() and torch.cuda.device_count() < n:
+        raise UserError(f"--distributed {n} needs {n} GPUs (one per process); this "
+                        f"machine shows {torch.cuda.device_count()}")
+    threads = config.num_threads or max(1, torch.get_num_threads() // n)
     with tempfile.TemporaryDirectory(prefix="domainbed-distributed-") as meeting:
-        spawn(world_size, meeting, config, hparams, threads)
+        spawn(n, meeting, config, hparams, threads)
         try:
             with open(os.path.join(meeting, RESULT_FILE)) as f:
                 return json.load(f)
