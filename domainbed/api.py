@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from domainbed.config import RunConfig
+from domainbed.config import RunConfig, check_data_parallel
 from domainbed.launch import distributed, launchers
 from domainbed.training.splits import check_eval_splits
 from oodutils.errors import UserError
@@ -39,6 +39,7 @@ def run_config(config: RunConfig,
     notify = notify or LOG.info
     algorithm_cls, dataset_cls = config.validate()
     hparams = config.resolve_hparams(notify=notify)
+    _check_processes(config, algorithm_cls, hparams)
     config.make_output_dir()
     try:
         return _train(config, hparams, algorithm_cls, dataset_cls)
@@ -52,14 +53,19 @@ def run_config(config: RunConfig,
         raise
 
 
+def _check_processes(config: RunConfig, algorithm_cls: type,
+                     hparams: dict[str, Any]) -> None:
+    """A data-parallel run of an algorithm or batch that does not split: refused before
+    anything is created."""
+    if distributed.wants_data_parallel(config):
+        check_data_parallel(config, algorithm_cls, hparams, distributed.world_size(config))
+
+
 def _train(config: RunConfig, hparams: dict[str, Any], algorithm_cls: type,
            dataset_cls: type) -> dict[str, Any] | None:
     """One process, or several (`--distributed N`, or started by torchrun)."""
     from domainbed.training import loop as training
     if distributed.wants_data_parallel(config):
-        from domainbed.training.data_parallel import check_data_parallel
-        check_data_parallel(config, algorithm_cls, hparams,
-                            distributed.world_size(config))
         return distributed.run(config, hparams)
     return training.run(config, hparams, algorithm_cls, dataset_cls)
 
@@ -75,6 +81,7 @@ def train(dataset: str = "ColoredMNIST", algorithm: str = "ERM",
                                     output_dir=output_dir, hparams=hparams, **options)
     algorithm_cls, dataset_cls = config.validate()
     hparams_dict = config.resolve_hparams()
+    _check_processes(config, algorithm_cls, hparams_dict)
     _train(config, hparams_dict, algorithm_cls, dataset_cls)
     return load_records(config.output_dir)
 

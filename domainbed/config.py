@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from domainbed.registry import get_algorithm_class, get_dataset_class
+from domainbed.registry import ALGORITHMS, get_algorithm_class, get_dataset_class
 from domainbed.training.splits import check_eval_splits
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, parse_json_object
 from oodutils.errors import UserError, epilog_example
@@ -256,14 +256,46 @@ def check_job(argv: Sequence[str], checked: set | None = None) -> None:
         config = RunConfig.from_argv(argv)
     except SystemExit:
         raise UserError(f"invalid train arguments: {' '.join(map(str, argv))}") from None
-    config.validate(check_data_dir=False)
-    key = (config.algorithm, config.dataset, config.hparams)
+    algorithm_cls, _ = config.validate(check_data_dir=False)
+    key = (config.algorithm, config.dataset, config.hparams, config.distributed)
     if checked is None or key not in checked:
         run_hparams.check_overrides(config.algorithm, config.dataset, config.overrides(),
                            notify=lambda m: None)
+        if config.distributed > 1:
+            check_data_parallel(config, algorithm_cls,
+                                config.resolve_hparams(notify=lambda m: None),
+                                config.distributed)
         if checked is not None:
             checked.add(key)
     config.check_output_dir()
+
+
+# ---------------------------------------------------------------- data-parallel runs
+def splits_data_parallel(algorithm_cls) -> bool:
+    """Whether the class itself declares a loss that is a mean over examples."""
+    return bool(vars(algorithm_cls).get("DATA_PARALLEL", False))
+
+
+def data_parallel_algorithms() -> list:
+    return [name for name in ALGORITHMS.names()
+            if splits_data_parallel(get_algorithm_class(name))]
+
+
+def check_data_parallel(config: RunConfig, algorithm_cls, hparams: dict,
+                        n: int) -> None:
+    """One clear line where `n` processes cannot give the one-process run."""
+    if not splits_data_parallel(algorithm_cls):
+        raise UserError(
+            f"--distributed {n}: {config.algorithm}'s update is not a mean over examples "
+            f"(it uses each environment's whole batch at once), so it does not split "
+            f"across processes; algorithms that do: "
+            f"{', '.join(data_parallel_algorithms())}; or run it with --distributed 1")
+    batch_size = hparams["batch_size"]
+    if batch_size % n:
+        fits = batch_size - batch_size % n or n
+        raise UserError(f"--distributed {n}: the batch size {batch_size} does not split "
+                        f"into {n} equal parts; choose a batch_size that is a multiple "
+                        f"of {n} (--hparams '{{\"batch_size\": {fits}}}')")
 
 
 # ---------------------------------------------------------------- the generated parser

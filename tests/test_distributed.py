@@ -139,7 +139,7 @@ def test_algorithm_whose_loss_does_not_split_is_one_line(tmp_path, capsys, algor
     assert lines[0].startswith(f"error: --distributed 2: {algorithm}'s update is not a "
                                f"mean over examples")
     assert "ERM" in lines[0]
-    assert not (tmp_path / "run" / "results.jsonl").exists()
+    assert not (tmp_path / "run").exists()   # refused before anything is created
 
 
 def test_batch_that_does_not_split_evenly_is_one_line(tmp_path, capsys):
@@ -149,6 +149,13 @@ def test_batch_that_does_not_split_evenly_is_one_line(tmp_path, capsys):
     assert err.strip().splitlines() == [
         "error: --distributed 2: the batch size 15 does not split into 2 equal parts; "
         "choose a batch_size that is a multiple of 2 (--hparams '{\"batch_size\": 14}')"]
+
+
+def test_sweep_checks_refuse_before_launching():
+    from domainbed.config import check_job
+    with pytest.raises(UserError, match="IRM's update is not a mean over examples"):
+        check_job(["--algorithm", "IRM", "--distributed", "2"])
+    check_job(["--algorithm", "ERM", "--distributed", "2"])
 
 
 def test_distributed_must_be_positive(tmp_path, capsys):

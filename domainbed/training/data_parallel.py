@@ -8,7 +8,8 @@ What that needs, and what this module holds to:
 - Only algorithms whose loss is a mean of per-example terms may split (they declare
   `DATA_PARALLEL = True` in their own class body; subclasses, which change update(), do
   not inherit it). A penalty over an environment's whole batch (IRM, VREx, CORAL, MMD,
-  GroupDRO's weights, Fish's inner loop ...) does not decompose: refused with one line.
+  GroupDRO's weights, Fish's inner loop ...) does not decompose: refused with one line
+  (`domainbed.config.check_data_parallel`, before anything is created).
 - Every process starts from rank 0's parameters; batch-norm layers that normalise with
   batch statistics become SyncBatchNorm on GPUs (the statistics of the whole batch) and
   are refused on CPU, where torch has no SyncBatchNorm.
@@ -25,38 +26,10 @@ import torch.distributed as dist
 
 from domainbed.config import RunConfig
 from domainbed.hparams import seed_hash
-from domainbed.registry import ALGORITHMS, get_algorithm_class
 from domainbed.training.evaluation import predict_split
 from domainbed.training.loop import TrainingRun
 from domainbed.training.resume import RESUME_FILE, load_resume_state, optimizer_attributes
 from oodutils.errors import UserError
-
-
-def splits_data_parallel(algorithm_cls) -> bool:
-    """Whether the class itself declares a loss that is a mean over examples."""
-    return bool(vars(algorithm_cls).get("DATA_PARALLEL", False))
-
-
-def data_parallel_algorithms() -> list:
-    return [name for name in ALGORITHMS.names()
-            if splits_data_parallel(get_algorithm_class(name))]
-
-
-def check_data_parallel(config: RunConfig, algorithm_cls, hparams: dict,
-                        n: int) -> None:
-    """One clear line where `n` processes cannot give the one-process run."""
-    if not splits_data_parallel(algorithm_cls):
-        raise UserError(
-            f"--distributed {n}: {config.algorithm}'s update is not a mean over examples "
-            f"(it uses each environment's whole batch at once), so it does not split "
-            f"across processes; algorithms that do: "
-            f"{', '.join(data_parallel_algorithms())}; or run it with --distributed 1")
-    batch_size = hparams["batch_size"]
-    if batch_size % n:
-        fits = batch_size - batch_size % n or n
-        raise UserError(f"--distributed {n}: the batch size {batch_size} does not split "
-                        f"into {n} equal parts; choose a batch_size that is a multiple "
-                        f"of {n} (--hparams '{{\"batch_size\": {fits}}}')")
 
 
 # ---------------------------------------------------------------- gradients and state
