@@ -215,7 +215,9 @@ def main(argv=None):
         if n and args.command_launcher in ("local", "multi_gpu", "pooled", "fused") and \
                 not os.path.isdir(args.data_dir) and _needs_data_dir(datasets):
             raise UserError(f"data directory {args.data_dir!r} does not exist")
-        check_jobs([j for j in jobs if j.state in TO_LAUNCH])
+        launch_argv = ["--distributed", str(args.gpus_per_job)] if \
+            args.command_launcher == "multi_gpu" and args.gpus_per_job > 1 else []
+        check_jobs([j for j in jobs if j.state in TO_LAUNCH], launch_argv)
         if n == 0 or not ask_for_confirmation(args.skip_confirmation):
             return 0
         options = {k: v for k, v in vars(args).items()
