@@ -35,8 +35,9 @@ from oodutils.errors import UserError
 # ---------------------------------------------------------------- gradients and state
 def average_gradients_before_step(optimizer, world_size):
     """Each step of `optimizer` first replaces every gradient with its mean over the
-    processes (one all-reduce of one flat buffer per device and dtype). A parameter
-    without a gradient on every process keeps none, as in the one-process step."""
+    processes (one all-reduce of one flat buffer per device and dtype; a process without
+    a gradient for a parameter counts zero). A parameter no process has a gradient for
+    keeps none, as in the one-process step (Adam leaves it alone)."""
     def average(opt, args, kwargs):
         params = [p for group in opt.param_groups for p in group["params"]
                   if p.requires_grad]
