@@ -158,6 +158,15 @@ def test_sweep_checks_refuse_before_launching():
     check_job(["--algorithm", "ERM", "--distributed", "2"])
 
 
+def test_pooled_launcher_runs_data_parallel_jobs_as_their_own_commands():
+    """Its workers are daemon processes, which may not start the run's processes."""
+    from domainbed.launch.pooled import starts_processes
+    assert starts_processes(["--steps", "2", "--distributed", "2"])
+    assert starts_processes(["--distributed=4"])
+    assert not starts_processes(["--distributed", "1"])
+    assert not starts_processes(["--steps", "2"])
+
+
 def test_distributed_must_be_positive(tmp_path, capsys):
     code, err = train(argv(tmp_path / "run", "--distributed", "0"), capsys)
     assert code != 0 and err.strip() == "error: --distributed must be at least 1 " \
