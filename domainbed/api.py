@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from domainbed.config import RunConfig
-from domainbed.launch import launchers
+from domainbed.config import RunConfig, check_data_parallel
+from domainbed.launch import distributed, launchers
 from domainbed.training.splits import check_eval_splits
 from oodutils.errors import UserError
 from oodutils.log import get_logger
@@ -39,15 +39,35 @@ def run_config(config: RunConfig,
     notify = notify or LOG.info
     algorithm_cls, dataset_cls = config.validate()
     hparams = config.resolve_hparams(notify=notify)
+    _check_processes(config, algorithm_cls, hparams)
     config.make_output_dir()
     try:
-        return training.run(config, hparams, algorithm_cls, dataset_cls)
+        return _train(config, hparams, algorithm_cls, dataset_cls)
     except UserError as e:
-        training.write_error(config.output_dir, f"error: {e}")
+        if not distributed.is_secondary_process():
+            training.write_error(config.output_dir, f"error: {e}")
         raise
     except Exception:
-        training.write_error(config.output_dir, traceback.format_exc())
+        if not distributed.is_secondary_process():
+            training.write_error(config.output_dir, traceback.format_exc())
         raise
+
+
+def _check_processes(config: RunConfig, algorithm_cls: type,
+                     hparams: dict[str, Any]) -> None:
+    """A data-parallel run of an algorithm or batch that does not split: refused before
+    anything is created."""
+    if distributed.wants_data_parallel(config):
+        check_data_parallel(config, algorithm_cls, hparams, distributed.world_size(config))
+
+
+def _train(config: RunConfig, hparams: dict[str, Any], algorithm_cls: type,
+           dataset_cls: type) -> dict[str, Any] | None:
+    """One process, or several (`--distributed N`, or started by torchrun)."""
+    from domainbed.training import loop as training
+    if distributed.wants_data_parallel(config):
+        return distributed.run(config, hparams)
+    return training.run(config, hparams, algorithm_cls, dataset_cls)
 
 
 def train(dataset: str = "ColoredMNIST", algorithm: str = "ERM",
@@ -61,8 +81,8 @@ def train(dataset: str = "ColoredMNIST", algorithm: str = "ERM",
                                     output_dir=output_dir, hparams=hparams, **options)
     algorithm_cls, dataset_cls = config.validate()
     hparams_dict = config.resolve_hparams()
-    from domainbed.training import loop as training
-    training.run(config, hparams_dict, algorithm_cls, dataset_cls)
+    _check_processes(config, algorithm_cls, hparams_dict)
+    _train(config, hparams_dict, algorithm_cls, dataset_cls)
     return load_records(config.output_dir)
 
 

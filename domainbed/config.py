@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from domainbed.registry import get_algorithm_class, get_dataset_class
+from domainbed.registry import ALGORITHMS, get_algorithm_class, get_dataset_class
 from domainbed.training.early_stopping import check_options as check_early_stopping
 from domainbed.training.splits import check_eval_splits
 from domainbed.training.trackers import check_trackers
@@ -113,7 +113,14 @@ class RunConfig:
     tracker_uri: str = option("", "MLflow tracking URI (default: a file store in "
                                   "OUTPUT_DIR/mlruns; e.g. file:/abs/sweep_mlruns to gather "
                                   "a sweep, or a server's http:// address)")
-    num_threads: int = option(0, "torch intra-op threads (0 = torch's default)")
+    num_threads: int = option(0, "torch intra-op threads per process (0 = torch's "
+                                 "default, shared out among --distributed processes)")
+    distributed: int = option(1, "data-parallel processes for this one run (gloo on CPU, "
+                                 "NCCL on GPUs, one GPU each): each environment's "
+                                 "minibatch is split across them, gradients are averaged, "
+                                 "records match the one-process run's; algorithms whose "
+                                 "loss is a mean over examples only (ERM, ...)",
+                              metavar="N")
     restart: bool = option(False, "discard the run directory's resume state (e.g. a corrupt "
                                   "one) and train from step 0; its old records are moved to "
                                   "results.jsonl.prev")
@@ -234,6 +241,9 @@ class RunConfig:
         if self.eval_batch_size < 1:
             raise UserError(f"--eval_batch_size must be at least 1, got "
                             f"{self.eval_batch_size}")
+        if self.distributed < 1:
+            raise UserError(f"--distributed must be at least 1 (processes), got "
+                            f"{self.distributed}")
         if self.num_threads < 0:
             raise UserError(f"--num_threads must be 0 (torch's default) or more, got "
                             f"{self.num_threads}")
@@ -281,14 +291,46 @@ def check_job(argv: Sequence[str], checked: set | None = None) -> None:
         config = RunConfig.from_argv(argv)
     except SystemExit:
         raise UserError(f"invalid train arguments: {' '.join(map(str, argv))}") from None
-    config.validate(check_data_dir=False)
-    key = (config.algorithm, config.dataset, config.hparams)
+    algorithm_cls, _ = config.validate(check_data_dir=False)
+    key = (config.algorithm, config.dataset, config.hparams, config.distributed)
     if checked is None or key not in checked:
         run_hparams.check_overrides(config.algorithm, config.dataset, config.overrides(),
                            notify=lambda m: None)
+        if config.distributed > 1:
+            check_data_parallel(config, algorithm_cls,
+                                config.resolve_hparams(notify=lambda m: None),
+                                config.distributed)
         if checked is not None:
             checked.add(key)
     config.check_output_dir()
+
+
+# ---------------------------------------------------------------- data-parallel runs
+def splits_data_parallel(algorithm_cls) -> bool:
+    """Whether the class itself declares a loss that is a mean over examples."""
+    return bool(vars(algorithm_cls).get("DATA_PARALLEL", False))
+
+
+def data_parallel_algorithms() -> list:
+    return [name for name in ALGORITHMS.names()
+            if splits_data_parallel(get_algorithm_class(name))]
+
+
+def check_data_parallel(config: RunConfig, algorithm_cls, hparams: dict,
+                        n: int) -> None:
+    """One clear line where `n` processes cannot give the one-process run."""
+    if not splits_data_parallel(algorithm_cls):
+        raise UserError(
+            f"--distributed {n}: {config.algorithm}'s update is not a mean over examples "
+            f"(it uses each environment's whole batch at once), so it does not split "
+            f"across processes; algorithms that do: "
+            f"{', '.join(data_parallel_algorithms())}; or run it with --distributed 1")
+    batch_size = hparams["batch_size"]
+    if batch_size % n:
+        fits = batch_size - batch_size % n or n
+        raise UserError(f"--distributed {n}: the batch size {batch_size} does not split "
+                        f"into {n} equal parts; choose a batch_size that is a multiple "
+                        f"of {n} (--hparams '{{\"batch_size\": {fits}}}')")
 
 
 # ---------------------------------------------------------------- the generated parser

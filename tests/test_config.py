@@ -17,7 +17,7 @@ RECORD_ARG_KEYS = [
     "save_model_every_checkpoint", "save_best_model", "early_stopping", "patience",
     "save_logits", "precision", "memory_format",
     "eval_splits", "eval_batch_size", "metrics", "trackers", "tracker_uri", "num_threads",
-    "restart", "weights_dir",
+    "distributed", "restart", "weights_dir",
     "feature_cache_dir"]
 
 

@@ -340,6 +340,33 @@ def test_multi_gpu_one_job_per_gpu(tmp_path, fake_train, monkeypatch):
         launchers.get_launcher("multi_gpu")([])
 
 
+def test_multi_gpu_gives_each_job_its_gpus_and_distributed(tmp_path, fake_train,
+                                                            monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,7,9,11")
+    monkeypatch.setattr("domainbed.launch.sweep.check_job", lambda argv, checked: None)
+    assert sweep.main(["launch"] + flags(tmp_path, "--gpus_per_job", "2",
+                                         launcher="multi_gpu")) == 0
+    jobs = jobs_for(tmp_path)
+    seen = [runs(j)[0] for j in jobs]
+    assert {r["cuda"] for r in seen} <= {"3,5", "7,9"}   # GPU 11 makes no pair: unused
+    assert all(r["argv"][-2:] == ["--distributed", "2"] for r in seen)
+    assert all(j.refresh() == launchers.DONE for j in jobs)   # same jobs: same hashes
+    with pytest.raises(UserError, match="between 1 and the 5 visible"):
+        launchers.get_launcher("multi_gpu")([], gpus_per_job=6)
+
+
+def test_multi_gpu_refuses_data_parallel_jobs_that_do_not_split(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    argv = ["launch", "--datasets", "ColoredMNIST", "--algorithms", "IRM", "--data_dir",
+            str(tmp_path), "--output_dir", str(tmp_path / "sweep"), "--command_launcher",
+            "multi_gpu", "--gpus_per_job", "2", "--n_trials", "1", "--n_hparams", "1",
+            "--single_test_envs", "--skip_confirmation"]
+    with pytest.raises(UserError, match="IRM's update is not a mean over examples.*"
+                                        "nothing launched"):
+        sweep.main(argv)
+    assert not any(p.name != "sweep" for p in tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("name,module", [("slurm", "submitit"), ("ray", "ray")])
 def test_optional_launchers_need_their_package(monkeypatch, name, module):
     monkeypatch.setitem(sys.modules, module, None)   # import raises ImportError

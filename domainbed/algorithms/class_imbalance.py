@@ -14,6 +14,7 @@ from oodutils.errors import UserError
 @register_algorithm("Focal")
 class Focal(ERM):
     """Focal loss (Lin et al. 2017): (1 - p_y)^gamma times the cross-entropy."""
+    DATA_PARALLEL = True   # a mean over examples: splits across processes (--distributed)
     HPARAMS = {"gamma": Hparam(1.0, lambda r: 0.5 * 10 ** r.uniform(0, 1), "focusing power",
                                low=0.5, high=5.0)}
 
@@ -55,6 +56,7 @@ class ClassSizeLoss(ERM):
 class LDAM(ClassSizeLoss):
     """Label-distribution-aware margin loss (Cao et al. 2019): subtract a margin proportional
     to n_c^(-1/4) (largest = `max_m`) from the true-class logit, then scale by `scale`."""
+    DATA_PARALLEL = True   # a mean over examples: splits across processes (--distributed)
     HPARAMS = {
         "max_m": log_uniform(0.5, -1, -0.1, "largest class margin"),
         "scale": choice(30.0, [10.0, 30.0], "logit scale"),
@@ -73,6 +75,7 @@ class LDAM(ClassSizeLoss):
 @register_algorithm("BSoftmax")
 class BSoftmax(ClassSizeLoss):
     """Balanced Softmax (Ren et al. 2020): add log n_c to each class's logit in training."""
+    DATA_PARALLEL = True   # a mean over examples: splits across processes (--distributed)
 
     def loss(self, logits, y):
         return F.cross_entropy(logits + self.class_sizes.log().unsqueeze(0), y)

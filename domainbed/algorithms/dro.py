@@ -61,3 +61,4 @@ class ReweightedERM(ERM):
     `group_balanced`; on datasets without groups it falls back to class balancing."""
     HPARAMS = {"group_balanced": Hparam(True, lambda r: True)}
     FUSED = FusedForm(erm_objective)  # the batches differ, not the objective
+    DATA_PARALLEL = True   # a mean over examples: splits across processes (--distributed)

@@ -26,6 +26,7 @@ class ERM(Algorithm):
     """
     HPARAMS = {}  # lr, weight_decay, batch_size come from Algorithm; the rest from networks
     FUSED = FusedForm(erm_objective)
+    DATA_PARALLEL = True   # a mean over examples: splits across processes (--distributed)
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         super().__init__(input_shape, num_classes, num_domains, hparams)

@@ -62,11 +62,13 @@ class GroupWeightedERM(ERM):
 @register_algorithm("ReWeight")
 class ReWeight(GroupWeightedERM):
     """Inverse group-frequency loss weights (normalized to average 1 over groups)."""
+    DATA_PARALLEL = True   # a mean over examples: splits across processes (--distributed)
 
 
 @register_algorithm("SqrtReWeight")
 class SqrtReWeight(GroupWeightedERM):
     """Inverse square-root group-frequency loss weights."""
+    DATA_PARALLEL = True   # a mean over examples: splits across processes (--distributed)
 
     def group_weights(self, sizes):
         return normalized(1.0 / sizes.sqrt())
@@ -76,6 +78,7 @@ class SqrtReWeight(GroupWeightedERM):
 class CBLoss(GroupWeightedERM):
     """Class-balanced loss (Cui et al. 2019) over groups: weights (1 - beta) / (1 - beta^n)
     for a group of n examples."""
+    DATA_PARALLEL = True   # a mean over examples: splits across processes (--distributed)
     HPARAMS = {"beta": Hparam(0.9999, lambda r: 1 - 10 ** r.uniform(-5, -2),
                               "effective-number decay", low=0.99, high=0.99999)}
 
@@ -91,6 +94,7 @@ class ReSample(ERM):
     """ERM on group-balanced minibatches (each example drawn with probability inversely
     proportional to its group's size). Same training as ReweightedERM, but it needs group
     annotations (ReweightedERM falls back to class balancing)."""
+    DATA_PARALLEL = True   # a mean over examples: splits across processes (--distributed)
     NEEDS_GROUPS = True
     HPARAMS = {"group_balanced": Hparam(True, lambda r: True, choices=(True,))}
 

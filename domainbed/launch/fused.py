@@ -69,6 +69,8 @@ def parse_job(command):
     from domainbed.algorithms.base import fused_form
     if fused_form(algorithm_cls) is None:
         return None, f"{args.algorithm} has no fused form"
+    if args.distributed > 1:
+        return None, "it trains data-parallel (--distributed)"
     if hparams.get("transfer", "full") != "full":
         return None, "linear probes train on cached features"
     reason = unfusable_optimization(args, hparams)

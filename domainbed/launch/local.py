@@ -1,5 +1,6 @@
 """Launchers that run jobs on this machine: `dummy` (print only), `local` (N at a time)
-and `multi_gpu` (one job per visible GPU at a time)."""
+and `multi_gpu` (one job per visible GPU, or per group of GPUs, at a time)."""
+import dataclasses
 import os
 import queue
 import threading
@@ -106,14 +107,25 @@ def visible_gpus():
         return []
 
 
-def multi_gpu_launcher(commands, **_):
-    """Run the jobs on this machine, one per visible GPU at a time; each job sees only
-    its GPU through CUDA_VISIBLE_DEVICES."""
+def multi_gpu_launcher(commands, gpus_per_job=1, **_):
+    """Run the jobs on this machine, each on `gpus_per_job` visible GPUs (one job per
+    GPU by default), as many at a time as there are such groups; each job sees only its
+    GPUs through CUDA_VISIBLE_DEVICES, and with several it trains data-parallel over
+    them (train's `--distributed K`)."""
     gpus = visible_gpus()
     if not gpus:
         raise UserError("the multi_gpu launcher found no GPU (CUDA_VISIBLE_DEVICES is empty "
                         "or torch sees no CUDA device); use --command_launcher local")
-    LOG.info(f"multi_gpu launcher: {len(gpus)} GPU(s): {', '.join(gpus)}")
-    return _run_pool(commands, [{"CUDA_VISIBLE_DEVICES": g} for g in gpus])
+    per_job = int(gpus_per_job or 1)
+    if not 1 <= per_job <= len(gpus):
+        raise UserError(f"--gpus_per_job must be between 1 and the {len(gpus)} visible "
+                        f"GPU(s), got {per_job}")
+    groups = [gpus[i:i + per_job] for i in range(0, len(gpus) - per_job + 1, per_job)]
+    LOG.info(f"multi_gpu launcher: {len(gpus)} GPU(s): {', '.join(gpus)}; "
+             f"{per_job} per job")
+    if per_job > 1:
+        commands = [dataclasses.replace(c, argv=[*c.argv, "--distributed", str(per_job)])
+                    for c in commands]
+    return _run_pool(commands, [{"CUDA_VISIBLE_DEVICES": ",".join(g)} for g in groups])
 
 

@@ -54,12 +54,20 @@ def _output_to(log):
         os.close(saved[1])
 
 
+def starts_processes(flags):
+    """A data-parallel job (--distributed N) starts its own processes, which a pooled
+    worker (a daemon process) may not: it runs as its own command."""
+    values = [value for flag, value in zip(flags, flags[1:]) if flag == "--distributed"]
+    values += [flag.split("=", 1)[1] for flag in flags if flag.startswith("--distributed=")]
+    return any(value.isdigit() and int(value) > 1 for value in values)
+
+
 def run_in_process(command):
     """`jobs.run_command` without a new process: the same claim (skip rules, lock, log,
     refusal of unsafe job folders) and outcome; the job runs through the train CLI's own
     `main`."""
     flags = train_flags(command)
-    if flags is None:
+    if flags is None or starts_processes(flags):
         return jobs.run_command(command)
     claim = jobs.JobClaim(command.output_dir)
     if claim.outcome is not None:

@@ -208,13 +208,14 @@ def outside_notice(jobs, sweep_dir):
             f"launched with to see them.")
 
 
-def check_jobs(jobs):
+def check_jobs(jobs, launch_argv=()):
     """Every job's train arguments (steps, checkpoint_freq, hparams names/types/ranges,
-    output directory) are valid, or one clear error before any job is launched."""
+    output directory) are valid, or one clear error before any job is launched.
+    `launch_argv`: what the launcher adds to each command (multi_gpu's --distributed K)."""
     checked = set()
     for job in jobs:
         try:
-            check_job(train_argv(job.train_args), checked)
+            check_job(train_argv(job.train_args) + list(launch_argv), checked)
         except UserError as e:
             raise UserError(f"job {job.describe()}: {e}; nothing launched") from None
 

@@ -144,6 +144,9 @@ def build_parser():
                        help="jobs the local launcher runs at once (1: one after another)")
     for name, kwargs in PASS_THROUGH.items():
         add_option(parser, f"--{name}", **kwargs)
+    add_option(parser, "--gpus_per_job", type=int, default=1,
+                       help="multi_gpu launcher: GPUs each job trains on, data-parallel "
+                            "(train.py's --distributed K)")
     add_option(parser, "--fused_max_models", type=int, default=FUSED_MAX_MODELS,
                        help="fused launcher: most models trained together in one group")
     add_option(parser, "--fused_arithmetic", default="auto",
@@ -180,6 +183,8 @@ def check_args(args):
         raise UserError(f"--holdout_fraction must be in (0, 1), got {args.holdout_fraction}")
     if args.max_workers < 1:
         raise UserError(f"--max_workers must be at least 1, got {args.max_workers}")
+    if args.gpus_per_job < 1:
+        raise UserError(f"--gpus_per_job must be at least 1, got {args.gpus_per_job}")
     if args.fused_max_models < 1:
         raise UserError(f"--fused_max_models must be at least 1, got {args.fused_max_models}")
     if args.hparams is not None:
@@ -242,11 +247,14 @@ def main(argv=None):
         if n and args.command_launcher in ("local", "multi_gpu", "pooled", "fused") and \
                 not os.path.isdir(args.data_dir) and _needs_data_dir(datasets):
             raise UserError(f"data directory {args.data_dir!r} does not exist")
-        check_jobs([j for j in jobs if j.state in TO_LAUNCH])
+        launch_argv = ["--distributed", str(args.gpus_per_job)] if \
+            args.command_launcher == "multi_gpu" and args.gpus_per_job > 1 else []
+        check_jobs([j for j in jobs if j.state in TO_LAUNCH], launch_argv)
         if n == 0 or not ask_for_confirmation(args.skip_confirmation):
             return 0
         options = {k: v for k, v in vars(args).items()
-                   if k == "max_workers" or k.startswith(("slurm_", "ray_", "fused_"))}
+                   if k in ("max_workers", "gpus_per_job")
+                   or k.startswith(("slurm_", "ray_", "fused_"))}
         failed = launch(jobs, args.command_launcher, options, seed=args.seed)
         if failed:
             print(f"{len(failed)} jobs failed; see `status` and each job's launcher.log.",

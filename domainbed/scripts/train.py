@@ -5,6 +5,7 @@ import sys
 
 from domainbed.api import run_config
 from domainbed.config import RunConfig, build_parser
+from domainbed.launch import distributed
 from oodutils.errors import run_cli
 from oodutils.log import configure, get_logger
 
@@ -23,7 +24,8 @@ def parse_args(argv=None, configure_logging=False):
 def main(argv=None):
     config = parse_args(argv, configure_logging=True)
     results = run_config(config, notify=logger.info)
-    print(summary(config.output_dir, results), flush=True)
+    if not distributed.is_secondary_process():   # under torchrun: rank 0 says it once
+        print(summary(config.output_dir, results), flush=True)
 
 
 def summary(output_dir, results):

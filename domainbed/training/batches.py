@@ -98,10 +98,24 @@ class MinibatchSource:
             for split, env_i in zip(splits, env_indices)]
         self.hparams, self.seed, self.env_indices = hparams, seed, env_indices
         self.balanced_samplers = None
+        self.rank, self.world_size = 0, 1
         self.pool = None
         if any(split.x is None for split in splits) and n_workers > 0:
             from concurrent.futures import ThreadPoolExecutor
             self.pool = ThreadPoolExecutor(max_workers=n_workers)
+
+    def shard(self, rank, world_size):
+        """Draw only this process's share of each minibatch (data-parallel runs): the
+        rank-th of `world_size` equal contiguous slices of the indices the one-process run
+        draws, so the processes together see exactly its batch."""
+        self.rank, self.world_size = rank, world_size
+
+    def _indices(self, sampler, step):
+        indices = sampler.indices(step)
+        if self.world_size == 1:
+            return indices
+        share = len(indices) // self.world_size
+        return indices[self.rank * share:(self.rank + 1) * share]
 
     def _load(self, split, idx):
         if split.x is not None:
@@ -125,13 +139,13 @@ class MinibatchSource:
 
     def groups(self, step, group_balanced=False):
         """The group index of each example of `batches(step)`, per environment."""
-        return [torch.as_tensor(split.groups)[sampler.indices(step)].to(self.device)
+        return [torch.as_tensor(split.groups)[self._indices(sampler, step)].to(self.device)
                 for split, sampler in zip(self.splits, self._samplers(group_balanced))]
 
     def batches(self, step, group_balanced=False):
         out = []
         for split, sampler in zip(self.splits, self._samplers(group_balanced)):
-            x, y = self._load(split, sampler.indices(step))
+            x, y = self._load(split, self._indices(sampler, step))
             x = x.to(self.device, non_blocking=True)
             if x.dim() == 4:
                 x = x.contiguous(memory_format=self.memory_format)

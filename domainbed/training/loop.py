@@ -102,6 +102,7 @@ class TrainingRun:
     """One run's state between set-up and `done`. Build it, `restore()`, then call
     `train_step(step)` for each step and `checkpoint(step)` where `is_checkpoint(step)`;
     `finish()` writes model.pkl and `done`."""
+    is_main = True   # writes the run directory (a data-parallel run's rank 0 only)
 
     def __init__(self, config: RunConfig, hparams: dict, algorithm_cls: type,
                  dataset_cls: type, log=None, data=None):
@@ -223,7 +224,7 @@ class TrainingRun:
         return 0
 
     def _open_trackers(self):
-        if self.trackers is None and self.config.trackers:
+        if self.trackers is None and self.config.trackers and self.is_main:
             self.trackers = trackers.open_trackers(self.config.trackers, trackers.TrackedRun(
                 self.out, trackers.run_name(self.args_dict), self.hparams, self.args_dict,
                 self.identity, self.config.tracker_uri),
@@ -450,16 +451,20 @@ def run(config: RunConfig, hparams: dict, algorithm_cls: type, dataset_cls: type
         return None
     training_run = TrainingRun(config, hparams, algorithm_cls, dataset_cls, log)
     try:
-        return _train(training_run, config, log)
+        return train_loop(training_run)
     finally:
         training_run.close()
 
 
-def _train(training_run, config, log):
+def train_loop(training_run: TrainingRun) -> dict | None:
+    """Restore, train the remaining steps with their checkpoints, finish; the last
+    checkpoint's record (None in a data-parallel run's secondary processes, which write
+    nothing and show no progress)."""
+    config, log = training_run.config, training_run.log
     start_step = training_run.restore()
     from tqdm import tqdm
     progress = tqdm(total=training_run.n_steps, initial=start_step,
-                    disable=not sys.stderr.isatty(),
+                    disable=not (training_run.is_main and sys.stderr.isatty()),
                     desc=f"{config.algorithm}/{config.dataset}", dynamic_ncols=True)
     for step in range(start_step, training_run.n_steps):
         if training_run.stopped:
@@ -468,6 +473,8 @@ def _train(training_run, config, log):
         progress.update(1)
         if training_run.is_checkpoint(step):
             results = training_run.checkpoint(step)
+            if results is None:
+                continue
             progress.set_postfix({k: f"{v:.3f}" for k, v in results.items()
                                   if k.endswith("_out_acc")})
             if progress.disable:  # a log file (`tail -f launcher.log`): one line each

@@ -25,7 +25,7 @@ STATE_VERSION = 2
 # Arguments that may differ between an interrupted run and its resumption.
 # where and how a run is kept, not what it computes
 NON_IDENTITY_ARGS = ("output_dir", "progress", "eval_batch_size", "num_threads", "restart",
-                     "save_best_model", "metrics", "trackers")
+                     "save_best_model", "metrics", "trackers", "distributed")
 RESTART_HINT = ("rerun with --restart to discard it and start over (the old records are "
                 "moved aside to results.jsonl.prev, or .prev.N when that exists)")
 
