@@ -325,6 +325,13 @@ def check_data_parallel(config: RunConfig, algorithm_cls, hparams: dict,
             f"(it uses each environment's whole batch at once), so it does not split "
             f"across processes; algorithms that do: "
             f"{', '.join(data_parallel_algorithms())}; or run it with --distributed 1")
+    if config.early_stopping:
+        raise UserError(f"--distributed {n} with --early_stopping: not supported (only rank "
+                        f"0 sees the records that decide the stop); use one of them")
+    if hparams.get("max_grad_norm", 0) or hparams.get("grad_accum_steps", 1) != 1:
+        raise UserError(f"--distributed {n} with max_grad_norm or grad_accum_steps: not "
+                        f"supported (each process would clip or accumulate its own slice's "
+                        f"gradients before they are averaged); use one or the other")
     batch_size = hparams["batch_size"]
     if batch_size % n:
         fits = batch_size - batch_size % n or n

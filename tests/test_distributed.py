@@ -151,6 +151,20 @@ def test_batch_that_does_not_split_evenly_is_one_line(tmp_path, capsys):
         "choose a batch_size that is a multiple of 2 (--hparams '{\"batch_size\": 14}')"]
 
 
+@pytest.mark.parametrize("extra, what", [
+    (["--early_stopping", "val_acc"], "with --early_stopping"),
+    (["--hparams", '{"batch_size": 16, "max_grad_norm": 1.0}'], "with max_grad_norm"),
+    (["--hparams", '{"batch_size": 16, "grad_accum_steps": 2}'], "with max_grad_norm")])
+def test_options_that_do_not_split_are_one_line(tmp_path, capsys, extra, what):
+    """Early stopping is decided from rank 0's records; clipping and accumulation would act
+    on one process's slice before the average."""
+    code, err = train(argv(tmp_path / "run", "--distributed", "2", *extra), capsys)
+    assert code != 0
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: --distributed 2 {what}"), err
+    assert not (tmp_path / "run").exists()
+
+
 def test_sweep_checks_refuse_before_launching():
     from domainbed.config import check_job
     with pytest.raises(UserError, match="IRM's update is not a mean over examples"):
