@@ -157,8 +157,9 @@ def _wait_for_idle_node(env, timeout):
 
 
 def stop(folder, timeout=20):
-    """Stop the cluster's daemons (by the pids in their pid files); jobs still running on
-    the node are killed with slurmd."""
+    """Stop the cluster's daemons (by the pids in their pid files), then every process
+    left from its jobs: slurmstepd, srun and the job scripts outlive slurmd, and would
+    linger after the tests (found by SLURM_CONF=<this cluster> in their environment)."""
     folder = os.path.abspath(folder)
     for name in DAEMONS:
         pid = _read_pid(os.path.join(folder, f"{name}.pid"))
@@ -170,6 +171,24 @@ def stop(folder, timeout=20):
             time.sleep(0.1)
         if _alive(pid):
             _signal(pid, signal.SIGKILL)
+    for pid in _job_processes(environment(folder)["SLURM_CONF"]):
+        _signal(pid, signal.SIGKILL)
+
+
+def _job_processes(conf):
+    """Pids of this machine's processes whose environment names this cluster's config."""
+    marker = f"SLURM_CONF={conf}".encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    pids.append(int(entry))
+        except OSError:   # gone, or not ours to read
+            continue
+    return pids
 
 
 def _read_pid(path):
