@@ -187,6 +187,7 @@ def effective_robustness_table(acc: Accuracies, id_envs: Sequence[int] | None = 
     below (-) the split's accuracy-on-the-line fit of OOD on mean ID accuracy, fitted on
     the chosen scale (probit by default). Columns: the residual on that scale (`er`) with
     the standard error of the fitted line at the classifier's ID accuracy (`er_stderr`),
+    the classifier's checkpoint (`run`, `step`: None for accuracy CSVs without steps),
     and the same in accuracy points (`effective_robustness` = OOD accuracy minus the
     line's prediction, in percent)."""
     opts = _options(**options)
@@ -200,6 +201,7 @@ def effective_robustness_table(acc: Accuracies, id_envs: Sequence[int] | None = 
         leverage = 1 / len(tx) + (tx - tx.mean()) ** 2 / np.sum((tx - tx.mean()) ** 2)
         for i, run in enumerate(sub["run"].to_numpy()):
             rows.append({"dataset": dataset, "ood_env": ood, "run": run,
+                         "step": sub["step"].iloc[i] if "step" in sub else None,
                          "id_acc": float(x[i]), "ood_acc": float(y[i]),
                          "predicted_ood_acc": float(inverse_transform(predicted[i],
                                                                       opts["scale"])),

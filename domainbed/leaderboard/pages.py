@@ -2,11 +2,12 @@
 
 Pages: ``index.html`` (overview per selection method), ``dataset_<slug>.html`` (per test
 environment, with the published rows and analysis panels), ``runs_<slug>_<method>.html``
-(the runs behind each cell, one anchor per cell) and ``published.html`` (every shipped
-source). This module turns the model into plain view data (tables of cells, sections);
-the Jinja2 templates in ``templates/`` lay it out, autoescaped. Every link is a relative
-path built from slugs (only a published source's http(s) address leaves the site); the
-only scripts and styles are the site's own files.
+(the runs behind each cell, one anchor per cell), ``card_<slug>.html`` (the dataset's
+benchmark card) and ``published.html`` (every shipped source). This module turns the
+model into plain view data (tables of cells, sections); the Jinja2 templates in
+``templates/`` lay it out, autoescaped. Every link is a relative path built from slugs
+(only a published source's http(s) address leaves the site); the only scripts and
+styles are the site's own files.
 """
 import dataclasses
 import hashlib
@@ -36,6 +37,11 @@ def slug(text):
 
 def dataset_page(label):
     return f"dataset_{slug(label)}.html"
+
+
+def card_page(label, ext="html"):
+    """The benchmark card's page (``html``) or its Markdown twin (``md``)."""
+    return f"card_{slug(label)}.{ext}"
 
 
 def runs_page(label, method_key):
@@ -166,14 +172,26 @@ def site_name(model):
     return f"Leaderboard of {shown}"
 
 
-def _page(template, title, model, current="", **context):
-    nav = [("index.html", "Overview")]
-    nav += [(dataset_page(d["label"]), d["label"]) for d in model["datasets"]]
-    nav += [("published.html", "Published")]
+def _page(template, title, model, current="", nav=None, **context):
+    """A page of the site; `nav` [(href, text)] replaces the site's navigation."""
+    if nav is None:
+        nav = [("index.html", "Overview")]
+        nav += [(dataset_page(d["label"]), d["label"]) for d in model["datasets"]]
+        nav += [("published.html", "Published")]
     nav = [{"href": href, "text": text, "current": href == current} for href, text in nav]
     return render(__package__, template, title=title, nav=nav, style=STYLE, script=SCRIPT,
                   total_records=model["total_records"], sweeps=model.get("sweeps") or [],
                   built=model.get("built"), **context)
+
+
+def render_card(model, card, in_site=True):
+    """card_<slug>.html: a benchmark card (``analysis.card.build_card``); outside a
+    leaderboard site (`in_site` False) it links to nothing but its Markdown twin."""
+    label = card["dataset"]
+    nav = None if in_site else [(card_page(d["label"]), d["label"]) for d in model["datasets"]]
+    return _page("card.html.j2", f"Benchmark card: {label}", model, card_page(label), nav,
+                 card=card, markdown=card_page(label, "md"),
+                 back=dataset_page(label) if in_site else None)
 
 
 def _filters(model, algorithms):
@@ -256,6 +274,7 @@ def render_dataset(model, dataset, panels=()):
     envs = ", ".join(f"{i}: {n}" for i, n in enumerate(dataset["env_names"]))
     return _page("dataset.html.j2", f"{site_name(model)}: {dataset['label']}", model,
                  dataset_page(dataset["label"]), dataset=dataset, envs=envs,
+                 card=card_page(dataset["label"]),
                  filters=_filters(model, sorted(algorithms)), sections=sections,
                  panels=list(panels))
 

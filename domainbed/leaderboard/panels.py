@@ -83,6 +83,12 @@ def _dataset_of(path):
     return dataset if isinstance(dataset, str) else None
 
 
+def read_oodselect(path):
+    """{"dir", "dataset", "summary": rows} of one OODSelect output (nothing copied)."""
+    check_oodselect_dir(path)
+    return {"dir": path, "dataset": _dataset_of(path), "summary": _read_summary(path)}
+
+
 def oodselect_panel(path, number, site_dir):
     """The correlation-vs-size curve and the summary table of one OODSelect output."""
     rows = _read_summary(path)

@@ -15,11 +15,13 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from analysis import card
 from domainbed.leaderboard import model as lbmodel
-from domainbed.leaderboard import pages, panels
+from domainbed.leaderboard import pages, panels, robustness
 from domainbed.leaderboard.published import load_published
 from domainbed.results import model_selection
 from domainbed.results import tables as reporting
@@ -38,6 +40,14 @@ ASSETS = ("style.css", "leaderboard.js")
 CSV_COLUMNS = reporting.CSV_COLUMNS + ["n_hparams", "source", "text", "diff_vs_published"]
 
 
+@dataclass
+class SiteExtras:
+    """Inputs of the analyses beyond the tables: OoD-Bench output folders for the cards,
+    bootstrap resamples for the statistics."""
+    ood_bench_dirs: Sequence[PathLike] = ()
+    n_boot: int = robustness.DEFAULT_BOOTSTRAPS
+
+
 def check_out_dir(out: str) -> None:
     """Refuse to replace anything but an empty folder or an earlier leaderboard site."""
     if not os.path.exists(out):
@@ -50,7 +60,8 @@ def check_out_dir(out: str) -> None:
                         f"({SITE_MARKER}); choose a new or empty directory")
 
 
-def _records_by_label(records: Iterable[Record]) -> dict[str, list[Record]]:
+def records_by_label(records: Iterable[Record]) -> dict[str, list[Record]]:
+    """{dataset label: its records} (records without a dataset or algorithm left out)."""
     usable = [r for r in records if r["args"].get("dataset") is not None and
               r["args"].get("algorithm") is not None]
     labels = model_selection.dataset_labels(usable)
@@ -122,23 +133,47 @@ def _write(stage: str, name: str, text: str) -> None:
         f.write(text)
 
 
+def write_cards(folder: str, model: Model, by_label: dict[str, list[Record]],
+                inputs: card.CardInputs, in_site: bool = True) -> dict[str, Any]:
+    """card_<slug>.html and .md per dataset of `model`; returns {label: card} (for
+    leaderboard.json). Outside a site (`in_site` False) the pages link nowhere else."""
+    cards = {}
+    for dataset in model["datasets"]:
+        label = dataset["label"]
+        cards[label] = card.build_card(by_label[label], label, dataset["name"], inputs)
+        _write(folder, pages.card_page(label), pages.render_card(model, cards[label], in_site))
+        _write(folder, pages.card_page(label, "md"), card.render_markdown(cards[label]))
+    return cards
+
+
 def _write_site(stage: str, model: Model, loaded: Records, oodselect_dirs: Sequence[PathLike],
-                sources: list[dict[str, Any]]) -> Model:
+                sources: list[dict[str, Any]], extras: SiteExtras) -> Model:
     os.makedirs(os.path.join(stage, "img"), exist_ok=True)
-    by_label = _records_by_label(loaded.records)
+    by_label = records_by_label(loaded.records)
     analysis: dict[str, Any] = {"aotl": {}, "oodselect": []}
     oodselect_views = []
     for number, path in enumerate(oodselect_dirs):
         view, data = panels.oodselect_panel(path, number, stage)
         oodselect_views.append(view)
         analysis["oodselect"].append(data)
+    er = robustness.effective_robustness(model, by_label)
+    methods = [model_selection.get_selection_method(s["key"]) for s in model["sections"]
+               if not s["missing"]]
+    board_stats = robustness.leaderboard_stats(loaded.records, methods, extras.n_boot)
     for dataset in model["datasets"]:
         view, data = panels.aotl_panel(by_label[dataset["label"]], dataset["label"], stage)
         analysis["aotl"][dataset["label"]] = data
+        er_view = robustness.effective_robustness_panel(er, model, dataset["label"],
+                                                        dataset["env_names"])
         mine = [v for v, d in zip(oodselect_views, analysis["oodselect"])
                 if d["dataset"] == dataset["name"]]
         _write(stage, pages.dataset_page(dataset["label"]),
-               pages.render_dataset(model, dataset, [view, *mine]))
+               pages.render_dataset(model, dataset, [view, er_view, *mine]))
+    cards = write_cards(stage, model, by_label, card.CardInputs(
+        input_dirs=list(loaded.input_dirs), oodselect=analysis["oodselect"],
+        ood_bench=card.read_ood_bench_summaries(extras.ood_bench_dirs),
+        labelfree=card.labelfree_by_dataset(list(loaded.input_dirs)), n_boot=extras.n_boot))
+    oodselect_views.insert(0, robustness.stats_panel(board_stats, model))
     for s in model["sections"]:
         for t in s["tables"]:
             _write(stage, pages.runs_page(t["dataset"], s["key"]), pages.render_runs(model, s, t))
@@ -148,7 +183,8 @@ def _write_site(stage: str, model: Model, loaded: Records, oodselect_dirs: Seque
         _write(stage, f"assets/{name}",
                resources.files("domainbed.leaderboard.assets").joinpath(name)
                .read_text(encoding="utf-8"))
-    model = {**model, "analysis": analysis}
+    model = {**model, "analysis": analysis, "effective_robustness": er,
+             "stats": board_stats, "cards": cards}
     _write(stage, "leaderboard.csv", render_csv(model))
     _write(stage, SITE_MARKER, json.dumps(finite_json(model), indent=1, default=str) + "\n")
     return model
@@ -180,8 +216,10 @@ def sweep_names(input_dirs: PathLike | Sequence[PathLike]) -> list[str]:
 
 def build_site(input_dirs: PathLike | Sequence[PathLike], out: PathLike,
                oodselect_dirs: Iterable[PathLike] = (), include_unfinished: bool = False,
-               methods: Sequence[type[SelectionMethod]] | None = None) -> Model:
-    """Build the site into `out`; returns the model (with its "analysis" part)."""
+               methods: Sequence[type[SelectionMethod]] | None = None,
+               extras: SiteExtras | None = None) -> Model:
+    """Build the site into `out`; returns the model (with its "analysis",
+    "effective_robustness", "stats" and "cards" parts)."""
     out = os.path.abspath(out)
     check_out_dir(out)
     for path in oodselect_dirs:
@@ -195,7 +233,8 @@ def build_site(input_dirs: PathLike | Sequence[PathLike], out: PathLike,
     os.makedirs(parent, exist_ok=True)
     stage = tempfile.mkdtemp(prefix=".leaderboard-", dir=parent)
     try:
-        model = _write_site(stage, model, loaded, list(oodselect_dirs), sources)
+        model = _write_site(stage, model, loaded, list(oodselect_dirs), sources,
+                            extras or SiteExtras())
         os.chmod(stage, 0o755)
         _replace(stage, out)
     except BaseException:

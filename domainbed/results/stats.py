@@ -206,27 +206,47 @@ def expected_best_table(candidates: pd.DataFrame, ks: Sequence[int] | None = Non
     return pd.DataFrame(rows, columns=["dataset", "algorithm"] + [f"k={k}" for k in ks])
 
 
-def stats_sections(records: list[Record], method: type[ms.SelectionMethod], n_boot: int = 1000,
-                   seed: int = 0) -> list[tuple[str, pd.DataFrame, str]]:
-    """(title, table, note) for each of the four statistics under `method`."""
+def applies_to(method: type[ms.SelectionMethod]) -> bool:
+    """Whether the statistics apply: SubpopBench's selections have one row per run of the
+    official splits, no trials or test environments to resample."""
+    return not issubclass(method, ms.ValWorstGroupSelectionMethod)
+
+
+def stats_tables(records: list[Record], method: type[ms.SelectionMethod], n_boot: int = 1000,
+                 seed: int = 0) -> dict[str, Any]:
+    """The four statistics under `method`: "rank_stability" (frame indexed by algorithm),
+    "kendall_tau" (mean/low/high), "paired" (vs ERM), "regret" (frame indexed by algorithm),
+    "expected_best" (frame), "n_boot"."""
     labels = ms.dataset_labels(records)
     candidates = candidate_table(records, method, labels)
     ranks, tau = rank_stability(candidates, n_boot=n_boot, seed=seed)
+    return {"rank_stability": ranks, "kendall_tau": tau, "n_boot": n_boot,
+            "paired": paired_comparison(ms.select(records, method, labels)),
+            "regret": selection_regret(records, method, labels),
+            "expected_best": expected_best_table(candidates)}
+
+
+def stats_sections(records: list[Record], method: type[ms.SelectionMethod], n_boot: int = 1000,
+                   seed: int = 0) -> list[tuple[str, pd.DataFrame, str]]:
+    """(title, table, note) for each of the four statistics under `method`."""
+    tables = stats_tables(records, method, n_boot, seed)
+    tau = tables["kendall_tau"]
     agreement = ("n/a (one algorithm)" if np.isnan(tau["mean"]) else
                  f"{tau['mean']:.2f} [{tau['low']:.2f}, {tau['high']:.2f}]")
     return [
-        (f"Rank stability, model selection method: {method.name}", ranks.reset_index(),
+        (f"Rank stability, model selection method: {method.name}",
+         tables["rank_stability"].reset_index(),
          f"{n_boot} bootstrap resamples of trials and hyperparameter draws; Kendall's tau "
          f"with the whole-sweep ranking: {agreement}"),
         (f"Paired comparison with ERM, model selection method: {method.name}",
-         paired_comparison(ms.select(records, method, labels)),
+         tables["paired"],
          "mean difference in points on shared (trial, test environment) cells; Wilcoxon "
          "signed-rank p-value, Benjamini-Hochberg adjusted over all comparisons"),
         (f"Selection regret, model selection method: {method.name}",
-         selection_regret(records, method, labels).reset_index(),
+         tables["regret"].reset_index(),
          "test-domain oracle minus this method, points of test accuracy"),
         (f"Expected best accuracy, model selection method: {method.name}",
-         expected_best_table(candidates),
+         tables["expected_best"],
          "expected test accuracy of the validation-best of k hyperparameter draws "
          "(Dodge et al. 2019)"),
     ]
@@ -240,8 +260,8 @@ def render_stats(records: list[Record], methods: Sequence[type[ms.SelectionMetho
     from oodutils.tables import render
     parts = []
     for method in methods:
-        if issubclass(method, ms.ValWorstGroupSelectionMethod):
-            continue   # one row per run of official splits: no trials/test envs to resample
+        if not applies_to(method):
+            continue
         for title, table, note in stats_sections(records, method, n_boot, seed):
             if fmt == "csv":
                 parts.append(f"# {title}\n" + render(table, "csv"))

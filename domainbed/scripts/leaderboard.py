@@ -1,12 +1,14 @@
 """A static leaderboard site from one or more sweeps.
 
     domainbed-leaderboard --input_dir SWEEP [--input_dir SWEEP ...]
-        --output_dir SITE_DIR [--oodselect DIR ...] [--selection_methods METHOD ...]
-        [--include_unfinished]
+        --output_dir SITE_DIR [--oodselect DIR ...] [--ood_bench DIR ...]
+        [--selection_methods METHOD ...] [--include_unfinished] [--bootstrap N]
 
-Writes SITE_DIR/index.html (overview per model-selection method), a page per dataset,
-the runs behind each cell, the published reference numbers, leaderboard.json and
-leaderboard.csv. Open index.html from disk or copy the folder to any static host.
+Writes SITE_DIR/index.html (overview per model-selection method, how sure the ranking
+is), a page per dataset (with effective robustness), a benchmark card per dataset
+(card_<dataset>.html and .md), the runs behind each cell, the published reference
+numbers, leaderboard.json and leaderboard.csv. Open index.html from disk or copy the
+folder to any static host.
 """
 import argparse
 import os
@@ -14,7 +16,7 @@ import sys
 
 from domainbed.results import model_selection
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
-from oodutils.errors import epilog_example, run_cli
+from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.log import get_logger
 
 logger = get_logger(__name__)
@@ -32,6 +34,12 @@ def parse_args(argv=None):
                help="folder to write the site into")
     add_option(p, "--oodselect", action="extend", nargs="+", default=[], metavar="DIR",
                   help="output directory of oodselect --output_dir DIR")
+    add_option(p, "--ood_bench", action="extend", nargs="+", default=[], metavar="DIR",
+               help="output directory of `ood-bench run` (its summary.json), shown on the "
+                    "dataset's benchmark card")
+    add_option(p, "--bootstrap", type=int, default=200, metavar="N",
+               help="bootstrap resamples of the rank-stability panel and cards "
+                    "(default 200)")
     add_option(p, "--selection_methods", nargs="+", default=None, metavar="METHOD",
                   help="any of: " + ", ".join(model_selection.SELECTION_METHODS) +
                   " (default: all)")
@@ -45,12 +53,14 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from domainbed.leaderboard.site import build_site
+    from domainbed.leaderboard.site import SiteExtras, build_site
+    if args.bootstrap < 1:
+        raise UserError(f"--bootstrap must be at least 1, not {args.bootstrap}")
     methods = None
     if args.selection_methods:
         methods = [model_selection.get_selection_method(n) for n in args.selection_methods]
     model = build_site(args.input_dir, args.output_dir, args.oodselect, args.include_unfinished,
-                       methods)
+                       methods, SiteExtras(args.ood_bench, args.bootstrap))
     for note in model["notes"]:
         logger.warning(f"warning: {note}")
     print(f"leaderboard: {os.path.join(os.path.abspath(args.output_dir), 'index.html')} "
