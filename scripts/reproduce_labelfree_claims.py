@@ -79,12 +79,17 @@ def analyse(runs_dir, out_dir, ood_env):
 
 def claims(results):
     """Did each qualitative claim hold? accurate (MAE < GOOD_MAE_POINTS) on the line,
-    inaccurate off it, for ATC (both scores) and agreement on the line."""
+    inaccurate off it, for ATC (both scores) and agreement on the line; and agreement's own
+    check trusting the first split and not the second."""
     on, off = results["RotatedMNIST"]["mae"], results["ColoredMNIST"]["mae"]
     out = {}
     for method in ("atc_mc", "atc_ne", "aline_s"):
         out[method] = {"accurate_on_the_line": on.get(method, float("nan")) < GOOD_MAE_POINTS,
                        "fails_when_inverted": off.get(method, float("nan")) >= GOOD_MAE_POINTS}
+    # Baek et al.'s check: agreement off the line where accuracy is (so: "do not trust")
+    out["agreement_check"] = {
+        "accurate_on_the_line": results["RotatedMNIST"]["verdict"]["verdict"] == "trust",
+        "fails_when_inverted": results["ColoredMNIST"]["verdict"]["verdict"] != "trust"}
     return out
 
 
@@ -100,7 +105,8 @@ def markdown(results, held, meta):
         lines.append(f"| {name} ({res['ood_env']}) | {res['aotl']['r']:.2f} | " + " | ".join(
             f"{x:.1f}" for x in res["mae"].values()) +
             f" | {float(v.get('agreement_r', float('nan'))):.2f} | {v.get('verdict', '')} |")
-    lines += ["", "| method | accurate on the line (MAE < 5 points) | fails when inverted |",
+    lines += ["", "| method | accurate on the line (MAE < 5 points; the check: trusts) | "
+              "fails when inverted (the check: does not trust) |",
               "|---|---|---|"]
     lines += [f"| {m} | {'yes' if c['accurate_on_the_line'] else 'no'} | "
               f"{'yes' if c['fails_when_inverted'] else 'no'} |" for m, c in held.items()]
