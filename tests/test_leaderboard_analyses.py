@@ -17,6 +17,7 @@ from scipy import stats as sstats
 
 from domainbed.leaderboard import pages
 from domainbed.scripts import leaderboard as cli
+from oodutils.errors import UserError
 from tests.requirements import data_dir, need_data
 
 REPO = Path(__file__).resolve().parents[1]
@@ -196,3 +197,36 @@ def test_card_of_a_sweep_trained_here_reports_labelfree_error(tmp_path):
     for r in summary.itertuples():
         assert row[r.method] == pytest.approx(round(r.mae, 2))
     assert _section(card, "aotl")["needs"] is None
+
+
+def test_card_shows_ood_bench_and_oodselect_outputs_of_its_dataset(tmp_path):
+    from analysis import card
+    from domainbed.leaderboard import panels
+    from domainbed.results.records import load_records
+    records = load_records([write_sweep(tmp_path / "sweep")], quiet=True).records
+    bench = tmp_path / "oodbench"
+    bench.mkdir()
+    (bench / "summary.json").write_text(json.dumps({
+        "n_trials": 3, "diversity": {"mean": 0.0123, "se": 0.001},
+        "correlation": {"mean": 0.456, "se": 0.02},
+        "config": {"dataset": "Toy", "envs_p": [0, 1], "envs_q": [2]}}))
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "summary.json").write_text(json.dumps({"config": {"dataset": "PACS"}}))
+    select = tmp_path / "oodselect"
+    select.mkdir()
+    (select / "summary.csv").write_text("method,n,r_test\noodselect,50,-0.8\nrandom,50,0.9\n"
+                                        "oodselect,100,-0.5\n")
+    (select / "subsets.json").write_text(json.dumps({"info": {"dataset": "Toy"}}))
+    inputs = card.CardInputs(oodselect=[panels.read_oodselect(str(select))],
+                             ood_bench=card.read_ood_bench_summaries([str(bench), str(other)]),
+                             n_boot=10)
+    built = card.build_card(records, "Toy", "Toy", inputs)
+    bench_section = _section(built, "ood_bench")
+    assert bench_section["needs"] is None and len(bench_section["rows"]) == 1
+    assert bench_section["rows"][0][3:] == ["0.0123 ± 0.0010", "0.4560 ± 0.0200", 3]
+    worst = _section(built, "oodselect")["rows"]
+    assert [row[3] for row in worst] == [-0.8, -0.5, 0.9]     # lowest correlation first
+    assert _section(built, "labelfree")["needs"] == card.LABELFREE_NEEDS
+    with pytest.raises(UserError, match="summary.json"):
+        card.read_ood_bench_summaries([str(tmp_path)])

@@ -157,7 +157,7 @@ def leaderboard_stats(records: list, methods: Sequence[type[ms.SelectionMethod]]
             continue
         try:
             tables = stats.stats_tables(records, method, n_boot, seed)
-        except (UserError, ValueError, KeyError) as e:
+        except (UserError, ValueError) as e:   # e.g. a degenerate sweep scipy refuses
             out[method.key] = {"missing": str(e)}
             continue
         out[method.key] = {
