@@ -171,7 +171,7 @@ def _write_site(stage: str, model: Model, loaded: Records, oodselect_dirs: Seque
                pages.render_dataset(model, dataset, [view, er_view, *mine]))
     cards = write_cards(stage, model, by_label, card.CardInputs(
         input_dirs=list(loaded.input_dirs), oodselect=analysis["oodselect"],
-        ood_bench=card.read_ood_bench_summaries(extras.ood_bench_dirs),
+        ood_bench=card.read_ood_bench_summaries([str(d) for d in extras.ood_bench_dirs]),
         labelfree=card.labelfree_by_dataset(list(loaded.input_dirs)), n_boot=extras.n_boot))
     oodselect_views.insert(0, robustness.stats_panel(board_stats, model))
     for s in model["sections"]:
