@@ -127,6 +127,8 @@ def test_stats_panels_have_the_known_answer(synthetic_site):
         [_ood_acc("ERM", t, e, h) for t in range(3) for e in range(3) for h in range(4)]))
     index = (out / "index.html").read_text()
     assert "How sure is this leaderboard?" in index and "Paired comparison with ERM" in index
+    assert 'src="img/expected_best_training_domain.png"' in index
+    assert (out / "img" / "expected_best_training_domain.png").stat().st_size > 1000
 
 
 def test_hostile_dataset_name_gets_escaped_collision_free_card_pages(synthetic_site):

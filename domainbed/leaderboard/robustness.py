@@ -9,13 +9,14 @@ of sortable ``pages.Board`` tables with a title and an intro.
 from __future__ import annotations
 
 import collections
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from domainbed.leaderboard.pages import Board, Cell, Row
+from domainbed.leaderboard.pages import Board, Cell, Row, slug
 from domainbed.results import model_selection as ms
 from domainbed.results import stats
 from oodutils.errors import UserError
@@ -112,6 +113,7 @@ def effective_robustness_panel(data: dict[str, Any], model: dict, label: str,
     environment (and their average), in accuracy points above the line."""
     view: dict[str, Any] = {"kind": "boards", "title": "Effective robustness (Taori et al. "
                             "2020)", "missing": data["missing"].get(label), "boards": [],
+                            "images": [],
                             "intro": "Selected models' OOD accuracy minus the accuracy-on-"
                                      f"the-line prediction, in points (mean over trials); "
                                      f"fit: {ER_FIT}; {ER_STDERR}."}
@@ -186,9 +188,34 @@ def frame_board(rows: list[dict[str, Any]], heading: str, digits: int = 2) -> Bo
     return board
 
 
-def stats_panel(data: dict[str, Any], model: dict) -> dict[str, Any]:
-    """The index page's panel: per selection method, the four statistics."""
+def _short_name(text: Any, most: int = 30) -> str:
+    text = str(text)
+    return text if len(text) <= most else text[:most - 1] + "…"
+
+
+def plot_expected_best(rows: list[dict[str, Any]], title: str, path: str) -> None:
+    """Expected best accuracy against the number of hyperparameter draws, one line per
+    (dataset, algorithm)."""
+    from oodutils.plotting import figure_and_axes, save_figure
+    fig, ax = figure_and_axes(None, (6, 4))
+    for row in rows:
+        ks = [int(c[2:]) for c in row if c.startswith("k=")]
+        ax.plot(ks, [row[f"k={k}"] for k in ks], marker="o",
+                label=f"{_short_name(row['dataset'])}: {_short_name(row['algorithm'])}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("hyperparameter draws k")
+    ax.set_ylabel("expected best test accuracy (%)")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    save_figure(fig, path)
+
+
+def stats_panel(data: dict[str, Any], model: dict, site_dir: str | None = None
+                ) -> dict[str, Any]:
+    """The index page's panel: per selection method, the four statistics (with the
+    expected-best curves drawn into `site_dir`/img when given)."""
     boards: list[Board] = []
+    images: list[dict[str, str]] = []
     names = {s["key"]: s["name"] for s in model["sections"]}
     missing = []
     for key, st in data.items():
@@ -210,7 +237,13 @@ def stats_panel(data: dict[str, Any], model: dict) -> dict[str, Any]:
                         "oracle minus this method (points)"),
             frame_board(st["expected_best"], f"Expected best accuracy, {name}: after k "
                         "hyperparameter draws (Dodge et al. 2019)")]
+        if site_dir is not None and st["expected_best"]:
+            image = f"img/expected_best_{slug(key)}.png"
+            plot_expected_best(st["expected_best"], f"Expected best accuracy, {name}",
+                               os.path.join(site_dir, image))
+            images.append({"src": image, "caption": f"Expected best accuracy against "
+                                                    f"hyperparameter draws, {name}"})
     return {"kind": "boards", "title": "How sure is this leaderboard?",
             "intro": "From domainbed.results.stats (collect_results --stats).",
             "missing": "; ".join(missing) if missing and not boards else None,
-            "boards": [b for b in boards if b.rows]}
+            "boards": [b for b in boards if b.rows], "images": images}

@@ -173,7 +173,7 @@ def _write_site(stage: str, model: Model, loaded: Records, oodselect_dirs: Seque
         input_dirs=list(loaded.input_dirs), oodselect=analysis["oodselect"],
         ood_bench=card.read_ood_bench_summaries([str(d) for d in extras.ood_bench_dirs]),
         labelfree=card.labelfree_by_dataset(list(loaded.input_dirs)), n_boot=extras.n_boot))
-    oodselect_views.insert(0, robustness.stats_panel(board_stats, model))
+    oodselect_views.insert(0, robustness.stats_panel(board_stats, model, stage))
     for s in model["sections"]:
         for t in s["tables"]:
             _write(stage, pages.runs_page(t["dataset"], s["key"]), pages.render_runs(model, s, t))
