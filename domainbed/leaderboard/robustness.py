@@ -20,6 +20,7 @@ from domainbed.leaderboard.pages import Board, Cell, Row, slug
 from domainbed.results import model_selection as ms
 from domainbed.results import stats
 from oodutils.errors import UserError
+from oodutils.plotting import figure_and_axes, save_figure
 
 ER_FIT = ("per leave-one-domain-out split, one probit line of OOD accuracy on mean ID "
           "accuracy (the `out` splits) through every checkpoint of the dataset's runs, as "
@@ -196,7 +197,6 @@ def _short_name(text: Any, most: int = 30) -> str:
 def plot_expected_best(rows: list[dict[str, Any]], title: str, path: str) -> None:
     """Expected best accuracy against the number of hyperparameter draws, one line per
     (dataset, algorithm)."""
-    from oodutils.plotting import figure_and_axes, save_figure
     fig, ax = figure_and_axes(None, (6, 4))
     for row in rows:
         ks = [int(c[2:]) for c in row if c.startswith("k=")]
