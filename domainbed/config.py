@@ -306,7 +306,7 @@ def check_job(argv: Sequence[str], checked: set | None = None) -> None:
 
 
 # ---------------------------------------------------------------- data-parallel runs
-def splits_data_parallel(algorithm_cls) -> bool:
+def splits_data_parallel(algorithm_cls: type) -> bool:
     """Whether the class itself declares a loss that is a mean over examples."""
     return bool(vars(algorithm_cls).get("DATA_PARALLEL", False))
 
@@ -316,7 +316,7 @@ def data_parallel_algorithms() -> list:
             if splits_data_parallel(get_algorithm_class(name))]
 
 
-def check_data_parallel(config: RunConfig, algorithm_cls, hparams: dict,
+def check_data_parallel(config: RunConfig, algorithm_cls: type, hparams: dict,
                         n: int) -> None:
     """One clear line where `n` processes cannot give the one-process run."""
     if not splits_data_parallel(algorithm_cls):
