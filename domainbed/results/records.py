@@ -16,6 +16,7 @@ read.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import zipfile
@@ -29,6 +30,11 @@ from domainbed.results.schema import record_problem
 from oodutils.errors import UserError, load_error_reason
 from oodutils.log import get_logger
 from oodutils.untrusted import open_regular, parse_json, read_lines
+
+try:  # parses records about three times faster than json; json where it is absent
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - orjson is a dependency; kept optional at runtime
+    _orjson = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,6 +50,9 @@ PREDICTIONS_DIR = "predictions"
 _STEP_FILE = re.compile(r"^step_(\d+)\.npz$")
 MAX_LINE_BYTES = 4 << 20  # a record is a few kB; a longer line is skipped, never held
 MAX_NOTES_SHOWN = 20
+# What the results tables, the leaderboard and the analyses read of a record (with every
+# ``env*`` key): load_records(fields=TABLE_FIELDS) keeps only these
+TABLE_FIELDS = ("args", "hparams", "step", "epoch")
 
 
 class Records:
@@ -139,37 +148,120 @@ def find_run_dirs(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
     return found
 
 
-def _parse_line(line: str | bytes) -> tuple[Record | None, str | None]:
-    """One results.jsonl line -> (record, None), or (None, what is wrong with it)."""
-    record = parse_json(line)
-    if record is None:
-        return None, "not JSON (corrupt, truncated or nested too deeply)"
-    problem = record_problem(record)
-    return (None, problem) if problem else (record, None)
+_LONG_NUMBER = re.compile(rb"\d{19}")
 
 
-def read_run(run_dir: str, notes: list[str] | None = None) -> tuple[list[Record], int]:
-    """(records, skipped_lines) of one run directory; raises OSError when unreadable (not a
-    regular file included). Each skipped line adds a note naming it to `notes`."""
+_MAX_FAST_BRACKETS = 256   # orjson 3.8 crashes on nesting thousands deep: json reads those
+
+
+def _loads(line: bytes) -> Any:
+    """The JSON value of one line, or None. orjson where it reads the line as json would
+    (it rejects NaN, big numbers, a BOM and lone surrogates, which json takes, and makes
+    integers of 19 digits or more floats, which json does not): then json decides."""
+    if _orjson is not None and _LONG_NUMBER.search(line) is None and \
+            line.count(b"[") + line.count(b"{") <= _MAX_FAST_BRACKETS:
+        try:
+            return _orjson.loads(line)
+        except _orjson.JSONDecodeError:
+            pass
+    return parse_json(line)
+
+
+def _kept(record: Record, fields: Sequence[str] | None) -> Record:
+    if fields is None:
+        return record
+    return {k: v for k, v in record.items() if k in fields or k.startswith("env")}
+
+
+def parse_run_lines(path: str, lines: Iterable[bytes | None], notes: list[str] | None = None,
+                    fields: Sequence[str] | None = None) -> tuple[list[Record], int]:
+    """(records, skipped) of the lines of one results.jsonl (None: an over-long line).
+
+    Lines of one run carry the same ``args`` and ``hparams``: a line whose objects are the
+    previous record's (the same bytes, or the same values of the same types) gets those very
+    objects, so they are held once and checked once.
+    fields: keep only these keys and the ``env*`` ones (TABLE_FIELDS: what the tables read)."""
     records: list[Record] = []
     skipped = 0
-    record: Record | None
-    problem: str | None
-    path = os.path.join(run_dir, RESULTS_FILE)
-    for number, raw in enumerate(read_lines(path, MAX_LINE_BYTES), start=1):
+    checked: Record | None = None
+    args_prefix = b""
+    for number, raw in enumerate(lines, start=1):
+        problem: str | None = None
         if raw is None:
-            record, problem = None, f"longer than {MAX_LINE_BYTES} bytes"
+            problem = f"longer than {MAX_LINE_BYTES} bytes"
         elif not raw.strip():
             continue
         else:
-            record, problem = _parse_line(raw)
-        if record is None:
+            record = _loads(raw)
+            if record is None:
+                problem = "not JSON (corrupt, truncated or nested too deeply)"
+            else:
+                if checked is not None and isinstance(record, dict):
+                    same_bytes = bool(args_prefix) and raw.startswith(args_prefix) and \
+                        raw.count(b'"args"') == 1   # no later "args" key overrides
+                    _share(record, checked, same_bytes)
+                problem = record_problem(record, checked)
+        if problem is not None:
             skipped += 1
             if notes is not None:
                 notes.append(f"{path} line {number}: {problem}")
             continue
+        if checked is None or record["args"] is not checked["args"]:
+            args_prefix = _args_prefix(raw)  # type: ignore[arg-type]
+        checked = record
+        records.append(_kept(record, fields))
+    return records, skipped
+
+
+_ARGS_START = b'{"args": '
+_DECODER = json.JSONDecoder()
+
+
+def _args_prefix(raw: bytes) -> bytes:
+    """The bytes of `raw` up to the end of its leading ``{"args": {...}`` (a line that
+    starts with them has the same args), or b"" when the line does not start so."""
+    if not raw.startswith(_ARGS_START):
+        return b""
+    try:
+        text = raw.decode("utf-8")
+        _, end = _DECODER.raw_decode(text, len(_ARGS_START))
+    except (ValueError, RecursionError):
+        return b""
+    return text[:end].encode("utf-8")
+
+
+def _share(record: Record, previous: Record, same_args_bytes: bool) -> None:
+    """Give `record` the previous record's args / hparams objects where they are equal."""
+    if "args" in record and (same_args_bytes or same_json(record["args"], previous["args"])):
+        record["args"] = previous["args"]
+    if "hparams" in record and "hparams" in previous and \
+            same_json(record["hparams"], previous["hparams"]):
+        record["hparams"] = previous["hparams"]
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Whether two parsed JSON values are the same: same types, same key order, same
+    floats to the bit (1 and 1.0, True and 1, 0.0 and -0.0 differ; NaN is NaN)."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is dict:
+        return len(a) == len(b) and list(a) == list(b) and \
+            all(same_json(v, b[k]) for k, v in a.items())
+    if type(a) is list:
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b))
+    if type(a) is float:
+        return a.hex() == b.hex() if a != a or a == 0 else a == b
+    return bool(a == b)
+
+
+def read_run(run_dir: str, notes: list[str] | None = None,
+             fields: Sequence[str] | None = None) -> tuple[list[Record], int]:
+    """(records, skipped_lines) of one run directory; raises OSError when unreadable (not a
+    regular file included). Each skipped line adds a note naming it to `notes`."""
+    path = os.path.join(run_dir, RESULTS_FILE)
+    records, skipped = parse_run_lines(path, read_lines(path, MAX_LINE_BYTES), notes, fields)
+    for record in records:
         record["run_dir"] = run_dir
-        records.append(record)
     return records, skipped
 
 

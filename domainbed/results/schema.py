@@ -94,10 +94,21 @@ def _nesting_depth_exceeds(value: object, limit: int) -> bool:
     return False
 
 
-def record_problem(record: object) -> str | None:
-    """What keeps `record` from fitting the schema (module docstring), or None."""
+def record_problem(record: object, checked: Mapping[str, Any] | None = None) -> str | None:
+    """What keeps `record` from fitting the schema (module docstring), or None.
+
+    checked: a record of the same run already found to fit; when `record` holds the very
+    same ``args`` and ``hparams`` objects (a reader shares them between the lines of a run),
+    only the record's own keys are checked again."""
     if not isinstance(record, dict):
         return "not a JSON object"
+    if checked is not None and record.get("args") is checked.get("args") and \
+            record.get("hparams") is checked.get("hparams") and "args" in record:
+        own = {k: v for k, v in record.items() if k not in ("args", "hparams")}
+        if _nesting_depth_exceeds(own, MAX_DEPTH):
+            return f"nested deeper than {MAX_DEPTH} levels"
+        names = record["args"].get("env_names")
+        return _metrics_problem(record, len(names) if names else MAX_ENVS)
     if _nesting_depth_exceeds(record, MAX_DEPTH):
         return f"nested deeper than {MAX_DEPTH} levels"
     args = record.get("args")
