@@ -61,6 +61,12 @@ def _value(record: Mapping[str, Any], key: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _mean(values: list[float]) -> float:
+    """np.mean of a list, to the bit: under 8 values numpy adds them in order, as sum()
+    does, and divides by their count (no array built for the few envs of a record)."""
+    return sum(values) / len(values) if len(values) < 8 else float(np.mean(values))
+
+
 def _test_envs(record: Record) -> list[int]:
     return list(record["args"].get("test_envs") or [])
 
@@ -96,16 +102,22 @@ def hparams_key(record: Record) -> tuple[str, str]:
 
 def has_worst_group(records: Iterable[Record]) -> bool:
     """Whether any record carries worst-group accuracies (env{i}_{in,out}_wga)."""
-    return any(_WGA_KEY.match(k) for r in records for k in r)
+    keys: set[str] = set()
+    for r in records:
+        keys.update(r)
+    return any(_WGA_KEY.match(k) for k in keys)
 
 
 def dataset_labels(records: Iterable[Record]) -> Labels:
     """{(dataset, data_key): label}: the dataset's name, or where one dataset was run on
     several data variants, the name plus the args that tell the variants apart."""
     variants: dict[Any, set[DataKey]] = collections.defaultdict(set)
+    seen: set[int] = set()          # id(args): a run's records share one args object
     for r in records:
         args = r["args"]
-        variants[args.get("dataset")].add(data_key(args))
+        if id(args) not in seen:
+            seen.add(id(args))
+            variants[args.get("dataset")].add(data_key(args))
     labels: Labels = {}
     for dataset, keys in variants.items():
         if len(keys) == 1:
@@ -137,14 +149,23 @@ def group_records(records: Sequence[Record], labels: Labels | None = None
     Records whose args lack dataset/algorithm/trial_seed/test_envs are left out."""
     labels = dataset_labels(records) if labels is None else labels
     groups: dict[GroupKey, list[Record]] = collections.defaultdict(list)
+    keys_of: dict[int, list[GroupKey]] = {}   # id(args) -> its groups (args shared by a run)
     for r in records:
         args = r["args"]
-        if any(args.get(k) is None for k in ("dataset", "algorithm", "trial_seed")):
-            continue
-        for test_env in _test_envs(r):
-            groups[GroupKey(args["trial_seed"], dataset_label(r, labels),
-                            args["algorithm"], test_env)].append(r)
+        keys = keys_of.get(id(args))
+        if keys is None:
+            keys = keys_of[id(args)] = _group_keys(r, labels)
+        for key in keys:
+            groups[key].append(r)
     return dict(groups)
+
+
+def _group_keys(record: Record, labels: Labels) -> list[GroupKey]:
+    args = record["args"]
+    if any(args.get(k) is None for k in ("dataset", "algorithm", "trial_seed")):
+        return []
+    return [GroupKey(args["trial_seed"], dataset_label(record, labels), args["algorithm"],
+                     test_env) for test_env in _test_envs(record)]
 
 
 def _hparams_sort_key(key: tuple[str, str]) -> tuple[int, int | str, str]:
@@ -177,8 +198,13 @@ class SelectionMethod:
     def hparams_accs(cls, records: Sequence[Record]) -> list[tuple[Choice, list[Record]]]:
         """Records of one group -> [(run_acc, run_records)], best val_acc first."""
         by_hparams: dict[tuple[str, str], list[Record]] = collections.defaultdict(list)
+        keys: dict[tuple[int, int], tuple[str, str]] = {}   # a run's records share objects
         for r in records:
-            by_hparams[hparams_key(r)].append(r)
+            shared = (id(r["args"]), id(r.get("hparams")))
+            key = keys.get(shared)
+            if key is None:
+                key = keys[shared] = hparams_key(r)
+            by_hparams[key].append(r)
         accs = []
         for key in sorted(by_hparams, key=_hparams_sort_key):
             acc = cls.run_acc(by_hparams[key])
@@ -226,7 +252,7 @@ class _TrainingDomainMethod(SelectionMethod):
         vals = [v for v in found if v is not None]
         if not vals:
             return None
-        return cls._choice(float(np.mean(vals)),
+        return cls._choice(_mean(vals),
                            _value(record, f"env{test_env}_{cls.test_suffix}"), record)
 
     @classmethod

@@ -148,7 +148,12 @@ def find_run_dirs(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
     return found
 
 
-_LONG_NUMBER = re.compile(rb"\d{19}")
+# A line's bytes mapped to their shape (digits to 0, "." and "e" kept, others to a space):
+# an integer of 19 digits or more shows as a space then 19 zeros (a fraction's digits
+# follow a "."), and the line goes to json (orjson would make it a float)
+_NUMBER_SHAPE = bytes(48 if 48 <= b <= 57 else b if b in b".e" else 101 if b == 69 else 32
+                      for b in range(256))
+_LONG_INTEGER = b" " + b"0" * 19
 
 
 _MAX_FAST_BRACKETS = 256   # orjson 3.8 crashes on nesting thousands deep: json reads those
@@ -158,7 +163,7 @@ def _loads(line: bytes) -> Any:
     """The JSON value of one line, or None. orjson where it reads the line as json would
     (it rejects NaN, big numbers, a BOM and lone surrogates, which json takes, and makes
     integers of 19 digits or more floats, which json does not): then json decides."""
-    if _orjson is not None and _LONG_NUMBER.search(line) is None and \
+    if _orjson is not None and _LONG_INTEGER not in line.translate(_NUMBER_SHAPE) and \
             line.count(b"[") + line.count(b"{") <= _MAX_FAST_BRACKETS:
         try:
             return _orjson.loads(line)
@@ -231,27 +236,30 @@ def _args_prefix(raw: bytes) -> bytes:
 
 
 def _share(record: Record, previous: Record, same_args_bytes: bool) -> None:
-    """Give `record` the previous record's args / hparams objects where they are equal."""
-    if "args" in record and (same_args_bytes or same_json(record["args"], previous["args"])):
+    """Give `record` the previous record's args / hparams objects where they are the same
+    value: equal, and equal in repr (so 1 and 1.0, True and 1, 0.0 and -0.0, or another key
+    order never pass for each other)."""
+    if "args" in record and (same_args_bytes or _same(record["args"], previous["args"])):
         record["args"] = previous["args"]
     if "hparams" in record and "hparams" in previous and \
-            same_json(record["hparams"], previous["hparams"]):
+            _same(record["hparams"], previous["hparams"]):
         record["hparams"] = previous["hparams"]
 
 
-def same_json(a: Any, b: Any) -> bool:
-    """Whether two parsed JSON values are the same: same types, same key order, same
-    floats to the bit (1 and 1.0, True and 1, 0.0 and -0.0 differ; NaN is NaN)."""
-    if type(a) is not type(b):
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of the same types and key order (repr decides where values nest or where
+    a zero could be -0.0)."""
+    if a is b:
+        return True
+    if type(a) is not type(b) or a != b:
         return False
     if type(a) is dict:
-        return len(a) == len(b) and list(a) == list(b) and \
-            all(same_json(v, b[k]) for k, v in a.items())
-    if type(a) is list:
-        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b))
-    if type(a) is float:
-        return a.hex() == b.hex() if a != a or a == 0 else a == b
-    return bool(a == b)
+        types = list(map(type, a.values()))
+        if list(a) != list(b) or types != list(map(type, b.values())):
+            return False
+        if dict not in types and list not in types and 0.0 not in a.values():
+            return True
+    return repr(a) == repr(b)
 
 
 def read_run(run_dir: str, notes: list[str] | None = None,
