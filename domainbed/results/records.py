@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
+from domainbed.results.record_index import RecordIndex, index_cap, is_regular, stat_key
 from domainbed.results.schema import record_problem
 from oodutils.errors import UserError, load_error_reason
 from oodutils.log import get_logger
@@ -274,41 +275,93 @@ def read_run(run_dir: str, notes: list[str] | None = None,
 
 
 def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = True,
-                 quiet: bool = False) -> Records:
+                 quiet: bool = False, fields: Sequence[str] | None = None,
+                 use_index: bool = True) -> Records:
     """Read every run under `input_dir` (a path, or a list of paths) into a Records.
 
     require_done: skip runs without a ``done`` marker (still running, or killed).
     quiet: do not log the skip warning (it stays available as ``Records.warning()``).
+    fields: ``TABLE_FIELDS`` keeps only the keys the tables, the leaderboard and the
+    analyses read; then an index of each input directory's records
+    (``domainbed.results.record_index``, unless `use_index` is False) serves the files that
+    have not changed since it was written. None keeps every key and reads every file.
     Lines that do not fit the records schema (``domainbed.results.schema``) and files that
     are not regular files are skipped, each with a note (``Records.notes``).
     Raises UserError when an input directory is missing.
     """
     dirs = _as_dir_list(input_dir)
-    records: list[Record] = []
-    kept_dirs: list[str] = []
-    notes: list[str] = []
-    skipped_lines = skipped_runs = 0
-    for run_dir in find_run_dirs(dirs):
-        if require_done and not os.path.exists(os.path.join(run_dir, DONE_FILE)):
-            skipped_runs += 1
-            continue
-        try:
-            run_records, bad = read_run(run_dir, notes)
-        except OSError as e:
-            skipped_runs += 1
-            notes.append(f"{os.path.join(run_dir, RESULTS_FILE)}: unreadable "
-                         f"({e.strerror or e})")
-            continue
-        skipped_lines += bad
-        records.extend(run_records)
-        kept_dirs.append(run_dir)
-    result = Records(records, skipped_lines, skipped_runs, kept_dirs, dirs, notes)
-    logger.debug(f"read {len(records)} records from {len(kept_dirs)} run(s) under "
-                 f"{', '.join(map(str, dirs))}")
+    found = [(top, find_run_dirs(top)) for top in dirs]
+    reader = _Reader(fields, use_index and fields is not None and
+                     tuple(fields) == TABLE_FIELDS, require_done)
+    for top, run_dirs in found:
+        reader.read_tree(top, run_dirs)
+    result = Records(reader.records, reader.skipped_lines, reader.skipped_runs,
+                     reader.kept_dirs, dirs, reader.notes)
+    logger.debug(f"read {len(reader.records)} records from {len(reader.kept_dirs)} run(s) "
+                 f"under {', '.join(map(str, dirs))}")
     message = result.warning()
     if message and not quiet:
         logger.warning(message)
     return result
+
+
+class _Reader:
+    """What load_records gathers, one input directory at a time."""
+
+    def __init__(self, fields: Sequence[str] | None, indexed: bool, require_done: bool
+                 ) -> None:
+        self.fields, self.indexed, self.require_done = fields, indexed, require_done
+        self.records: list[Record] = []
+        self.kept_dirs: list[str] = []
+        self.notes: list[str] = []
+        self.skipped_lines = self.skipped_runs = 0
+
+    def read_tree(self, top: str, run_dirs: list[str]) -> None:
+        """Read the runs `run_dirs` found under `top`, through its index when indexed."""
+        runs: list[tuple[str, os.stat_result | None]] = []
+        for run_dir in run_dirs:
+            if self.require_done and not os.path.exists(os.path.join(run_dir, DONE_FILE)):
+                self.skipped_runs += 1
+                continue
+            try:
+                runs.append((run_dir, os.lstat(os.path.join(run_dir, RESULTS_FILE))))
+            except OSError:
+                runs.append((run_dir, None))
+        index = None
+        if self.indexed:
+            sizes = [st.st_size for _, st in runs if st is not None]
+            index = RecordIndex(top).load(index_cap(sizes))
+            self.notes += index.notes
+        for run_dir, st in runs:
+            self._read_run(top, run_dir, st, index)
+        if index is not None:
+            index.save()
+
+    def _read_run(self, top: str, run_dir: str, st: os.stat_result | None,
+                  index: RecordIndex | None) -> None:
+        path = os.path.join(run_dir, RESULTS_FILE)
+        rel = os.path.relpath(run_dir, top)
+        key = stat_key(st) if st is not None and is_regular(st) else None
+        hit = index.lookup(rel, key) if index is not None and key is not None else None
+        if hit is not None:
+            run_records, line_notes = hit
+            for record in run_records:
+                record["run_dir"] = run_dir
+        else:
+            notes: list[str] = []
+            try:
+                run_records, _ = read_run(run_dir, notes, self.fields)
+            except OSError as e:
+                self.skipped_runs += 1
+                self.notes.append(f"{path}: unreadable ({e.strerror or e})")
+                return
+            line_notes = [note[len(path) + 1:] for note in notes]
+            if index is not None and key is not None:
+                index.store(rel, key, run_records, line_notes)
+        self.notes += [f"{path} {note}" for note in line_notes]
+        self.skipped_lines += len(line_notes)
+        self.records.extend(run_records)
+        self.kept_dirs.append(run_dir)
 
 
 def _hashable(value: Any) -> Any:
