@@ -5,8 +5,9 @@ collect_results benchmark (scripts/bench_collect.py) and the records tests read.
 
 Replica r of the test sweep's 40 runs gets its own dataset (one of DomainBed's four-domain
 datasets), algorithm, trial seed, hparams seed and learning rate, and accuracies moved by
-a seeded jitter, so every run is distinct and selection has real choices to make. Each run
-has `--checkpoints` lines (DomainBed's full protocol: 5,000 steps, a checkpoint every 300,
+a seeded jitter that never reaches 0 or 1, so every run is distinct, selection has real
+choices to make and no two candidates tie (DomainBed and we break exact ties differently).
+Each run has `--checkpoints` lines (DomainBed's full protocol: 5,000 steps, a checkpoint every 300,
 17 lines; the default 12 gives about 12 kB a run, 1.2 GB for 100,000 runs). Lines are
 written as DomainBed writes them (json.dumps, sort_keys=True), with a ``done`` marker.
 """
@@ -47,10 +48,16 @@ def replica_line(record, replica, step, rng):
     hparams["lr"] = hparams["lr"] * (1 + (args["hparams_seed"] // 2) / 1000)
     for key in record:
         if key.startswith("env") and key.endswith("_acc"):
-            record[key] = min(1.0, max(0.0, record[key] + rng.uniform(-0.05, 0.05)))
+            record[key] = _jitter(record[key], rng.uniform(-0.05, 0.05))
     record["step"] = step
     record["epoch"] = step / 100
     return json.dumps(record, sort_keys=True)
+
+
+def _jitter(acc, u):
+    """`acc` moved by the fraction `u` of its distance to 1 (u > 0) or to 0: it stays inside
+    (0, 1), so no two runs tie at a bound (DomainBed breaks ties the other way round)."""
+    return acc + u * (1 - acc) if u > 0 else acc * (1 + u)
 
 
 def build_sweep(output_dir, runs, checkpoints=12, template_dir=TEMPLATE, seed=0):
