@@ -40,6 +40,7 @@ def _sweep_replica():
 def sweep(tmp_path):
     """A copy of DomainBed's test sweep (40 runs of 5 records), settled."""
     copy = sweep_copy(tmp_path)
+    (copy / record_index.INDEX_FILE).unlink(missing_ok=True)  # another reader's index
     _settle(copy)
     return copy
 
