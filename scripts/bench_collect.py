@@ -84,6 +84,8 @@ def main(argv=None):
                         help="build (or reuse, when it holds runs) the sweep here")
     parser.add_argument("--keep", action="store_true", help="keep the sweep afterwards")
     parser.add_argument("--domainbed", default=None, help="a DomainBed checkout")
+    parser.add_argument("--no_domainbed", action="store_true",
+                        help="leave DomainBed's collect_results out (it takes longest)")
     parser.add_argument("--old", default=None, help="an older checkout of this project")
     parser.add_argument("--record", action="store_true",
                         help="write the figure to docs/benchmarks (benchfigures.record)")
@@ -98,7 +100,7 @@ def main(argv=None):
                   f"{time.perf_counter() - start:.0f} s")
             time.sleep(2.5)   # the index stores only files settled for 2 s
         runs = sum(1 for _ in os.scandir(sweep) if _.is_dir())
-        domainbed = domainbed_checkout(args.domainbed, workdir)
+        domainbed = None if args.no_domainbed else domainbed_checkout(args.domainbed, workdir)
         results = measure(sweep, domainbed, args.old)
         report(results, runs, args, domainbed)
     finally:
@@ -121,7 +123,7 @@ def report(results, runs, args, domainbed):
                      f"{compared}")
     print(f"{runs} runs:")
     print("\n".join("  " + line for line in lines))
-    if domainbed is None:
+    if domainbed is None and not args.no_domainbed:
         print("  DomainBed: no checkout (--domainbed PATH)")
     if args.record:
         from benchfigures import record
@@ -129,7 +131,9 @@ def report(results, runs, args, domainbed):
                what=f"collect_results on a DomainBed-format sweep of {runs:,} runs "
                     f"({args.checkpoints} checkpoints a run, built from DomainBed's test "
                     f"sweep)",
-               command=f"python scripts/bench_collect.py --runs {args.runs} --record",
+               command=f"python scripts/bench_collect.py --runs {args.runs} --record"
+                       + (" --no_domainbed" if args.no_domainbed else "")
+                       + (" --old CHECKOUT" if args.old else ""),
                result="; ".join(lines),
                method="each command in its own process under /usr/bin/time (user + system "
                       "CPU, peak resident memory); cold: no index; warm: the records index "
