@@ -23,11 +23,12 @@ environment's worst-group and average accuracy).
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -100,6 +101,24 @@ def hparams_key(record: Record) -> tuple[str, str]:
     args = record["args"]
     return (str(args.get("hparams_seed")),
             json.dumps(record.get("hparams"), sort_keys=True, default=str))
+
+
+# (id(args), id(hparams)) -> hparams_key, while `shared_keys()` is open: the records of a
+# run share these objects, so a report computes each run's key once for every group and
+# method (records do not change while it is built)
+_HPARAMS_KEYS: dict[tuple[int, int], tuple[str, str]] | None = None
+
+
+@contextlib.contextmanager
+def shared_keys() -> Iterator[None]:
+    """Within it, each (args, hparams) object pair's hparams_key is computed once."""
+    global _HPARAMS_KEYS
+    outer = _HPARAMS_KEYS
+    _HPARAMS_KEYS = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _HPARAMS_KEYS = outer
 
 
 def has_worst_group(records: Iterable[Record]) -> bool:
@@ -200,7 +219,7 @@ class SelectionMethod:
     def hparams_accs(cls, records: Sequence[Record]) -> list[tuple[Choice, list[Record]]]:
         """Records of one group -> [(run_acc, run_records)], best val_acc first."""
         by_hparams: dict[tuple[str, str], list[Record]] = collections.defaultdict(list)
-        keys: dict[tuple[int, int], tuple[str, str]] = {}   # a run's records share objects
+        keys = _HPARAMS_KEYS if _HPARAMS_KEYS is not None else {}
         for r in records:
             shared = (id(r["args"]), id(r.get("hparams")))
             key = keys.get(shared)

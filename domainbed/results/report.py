@@ -221,6 +221,13 @@ def build_report(records: Records | list[Record],
     """Records -> reporting.Report. `methods`: selection method classes; default
     DomainBed's three, plus worst-group selection when any record has worst-group
     accuracies. Worst-group tables cover only the datasets that have them."""
+    with model_selection.shared_keys():
+        return _build_report(records, methods, metric)
+
+
+def _build_report(records: Records | list[Record],
+                  methods: Sequence[type[SelectionMethod]] | None,
+                  metric: str | None) -> reporting.Report:
     record_list = cast("list[Record]", getattr(records, "records", records))
     labels = model_selection.dataset_labels(record_list)
     infos = dataset_infos(record_list, labels)
