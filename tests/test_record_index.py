@@ -4,6 +4,7 @@ sweep); the index serves a file only while the file is unchanged (changed in pla
 replaced, truncated, deleted, new: read again), and a corrupt, crafted or symlinked index
 is ignored with a warning and rebuilt, never trusted."""
 import importlib.util
+import json
 import os
 import shutil
 import time
@@ -164,13 +165,19 @@ def _corrupt_variants(data):
     crafted = data.replace(b'"step"]', b'"stepx"]', 1)      # a column renamed
     bad_record = data.replace(b'"VLCS"', b'["VLCS"]', 1)    # args.dataset not a string
     assert crafted != data and bad_record != data
+    header = json.loads(data[len(record_index.MAGIC) + 8:header_end])
+    header["entries"][1]["at"] = 0                 # two entries read the same values
+    text = json.dumps(header).encode()
+    overlapping = (record_index.MAGIC + len(text).to_bytes(8, "little") + text +
+                   data[header_end:])
     return {"garbage": b"\x00" * 100, "truncated": data[:header_end - 10],
+            "overlapping": overlapping,
             "cut values": data[:-4], "crafted keys": crafted, "bad record": bad_record,
             "pickle": b"\x80\x04\x95" + data}
 
 
 @pytest.mark.parametrize("variant", ["garbage", "truncated", "cut values", "crafted keys",
-                                     "bad record", "pickle"])
+                                     "bad record", "pickle", "overlapping"])
 def test_a_corrupt_or_crafted_index_is_ignored_with_a_warning_and_rebuilt(sweep, reads,
                                                                          variant, caplog):
     expected = _load(sweep).records
@@ -182,6 +189,8 @@ def test_a_corrupt_or_crafted_index_is_ignored_with_a_warning_and_rebuilt(sweep,
     assert loaded.records == expected
     assert any("ignored the records index" in n for n in loaded.notes)
     assert "ignored the records index" in caplog.text
+    if variant == "overlapping":
+        assert "overlap" in caplog.text
     reads.clear()
     _load(sweep)
     assert reads == []                      # rebuilt

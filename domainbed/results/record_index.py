@@ -208,9 +208,16 @@ def decode(data: bytes) -> dict[str, tuple[StatKey, list[Record], list[str]]]:
         raise CorruptIndex(f"not version {VERSION}")
     values = np.frombuffer(data, dtype="<f8", offset=start + length)
     entries = {}
+    at = 0   # column blocks follow each other: no two entries read the same values
     for entry in header["entries"]:
+        if isinstance(entry, dict) and "records" not in entry and entry.get("at") != at:
+            raise CorruptIndex("its entries' values overlap or leave gaps")
         rel, key, records, notes = _entry(entry, values)
         entries[rel] = (key, records, notes)
+        if "records" not in entry:
+            at += len(records) * sum(t in "fi" for t in entry["types"])
+    if at != values.size:
+        raise CorruptIndex("its values do not match its entries")
     return entries
 
 
