@@ -481,11 +481,17 @@ def missing_split_notes(records: Sequence[Record], methods: Iterable[type[Select
         # SubpopBench's runs hold out two environments (val and test)
         served = records if issubclass(method, ValWorstGroupSelectionMethod) else \
             single_test_env_records(records)
+        missing_of: dict[tuple[Any, ...], list[str]] = {}   # a run's records: one shape
         for record in served:
-            keys = method.required_keys(record)
-            if method is LeaveOneOutSelectionMethod:
-                keys = keys[-1:]   # val keys live in the two-test-env runs
-            absent.update(k for k in keys if k not in record)
+            shape = (id(record["args"]), *record)
+            missing = missing_of.get(shape)
+            if missing is None:
+                keys = method.required_keys(record)
+                if method is LeaveOneOutSelectionMethod:
+                    keys = keys[-1:]   # val keys live in the two-test-env runs
+                missing = missing_of[shape] = [k for k in keys if k not in record]
+            if missing:
+                absent.update(missing)
         if absent:
             names = ", ".join(sorted(absent))
             notes.append(f"note: {method.name}: {sum(absent.values())} missing values "
