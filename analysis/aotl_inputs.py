@@ -186,11 +186,11 @@ def read_accuracy_csvs(paths: Iterable[PathLike]) -> Accuracies:
 
 def _load_records(path: PathLike) -> list[dict[str, Any]]:
     try:
-        from domainbed.results.records import load_records
+        from domainbed.results.records import TABLE_FIELDS, load_records
     except ImportError as e:  # pragma: no cover - only while the records module is missing
         raise UserError(f"cannot read sweep directory {path}: domainbed.results.records is "
                         f"unavailable ({e})") from None
-    return load_records(path).records
+    return load_records(path, fields=TABLE_FIELDS).records
 
 
 def _dataset_labels(records: Sequence[dict[str, Any]]) -> list[str]:

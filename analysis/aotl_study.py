@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from domainbed.api import train_zoo
-from domainbed.results.records import load_records
+from domainbed.results.records import TABLE_FIELDS, load_records
 from oodutils import fileio
 from oodutils.errors import UserError
 
@@ -29,7 +29,7 @@ from oodutils.errors import UserError
 def zoo_facts(runs_dir: str) -> pd.DataFrame | None:
     """What the zoo is, from its records: runs and checkpoints per test env, algorithm
     and architecture, steps, evaluated splits, and each run's final ID accuracy."""
-    recs = load_records(runs_dir, quiet=True).records
+    recs = load_records(runs_dir, quiet=True, fields=TABLE_FIELDS).records
     if not recs:
         return None
     by_run: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)

@@ -218,11 +218,12 @@ def checkpoints_from_sweep(input_dirs: Sequence[str | os.PathLike[str]],
     Checkpoint per test environment. A sweep without logits is a UserError saying how
     to get them."""
     from domainbed.results.records import (
+        TABLE_FIELDS,
         list_prediction_steps,
         load_predictions,
         load_records,
     )
-    loaded = load_records(input_dirs)
+    loaded = load_records(input_dirs, fields=TABLE_FIELDS)
     runs: dict[str, dict] = {}
     for record in loaded.records:
         runs.setdefault(record["run_dir"], record)

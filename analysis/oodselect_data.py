@@ -148,9 +148,10 @@ def from_runs(input_dir, dataset=None, id_envs=None, ood_env=None, require_done=
     A covers the OOD environment's in and out splits, columns sorted by example id.
     Raises UserError when models were scored on different OOD examples, naming the runs.
     """
-    from domainbed.results.records import load_records, prediction_matrix
+    from domainbed.results.records import TABLE_FIELDS, load_records, prediction_matrix
 
-    recs = load_records(input_dir, require_done=require_done, quiet=quiet).records
+    recs = load_records(input_dir, require_done=require_done, quiet=quiet,
+                        fields=TABLE_FIELDS).records
     if not recs:
         raise UserError(f"no finished runs (results.jsonl + done) under {input_dir}")
     dataset = _pick("dataset", dataset, [r["args"].get("dataset") for r in recs])

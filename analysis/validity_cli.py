@@ -76,13 +76,15 @@ def _k_kwargs(args):
 
 def _load(args):
     from analysis.validity_records import benchmark_names, group_results, k_from_records, read_k_csv
-    from domainbed.results.records import load_records
-    recs = load_records(args.input_dir, require_done=not args.include_unfinished)
+    from domainbed.results.records import TABLE_FIELDS, load_records
+    recs = load_records(args.input_dir, require_done=not args.include_unfinished,
+                        fields=TABLE_FIELDS)
     k_recs = []
     if getattr(args, "k_dir", None):
         if args.k_csv:
             raise UserError("pass either --k_dir or --k_csv, not both")
-        k_recs = load_records(args.k_dir, require_done=not args.include_unfinished).records
+        k_recs = load_records(args.k_dir, require_done=not args.include_unfinished,
+                              fields=TABLE_FIELDS).records
     names, labels = benchmark_names(recs.records + k_recs)
     results = group_results(recs, names, labels)
     K, k_table = None, None

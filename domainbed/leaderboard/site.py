@@ -25,7 +25,7 @@ from domainbed.leaderboard import pages, panels, robustness
 from domainbed.leaderboard.published import load_published
 from domainbed.results import model_selection
 from domainbed.results import tables as reporting
-from domainbed.results.records import load_records
+from domainbed.results.records import TABLE_FIELDS, load_records
 from oodutils.errors import UserError
 from oodutils.fileio import finite_json
 
@@ -224,7 +224,8 @@ def build_site(input_dirs: PathLike | Sequence[PathLike], out: PathLike,
     check_out_dir(out)
     for path in oodselect_dirs:
         panels.check_oodselect_dir(path)
-    loaded = load_records(input_dirs, require_done=not include_unfinished, quiet=True)
+    loaded = load_records(input_dirs, require_done=not include_unfinished, quiet=True,
+                          fields=TABLE_FIELDS)
     sources = load_published()
     model = lbmodel.build_model(loaded, sources, methods)
     model["sweeps"] = sweep_names(input_dirs)

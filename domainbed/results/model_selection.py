@@ -23,11 +23,12 @@ environment's worst-group and average accuracy).
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -52,6 +53,8 @@ Labels = dict[tuple[Any, DataKey], str]
 def _value(record: Mapping[str, Any], key: str) -> float | None:
     """record[key] as a finite float, or None."""
     value = record.get(key)
+    if type(value) is float:            # the common case, answered without float()
+        return value if value - value == 0 else None   # inf - inf and nan - nan are nan
     if value is None or isinstance(value, bool):
         return None
     try:
@@ -59,6 +62,12 @@ def _value(record: Mapping[str, Any], key: str) -> float | None:
     except (TypeError, ValueError):
         return None
     return value if math.isfinite(value) else None
+
+
+def _mean(values: list[float]) -> float:
+    """np.mean of a list, to the bit: under 8 values numpy adds them in order, as sum()
+    does, and divides by their count (no array built for the few envs of a record)."""
+    return sum(values) / len(values) if len(values) < 8 else float(np.mean(values))
 
 
 def _test_envs(record: Record) -> list[int]:
@@ -79,7 +88,7 @@ def num_envs(record: Record) -> int:
 
 def single_test_env_records(records: Iterable[Record]) -> list[Record]:
     """The records with exactly one test env (DomainBed's get_test_records)."""
-    return [r for r in records if len(_test_envs(r)) == 1]
+    return [r for r in records if len(r["args"].get("test_envs") or ()) == 1]
 
 
 def data_key(args: Mapping[str, Any]) -> DataKey:
@@ -94,18 +103,42 @@ def hparams_key(record: Record) -> tuple[str, str]:
             json.dumps(record.get("hparams"), sort_keys=True, default=str))
 
 
+# (id(args), id(hparams)) -> hparams_key, while `shared_keys()` is open: the records of a
+# run share these objects, so a report computes each run's key once for every group and
+# method (records do not change while it is built)
+_HPARAMS_KEYS: dict[tuple[int, int], tuple[str, str]] | None = None
+
+
+@contextlib.contextmanager
+def shared_keys() -> Iterator[None]:
+    """Within it, each (args, hparams) object pair's hparams_key is computed once."""
+    global _HPARAMS_KEYS
+    outer = _HPARAMS_KEYS
+    _HPARAMS_KEYS = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _HPARAMS_KEYS = outer
+
+
 def has_worst_group(records: Iterable[Record]) -> bool:
     """Whether any record carries worst-group accuracies (env{i}_{in,out}_wga)."""
-    return any(_WGA_KEY.match(k) for r in records for k in r)
+    keys: set[str] = set()
+    for r in records:
+        keys.update(r)
+    return any(_WGA_KEY.match(k) for k in keys)
 
 
 def dataset_labels(records: Iterable[Record]) -> Labels:
     """{(dataset, data_key): label}: the dataset's name, or where one dataset was run on
     several data variants, the name plus the args that tell the variants apart."""
     variants: dict[Any, set[DataKey]] = collections.defaultdict(set)
+    seen: set[int] = set()          # id(args): a run's records share one args object
     for r in records:
         args = r["args"]
-        variants[args.get("dataset")].add(data_key(args))
+        if id(args) not in seen:
+            seen.add(id(args))
+            variants[args.get("dataset")].add(data_key(args))
     labels: Labels = {}
     for dataset, keys in variants.items():
         if len(keys) == 1:
@@ -137,14 +170,23 @@ def group_records(records: Sequence[Record], labels: Labels | None = None
     Records whose args lack dataset/algorithm/trial_seed/test_envs are left out."""
     labels = dataset_labels(records) if labels is None else labels
     groups: dict[GroupKey, list[Record]] = collections.defaultdict(list)
+    keys_of: dict[int, list[GroupKey]] = {}   # id(args) -> its groups (args shared by a run)
     for r in records:
         args = r["args"]
-        if any(args.get(k) is None for k in ("dataset", "algorithm", "trial_seed")):
-            continue
-        for test_env in _test_envs(r):
-            groups[GroupKey(args["trial_seed"], dataset_label(r, labels),
-                            args["algorithm"], test_env)].append(r)
+        keys = keys_of.get(id(args))
+        if keys is None:
+            keys = keys_of[id(args)] = _group_keys(r, labels)
+        for key in keys:
+            groups[key].append(r)
     return dict(groups)
+
+
+def _group_keys(record: Record, labels: Labels) -> list[GroupKey]:
+    args = record["args"]
+    if any(args.get(k) is None for k in ("dataset", "algorithm", "trial_seed")):
+        return []
+    return [GroupKey(args["trial_seed"], dataset_label(record, labels), args["algorithm"],
+                     test_env) for test_env in _test_envs(record)]
 
 
 def _hparams_sort_key(key: tuple[str, str]) -> tuple[int, int | str, str]:
@@ -177,8 +219,13 @@ class SelectionMethod:
     def hparams_accs(cls, records: Sequence[Record]) -> list[tuple[Choice, list[Record]]]:
         """Records of one group -> [(run_acc, run_records)], best val_acc first."""
         by_hparams: dict[tuple[str, str], list[Record]] = collections.defaultdict(list)
+        keys = _HPARAMS_KEYS if _HPARAMS_KEYS is not None else {}
         for r in records:
-            by_hparams[hparams_key(r)].append(r)
+            shared = (id(r["args"]), id(r.get("hparams")))
+            key = keys.get(shared)
+            if key is None:
+                key = keys[shared] = hparams_key(r)
+            by_hparams[key].append(r)
         accs = []
         for key in sorted(by_hparams, key=_hparams_sort_key):
             acc = cls.run_acc(by_hparams[key])
@@ -226,7 +273,7 @@ class _TrainingDomainMethod(SelectionMethod):
         vals = [v for v in found if v is not None]
         if not vals:
             return None
-        return cls._choice(float(np.mean(vals)),
+        return cls._choice(_mean(vals),
                            _value(record, f"env{test_env}_{cls.test_suffix}"), record)
 
     @classmethod
@@ -434,11 +481,17 @@ def missing_split_notes(records: Sequence[Record], methods: Iterable[type[Select
         # SubpopBench's runs hold out two environments (val and test)
         served = records if issubclass(method, ValWorstGroupSelectionMethod) else \
             single_test_env_records(records)
+        missing_of: dict[tuple[Any, ...], list[str]] = {}   # a run's records: one shape
         for record in served:
-            keys = method.required_keys(record)
-            if method is LeaveOneOutSelectionMethod:
-                keys = keys[-1:]   # val keys live in the two-test-env runs
-            absent.update(k for k in keys if k not in record)
+            shape = (id(record["args"]), *record)
+            missing = missing_of.get(shape)
+            if missing is None:
+                keys = method.required_keys(record)
+                if method is LeaveOneOutSelectionMethod:
+                    keys = keys[-1:]   # val keys live in the two-test-env runs
+                missing = missing_of[shape] = [k for k in keys if k not in record]
+            if missing:
+                absent.update(missing)
         if absent:
             names = ", ".join(sorted(absent))
             notes.append(f"note: {method.name}: {sum(absent.values())} missing values "

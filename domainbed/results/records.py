@@ -16,6 +16,7 @@ read.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import zipfile
@@ -25,10 +26,16 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
+from domainbed.results.record_index import RecordIndex, index_cap, is_regular, stat_key
 from domainbed.results.schema import record_problem
 from oodutils.errors import UserError, load_error_reason
 from oodutils.log import get_logger
 from oodutils.untrusted import open_regular, parse_json, read_lines
+
+try:  # parses records about three times faster than json; json where it is absent
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - orjson is a dependency; kept optional at runtime
+    _orjson = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,6 +51,9 @@ PREDICTIONS_DIR = "predictions"
 _STEP_FILE = re.compile(r"^step_(\d+)\.npz$")
 MAX_LINE_BYTES = 4 << 20  # a record is a few kB; a longer line is skipped, never held
 MAX_NOTES_SHOWN = 20
+# What the results tables, the leaderboard and the analyses read of a record (with every
+# ``env*`` key): load_records(fields=TABLE_FIELDS) keeps only these
+TABLE_FIELDS = ("args", "hparams", "step", "epoch")
 
 
 class Records:
@@ -139,76 +149,219 @@ def find_run_dirs(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
     return found
 
 
-def _parse_line(line: str | bytes) -> tuple[Record | None, str | None]:
-    """One results.jsonl line -> (record, None), or (None, what is wrong with it)."""
-    record = parse_json(line)
-    if record is None:
-        return None, "not JSON (corrupt, truncated or nested too deeply)"
-    problem = record_problem(record)
-    return (None, problem) if problem else (record, None)
+# A line's bytes mapped to their shape (digits to 0, "." and "e" kept, others to a space):
+# an integer of 19 digits or more shows as a space then 19 zeros (a fraction's digits
+# follow a "."), and the line goes to json (orjson would make it a float)
+_NUMBER_SHAPE = bytes(48 if 48 <= b <= 57 else b if b in b".e" else 101 if b == 69 else 32
+                      for b in range(256))
+_LONG_INTEGER = b" " + b"0" * 19
 
 
-def read_run(run_dir: str, notes: list[str] | None = None) -> tuple[list[Record], int]:
-    """(records, skipped_lines) of one run directory; raises OSError when unreadable (not a
-    regular file included). Each skipped line adds a note naming it to `notes`."""
+_MAX_FAST_BRACKETS = 256   # orjson 3.8 crashes on nesting thousands deep: json reads those
+
+
+def _loads(line: bytes) -> Any:
+    """The JSON value of one line, or None. orjson where it reads the line as json would
+    (it rejects NaN, big numbers, a BOM and lone surrogates, which json takes, and makes
+    integers of 19 digits or more floats, which json does not): then json decides."""
+    if _orjson is not None and _LONG_INTEGER not in line.translate(_NUMBER_SHAPE) and \
+            line.count(b"[") + line.count(b"{") <= _MAX_FAST_BRACKETS:
+        try:
+            return _orjson.loads(line)
+        except _orjson.JSONDecodeError:
+            pass
+    return parse_json(line)
+
+
+def _kept(record: Record, fields: Sequence[str] | None) -> Record:
+    if fields is None:
+        return record
+    return {k: v for k, v in record.items() if k in fields or k.startswith("env")}
+
+
+def parse_run_lines(path: str, lines: Iterable[bytes | None], notes: list[str] | None = None,
+                    fields: Sequence[str] | None = None) -> tuple[list[Record], int]:
+    """(records, skipped) of the lines of one results.jsonl (None: an over-long line).
+
+    Lines of one run carry the same ``args`` and ``hparams``: a line whose objects are the
+    previous record's (the same bytes, or the same values of the same types) gets those very
+    objects, so they are held once and checked once.
+    fields: keep only these keys and the ``env*`` ones (TABLE_FIELDS: what the tables read)."""
     records: list[Record] = []
     skipped = 0
-    record: Record | None
-    problem: str | None
-    path = os.path.join(run_dir, RESULTS_FILE)
-    for number, raw in enumerate(read_lines(path, MAX_LINE_BYTES), start=1):
+    checked: Record | None = None
+    args_prefix = b""
+    for number, raw in enumerate(lines, start=1):
+        problem: str | None = None
         if raw is None:
-            record, problem = None, f"longer than {MAX_LINE_BYTES} bytes"
+            problem = f"longer than {MAX_LINE_BYTES} bytes"
         elif not raw.strip():
             continue
         else:
-            record, problem = _parse_line(raw)
-        if record is None:
+            record = _loads(raw)
+            if record is None:
+                problem = "not JSON (corrupt, truncated or nested too deeply)"
+            else:
+                if checked is not None and isinstance(record, dict):
+                    same_bytes = bool(args_prefix) and raw.startswith(args_prefix) and \
+                        raw.count(b'"args"') == 1   # no later "args" key overrides
+                    _share(record, checked, same_bytes)
+                problem = record_problem(record, checked)
+        if problem is not None:
             skipped += 1
             if notes is not None:
                 notes.append(f"{path} line {number}: {problem}")
             continue
+        if checked is None or record["args"] is not checked["args"]:
+            args_prefix = _args_prefix(raw)  # type: ignore[arg-type]
+        checked = record
+        records.append(_kept(record, fields))
+    return records, skipped
+
+
+_ARGS_START = b'{"args": '
+_DECODER = json.JSONDecoder()
+
+
+def _args_prefix(raw: bytes) -> bytes:
+    """The bytes of `raw` up to the end of its leading ``{"args": {...}`` (a line that
+    starts with them has the same args), or b"" when the line does not start so."""
+    if not raw.startswith(_ARGS_START):
+        return b""
+    try:
+        text = raw.decode("utf-8")
+        _, end = _DECODER.raw_decode(text, len(_ARGS_START))
+    except (ValueError, RecursionError):
+        return b""
+    return text[:end].encode("utf-8")
+
+
+def _share(record: Record, previous: Record, same_args_bytes: bool) -> None:
+    """Give `record` the previous record's args / hparams objects where they are the same
+    value: equal, and equal in repr (so 1 and 1.0, True and 1, 0.0 and -0.0, or another key
+    order never pass for each other)."""
+    if "args" in record and (same_args_bytes or _same(record["args"], previous["args"])):
+        record["args"] = previous["args"]
+    if "hparams" in record and "hparams" in previous and \
+            _same(record["hparams"], previous["hparams"]):
+        record["hparams"] = previous["hparams"]
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of the same types and key order (repr decides where values nest or where
+    a zero could be -0.0)."""
+    if a is b:
+        return True
+    if type(a) is not type(b) or a != b:
+        return False
+    if type(a) is dict:
+        types = list(map(type, a.values()))
+        if list(a) != list(b) or types != list(map(type, b.values())):
+            return False
+        if dict not in types and list not in types and 0.0 not in a.values():
+            return True
+    return repr(a) == repr(b)
+
+
+def read_run(run_dir: str, notes: list[str] | None = None,
+             fields: Sequence[str] | None = None) -> tuple[list[Record], int]:
+    """(records, skipped_lines) of one run directory; raises OSError when unreadable (not a
+    regular file included). Each skipped line adds a note naming it to `notes`."""
+    path = os.path.join(run_dir, RESULTS_FILE)
+    records, skipped = parse_run_lines(path, read_lines(path, MAX_LINE_BYTES), notes, fields)
+    for record in records:
         record["run_dir"] = run_dir
-        records.append(record)
     return records, skipped
 
 
 def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = True,
-                 quiet: bool = False) -> Records:
+                 quiet: bool = False, fields: Sequence[str] | None = None,
+                 use_index: bool = True) -> Records:
     """Read every run under `input_dir` (a path, or a list of paths) into a Records.
 
     require_done: skip runs without a ``done`` marker (still running, or killed).
     quiet: do not log the skip warning (it stays available as ``Records.warning()``).
+    fields: ``TABLE_FIELDS`` keeps only the keys the tables, the leaderboard and the
+    analyses read; then an index of each input directory's records
+    (``domainbed.results.record_index``, unless `use_index` is False) serves the files that
+    have not changed since it was written. None keeps every key and reads every file.
     Lines that do not fit the records schema (``domainbed.results.schema``) and files that
     are not regular files are skipped, each with a note (``Records.notes``).
     Raises UserError when an input directory is missing.
     """
     dirs = _as_dir_list(input_dir)
-    records: list[Record] = []
-    kept_dirs: list[str] = []
-    notes: list[str] = []
-    skipped_lines = skipped_runs = 0
-    for run_dir in find_run_dirs(dirs):
-        if require_done and not os.path.exists(os.path.join(run_dir, DONE_FILE)):
-            skipped_runs += 1
-            continue
-        try:
-            run_records, bad = read_run(run_dir, notes)
-        except OSError as e:
-            skipped_runs += 1
-            notes.append(f"{os.path.join(run_dir, RESULTS_FILE)}: unreadable "
-                         f"({e.strerror or e})")
-            continue
-        skipped_lines += bad
-        records.extend(run_records)
-        kept_dirs.append(run_dir)
-    result = Records(records, skipped_lines, skipped_runs, kept_dirs, dirs, notes)
-    logger.debug(f"read {len(records)} records from {len(kept_dirs)} run(s) under "
-                 f"{', '.join(map(str, dirs))}")
+    found = [(top, find_run_dirs(top)) for top in dirs]
+    reader = _Reader(fields, use_index and fields is not None and
+                     tuple(fields) == TABLE_FIELDS, require_done)
+    for top, run_dirs in found:
+        reader.read_tree(top, run_dirs)
+    result = Records(reader.records, reader.skipped_lines, reader.skipped_runs,
+                     reader.kept_dirs, dirs, reader.notes)
+    logger.debug(f"read {len(reader.records)} records from {len(reader.kept_dirs)} run(s) "
+                 f"under {', '.join(map(str, dirs))}")
     message = result.warning()
     if message and not quiet:
         logger.warning(message)
     return result
+
+
+class _Reader:
+    """What load_records gathers, one input directory at a time."""
+
+    def __init__(self, fields: Sequence[str] | None, indexed: bool, require_done: bool
+                 ) -> None:
+        self.fields, self.indexed, self.require_done = fields, indexed, require_done
+        self.records: list[Record] = []
+        self.kept_dirs: list[str] = []
+        self.notes: list[str] = []
+        self.skipped_lines = self.skipped_runs = 0
+
+    def read_tree(self, top: str, run_dirs: list[str]) -> None:
+        """Read the runs `run_dirs` found under `top`, through its index when indexed."""
+        runs: list[tuple[str, os.stat_result | None]] = []
+        for run_dir in run_dirs:
+            if self.require_done and not os.path.exists(os.path.join(run_dir, DONE_FILE)):
+                self.skipped_runs += 1
+                continue
+            try:
+                runs.append((run_dir, os.lstat(os.path.join(run_dir, RESULTS_FILE))))
+            except OSError:
+                runs.append((run_dir, None))
+        index = None
+        if self.indexed:
+            sizes = [st.st_size for _, st in runs if st is not None]
+            index = RecordIndex(top).load(index_cap(sizes))
+            self.notes += index.notes
+        for run_dir, st in runs:
+            self._read_run(top, run_dir, st, index)
+        if index is not None:
+            index.save()
+
+    def _read_run(self, top: str, run_dir: str, st: os.stat_result | None,
+                  index: RecordIndex | None) -> None:
+        path = os.path.join(run_dir, RESULTS_FILE)
+        rel = os.path.relpath(run_dir, top)
+        key = stat_key(st) if st is not None and is_regular(st) else None
+        hit = index.lookup(rel, key) if index is not None and key is not None else None
+        if hit is not None:
+            run_records, line_notes = hit
+            for record in run_records:
+                record["run_dir"] = run_dir
+        else:
+            notes: list[str] = []
+            try:
+                run_records, _ = read_run(run_dir, notes, self.fields)
+            except OSError as e:
+                self.skipped_runs += 1
+                self.notes.append(f"{path}: unreadable ({e.strerror or e})")
+                return
+            line_notes = [note[len(path) + 1:] for note in notes]
+            if index is not None and key is not None:
+                index.store(rel, key, run_records, line_notes)
+        self.notes += [f"{path} {note}" for note in line_notes]
+        self.skipped_lines += len(line_notes)
+        self.records.extend(run_records)
+        self.kept_dirs.append(run_dir)
 
 
 def _hashable(value: Any) -> Any:

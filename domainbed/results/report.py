@@ -78,9 +78,13 @@ class DatasetInfo:
 
 def dataset_infos(records: Iterable[Record], labels: dict) -> dict[str, DatasetInfo]:
     by_label = collections.defaultdict(list)
+    label_of: dict[int, str] = {}     # id(args) -> label: a run's records share one args
     for r in records:
         if r["args"].get("dataset") is not None:
-            by_label[model_selection.dataset_label(r, labels)].append(r)
+            label = label_of.get(id(r["args"]))
+            if label is None:
+                label = label_of[id(r["args"])] = model_selection.dataset_label(r, labels)
+            by_label[label].append(r)
     infos = {label: DatasetInfo(label, rs) for label, rs in by_label.items()}
     base_order = order_names({i.name for i in infos.values()}, DOMAINBED_DATASETS)
     ordered = sorted(infos.values(), key=lambda i: (base_order.index(i.name), i.label))
@@ -217,6 +221,13 @@ def build_report(records: Records | list[Record],
     """Records -> reporting.Report. `methods`: selection method classes; default
     DomainBed's three, plus worst-group selection when any record has worst-group
     accuracies. Worst-group tables cover only the datasets that have them."""
+    with model_selection.shared_keys():
+        return _build_report(records, methods, metric)
+
+
+def _build_report(records: Records | list[Record],
+                  methods: Sequence[type[SelectionMethod]] | None,
+                  metric: str | None) -> reporting.Report:
     record_list = cast("list[Record]", getattr(records, "records", records))
     labels = model_selection.dataset_labels(record_list)
     infos = dataset_infos(record_list, labels)

@@ -64,20 +64,58 @@ def _args_problem(args: Mapping[str, Any]) -> str | None:
     return None
 
 
+_ENV_INDEX: dict[str, int | None] = {}   # key -> its env index, for the keys seen so far
+
+
+def _env_index(key: str) -> int | None:
+    """The i of an ``env<i>_...acc...`` / ``..._wga`` key, or None for any other key
+    (remembered for short keys: a sweep repeats the same few keys a million times)."""
+    found = _ENV_INDEX.get(key, -1)
+    if found != -1:
+        return found
+    match = _ENV_KEY.match(key)
+    index = None if match is None else int(match.group(1))
+    if len(key) <= 64 and len(_ENV_INDEX) < 4096:
+        _ENV_INDEX[key] = index
+    return index
+
+
 def _metrics_problem(record: Mapping[str, Any], n_envs: int) -> str | None:
     if not _is_int(record.get("step")) or record["step"] < 0:
         return "step is not an int >= 0"
     if record.get("epoch") is not None and not _is_number(record["epoch"]):
         return "epoch is not a number"
     for key, value in record.items():
-        match = _ENV_KEY.match(key)
-        if match is None:
+        env = _env_index(key)
+        if env is None:
             continue
-        if int(match.group(1)) >= n_envs:
+        if env >= n_envs:
             return f"{key} names an environment beyond {n_envs - 1}"
         if value is not None and not _is_number(value):
             return f"{key} is not a number"
     return None
+
+
+_NUMBER_OR_NULL = frozenset((int, float, type(None)))
+_ENV_KEYS_OF: dict[tuple[tuple[str, ...], int], tuple[str, ...] | None] = {}
+
+
+def _metrics_fit(record: Mapping[str, Any], n_envs: int) -> bool:
+    """A quick yes for `_metrics_problem(record, n_envs) is None`, from the accuracy keys of
+    the record's key tuple (worked out once per tuple); False means: ask it."""
+    shape = (tuple(record), n_envs)
+    env_keys = _ENV_KEYS_OF.get(shape, ())
+    if env_keys == ():
+        indices = [(key, _env_index(key)) for key in shape[0]]
+        env_keys = None if any(i is not None and i >= n_envs for _, i in indices) else \
+            tuple(key for key, i in indices if i is not None)
+        if len(_ENV_KEYS_OF) < 1024 and sum(map(len, shape[0])) < 4096:
+            _ENV_KEYS_OF[shape] = env_keys
+    if env_keys is None:
+        return False
+    step, epoch = record.get("step"), record.get("epoch")
+    return type(step) is int and step >= 0 and type(epoch) in _NUMBER_OR_NULL and \
+        set(map(type, map(record.__getitem__, env_keys))) <= _NUMBER_OR_NULL
 
 
 def _nesting_depth_exceeds(value: object, limit: int) -> bool:
@@ -94,10 +132,25 @@ def _nesting_depth_exceeds(value: object, limit: int) -> bool:
     return False
 
 
-def record_problem(record: object) -> str | None:
-    """What keeps `record` from fitting the schema (module docstring), or None."""
+def record_problem(record: object, checked: Mapping[str, Any] | None = None) -> str | None:
+    """What keeps `record` from fitting the schema (module docstring), or None.
+
+    checked: a record of the same run already found to fit; when `record` holds the very
+    same ``args`` and ``hparams`` objects (a reader shares them between the lines of a run),
+    only the record's own keys are checked again."""
     if not isinstance(record, dict):
         return "not a JSON object"
+    if checked is not None and record.get("args") is checked.get("args") and \
+            record.get("hparams") is checked.get("hparams") and "args" in record:
+        for key, value in record.items():
+            if isinstance(value, (list, dict)) and key not in ("args", "hparams") and \
+                    _nesting_depth_exceeds(value, MAX_DEPTH - 1):
+                return f"nested deeper than {MAX_DEPTH} levels"
+        names = record["args"].get("env_names")
+        n_envs = len(names) if names else MAX_ENVS
+        if _metrics_fit(record, n_envs):
+            return None
+        return _metrics_problem(record, n_envs)
     if _nesting_depth_exceeds(record, MAX_DEPTH):
         return f"nested deeper than {MAX_DEPTH} levels"
     args = record.get("args")

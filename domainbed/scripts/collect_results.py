@@ -90,7 +90,7 @@ def check_metric_name(name):
 def main(argv=None):
     args = parse_args(argv)
     from domainbed.results import tables as reporting
-    from domainbed.results.records import load_records
+    from domainbed.results.records import TABLE_FIELDS, load_records
     from domainbed.results.report import build_report
     if args.latex and args.format not in (None, "latex"):
         raise UserError(f"--latex conflicts with --format {args.format}")
@@ -100,7 +100,7 @@ def main(argv=None):
         methods = [model_selection.get_selection_method(n) for n in args.selection_methods]
 
     loaded = load_records(args.input_dir, require_done=not args.include_unfinished,
-                          quiet=True)
+                          quiet=True, fields=TABLE_FIELDS)
     where = ", ".join(args.input_dir)
     if not loaded.records:
         skipped = loaded.skip_summary()

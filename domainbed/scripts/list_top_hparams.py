@@ -75,10 +75,10 @@ def _run_acc_text(run_acc):
 
 def main(argv=None):
     args = parse_args(argv)
-    from domainbed.results.records import load_records
+    from domainbed.results.records import TABLE_FIELDS, load_records
     from domainbed.results.report import DOMAINBED_ALGORITHMS, order_names
     loaded = load_records(args.input_dir, require_done=not args.include_unfinished,
-                          quiet=True)
+                          quiet=True, fields=TABLE_FIELDS)
     if not loaded.records:
         skipped = loaded.skip_summary()
         raise UserError(f"no records found under {', '.join(args.input_dir)}"

@@ -1,0 +1,145 @@
+"""Time and peak memory of collect_results on a DomainBed-format sweep of many runs:
+ours cold (no index), ours warm (the records index), DomainBed's collect_results on the
+same files, and optionally an older checkout of ours.
+
+    python scripts/bench_collect.py --runs 100000            # builds 1.2 GB in a temp dir
+    python scripts/bench_collect.py --runs 10000 --record    # writes docs/benchmarks/...
+    python scripts/bench_collect.py --sweep_dir /tmp/s --keep --domainbed PATH --old PATH
+
+The sweep comes from scripts/sweep_replica.py (DomainBed's test sweep replicated with
+distinct datasets, algorithms, seeds and hparams; 12 checkpoints a run). Each command runs
+in its own process under /usr/bin/time: wall seconds, CPU seconds (user + system) and
+peak resident memory. DomainBed's code: --domainbed PATH (a checkout), else the
+stored snapshot of facebookresearch/DomainBed if present. The outputs are compared byte
+for byte (ours cold = ours warm = the older checkout's; DomainBed's text).
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sweep_replica import build_sweep  # noqa: E402
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+INDEX_FILE = ".records-index"
+DOMAINBED_SNAPSHOT = "/work/.mirror/facebookresearch+DomainBed/repo"
+
+
+def timed(command, cwd):
+    """(stdout, wall s, cpu s, peak MB) of `command` run in `cwd` under /usr/bin/time."""
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as report:
+        start = time.perf_counter()
+        done = subprocess.run(["/usr/bin/time", "-f", "%U %S %M", "-o", report.name,
+                               *command], cwd=cwd, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": cwd})
+        wall = time.perf_counter() - start
+        if done.returncode != 0:
+            raise SystemExit(f"error: {' '.join(command)} failed in {cwd}:\n"
+                             f"{done.stderr[-2000:]}")
+        user, system, peak_kb = report.read().split()[-3:]
+    return done.stdout, wall, float(user) + float(system), int(peak_kb) / 1024
+
+
+def domainbed_checkout(path, workdir):
+    """A directory holding DomainBed's `domainbed` package, or None."""
+    if path:
+        return path
+    if not os.path.isdir(DOMAINBED_SNAPSHOT):
+        return None
+    out = os.path.join(workdir, "DomainBed")
+    os.makedirs(out)
+    archive = subprocess.run(["git", "-C", DOMAINBED_SNAPSHOT, "archive", "HEAD"],
+                             capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", out], input=archive, check=True)
+    return out
+
+
+def measure(sweep, domainbed, old):
+    """{name: (output, wall, cpu, peak MB)} of each collect_results run on `sweep`."""
+    ours = [sys.executable, "-m", "domainbed.scripts.collect_results", "--input_dir", sweep,
+            "--no_save"]
+    index = os.path.join(sweep, INDEX_FILE)
+    if os.path.exists(index):
+        os.remove(index)
+    results = {"ours cold": timed(ours, ROOT), "ours warm (index)": timed(ours, ROOT)}
+    if old:
+        results["ours before (" + os.path.basename(os.path.normpath(old)) + ")"] = \
+            timed(ours, old)
+    if domainbed:
+        results["DomainBed"] = timed([sys.executable, "-m",
+                                      "domainbed.scripts.collect_results", "--input_dir",
+                                      sweep], domainbed)
+    return results
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=100_000)
+    parser.add_argument("--checkpoints", type=int, default=12)
+    parser.add_argument("--sweep_dir", default=None,
+                        help="build (or reuse, when it holds runs) the sweep here")
+    parser.add_argument("--keep", action="store_true", help="keep the sweep afterwards")
+    parser.add_argument("--domainbed", default=None, help="a DomainBed checkout")
+    parser.add_argument("--no_domainbed", action="store_true",
+                        help="leave DomainBed's collect_results out (it takes longest)")
+    parser.add_argument("--old", default=None, help="an older checkout of this project")
+    parser.add_argument("--record", action="store_true",
+                        help="write the figure to docs/benchmarks (benchfigures.record)")
+    args = parser.parse_args(argv)
+    workdir = tempfile.mkdtemp(prefix="bench-collect-")
+    sweep = args.sweep_dir or os.path.join(workdir, "sweep")
+    try:
+        if not (os.path.isdir(sweep) and os.listdir(sweep)):
+            start = time.perf_counter()
+            size = build_sweep(sweep, args.runs, args.checkpoints)
+            print(f"built {args.runs} runs, {size / 1e9:.2f} GB of records in "
+                  f"{time.perf_counter() - start:.0f} s")
+            time.sleep(2.5)   # the index stores only files settled for 2 s
+        runs = sum(1 for _ in os.scandir(sweep) if _.is_dir())
+        domainbed = None if args.no_domainbed else domainbed_checkout(args.domainbed, workdir)
+        results = measure(sweep, domainbed, args.old)
+        report(results, runs, args, domainbed)
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+            if args.sweep_dir is None:
+                shutil.rmtree(sweep, ignore_errors=True)
+    return 0
+
+
+def report(results, runs, args, domainbed):
+    outputs = {name: r[0] for name, r in results.items()}
+    cold = outputs["ours cold"]
+    same = {name: out == cold for name, out in outputs.items()}
+    lines = []
+    for name, (_, wall, cpu, peak) in results.items():
+        compared = "" if name == "ours cold" else \
+            f", output {'identical' if same[name] else 'DIFFERENT'}"
+        lines.append(f"{name}: {wall:.1f} s wall, {cpu:.1f} s CPU, {peak:.0f} MB peak"
+                     f"{compared}")
+    print(f"{runs} runs:")
+    print("\n".join("  " + line for line in lines))
+    if domainbed is None and not args.no_domainbed:
+        print("  DomainBed: no checkout (--domainbed PATH)")
+    if args.record:
+        from benchfigures import record
+        record(f"collect-{runs // 1000}k",
+               what=f"collect_results on a DomainBed-format sweep of {runs:,} runs "
+                    f"({args.checkpoints} checkpoints a run, built from DomainBed's test "
+                    f"sweep)",
+               command=f"python scripts/bench_collect.py --runs {args.runs} --record"
+                       + (" --no_domainbed" if args.no_domainbed else "")
+                       + (" --old CHECKOUT" if args.old else ""),
+               result="; ".join(lines),
+               method="each command in its own process under /usr/bin/time (user + system "
+                      "CPU, peak resident memory); cold: no index; warm: the records index "
+                      "written by the cold run; outputs compared byte for byte with ours "
+                      "cold")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

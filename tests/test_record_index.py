@@ -1,0 +1,231 @@
+"""The records index (domainbed.results.record_index): collect_results prints the same bytes
+cold and through the index, as the code before it did (golden output of a replicated
+sweep); the index serves a file only while the file is unchanged (changed in place, touched,
+replaced, truncated, deleted, new: read again), and a corrupt, crafted or symlinked index
+is ignored with a warning and rebuilt, never trusted."""
+import importlib.util
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from domainbed.results import record_index
+from domainbed.results import records as rec
+from domainbed.scripts import collect_results
+from tests.test_collect_results import run_main, sweep_copy
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "tests" / "data" / "replicated_sweep"
+PAST_NS = time.time_ns() - 3600 * 10**9   # an hour ago: settled, so the index stores it
+
+
+def _settle(sweep):
+    """Date every file an hour back (the index does not store a file modified just now)."""
+    for path in Path(sweep).rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            os.utime(path, ns=(PAST_NS, PAST_NS))
+
+
+def _sweep_replica():
+    spec = importlib.util.spec_from_file_location("sweep_replica",
+                                                  ROOT / "scripts" / "sweep_replica.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    """A copy of DomainBed's test sweep (40 runs of 5 records), settled."""
+    copy = sweep_copy(tmp_path)
+    (copy / record_index.INDEX_FILE).unlink(missing_ok=True)  # another reader's index
+    _settle(copy)
+    return copy
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """The run directories whose results.jsonl was read from the file (not the index)."""
+    seen = []
+    real = rec.read_run
+
+    def counting(run_dir, notes=None, fields=None):
+        seen.append(os.path.basename(run_dir))
+        return real(run_dir, notes, fields)
+
+    monkeypatch.setattr(rec, "read_run", counting)
+    return seen
+
+
+def _load(sweep):
+    return rec.load_records(sweep, quiet=True, fields=rec.TABLE_FIELDS)
+
+
+def _first_run(sweep):
+    return sorted(p.parent for p in Path(sweep).glob("*/results.jsonl"))[0]
+
+
+def test_replicated_sweep_prints_the_golden_bytes_cold_and_through_the_index(tmp_path, reads):
+    sweep = tmp_path / "replica"
+    _sweep_replica().build_sweep(sweep, runs=400, checkpoints=3)
+    _settle(sweep)
+    for fmt, suffix in (("text", "txt"), ("csv", "csv")):
+        golden = (GOLDEN / f"results_400x3.{suffix}").read_text()
+        cold = run_main(collect_results, ["--input_dir", str(sweep), "--no_save",
+                                          "--format", fmt])
+        reads.clear()
+        warm = run_main(collect_results, ["--input_dir", str(sweep), "--no_save",
+                                          "--format", fmt])
+        assert reads == []                     # every file came from the index
+        assert cold == golden and warm == golden
+
+
+def test_index_records_equal_the_files_records(sweep, reads):
+    from_files = rec.load_records(sweep, quiet=True, fields=rec.TABLE_FIELDS,
+                                  use_index=False)
+    _load(sweep)
+    assert (sweep / record_index.INDEX_FILE).is_file()
+    reads.clear()
+    warm = _load(sweep)
+    assert reads == []
+    assert warm.records == from_files.records and warm.run_dirs == from_files.run_dirs
+    assert [list(r) for r in warm.records] == [list(r) for r in from_files.records]
+
+
+def test_a_file_changed_in_place_with_its_size_and_mtime_kept_is_read_again(sweep, reads):
+    _load(sweep)
+    path = _first_run(sweep) / "results.jsonl"
+    text = path.read_text()
+    changed = text.replace('"step": 0', '"step": 7', 1)
+    assert len(changed) == len(text) and changed != text
+    with open(path, "r+") as f:        # same inode, same size
+        f.write(changed)
+    os.utime(path, ns=(PAST_NS, PAST_NS))   # same mtime: only the change time tells
+    reads.clear()
+    loaded = _load(sweep)
+    assert reads == [path.parent.name]
+    assert 7 in [r["step"] for r in loaded.records if r["run_dir"] == str(path.parent)]
+
+
+@pytest.mark.parametrize("how", ["touched", "replaced", "truncated"])
+def test_a_touched_replaced_or_truncated_file_is_read_again(sweep, reads, how):
+    _load(sweep)
+    path = _first_run(sweep) / "results.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    if how == "touched":
+        os.utime(path, ns=(PAST_NS + 10**9, PAST_NS + 10**9))
+    elif how == "replaced":                 # a new inode, same bytes, same mtime
+        fresh = path.with_name("fresh")
+        fresh.write_text("".join(lines))
+        os.utime(fresh, ns=(PAST_NS, PAST_NS))
+        os.replace(fresh, path)
+    else:
+        path.write_text("".join(lines[:2]))
+        os.utime(path, ns=(PAST_NS, PAST_NS))
+    reads.clear()
+    loaded = _load(sweep)
+    assert reads == [path.parent.name]
+    mine = [r for r in loaded.records if r["run_dir"] == str(path.parent)]
+    assert len(mine) == (2 if how == "truncated" else len(lines))
+
+
+def test_a_deleted_run_drops_out_and_a_new_run_is_read(sweep, reads):
+    first = _load(sweep)
+    gone = _first_run(sweep)
+    shutil.rmtree(gone)
+    new = sweep / "zz_new_run"
+    shutil.copytree(sorted(p.parent for p in sweep.glob("*/results.jsonl"))[0], new)
+    _settle(new)      # (dating a file changes its change time: only the new run's)
+    reads.clear()
+    loaded = _load(sweep)
+    assert reads == ["zz_new_run"]
+    assert str(gone) not in loaded.run_dirs and str(new) in loaded.run_dirs
+    assert len(loaded.records) == len(first.records)   # one run of 5 records for another
+    reads.clear()
+    _load(sweep)
+    assert reads == []                      # the rebuilt index holds the new run
+
+
+def test_a_file_written_just_now_is_not_stored(sweep, reads):
+    _load(sweep)
+    path = _first_run(sweep) / "results.jsonl"
+    path.write_text(path.read_text())       # mtime now: a same-tick rewrite could hide
+    for _ in range(2):
+        reads.clear()
+        _load(sweep)
+        assert reads == [path.parent.name]
+
+
+def _corrupt_variants(data):
+    header_end = len(record_index.MAGIC) + 8 + int.from_bytes(
+        data[len(record_index.MAGIC):len(record_index.MAGIC) + 8], "little")
+    crafted = data.replace(b'"step"]', b'"stepx"]', 1)      # a column renamed
+    bad_record = data.replace(b'"VLCS"', b'["VLCS"]', 1)    # args.dataset not a string
+    assert crafted != data and bad_record != data
+    header = json.loads(data[len(record_index.MAGIC) + 8:header_end])
+    header["entries"][1]["at"] = 0                 # two entries read the same values
+    text = json.dumps(header).encode()
+    overlapping = (record_index.MAGIC + len(text).to_bytes(8, "little") + text +
+                   data[header_end:])
+    return {"garbage": b"\x00" * 100, "truncated": data[:header_end - 10],
+            "overlapping": overlapping,
+            "cut values": data[:-4], "crafted keys": crafted, "bad record": bad_record,
+            "pickle": b"\x80\x04\x95" + data}
+
+
+@pytest.mark.parametrize("variant", ["garbage", "truncated", "cut values", "crafted keys",
+                                     "bad record", "pickle", "overlapping"])
+def test_a_corrupt_or_crafted_index_is_ignored_with_a_warning_and_rebuilt(sweep, reads,
+                                                                         variant, caplog):
+    expected = _load(sweep).records
+    index = sweep / record_index.INDEX_FILE
+    index.write_bytes(_corrupt_variants(index.read_bytes())[variant])
+    reads.clear()
+    loaded = _load(sweep)
+    assert len(reads) == 40                 # nothing taken from the bad index
+    assert loaded.records == expected
+    assert any("ignored the records index" in n for n in loaded.notes)
+    assert "ignored the records index" in caplog.text
+    if variant == "overlapping":
+        assert "overlap" in caplog.text
+    reads.clear()
+    _load(sweep)
+    assert reads == []                      # rebuilt
+
+
+def test_a_symlinked_index_is_not_followed_and_is_replaced(sweep, reads, tmp_path):
+    _load(sweep)
+    index = sweep / record_index.INDEX_FILE
+    target = tmp_path / "elsewhere"
+    target.write_bytes(index.read_bytes())
+    index.unlink()
+    index.symlink_to(target)
+    reads.clear()
+    loaded = _load(sweep)
+    assert len(reads) == 40 and any("ignored the records index" in n for n in loaded.notes)
+    assert not index.is_symlink() and index.is_file()   # rebuilt as a file of its own
+    assert target.read_bytes()[:len(record_index.MAGIC)] == record_index.MAGIC
+
+
+def test_an_unwritable_sweep_keeps_its_index_in_the_cache_dir(sweep, reads, tmp_path,
+                                                             monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(record_index.os, "access", lambda path, mode: False)
+    _load(sweep)
+    assert not (sweep / record_index.INDEX_FILE).exists()
+    assert Path(record_index.cache_path(str(sweep))).is_file()
+    reads.clear()
+    _load(sweep)
+    assert reads == []
+
+
+def test_bad_lines_are_noted_alike_cold_and_through_the_index(sweep):
+    path = _first_run(sweep) / "results.jsonl"
+    path.write_text(path.read_text() + "{not json\n")
+    os.utime(path, ns=(PAST_NS, PAST_NS))
+    cold, warm = _load(sweep), _load(sweep)
+    assert cold.skipped_lines == warm.skipped_lines == 1
+    assert cold.notes == warm.notes and str(path) in warm.notes[0]
