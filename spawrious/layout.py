@@ -23,7 +23,8 @@ def resolve_dataset_dir(root, must_exist=True):
     if must_exist and not os.path.isdir(root):
         raise UserError(f"data directory {root!r} does not exist; generate the images with "
                         f"`python -m spawrious.generate --output_dir {root}` or download the "
-                        f"released dataset with `python -m domainbed.scripts.download`")
+                        f"released dataset with `python -m domainbed.scripts.download --datasets "
+                        f"Spawrious --data_dir {root}`")
     candidate = os.path.join(root, DATASET_DIRNAME)
     if os.path.isdir(candidate):
         return candidate
@@ -34,7 +35,8 @@ def resolve_dataset_dir(root, must_exist=True):
         raise UserError(f"no Spawrious images under {root!r}: expected "
                         f"{os.path.join(root, DATASET_DIRNAME, '{0,1}', '<location>', '<breed>')}; "
                         f"generate them with `python -m spawrious.generate --output_dir {root}` "
-                        f"or download them with `python -m domainbed.scripts.download`")
+                        f"or download them with `python -m domainbed.scripts.download --datasets "
+                        f"Spawrious --data_dir {root}`")
     return candidate
 
 

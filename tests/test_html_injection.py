@@ -46,7 +46,7 @@ ELEMENTS = {"html", "head", "meta", "title", "link", "body", "header", "h1", "na
             "br", "b", "code", "figure", "img", "figcaption", "footer", "script"}
 ATTRIBUTES = {"lang", "charset", "name", "content", "rel", "href", "src", "alt", "class",
               "id", "title", "value", "style", "data-sort", "data-col", "data-algorithm",
-              "data-method"}
+              "data-method", "data-metric", "selected"}
 STYLE = re.compile(r"text-align:(left|right|center)")
 
 

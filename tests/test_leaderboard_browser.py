@@ -141,3 +141,55 @@ def test_no_page_is_wider_than_a_1280_px_screen(browser, site):
         browser.get(page.as_uri())
         scroll = browser.execute_script("return document.documentElement.scrollWidth")
         assert scroll <= width, f"{page.name} is {scroll} px wide in a {width} px window"
+
+
+@pytest.fixture(scope="module")
+def metric_site(tmp_path_factory):
+    from tests.test_leaderboard_metrics import build, write_runs
+    tmp = tmp_path_factory.mktemp("metric_site")
+    write_runs(tmp / "sweep", side_file_for={("IRM", 1)})
+    build(tmp / "sweep", tmp / "site")
+    return tmp / "site"
+
+
+def test_the_metric_selector_shows_that_metrics_numbers(browser, metric_site):
+    """Selecting a metric shows only its tables, with the numbers of the records' last
+    checkpoints (oracle selection), the lowest nll and ece marked best."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from tests.test_leaderboard_metrics import expected_oracle_text
+    browser.get((metric_site / "dataset_Debug28.html").as_uri())
+    metric = Select(browser.find_element(By.ID, "metric-filter"))
+    assert [o.get_attribute("value") for o in metric.options] == ["accuracy", "nll", "ece"]
+
+    def shown():
+        sections = browser.find_elements(By.CSS_SELECTOR, "section.method")
+        return {(s.get_attribute("data-method"), s.get_attribute("data-metric"))
+                for s in sections if s.is_displayed()}
+
+    def oracle_cells(name):
+        table = browser.find_element(
+            By.CSS_SELECTOR, f'section[data-method="oracle"][data-metric="{name}"] table.board')
+        return {r.get_attribute("data-algorithm"): [
+            (td.text.split("\n")[0], "best" in (td.get_attribute("class") or ""))
+            for td in r.find_elements(By.TAG_NAME, "td")[1:3]]
+            for r in table.find_elements(By.CSS_SELECTOR, "tbody tr")}
+
+    assert shown() == {("training_domain", "accuracy"), ("oracle", "accuracy")}
+    for name in ("nll", "ece", "accuracy"):
+        metric.select_by_value(name)
+        assert shown() == {("training_domain", name), ("oracle", name)}
+        cells = oracle_cells(name)
+        for algorithm in ("ERM", "IRM"):
+            assert [text for text, _ in cells[algorithm]] == [
+                expected_oracle_text(algorithm, env, name) for env in (0, 1)]
+        for env in (0, 1):
+            values = {a: float(expected_oracle_text(a, env, name)) for a in ("ERM", "IRM")}
+            best = (max if name == "accuracy" else min)(values, key=values.get)
+            assert [a for a in cells if cells[a][env][1]] == [best]
+
+    browser.get((metric_site / "index.html").as_uri())
+    Select(browser.find_element(By.ID, "metric-filter")).select_by_value("nll")
+    Select(browser.find_element(By.ID, "method-filter")).select_by_value("oracle")
+    assert shown() == {("oracle", "nll")}

@@ -5,6 +5,9 @@ The numbers come from collect_results' own functions (``section_inputs``,
 formatters, so every cell reads exactly as collect_results prints it. This module adds
 what the pages need beyond the tables: trials and hyperparameter draws per cell, the runs
 behind each cell, why a cell is missing, ranks, gains over ERM and the published rows.
+``sections`` are accuracy tables; ``metric_sections[name]`` the same accuracy-based
+selections' tables of each further metric the records carry (``metrics``: "accuracy"
+first), as ``collect_results --metric NAME`` builds them.
 
     model = build_model(load_records(dirs), published.load_published())
 """
@@ -31,9 +34,11 @@ def _cell(cell, **extra):
     return {"mean": cell.mean, "err": cell.err, "n_trials": cell.n, "text": text, **extra}
 
 
-def _rank(values):
-    """{name: rank} for the names with a value: 1 = highest; ties share the best rank."""
-    present = {k: v for k, v in values.items() if v is not None}
+def _rank(values, lower_is_better=False):
+    """{name: rank} for the names with a value: 1 = highest (lowest where lower is
+    better); ties share the best rank."""
+    sign = -1 if lower_is_better else 1
+    present = {k: sign * v for k, v in values.items() if v is not None}
     return {k: 1 + sum(other > v for other in present.values()) for k, v in present.items()}
 
 
@@ -59,7 +64,7 @@ class _SweepIndex:
                 self.pairs.add((label, alg))
             self.run_hparams.setdefault(r.get("run_dir"), r.get("hparams"))
 
-    def missing_reason(self, method, label, alg, env, env_name):
+    def missing_reason(self, method, label, alg, env, env_name, metric=None):
         if alg not in self.algorithms[label]:
             return f"no runs of {alg} on {label}"
         if method is model_selection.LeaveOneOutSelectionMethod and \
@@ -67,6 +72,9 @@ class _SweepIndex:
             return LOO_NEEDS
         if not self.hparams[(label, alg, env)]:
             return f"no run with test environment {env_name} alone"
+        if metric is not None:
+            return (f"the selected checkpoints have no {metric} (train with --metrics "
+                    f"{metric}, or run domainbed-metrics)")
         return "no checkpoint could be selected (the records lack its validation accuracies)"
 
 
@@ -78,7 +86,7 @@ def _runs_of(selected):
     return runs
 
 
-def _dataset_table(table, method, info, index, runs):
+def _dataset_table(table, method, info, index, runs, metric=None):
     rows = []
     for alg, cells, avg in zip(table.rows, table.cells, table.avg):
         out = []
@@ -92,7 +100,8 @@ def _dataset_table(table, method, info, index, runs):
             extra = {"env": env, "n_hparams": len(index.hparams[(info.label, alg, env)]),
                      "runs": behind}
             if cell is None:
-                extra["missing"] = index.missing_reason(method, info.label, alg, env, name)
+                extra["missing"] = index.missing_reason(method, info.label, alg, env, name,
+                                                        metric)
             out.append(_cell(cell, **extra))
         rows.append({"algorithm": alg, "cells": out, "avg": avg,
                      "avg_text": reporting.format_avg(avg)})
@@ -106,26 +115,27 @@ def _plain(value):
     return value.item() if hasattr(value, "item") else value
 
 
-def _overview(table, datasets):
-    """An averages table (columns: datasets) with ranks, mean rank and gain over ERM."""
+def _overview(table, datasets, lower_is_better=False):
+    """An averages table (columns: datasets) with ranks, mean rank and gain over ERM (an
+    improvement: ERM minus the row where lower is better)."""
+    def gain(mine, erm):
+        return (erm - mine if lower_is_better else mine - erm) \
+            if mine is not None and erm is not None else None
+
     rows = [{"algorithm": alg, "cells": [_cell(c) for c in cells], "avg": avg,
              "avg_text": reporting.format_avg(avg)}
             for alg, cells, avg in zip(table.rows, table.cells, table.avg)]
     for d in range(len(datasets)):
-        ranks = _rank({r["algorithm"]: r["cells"][d]["mean"] for r in rows})
+        ranks = _rank({r["algorithm"]: r["cells"][d]["mean"] for r in rows}, lower_is_better)
         for r in rows:
             r["cells"][d]["rank"] = ranks.get(r["algorithm"])
     base = next((r for r in rows if r["algorithm"] == BASELINE), None)
     for r in rows:
         ranks = [c["rank"] for c in r["cells"] if c.get("rank") is not None]
         r["mean_rank"] = sum(ranks) / len(ranks) if ranks else None
-        r["gain_over_erm"] = (r["avg"] - base["avg"]
-                              if base and r["avg"] is not None and base["avg"] is not None
-                              else None)
+        r["gain_over_erm"] = gain(r["avg"], base["avg"] if base else None)
         for d, c in enumerate(r["cells"]):
-            b = base["cells"][d]["mean"] if base else None
-            c["gain_over_erm"] = c["mean"] - b if c["mean"] is not None and b is not None \
-                else None
+            c["gain_over_erm"] = gain(c["mean"], base["cells"][d]["mean"] if base else None)
     return {"title": table.title, "heading": table.heading, "columns": list(datasets),
             "rows": rows}
 
@@ -214,8 +224,14 @@ def build_model(loaded, sources=(), methods=None, notes=()):
                          f"(data source, fingerprint, seed or precision); they are never "
                          f"pooled and are shown apart: {', '.join(shown)}")
     index = _SweepIndex(records, labels)
-    sections = [_section(records, m, infos, labels, index, sources)
-                for m in _methods(methods)]
+    chosen = _methods(methods)
+    sections = [_section(records, m, infos, labels, index, sources) for m in chosen]
+    metrics = collect_results.metrics_in(records, labels)
+    metric_sections = {
+        name: [_section(records, m, {k: i for k, i in infos.items() if k in with_it},
+                        labels, index, (), metric=name)
+               for m in chosen if m.metric == "accuracy"]
+        for name, with_it in metrics.items()}
     return {
         "format": "domainbed-leaderboard/1",
         "inputs": list(loaded.input_dirs),
@@ -224,13 +240,21 @@ def build_model(loaded, sources=(), methods=None, notes=()):
         "datasets": [{"label": i.label, "name": i.name, "env_names": i.env_names,
                       "has_worst_group": i.has_worst_group} for i in infos.values()],
         "sections": sections,
+        "metrics": ["accuracy", *metrics],
+        "metric_sections": metric_sections,
         "sources": [s["source"] for s in sources],
     }
 
 
-def _section(records, method, infos, labels, index, sources):
+def _section(records, method, infos, labels, index, sources, metric=None):
+    """One selection method's tables of accuracy, or (`metric`) of that metric of the
+    same selected checkpoints (collect_results --metric), for the datasets in `infos`."""
     head = {"key": method.key, "name": method.name, "metric": method.metric,
-            "extra_tables": []}
+            "metric_key": "accuracy", "lower_is_better": False, "extra_tables": []}
+    if metric is not None:
+        head.update(metric=f"{metric} (x100)", metric_key=metric,
+                    lower_is_better=metric in collect_results.LOWER_IS_BETTER)
+        records = [r for r in records if model_selection.dataset_label(r, labels) in infos]
     if method is VAL_WORST_GROUP and method is not None:
         return _val_worst_group_section(head, records, infos, labels, sources)
     inputs = collect_results.section_inputs(records, method, infos, labels) if records \
@@ -243,15 +267,15 @@ def _section(records, method, infos, labels, index, sources):
     section_records, section_infos, algorithms = inputs
     selected = model_selection.select(section_records, method, labels)
     section = collect_results.build_section(section_records, method, section_infos,
-                                            algorithms, labels, selected)
+                                            algorithms, labels, selected, metric=metric)
     runs = _runs_of(selected)
     tables = []
     for table, info in zip(section.tables[:-1], section_infos.values()):
-        data = _dataset_table(table, method, info, index, runs)
+        data = _dataset_table(table, method, info, index, runs, metric)
         data["published"] = _published_rows(sources, method.key, info.name,
                                             data["columns"], data["rows"])
         tables.append(data)
-    overview = _overview(section.tables[-1], list(section_infos))
+    overview = _overview(section.tables[-1], list(section_infos), head["lower_is_better"])
     names = [section_infos[label].name for label in section_infos]
     return {**head, "missing": None, "tables": tables, "overview": overview,
             "published_overview": _published_overview(sources, method.key, names,

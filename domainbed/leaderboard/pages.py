@@ -93,13 +93,14 @@ def _sort_value(value):
     return "" if value is None else f"{value!r}"
 
 
-def _best(rows, getter, n):
-    """Per column, the highest user value (None where the column has none)."""
+def _best(rows, getter, n, lower_is_better=False):
+    """Per column, the best user value: the highest, or the lowest where lower is better
+    (None where the column has none)."""
     best = []
     for i in range(n):
         values = [getter(r, i) for r in rows]
         values = [v for v in values if v is not None]
-        best.append(max(values) if values else None)
+        best.append((min if lower_is_better else max)(values) if values else None)
     return best
 
 
@@ -126,10 +127,10 @@ def _published_row(row, sources, n_cols, extra_cols=0):
     return Row(row["algorithm"], cells, "published")
 
 
-def _overview_board(ov, published_rows, sources, heading=None):
+def _overview_board(ov, published_rows, sources, heading=None, lower=False):
     n = len(ov["columns"])
-    best = _best(ov["rows"], lambda r, i: r["cells"][i]["mean"], n)
-    best_avg = _best(ov["rows"], lambda r, i: r["avg"], 1)[0]
+    best = _best(ov["rows"], lambda r, i: r["cells"][i]["mean"], n, lower)
+    best_avg = _best(ov["rows"], lambda r, i: r["avg"], 1, lower)[0]
     rows = []
     for r in ov["rows"]:
         cells = [_name_cell(r["algorithm"])]
@@ -147,18 +148,30 @@ def _overview_board(ov, published_rows, sources, heading=None):
 
 
 def _section(s, intro=None, missing=None, boards=()):
-    return {"key": s["key"], "name": s["name"], "intro": intro, "missing": missing,
-            "boards": list(boards)}
+    return {"key": s["key"], "name": s["name"], "metric": s.get("metric_key", "accuracy"),
+            "intro": intro, "missing": missing, "boards": list(boards)}
+
+
+def all_sections(model):
+    """The accuracy sections, then each further metric's (the metric selector's choices)."""
+    return [*model["sections"], *(s for name in model.get("metrics", [])[1:]
+                                  for s in model["metric_sections"][name])]
+
+
+def _metric_intro(s):
+    lower = " (lower is better)" if s.get("lower_is_better") else ""
+    return f"Metric: {s['metric']}{lower}."
 
 
 def _index_section(s, sources):
-    intro = f"Metric: {s['metric']}. {RANK_NOTE}"
+    intro = f"{_metric_intro(s)} {RANK_NOTE}"
     if s["missing"]:
         return _section(s, intro, missing=s["missing"])
     headed = bool(s["extra_tables"])
+    lower = bool(s.get("lower_is_better"))
     boards = [_overview_board(s["overview"], s["published_overview"], sources,
-                              s["overview"]["heading"] if headed else None)]
-    boards += [_overview_board(extra, [], sources, extra["heading"])
+                              s["overview"]["heading"] if headed else None, lower)]
+    boards += [_overview_board(extra, [], sources, extra["heading"], lower)
                for extra in s["extra_tables"]]
     return _section(s, intro, boards=boards)
 
@@ -196,7 +209,7 @@ def render_card(model, card, in_site=True):
 
 def _filters(model, algorithms):
     return {"methods": [(s["key"], s["name"]) for s in model["sections"]],
-            "algorithms": list(algorithms)}
+            "algorithms": list(algorithms), "metrics": list(model.get("metrics", []))}
 
 
 def render_index(model, panels=()):
@@ -207,14 +220,14 @@ def render_index(model, panels=()):
     built = f", built {model['built']}" if model.get("built") else ""
     return _page("index.html.j2", site_name(model) + built, model, "index.html",
                  notes=model["notes"], filters=_filters(model, algorithms),
-                 sections=[_index_section(s, sources) for s in model["sections"]],
+                 sections=[_index_section(s, sources) for s in all_sections(model)],
                  panels=list(panels))
 
 
 def _dataset_board(section, table, sources):
-    n = len(table["columns"])
-    best = _best(table["rows"], lambda r, i: r["cells"][i]["mean"], n)
-    best_avg = _best(table["rows"], lambda r, i: r["avg"], 1)[0]
+    n, lower = len(table["columns"]), bool(section.get("lower_is_better"))
+    best = _best(table["rows"], lambda r, i: r["cells"][i]["mean"], n, lower)
+    best_avg = _best(table["rows"], lambda r, i: r["avg"], 1, lower)[0]
     target = runs_page(table["dataset"], section["key"])
     board = Board([*table["columns"], "Avg"], [])
     for r in table["rows"]:
@@ -255,10 +268,11 @@ def _dataset_section(s, dataset, sources):
         intro = "Test environment figures of the selected model (dataset-level method)."
         return _section(s, intro, boards=[_dataset_level_board(s, dataset["label"])]), []
     if table is None:
+        other_metric = s.get("metric_key", "accuracy") != "accuracy"
         why = s["missing"] or (f"no {s['metric']} for this dataset"
-                               if s["key"] == "worst_group" else "no table")
+                               if s["key"] == "worst_group" or other_metric else "no table")
         return _section(s, missing=why), []
-    intro = f"Metric: {s['metric']}. Each cell links to the runs behind it."
+    intro = f"{_metric_intro(s)} Each cell links to the runs behind it."
     return (_section(s, intro, boards=[_dataset_board(s, table, sources)]),
             [r["algorithm"] for r in table["rows"]])
 
@@ -267,7 +281,7 @@ def render_dataset(model, dataset, panels=()):
     """dataset_<slug>.html; ``panels``: analysis panel views shown below the tables."""
     sources = {s["id"]: s for s in model["sources"]}
     sections, algorithms = [], set()
-    for s in model["sections"]:
+    for s in all_sections(model):
         view, shown = _dataset_section(s, dataset, sources)
         sections.append(view)
         algorithms.update(shown)

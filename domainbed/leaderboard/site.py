@@ -37,7 +37,8 @@ Model = dict[str, Any]      # the leaderboard's data model (leaderboard.json)
 
 SITE_MARKER = "leaderboard.json"
 ASSETS = ("style.css", "leaderboard.js")
-CSV_COLUMNS = reporting.CSV_COLUMNS + ["n_hparams", "source", "text", "diff_vs_published"]
+CSV_COLUMNS = reporting.CSV_COLUMNS + ["n_hparams", "source", "text", "diff_vs_published",
+                                       "metric"]
 
 
 @dataclass
@@ -73,7 +74,7 @@ def records_by_label(records: Iterable[Record]) -> dict[str, list[Record]]:
 
 def _csv_row(method: str, table: str, algorithm: str, column: str, env: int | str,
              cell: dict[str, Any] | None, source: str = "", text: str | None = None,
-             diff: float | None = None) -> list[Any]:
+             diff: float | None = None, metric: str = "accuracy") -> list[Any]:
     mean = cell.get("mean") if cell else None
     err = cell.get("err") if cell else None
     return [method, table, algorithm, column, env,
@@ -82,26 +83,28 @@ def _csv_row(method: str, table: str, algorithm: str, column: str, env: int | st
             else cell["n_trials"],  # type: ignore[index]
             "" if not cell or "n_hparams" not in cell else cell["n_hparams"], source,
             text if text is not None else (cell.get("text", "") if cell else ""),
-            "" if diff is None else repr(diff)]
+            "" if diff is None else repr(diff), metric]
 
 
 def render_csv(model: Model) -> str:
     """Every number on the pages, one per line. The user's rows come first, in
-    collect_results' CSV layout (its columns, its order); published rows follow."""
+    collect_results' CSV layout (its columns, its order, then ours; accuracy, then each
+    further metric's); published rows follow."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
     published: list[list[Any]] = []
-    for s in model["sections"]:
+    for s in pages.all_sections(model):
         if s["missing"]:
             continue
+        metric = s.get("metric_key", "accuracy")
         for t in s["tables"]:
             for r in t["rows"]:
                 for col, c in zip(t["columns"], r["cells"]):
                     w.writerow(_csv_row(s["name"], t["dataset"], r["algorithm"], col,
-                                        c["env"], c))
+                                        c["env"], c, metric=metric))
                 w.writerow(_csv_row(s["name"], t["dataset"], r["algorithm"], "Avg", "",
-                                    {"mean": r["avg"]}, text=r["avg_text"]))
+                                    {"mean": r["avg"]}, text=r["avg_text"], metric=metric))
             for p in t["published"]:
                 for col, c in zip([*t["columns"], "Avg"], [*p["cells"], p["avg"]]):
                     if c is not None:
@@ -113,9 +116,9 @@ def render_csv(model: Model) -> str:
             for r in table["rows"]:
                 for col, c in zip(table["columns"], r["cells"]):
                     w.writerow(_csv_row(s["name"], table["heading"], r["algorithm"], col, "",
-                                        c))
+                                        c, metric=metric))
                 w.writerow(_csv_row(s["name"], table["heading"], r["algorithm"], "Avg", "",
-                                    {"mean": r["avg"]}, text=r["avg_text"]))
+                                    {"mean": r["avg"]}, text=r["avg_text"], metric=metric))
         for p in s["published_overview"]:
             for col, c in zip(ov["columns"], p["cells"]):
                 if c is not None:

@@ -194,6 +194,44 @@ def _side_file(run_dir: str) -> dict[int, dict]:
     return lines
 
 
+LOWER_IS_BETTER = ("nll", "ece", "brier")   # losses and errors: the smallest is best
+
+
+def metric_names(keys: Iterable[str]) -> set[str]:
+    """The metrics beyond accuracy among record keys `env{i}_in_{metric}` (the names
+    `--metrics` writes: oodutils.metrics.METRICS, per-class `acc_class<k>`)."""
+    import re
+
+    from oodutils.metrics import METRICS
+    found = set()
+    for key in keys:
+        match = re.fullmatch(r"env\d+_in_(\w+)", key)
+        if match and (match.group(1) in METRICS and match.group(1) != "class_acc" or
+                      re.fullmatch(r"acc_class\d+", match.group(1))):
+            found.add(match.group(1))
+    return found
+
+
+def metrics_in(records: list[Record], labels: dict) -> dict[str, set[str]]:
+    """{metric: the dataset labels with it} for the metrics beyond accuracy that the
+    records (trained with --metrics) or their runs' metrics.jsonl (domainbed-metrics)
+    carry; in METRICS' order, then acc_class<k> by k."""
+    from oodutils.metrics import METRICS
+    found: dict[str, set[str]] = collections.defaultdict(set)
+    sides: dict[str, set[str]] = {}
+    for r in records:
+        run_dir = str(r.get("run_dir") or "")
+        if run_dir and run_dir not in sides:
+            sides[run_dir] = metric_names(k for line in _side_file(run_dir).values()
+                                          for k in line)
+        label = model_selection.dataset_label(r, labels)
+        for name in metric_names(r) | sides.get(run_dir, set()):
+            found[name].add(label)
+    order = [m for m in METRICS if m in found]
+    order += sorted((m for m in found if m not in METRICS), key=lambda m: int(m[9:]))
+    return {m: found[m] for m in order}
+
+
 def with_metric(selected: pd.DataFrame, records: list[Record], metric: str) -> pd.DataFrame:
     """The selection frame with `test_acc` replaced by `metric` of the same checkpoints;
     cells without that metric are left out (their tables show X)."""

@@ -7,7 +7,8 @@ checksum-verified where the source publishes one, extracted into a temp dir and 
 place only when complete); WILDS datasets go through the ``wilds`` package's downloader, into
 a temp root renamed into place when it returns. One line per dataset; a non-zero exit when
 any failed (e.g. offline). Datasets that cannot be fetched automatically print where to get
-them and the layout expected.
+them and the layout expected. TerraIncognita and DomainNet are arranged after unpacking as
+DomainBed's script arranges them (``domainbed.download_layouts``).
 """
 import argparse
 import os
@@ -15,8 +16,16 @@ import shutil
 import sys
 import tempfile
 import urllib.error
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from domainbed.download_layouts import (
+    TERRA_ANNOTATIONS_DIR,
+    TERRA_IMAGES_DIR,
+    arrange_terra_incognita,
+    read_camera_trap_annotations,
+    remove_domain_net_duplicates,
+)
 from domainbed.downloading import (
     LOCK_FILE,
     accept,
@@ -41,17 +50,21 @@ EPILOG = epilog_example("domainbed-download", "domainbed.scripts.download",
 
 GDRIVE = "https://drive.google.com/uc?id="
 STANFORD_DRO = "https://nlp.stanford.edu/data/dro/"
+DOMAIN_NET = "http://csr.bu.edu/ftp/visda/2019/multi-source/"  # DomainBed's sources
+LILA_CCT = "https://storage.googleapis.com/public-datasets-lila/caltechcameratraps/"
 __all__ = ["fetch", "extract", "main", "DATASETS"]
 
 
 @dataclass
 class Archive:
-    """An archive unpacked into DATA_DIR/<subdir>, then top-level entries renamed."""
+    """An archive unpacked into DATA_DIR/<subdir>, then top-level entries renamed, then
+    `prune(into, names)` (e.g. DomainNet's duplicates) before the tree is recorded."""
     url: str
     name: str
     subdir: str = ""
     renames: dict = field(default_factory=dict)
     sha256: str = None
+    prune: Callable = None
 
     def run(self, data_dir):
         into = os.path.join(data_dir, self.subdir)
@@ -66,25 +79,70 @@ class Archive:
                 shutil.rmtree(target)
             os.replace(os.path.join(into, src), target)
         names = sorted({self.renames.get(n, n) for n in placed})
+        if self.prune:
+            self.prune(into, names)
         record(os.path.join(into, self.name), tree=names, tree_sha256=tree_digest(into, names))
 
     def verify(self, data_dir):
-        """The extracted tree (or the archive, while it is on disk) against the lock."""
-        into = os.path.join(data_dir, self.subdir)
-        archive = os.path.join(into, self.name)
-        entry = read_lock(into).get(self.name, {})
-        if os.path.isfile(archive) and expected_sha256(archive, self.sha256):
-            check_file(archive, expected_sha256(archive, self.sha256), self.url)
-            return f"{self.name} matches its sha256"
-        names, recorded = entry.get("tree"), entry.get("tree_sha256")
-        if not (isinstance(names, list) and all(isinstance(n, str) for n in names)
-                and isinstance(recorded, str)):
-            raise UserError(f"nothing recorded for {self.name} in {lock_path(into)}: "
-                            "download it with this version to verify it later")
-        if tree_digest(into, names) != recorded:
-            raise UserError(f"the files extracted from {self.name} ({', '.join(names)} in "
-                            f"{into}) changed since they were downloaded")
-        return f"{', '.join(names)} as extracted from {self.name}"
+        return verify_extracted(os.path.join(data_dir, self.subdir), self.name, self.url,
+                                self.sha256)
+
+
+def verify_extracted(into, archive_name, url, sha256=None):
+    """The tree extracted from `archive_name` (or the archive, while it is on disk) against
+    the lock in `into`."""
+    archive = os.path.join(into, archive_name)
+    entry = read_lock(into).get(archive_name, {})
+    if os.path.isfile(archive) and expected_sha256(archive, sha256):
+        check_file(archive, expected_sha256(archive, sha256), url)
+        return f"{archive_name} matches its sha256"
+    names, recorded = entry.get("tree"), entry.get("tree_sha256")
+    if not (isinstance(names, list) and all(isinstance(n, str) for n in names)
+            and isinstance(recorded, str)):
+        raise UserError(f"nothing recorded for {archive_name} in {lock_path(into)}: "
+                        "download it with this version to verify it later")
+    if tree_digest(into, names) != recorded:
+        raise UserError(f"the files extracted from {archive_name} ({', '.join(names)} in "
+                        f"{into}) changed since they were downloaded")
+    return f"{', '.join(names)} as extracted from {archive_name}"
+
+
+@dataclass
+class CameraTraps:
+    """TerraIncognita: Caltech Camera Traps' ECCV'18 images and annotations (two archives
+    into DATA_DIR), arranged as DomainBed does (``domainbed.download_layouts``) in a temp
+    folder renamed to DATA_DIR/<folder> when complete; the archives are removed only then."""
+    images_url: str
+    annotations_url: str
+    images_name: str = "eccv_18_all_images_sm.tar.gz"
+    annotations_name: str = "eccv_18_annotations.tar.gz"
+    folder: str = "terra_incognita"
+
+    def run(self, data_dir):
+        archives = [fetch(self.images_url, os.path.join(data_dir, self.images_name)),
+                    fetch(self.annotations_url, os.path.join(data_dir, self.annotations_name))]
+        staging = tempfile.mkdtemp(prefix=f".{self.folder}-", dir=data_dir)
+        try:
+            for archive in archives:
+                extract(archive, staging, remove=False)
+            annotations = read_camera_trap_annotations(os.path.join(staging,
+                                                                    TERRA_ANNOTATIONS_DIR))
+            arranged = os.path.join(staging, self.folder)
+            arrange_terra_incognita(os.path.join(staging, TERRA_IMAGES_DIR), annotations,
+                                    arranged)
+            target = os.path.join(data_dir, self.folder)
+            if os.path.isdir(target):
+                shutil.rmtree(target)
+            os.replace(arranged, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        for archive in archives:
+            os.remove(archive)
+        record(archives[0], tree=[self.folder], tree_sha256=tree_digest(data_dir,
+                                                                        [self.folder]))
+
+    def verify(self, data_dir):
+        return verify_extracted(data_dir, self.images_name, self.images_url)
 
 
 @dataclass
@@ -238,6 +296,13 @@ DATASETS = {
                      renames={"kfold": "PACS"})],
     "OfficeHome": [Archive(GDRIVE + "1uY0pj7oFsjMxRwaD3Sxy0jgel0fsYXLC", "office_home.zip",
                            renames={"OfficeHomeDataset_10072016": "office_home"})],
+    "TerraIncognita": [CameraTraps(LILA_CCT + "eccv_18_all_images_sm.tar.gz",
+                                   LILA_CCT + "eccv_18_annotations.tar.gz")],
+    "DomainNet": [Archive(DOMAIN_NET + path, os.path.basename(path), "domain_net",
+                          prune=remove_domain_net_duplicates)
+                  for path in ("groundtruth/clipart.zip", "infograph.zip",
+                               "groundtruth/painting.zip", "quickdraw.zip", "real.zip",
+                               "sketch.zip")],
     "Spawrious": [Archive("https://www.dropbox.com/s/e40j553480h3f3s/spawrious224.tar.gz?dl=1",
                           "spawrious224.tar.gz")],
     "SVIRO": [Archive("https://sviro.kl.dfki.de/?wpdmdl=1731",
@@ -315,7 +380,7 @@ def download_dataset(name, data_dir):
     return outcome
 
 
-def main(argv=None):
+def build_parser():
     p = ArgumentParser(description="Download datasets and pretrained weights",
                                 epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -338,14 +403,12 @@ def main(argv=None):
                     "code a file holds: use it only on files you fetched yourself from "
                     "the OoD-Bench repository, never on files someone else put there")
     add_logging_flags(p)
-    args = p.parse_args(argv)
-    configure_logging(args)
-    if args.convert_blond_split_pickles:
-        from domainbed.datasets.oodbench_images import convert_blond_split_pickles
-        for path in convert_blond_split_pickles(os.path.join(args.data_dir, "celeba")):
-            print(f"wrote {path}")
-        if not args.datasets and not args.weights:
-            return
+    return p
+
+
+def check_request(args):
+    """A UserError unless every named dataset and weights file is known and something is
+    named (the datasets' missing-data messages suggest commands that must pass this)."""
     unknown = [d for d in args.datasets if d not in DATASETS]
     if unknown:
         raise UserError(f"unknown dataset {unknown[0]!r}; downloadable: {', '.join(DATASETS)}")
@@ -355,6 +418,18 @@ def main(argv=None):
                         f"{', '.join(weight_sources())}")
     if not args.datasets and not args.weights:
         raise UserError("nothing to download: name --datasets and/or --weights")
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    configure_logging(args)
+    if args.convert_blond_split_pickles:
+        from domainbed.datasets.oodbench_images import convert_blond_split_pickles
+        for path in convert_blond_split_pickles(os.path.join(args.data_dir, "celeba")):
+            print(f"wrote {path}")
+        if not args.datasets and not args.weights:
+            return
+    check_request(args)
     os.makedirs(args.data_dir, exist_ok=True)
     if args.verify:
         return verify_all(args)

@@ -33,13 +33,18 @@
     rows.forEach(function (r) { tbody.appendChild(r); });
   }
 
+  // One metric's tables at a time (accuracy first); without this script every table shows.
   function applyFilters() {
     var method = document.getElementById("method-filter");
     var algorithm = document.getElementById("algorithm-filter");
+    var metric = document.getElementById("metric-filter");
     var m = method ? method.value : "";
     var a = algorithm ? algorithm.value : "";
+    var k = metric ? metric.value : "";
     document.querySelectorAll("section.method").forEach(function (s) {
-      s.classList.toggle("hidden", m !== "" && s.getAttribute("data-method") !== m);
+      var otherMethod = m !== "" && s.getAttribute("data-method") !== m;
+      var otherMetric = k !== "" && s.getAttribute("data-metric") !== k;
+      s.classList.toggle("hidden", otherMethod || otherMetric);
     });
     document.querySelectorAll("tr[data-algorithm]").forEach(function (r) {
       r.classList.toggle("hidden", a !== "" && r.getAttribute("data-algorithm") !== a);
@@ -49,8 +54,9 @@
   document.querySelectorAll("th.sortable").forEach(function (th) {
     th.addEventListener("click", function () { sortTable(th); });
   });
-  ["method-filter", "algorithm-filter"].forEach(function (id) {
+  ["method-filter", "algorithm-filter", "metric-filter"].forEach(function (id) {
     var el = document.getElementById(id);
     if (el) { el.addEventListener("change", applyFilters); }
   });
+  applyFilters();
 }());

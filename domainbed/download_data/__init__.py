@@ -1,0 +1,1 @@
+"""Data files the downloads need (DomainNet's duplicate list); see SOURCES.md."""
