@@ -123,3 +123,26 @@ def test_runs_that_cannot_stack_say_why(tmp_path):
                                _hparams(1e-2, 0.0, resnet_dropout=0.5), ERM, Tiny32,
                                log=lambda m: None)
     assert "dropout" in probe_stack.why_not(run)
+
+
+def test_fused_launcher_stacks_linear_probes_and_says_why_not(tmp_path):
+    from domainbed.launch.fused import plan
+    from tests.test_fused import command, train_flags
+
+    def cmd(name, algorithm="ERM", seed=0, **hparams):
+        probe = {"arch": "resnet", "backbone": "efficientnet_lite0", "pretrained": True,
+                 "transfer": "linear_probe", "batch_size": 32}
+        return command(train_flags(tmp_path / name, tmp_path, algorithm, seed=seed,
+                                   **dict(probe, **hparams)))
+    commands = [cmd("a", lr=1e-3), cmd("b", lr=3e-3, seed=1, weight_decay=1e-4),
+                cmd("c", seed=2), cmd("d", batch_size=64), cmd("e", "IRM"),
+                cmd("f", pretrained=False), cmd("g", pretrained=False, seed=1)]
+    work = plan(commands, max_models=2)   # the fused limit is not the probes'
+    groups = [sorted(c.output_dir.rsplit("/", 1)[-1] for c in g) for g in work.groups]
+    assert groups == [["a", "b", "c"]]
+    assert sorted(c.output_dir.rsplit("/", 1)[-1] for c in work.ordinary) == \
+        ["d", "e", "f", "g"]
+    assert "fused: 1 job run as ordinary jobs: linear probes stack for ERM only, not IRM" \
+        in work.notices
+    assert any("2 jobs run as ordinary jobs: a linear probe on a randomly initialized" in n
+               for n in work.notices)

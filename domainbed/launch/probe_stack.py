@@ -32,7 +32,26 @@ import torch.nn as nn
 from domainbed.training.evaluation import iterate_split
 
 STACKABLE_ALGORITHMS = ("ERM",)
+HEAD_HPARAMS = ("lr", "weight_decay")   # beside the seed: each head's own
+MAX_HEADS = 1024
 CHUNK_BYTES = 4 << 20  # gathered float32 rows per chunk of heads: about an L2/L3 share
+
+
+def why_not_job(config, hparams):
+    """Why a linear-probe job (its RunConfig and hyperparameters) cannot join a probe
+    stack, or None (what the fused launcher knows before building anything)."""
+    if config.algorithm not in STACKABLE_ALGORITHMS:
+        return (f"linear probes stack for {', '.join(STACKABLE_ALGORITHMS)} only, not "
+                f"{config.algorithm}")
+    if not hparams.get("pretrained"):
+        return "a linear probe on a randomly initialized backbone has features of its own seed"
+    if config.feature_cache_dir == "none":
+        return "a linear probe without the feature cache computes features every step"
+    if hparams.get("nonlinear_classifier") or hparams.get("resnet_dropout"):
+        return "a linear probe with a nonlinear head or dropout does not stack"
+    if config.precision != "fp32":
+        return "stacked linear probes train in float32"
+    return None
 
 
 def why_not(run):
