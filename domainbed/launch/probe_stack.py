@@ -3,9 +3,10 @@
 On cached features (domainbed.networks.feature_cache) a linear probe is one matrix and one
 bias, so the K probes of a group are a (K, classes, features) tensor and a (K, classes)
 one. Each step gathers every head's own minibatch rows (the indices its single run draws:
-its seed, its environments' samplers), and computes every head's logits, cross-entropy
-gradient and Adam update with its own learning rate and weight decay, a chunk of heads at
-a time (a chunk's gathered rows stay in cache from the forward to the backward matmul).
+its seed, its batch size, its environments' samplers), and computes every head's logits,
+cross-entropy gradient and Adam update with its own learning rate and weight decay, a
+chunk of heads at a time (heads of one batch size; a chunk's gathered rows stay in cache
+from the forward to the backward matmul).
 At a checkpoint one pass over each evaluated split gives every head's logits, and each
 member, an ordinary `TrainingRun`, writes its own record and predictions.
 
@@ -32,7 +33,7 @@ import torch.nn as nn
 from domainbed.training.evaluation import iterate_split
 
 STACKABLE_ALGORITHMS = ("ERM",)
-HEAD_HPARAMS = ("lr", "weight_decay")   # beside the seed: each head's own
+HEAD_HPARAMS = ("lr", "weight_decay", "batch_size")   # beside the seed: each head's own
 MAX_HEADS = 1024
 CHUNK_BYTES = 4 << 20  # gathered float32 rows per chunk of heads: about an L2/L3 share
 
@@ -83,8 +84,8 @@ def _per_head(values, dtype=torch.float32):
 
 
 class ProbeStack:
-    """Members (TrainingRuns of linear probes on one dataset's cached features, same
-    batch size, all at the same next step) trained as one stack of heads."""
+    """Members (TrainingRuns of linear probes on one dataset's cached features, all at the
+    same next step, sorted by batch size) trained as one stack of heads."""
 
     def __init__(self, members):
         self.members = list(members)
@@ -120,26 +121,34 @@ class ProbeStack:
                     self.adam_steps[i] = int(float(state["step"]))
 
     # ------------------------------------------------------------ one step
-    def indices(self, step):
-        """Per training environment, every head's minibatch indices [heads, batch]."""
-        return [torch.stack([m.minibatches.samplers[e].indices(step) for m in self.members])
-                for e in range(len(self.splits))]
+    def chunks(self, rows):
+        """(start, end) ranges of heads: each within one batch size (members come sorted
+        by it), with at most CHUNK_BYTES of gathered float32 rows (`rows[head]` each)."""
+        out, start = [], 0
+        width = self.weight.shape[2] * 4
+        for k in range(1, len(self.members) + 1):
+            full = (k - start) * rows[start] * width >= CHUNK_BYTES
+            if k == len(self.members) or full or rows[k] != rows[start]:
+                out.append((start, k))
+                start = k
+        return out
 
-    def _chunks(self, rows):
-        size = max(1, CHUNK_BYTES // max(1, rows * self.weight.shape[2] * 4))
-        return [(k, min(k + size, len(self.members)))
-                for k in range(0, len(self.members), size)]
+    def indices(self, step, start, end):
+        """Per training environment, the minibatch indices [heads, batch] of heads
+        start..end, each drawn by the head's own sampler (as its single run draws them)."""
+        return [torch.stack([m.minibatches.samplers[e].indices(step)
+                             for m in self.members[start:end]])
+                for e in range(len(self.splits))]
 
     def train_step(self, step):
         """One Adam step of every head; returns each head's loss (float)."""
-        indices = self.indices(step)
-        rows = sum(i.shape[1] for i in indices)
         losses, grad_w, grad_b = [], torch.empty_like(self.weight), torch.empty_like(self.bias)
-        for start, end in self._chunks(rows):
-            x = torch.cat([split.x[idx[start:end]] for split, idx in zip(self.splits, indices)],
+        batch = [m.hparams["batch_size"] * len(self.splits) for m in self.members]
+        for start, end in self.chunks(batch):
+            indices = self.indices(step, start, end)
+            x = torch.cat([split.x[idx] for split, idx in zip(self.splits, indices)],
                           dim=1).float()
-            y = torch.cat([split.y[idx[start:end]] for split, idx in zip(self.splits, indices)],
-                          dim=1)
+            y = torch.cat([split.y[idx] for split, idx in zip(self.splits, indices)], dim=1)
             weight = self.weight[start:end].clone().requires_grad_(True)
             bias = self.bias[start:end].clone().requires_grad_(True)
             with torch.enable_grad():
@@ -181,7 +190,7 @@ class ProbeStack:
             for x in iterate_split(split, first.ctx.eval_batch_size, first.ctx.n_workers):
                 x = x.float()
                 part = torch.empty(len(self.members), len(x), self.weight.shape[1])
-                for start, end in self._chunks(len(x)):
+                for start, end in self.chunks([len(x)] * len(self.members)):
                     torch.baddbmm(self.bias[start:end], x.expand(end - start, *x.shape),
                                   self.weight[start:end].transpose(1, 2), out=part[start:end])
                 parts.append(part)
@@ -221,7 +230,7 @@ def train_probe_group(members, start_step, on_checkpoint, on_failure):
     as fused_training.train_group. Returns the members that finished."""
     for member in members:
         member.saves_resume_state = False
-    stack = ProbeStack(members)
+    stack = ProbeStack(sorted(members, key=lambda m: m.hparams["batch_size"]))
     first = members[0]
     for step in range(start_step, first.n_steps):
         started = time.time()
