@@ -94,6 +94,13 @@ class ProbeStack:
             if [s.x.data_ptr() for s in m.minibatches.splits] != \
                     [s.x.data_ptr() for s in self.splits]:
                 raise ValueError("stacked probes must share their cached features")
+        # every training row once, widened to float32 (exact), with each split's offset:
+        # one gather per chunk of heads instead of one per environment, no widening per step
+        self.table = torch.cat([s.x for s in self.splits]).float()
+        self.labels = torch.cat([s.y for s in self.splits])
+        sizes = [len(s.x) for s in self.splits]
+        self.offsets = [sum(sizes[:e]) for e in range(len(sizes))]
+        self._buffer = None
         heads = [m.algorithm.classifier for m in self.members]
         self.weight = torch.stack([h.weight.detach() for h in heads]).clone()
         self.bias = torch.stack([h.bias.detach() for h in heads]).clone().unsqueeze(1)
@@ -140,23 +147,35 @@ class ProbeStack:
                              for m in self.members[start:end]])
                 for e in range(len(self.splits))]
 
+    def _gather(self, rows):
+        """The table's rows [heads, rows] into a buffer kept between chunks (fresh
+        megabytes each time would cost page faults)."""
+        n = rows.numel()
+        if self._buffer is None or self._buffer.shape[0] < n:
+            self._buffer = torch.empty(n, self.table.shape[1])
+        out = self._buffer[:n]
+        torch.index_select(self.table, 0, rows.view(-1), out=out)
+        return out.view(*rows.shape, -1)
+
     def train_step(self, step):
         """One Adam step of every head; returns each head's loss (float)."""
         losses, grad_w, grad_b = [], torch.empty_like(self.weight), torch.empty_like(self.bias)
         batch = [m.hparams["batch_size"] * len(self.splits) for m in self.members]
         for start, end in self.chunks(batch):
-            indices = self.indices(step, start, end)
-            x = torch.cat([split.x[idx] for split, idx in zip(self.splits, indices)],
-                          dim=1).float()
-            y = torch.cat([split.y[idx] for split, idx in zip(self.splits, indices)], dim=1)
-            weight = self.weight[start:end].clone().requires_grad_(True)
-            bias = self.bias[start:end].clone().requires_grad_(True)
+            rows = torch.cat([i + offset for i, offset in
+                              zip(self.indices(step, start, end), self.offsets)], dim=1)
+            x = self._gather(rows)
+            y = self.labels[rows]
+            logits = torch.baddbmm(self.bias[start:end], x,
+                                   self.weight[start:end].transpose(1, 2)).requires_grad_(True)
             with torch.enable_grad():
-                logits = torch.baddbmm(bias, x, weight.transpose(1, 2))
                 picked = logits.log_softmax(-1).gather(2, y.unsqueeze(2)).squeeze(2)
                 loss = -picked.mean(1)
-                loss.sum().backward()
-            grad_w[start:end], grad_b[start:end] = weight.grad, bias.grad
+                grad_logits, = torch.autograd.grad(loss.sum(), logits)
+            # the weight gradient as one bmm of (classes x rows) by (rows x features): the
+            # numbers autograd and the single run's nn.Linear get, without transposing x
+            torch.bmm(grad_logits.transpose(1, 2), x, out=grad_w[start:end])
+            grad_b[start:end] = grad_logits.sum(1, keepdim=True)
             losses.append(loss.detach())
         self._adam({"weight": grad_w, "bias": grad_b})
         return torch.cat(losses).tolist()
