@@ -3,6 +3,10 @@ pretrained features, stacked, leave the records and predictions each probe leave
 it trains alone (every key equal; the loss within float32 ulps, its batch mean being
 summed in another order); runs that cannot stack say why."""
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +22,7 @@ from domainbed.registry import get_algorithm_class
 from domainbed.training import loop as training
 from tests.requirements import need_package
 
+REPO = Path(__file__).resolve().parents[1]
 # (seed, lr, weight decay, batch size): each head its own
 HEADS = [(0, 1e-2, 0.0, 8), (1, 3e-3, 1e-3, 4), (7, 2e-2, 1e-2, 8)]
 
@@ -174,3 +179,65 @@ def tiny_mnist(data_dir, n_train=72, n_test=24):
         write_idx(raw / f"{split}-images-idx3-ubyte.gz", images[part])
         write_idx(raw / f"{split}-labels-idx1-ubyte.gz", labels[part])
     return data_dir
+
+
+def _study(out, data, cache, dataset, models, *extra):
+    env = dict(os.environ, DOMAINBED_FEATURE_CACHE=str(cache))
+    cmd = [sys.executable, "-m", "analysis.aotl_study_cli", "--dataset", dataset,
+           "--backbone", "efficientnet_lite0", "--transfer", "linear_probe",
+           "--models", str(models), "--output_dir", str(out), "--data_dir", str(data),
+           "--steps", "6", "--checkpoint_freq", "3", *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def _logs(out):
+    return {p.parent.name: p.read_text() for p in (out / "runs").glob("*/launcher.log")}
+
+
+@pytest.mark.slow
+def test_study_of_linear_probes_on_colored_mnist_extends_on_the_cached_features(tmp_path):
+    data, cache, out = tiny_mnist(tmp_path / "data"), tmp_path / "cache", tmp_path / "study"
+    text = _study(out, data, cache, "ColoredMNIST", 7, "--oodselect_steps", "30")
+    assert "7/7 done" in text
+    first = _logs(out)
+    assert sum("cached frozen features" in log for log in first.values()) == 1
+    assert any("running fused with" in log for log in first.values())   # a probe stack
+    record = json.loads((out / "runs" / next(iter(first)) / "results.jsonl").read_text()
+                        .splitlines()[-1])
+    assert record["args"]["backbone"] == "efficientnet_lite0"
+    assert record["args"]["transfer"] == "linear_probe"
+    assert "efficientnet_lite0 (linear_probe)" in (out / "summary.md").read_text()
+    text = _study(out, data, cache, "ColoredMNIST", 10, "--oodselect_steps", "0")
+    assert "10/10 done" in text
+    added = {k: v for k, v in _logs(out).items() if k not in first}
+    assert len(added) == 3 and not any("cached frozen features" in v for v in added.values())
+    assert len([p for p in cache.iterdir() if p.is_dir()]) == 1   # one extraction in all
+
+
+@pytest.mark.slow
+def test_study_of_linear_probes_on_procedural_spawrious(tmp_path):
+    from spawrious.constants import CLASS_LIST, LOCATIONS
+    from spawrious.generate import generate_procedural_fast, prepare_output
+    data = tmp_path / "spawrious"
+    per_cell = 2
+    ds = prepare_output(data, "procedural", 3, {"size": 32}, per_cell)
+    cells = [(p, loc, b) for p in (0, 1) for loc in LOCATIONS for b in CLASS_LIST]
+    generate_procedural_fast(ds, 3, 32, per_cell, cells, workers=1, log=lambda m: None)
+    text = _study(tmp_path / "study", data, tmp_path / "cache", "SpawriousO2O_easy", 4,
+                  "--oodselect_steps", "0")
+    assert "4/4 done" in text
+    assert (tmp_path / "study" / "aotl_per_ood.csv").exists()
+
+
+def test_study_refuses_what_it_cannot_do(tmp_path):
+    def run(*argv):
+        return subprocess.run([sys.executable, "-m", "analysis.aotl_study_cli", *argv,
+                               "--output_dir", str(tmp_path)], capture_output=True,
+                              text=True, cwd=REPO)
+    proc = run("--dataset", "ColoredMNIST", "--models", "3", "--backbone", "efficientnet_lite0")
+    assert proc.returncode != 0 and proc.stderr.count("\n") == 1
+    assert "--backbone and --transfer linear_probe go together" in proc.stderr
+    proc = run("--dataset", "SpawriousO2O_easy", "--models", "3")
+    assert proc.returncode != 0 and "study it with linear probes" in proc.stderr
