@@ -241,3 +241,22 @@ def test_study_refuses_what_it_cannot_do(tmp_path):
     assert "--backbone and --transfer linear_probe go together" in proc.stderr
     proc = run("--dataset", "SpawriousO2O_easy", "--models", "3")
     assert proc.returncode != 0 and "study it with linear probes" in proc.stderr
+
+
+def test_two_colour_digits_become_red_and_green_photographs_at_224_px():
+    import torch
+
+    from domainbed.networks.backbones import TwoColourToRGB, takes_two_colours
+    x = torch.zeros(1, 2, 28, 28)
+    x[0, 0] = 1.0                      # a fully red digit (ColoredMNIST's channel 0)
+    x[0, 1, :, 14:] = 1.0              # green on the right half
+    out = TwoColourToRGB(224)(x)
+    assert out.shape == (1, 3, 224, 224)
+    # ImageNet normalization of the plain colours: (value - mean) / std
+    assert torch.allclose(out[0, 0], torch.full((224, 224), (1 - 0.485) / 0.229))
+    assert torch.allclose(out[0, 2], torch.full((224, 224), (0 - 0.406) / 0.225))
+    assert torch.allclose(out[0, 1, :, :100], torch.full((224, 100), (0 - 0.456) / 0.224))
+    assert torch.allclose(out[0, 1, :, 124:], torch.full((224, 100), (1 - 0.456) / 0.224))
+    assert takes_two_colours((2, 28, 28), {"pretrained": True})
+    assert not takes_two_colours((2, 28, 28), {"pretrained": False})
+    assert not takes_two_colours((3, 224, 224), {"pretrained": True})
