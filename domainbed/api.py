@@ -116,6 +116,8 @@ def train_zoo(dataset: str, n_runs: int, runs_dir: str | os.PathLike, data_dir: 
     start = time.time()
     os.makedirs(data_dir, exist_ok=True)
     if backbone:
+        from domainbed.networks.backbones import backbone_name, get_spec
+        get_spec(backbone_name({"backbone": backbone}))   # an unknown name: its UserError
         train_args = zoo.draw_probe_zoo(dataset, n_runs, data_dir, steps, checkpoint_freq,
                                         list(eval_splits), backbone, seed=seed)
     else:
