@@ -43,7 +43,9 @@ def zoo_facts(runs_dir: str) -> pd.DataFrame | None:
                and int(k[3:].split("_")[0]) not in test]
         rows.append({
             "run_dir": run_dir, "test_env": test[0], "algorithm": last["args"]["algorithm"],
-            "arch": last["hparams"].get("arch"), "width": last["hparams"].get("mlp_width"),
+            "arch": (f"{last['args']['backbone']} ({last['args'].get('transfer')})"
+                     if last["args"].get("backbone") else last["hparams"].get("arch")),
+            "width": last["hparams"].get("mlp_width"),
             "steps": last["step"] + 1, "checkpoints": len(run_recs),
             "id_acc": float(np.mean([last[k] for k in ids])) if ids else np.nan,
             "eval_splits": " ".join(last["args"].get("eval_splits") or ["all"]),
@@ -226,14 +228,15 @@ def run_study(dataset: str, n_models: int, output_dir: str, workers: int = 2,
               data_dir: str = "data", steps: int = 300, checkpoint_freq: int = 75,
               eval_splits: Sequence[str] = ("out", "test"), launcher: str = "pooled",
               seed: int = 0, ood_env: int | None = None, oodselect_steps: int = 1500,
-              log: Callable[[str], None] = print
+              log: Callable[[str], None] = print, backbone: str | None = None
               ) -> tuple[str, pd.DataFrame, pd.DataFrame, Any, float, float]:
-    """Train (or resume, or extend) the zoo under OUTPUT_DIR/runs, analyse it and append the
-    wall time to the summary. Returns (summary path, zoo facts, per-OOD table, training)."""
+    """Train (or resume, or extend) the zoo under OUTPUT_DIR/runs (with `backbone`: linear
+    probes on its pretrained features), analyse it and append the wall time to the summary.
+    Returns (summary path, zoo facts, per-OOD table, training)."""
     start = time.time()
     runs_dir = os.path.join(output_dir, "runs")
     trained = train_zoo(dataset, n_models, runs_dir, data_dir, steps, checkpoint_freq,
-                        eval_splits, launcher, workers, seed, notify=log)
+                        eval_splits, launcher, workers, seed, notify=log, backbone=backbone)
     log(f"training: {trained.launched} runs launched, {trained.done}/{trained.runs} done, "
         f"{trained.failed} failed, {trained.seconds:.0f} s")
     timings = {"runs trained by this invocation": f"{trained.launched - trained.failed}",

@@ -100,11 +100,14 @@ def train_zoo(dataset: str, n_runs: int, runs_dir: str | os.PathLike, data_dir: 
               steps: int = 300, checkpoint_freq: int = 75,
               eval_splits: Sequence[str] = ("out", "test"), launcher: str = "pooled",
               workers: int = 2, seed: int = 0,
-              notify: Callable[[str], None] | None = None) -> ZooTraining:
-    """Draw a zoo of `n_runs` small-image runs (`domainbed.launch.zoo.draw_zoo`) and train
+              notify: Callable[[str], None] | None = None,
+              backbone: str | None = None) -> ZooTraining:
+    """Draw a zoo of `n_runs` small-image runs (`domainbed.launch.zoo.draw_zoo`), or with
+    `backbone` of linear probes on its pretrained features (`draw_probe_zoo`), and train
     those not yet done into `runs_dir` as ordinary sweep jobs with `launcher` ("pooled",
-    "local" or "fused") and `workers` at once. Calling again resumes interrupted runs and,
-    with a larger `n_runs`, extends the same zoo. Failed runs are counted, not raised."""
+    "local" or "fused": probes then train as stacks of heads) and `workers` at once.
+    Calling again resumes interrupted runs and, with a larger `n_runs`, extends the same
+    zoo (a probe zoo reuses its cached features). Failed runs are counted, not raised."""
     import time
 
     from domainbed.launch import sweep, zoo
@@ -112,12 +115,24 @@ def train_zoo(dataset: str, n_runs: int, runs_dir: str | os.PathLike, data_dir: 
     check_eval_splits(list(eval_splits))
     start = time.time()
     os.makedirs(data_dir, exist_ok=True)
-    train_args = zoo.draw_zoo(dataset, n_runs, data_dir, steps, checkpoint_freq,
-                              list(eval_splits), seed=seed)
+    if backbone:
+        from domainbed.networks.backbones import backbone_name, get_spec
+        get_spec(backbone_name({"backbone": backbone}))   # an unknown name: its UserError
+        train_args = zoo.draw_probe_zoo(dataset, n_runs, data_dir, steps, checkpoint_freq,
+                                        list(eval_splits), backbone, seed=seed)
+    else:
+        train_args = zoo.draw_zoo(dataset, n_runs, data_dir, steps, checkpoint_freq,
+                                  list(eval_splits), seed=seed)
     jobs = [sweep.Job(a, os.fspath(runs_dir)) for a in train_args]
     notify(sweep.summarize(jobs))
     todo = [j for j in jobs if j.state in launchers.INCOMPLETE + (launchers.NOT_LAUNCHED,)]
-    failed = sweep.launch(jobs, launcher, {"max_workers": workers}, seed=seed) if todo else []
+    failed = []
+    if backbone and len(todo) > 1:   # the first probe extracts the features the rest share
+        failed += sweep.launch(todo[:1], launcher, {"max_workers": 1}, seed=seed)
+        for j in jobs:
+            j.refresh()
+    if todo:
+        failed += sweep.launch(jobs, launcher, {"max_workers": workers}, seed=seed)
     for j in jobs:
         j.refresh()
     done = sum(j.state == launchers.DONE for j in jobs)

@@ -2,6 +2,12 @@
 together (see domainbed.launch.fused_training): on an accelerator with stacked parameters
 (`batched`), on CPU each with its single run's arithmetic (`exact`).
 
+Linear probes on cached features (`transfer: linear_probe`, ERM, pretrained weights) train
+as one stack of heads instead (domainbed.launch.probe_stack; up to
+`probe_stack.MAX_HEADS` per group, on CPU too: a head is one small matrix): jobs on the
+same data, backbone, batch size and schedule stack, each with its own learning rate,
+weight decay and seed.
+
 Jobs fuse when they train the same algorithm (one with a `FusedForm`: ERM,
 ReweightedERM, GroupDRO, IRM, VREx, CORAL, MMD) on the same data (dataset, data seed,
 test environments, holdout, trial seed), with the same architecture, batch size,
@@ -28,7 +34,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from domainbed.config import RunConfig
-from domainbed.launch import jobs, local
+from domainbed.launch import jobs, local, probe_stack
 from domainbed.launch.pooled import train_flags
 from domainbed.launch.progress import SweepProgress
 from domainbed.registry import ALGORITHMS
@@ -66,13 +72,16 @@ def parse_job(command):
         hparams = args.resolve_hparams(notify=lambda message: None)
     except (UserError, SystemExit):
         return None, "its arguments are invalid (the ordinary job reports why)"
+    probe = hparams.get("transfer", "full") == "linear_probe"
     from domainbed.algorithms.base import fused_form
-    if fused_form(algorithm_cls) is None:
+    if probe:
+        reason = probe_stack.why_not_job(args, hparams)
+        if reason:
+            return None, reason
+    elif fused_form(algorithm_cls) is None:
         return None, f"{args.algorithm} has no fused form"
     if args.distributed > 1:
         return None, "it trains data-parallel (--distributed)"
-    if hparams.get("transfer", "full") != "full":
-        return None, "linear probes train on cached features"
     reason = unfusable_optimization(args, hparams)
     if reason:
         return None, reason
@@ -95,27 +104,36 @@ def unfusable_optimization(args, hparams):
     return None
 
 
+def is_probe(job):
+    return job.hparams.get("transfer", "full") == "linear_probe"
+
+
 def group_key(job):
     """Jobs with equal keys train together: everything but each member's own values."""
     from domainbed.launch.fused_training import member_hparams
-    free = set(member_hparams(job.algorithm_cls))
+    free = set(probe_stack.HEAD_HPARAMS if is_probe(job) else
+               member_hparams(job.algorithm_cls))
     args = {k: v for k, v in vars(job.args).items() if k not in MEMBER_ARGS}
     hparams = {k: v for k, v in job.hparams.items() if k not in free}
-    return json.dumps([args, hparams], sort_keys=True, default=str)
+    return json.dumps([is_probe(job), args, hparams], sort_keys=True, default=str)
 
 
 def plan(commands, max_models=FUSED_MAX_MODELS):
     """Split a sweep's commands into fused groups (of at most `max_models`) and ordinary
     jobs, with one notice line per reason a job does not fuse."""
     result, by_key, reasons = Plan(), defaultdict(list), defaultdict(int)
+    limits = {}
     for command in commands:
         job, reason = parse_job(command)
         if job is None:
             result.ordinary.append(command)
             reasons[reason] += 1
         else:
-            by_key[group_key(job)].append(command)
-    for members in by_key.values():
+            key = group_key(job)
+            by_key[key].append(command)
+            limits[key] = probe_stack.MAX_HEADS if is_probe(job) else max_models
+    for key, members in by_key.items():
+        max_models = limits[key]
         if len(members) == 1:
             result.ordinary.extend(members)
             reasons["no other job shares its data, architecture, batch size and schedule "

@@ -1,5 +1,6 @@
 """One fused group in its own process: each member's lock, log and run directory as an
-ordinary job has them, one shared dataset, and the stacked training of fused_training.
+ordinary job has them, one shared dataset, and the stacked training of fused_training
+(linear probes on cached features: probe_stack, the features held once for the group).
 
 What a member sees is what a single train job would leave: `launcher.log` gets the
 launcher's header and exit-code lines around the run's own notices and one line per
@@ -18,6 +19,7 @@ import torch
 from domainbed.config import RunConfig
 from domainbed.launch import jobs
 from domainbed.launch.pooled import train_flags
+from domainbed.networks import feature_cache
 from domainbed.training import loop as training
 from domainbed.training.random_states import RandomStates
 from oodutils.errors import UserError
@@ -86,10 +88,11 @@ class GroupRunner:
             member.write_log(f"{jobs.LOG_PREFIX} pid {os.getpid()} running fused "
                              f"with {len(active)} models: {member.command}")
         by_start = {}
-        for member in active:
-            start = self._prepare(member)
-            if start is not None:
-                by_start.setdefault(start, []).append(member)
+        with feature_cache.shared_loads():   # linear probes: the features held once
+            for member in active:
+                start = self._prepare(member)
+                if start is not None:
+                    by_start.setdefault(start, []).append(member)
         for start, members in sorted(by_start.items()):
             self._train(members, start)
 
@@ -139,17 +142,21 @@ class GroupRunner:
         return self.shared_data or None
 
     def _train(self, members, start):
+        from domainbed.launch import probe_stack
         from domainbed.launch.fused_training import train_group
+        probes = all(probe_stack.why_not(m.run) is None for m in members)
+        train = probe_stack.train_probe_group if probes else train_group
+        # a probe stack draws from no global generator; each head's arithmetic is its own
+        extra = {} if probes else {"arithmetic": self.arithmetic,
+                                   "random_states": [m.random_states for m in members]}
 
         by_run = {id(m.run): m for m in members}
         try:
-            finished = train_group(
+            finished = train(
                 [m.run for m in members], start,
                 on_checkpoint=lambda run, results: by_run[id(run)].write_log(
                     training.checkpoint_line(results)),
-                on_failure=lambda run, error: by_run[id(run)].fail(error),
-                arithmetic=self.arithmetic,
-                random_states=[m.random_states for m in members])
+                on_failure=lambda run, error: by_run[id(run)].fail(error), **extra)
         except Exception as e:  # the group cannot train stacked: its jobs run one by one
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             self.fallback_reason = f"stacked training failed: {reason[:200]}"

@@ -1,6 +1,7 @@
 """Drawing a diverse model zoo of small-image runs (accuracy-on-the-line studies): each
 run's train arguments are a pure function of (dataset, run index, seed), so a bigger zoo
-extends a smaller one."""
+extends a smaller one. A linear-probe zoo (`draw_probe_zoo`) instead trains ERM heads on
+one pretrained backbone's cached features (extracted once for the whole zoo)."""
 from domainbed.hparams import seed_hash
 from domainbed.registry import get_algorithm_class, get_dataset_class
 
@@ -62,3 +63,40 @@ def _hparams_json(dataset, algorithm, fixed):
     from domainbed.run_hparams import hparam_space
     space = hparam_space(get_algorithm_class(algorithm), get_dataset_class(dataset))
     return json.dumps({k: v for k, v in sorted(fixed.items()) if k in space}, sort_keys=True)
+
+
+# A probe zoo's diversity: learning rate, weight decay, batch size and seed of each head
+# (its features are fixed), and every checkpoint of each run.
+PROBE_BATCH_SIZES = (32, 64, 128)
+
+
+def draw_probe_zoo(dataset, n_runs, data_dir, steps, checkpoint_freq, eval_splits, backbone,
+                   seed=0, test_envs=None):
+    """The train arguments of `n_runs` ERM linear probes on `backbone`'s pretrained
+    features: leave-one-environment-out test envs in turn, a learning rate (log-uniform
+    1e-4..3e-2), a weight decay (0, or log-uniform 1e-6..1e-2), a batch size and a
+    training seed, each a pure function of (dataset, backbone, run index, seed)."""
+    import numpy as np
+
+    n_envs = len(get_dataset_class(dataset).ENVIRONMENTS)
+    test_envs = list(range(n_envs)) if test_envs is None else list(test_envs)
+    runs = []
+    for i in range(n_runs):
+        rng = np.random.RandomState(seed_hash("probe-zoo", dataset, backbone, seed, i))
+        decay = float(10 ** rng.uniform(-6, -2)) if rng.rand() < 0.5 else 0.0
+        fixed = {"arch": "resnet", "backbone": backbone, "pretrained": True,
+                 "transfer": "linear_probe", "data_augmentation": False,
+                 "resnet_dropout": 0.0, "nonlinear_classifier": False,   # a linear head
+                 "batch_size": int(rng.choice(PROBE_BATCH_SIZES)),
+                 "lr": float(10 ** rng.uniform(-4, -1.5)), "weight_decay": decay}
+        runs.append({   # hparams_seed 0: every other hyperparameter at its default
+            "dataset": dataset, "algorithm": "ERM",
+            "test_envs": [test_envs[i % len(test_envs)]], "holdout_fraction": 0.2,
+            "hparams_seed": 0, "trial_seed": 0, "data_dir": data_dir,
+            "task": "domain_generalization",
+            "seed": seed_hash("probe-zoo-seed", dataset, backbone, seed, i),
+            "steps": steps, "checkpoint_freq": checkpoint_freq,
+            "hparams": _hparams_json(dataset, "ERM", fixed), "eval_splits": list(eval_splits),
+            "num_threads": 1, "skip_model_save": True,
+        })
+    return runs

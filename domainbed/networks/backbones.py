@@ -38,6 +38,7 @@ import torch.nn as nn
 from oodutils.errors import UserError
 
 TRANSFER_MODES = ("full", "linear_probe")
+PRETRAINED_INPUT_SIZE = 224  # the image size ImageNet weights are trained and evaluated at
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -524,6 +525,64 @@ def _takes_imagenet_inputs(network, spec):
     return _Renormalized(network, spec, "visual" if spec.family == "open_clip" else "network")
 
 
+class TwoColourToRGB(nn.Module):
+    """ColoredMNIST's two-channel digits as the RGB photographs a pretrained backbone was
+    trained on: channel 0 becomes red, channel 1 green, blue stays 0 (pixel values in
+    [0, 1], as the dataset gives them), bilinearly upsampled to `size` px and normalized
+    with ImageNet's mean and std (the input every zoo backbone takes)."""
+
+    def __init__(self, size):
+        super().__init__()
+        self.size = size
+        self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1),
+                             persistent=False)
+        self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1),
+                             persistent=False)
+
+    def forward(self, x):
+        rgb = torch.cat([x, torch.zeros_like(x[:, :1])], dim=1)
+        rgb = nn.functional.interpolate(rgb, size=(self.size, self.size), mode="bilinear",
+                                        align_corners=False)
+        return (rgb - self.mean) / self.std
+
+    def extra_repr(self):
+        return f"red, green, blue=0; bilinear to {self.size} px; ImageNet normalization"
+
+
+def takes_two_colours(input_shape, hparams):
+    """Two-channel images (ColoredMNIST) fed to pretrained weights go through
+    TwoColourToRGB; a randomly initialized network adapts its stem to two channels."""
+    return len(input_shape) == 3 and input_shape[0] == 2 and bool(hparams.get("pretrained"))
+
+
+_SHARED_FROZEN = {}  # (name, input shape, weights file) -> the built frozen network
+
+
+def _build_network(spec, input_shape, path, hparams):
+    """The network of a backbone as the datasets feed it; (network, feature width)."""
+    if takes_two_colours(input_shape, hparams):
+        size = PRETRAINED_INPUT_SIZE
+        network, width = BUILDERS[spec.family](spec, (3, size, size), path)
+        return nn.Sequential(TwoColourToRGB(size), _takes_imagenet_inputs(network, spec)), width
+    network, width = BUILDERS[spec.family](spec, tuple(input_shape), path)
+    return _takes_imagenet_inputs(network, spec), width
+
+
+def _frozen_pretrained(spec, input_shape, path, hparams):
+    """A linear probe's frozen pretrained network, built once per process and shared by
+    every probe on it (nothing trains it). It is built without touching the global RNG
+    (its random initialization is overwritten by the weights anyway), so a probe's head
+    is initialized from the run's seed alone, whether or not the network was built before:
+    a stack of probes (launch.probe_stack) and each probe alone start from the same head."""
+    key = (spec.name, tuple(input_shape), path, takes_two_colours(input_shape, hparams))
+    if key not in _SHARED_FROZEN:
+        with torch.random.fork_rng(devices=[]):
+            network, width = _build_network(spec, input_shape, path, hparams)
+        network.requires_grad_(False)
+        _SHARED_FROZEN[key] = (network.eval(), width)
+    return _SHARED_FROZEN[key]
+
+
 class Backbone(nn.Module):
     """A zoo backbone without its classifier, as a DomainBed featurizer (`n_outputs`,
     `network`, `dropout`: the attribute names of DomainBed's ResNet, so its state dicts load).
@@ -543,8 +602,10 @@ class Backbone(nn.Module):
         spec = get_spec(name)
         path = locate_weights(name, hparams) if hparams.get("pretrained") else None
         self.name, self.weights_path = name, path
-        network, self.n_outputs = BUILDERS[spec.family](spec, tuple(input_shape), path)
-        self.network = _takes_imagenet_inputs(network, spec)
+        if transfer == "linear_probe" and path:
+            self.network, self.n_outputs = _frozen_pretrained(spec, input_shape, path, hparams)
+        else:
+            self.network, self.n_outputs = _build_network(spec, input_shape, path, hparams)
         self.dropout = nn.Dropout(hparams.get("resnet_dropout", 0.0))
         self.linear_probe = transfer == "linear_probe"
         self.frozen_bn = bool(hparams.get("pretrained")) and not self.linear_probe

@@ -23,6 +23,7 @@ training environments whose inputs are augmented (`data_augmentation`), since ca
 features of the plain images would not be the inputs the run asked for.
 """
 import collections
+import contextlib
 import copy
 import hashlib
 import json
@@ -44,6 +45,20 @@ from oodutils.untrusted import array_digest, open_regular, parse_json, read_regu
 FORMAT_VERSION = 2  # 2: meta.json holds each array's row count and checksum
 MAX_META_BYTES = 1 << 20
 STATS = collections.Counter()  # "extracted" / "loaded": how often each happened (tests)
+_SHARED = None  # inside shared_loads(): entry -> (features, {id(split): FeatureSplit})
+
+
+@contextlib.contextmanager
+def shared_loads():
+    """Runs built inside this block on the same dataset share each cache entry: its arrays
+    are read and checked once, and each split's feature rows are gathered once (a stack of
+    500 probes holds the features once, not 500 times)."""
+    global _SHARED
+    outer, _SHARED = _SHARED, ({} if _SHARED is None else _SHARED)
+    try:
+        yield
+    finally:
+        _SHARED = outer
 
 
 def default_cache_dir():
@@ -75,6 +90,14 @@ def _root_indices(split):
         indices = split.indices[indices]
         split = split.parent
     return split, indices
+
+
+def _split_identity(split):
+    """Equal for a split and its shallow copies (a training view shares the subset's
+    parent and indices), so that each is gathered once."""
+    if isinstance(split, EnvironmentSubset):
+        return _split_identity(split.parent), id(split.indices)
+    return id(split)
 
 
 def _is_augmented(split):
@@ -252,16 +275,23 @@ def attach(run):
     if featurizer is None:
         return False
     check_not_augmented(run)
-    features = load_or_extract(run, featurizer, cache_dir_of(run.config))
+    root = cache_dir_of(run.config)
+    entry = (os.path.join(root, cache_key(run, featurizer)[1]), id(run.dataset))
+    if _SHARED is not None and entry in _SHARED:
+        features, swapped = _SHARED[entry]
+    else:
+        features, swapped = load_or_extract(run, featurizer, root), {}
+        if _SHARED is not None:
+            _SHARED[entry] = features, swapped
     env_index = {id(env): i for i, env in enumerate(run.dataset)}
-    swapped = {}
 
     def swap(split):
-        if id(split) not in swapped:
+        key = _split_identity(split)
+        if key not in swapped:
             root, indices = _root_indices(split)
             rows = features[env_index[id(root)]][torch.from_numpy(indices)]
-            swapped[id(split)] = FeatureSplit(split, rows)
-        return swapped[id(split)]
+            swapped[key] = FeatureSplit(split, rows)
+        return swapped[key]
 
     run.in_splits = [swap(s) for s in run.in_splits]
     run.out_splits = [swap(s) for s in run.out_splits]

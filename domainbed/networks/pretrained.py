@@ -1,10 +1,16 @@
 """Whole pretrained classifiers of the backbone zoo (ImageNet head included) and the
 preprocessing their weights expect: to check that weights on disk are what they claim
 (an ImageNet photo gets its ImageNet class) and to use them outside a training run."""
-from domainbed.networks.backbones import CLASSIFIERS, backbone_name, get_spec, locate_weights
+from domainbed.networks.backbones import (
+    CLASSIFIERS,
+    PRETRAINED_INPUT_SIZE,
+    backbone_name,
+    get_spec,
+    locate_weights,
+)
 from oodutils.errors import UserError
 
-INPUT_SIZE = 224
+INPUT_SIZE = PRETRAINED_INPUT_SIZE
 CROP_FRACTION = 0.875  # resize to 256, center-crop 224: the usual ImageNet evaluation
 
 

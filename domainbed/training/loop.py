@@ -101,8 +101,10 @@ def pick_memory_format(choice, device, precision):
 class TrainingRun:
     """One run's state between set-up and `done`. Build it, `restore()`, then call
     `train_step(step)` for each step and `checkpoint(step)` where `is_checkpoint(step)`;
-    `finish()` writes model.pkl and `done`."""
+    `finish()` writes model.pkl and `done`. `saves_resume_state` false: checkpoints
+    write no resume state (a stack of probes, whose killed runs restart from step 0)."""
     is_main = True   # writes the run directory (a data-parallel run's rank 0 only)
+    saves_resume_state = True
 
     def __init__(self, config: RunConfig, hparams: dict, algorithm_cls: type,
                  dataset_cls: type, log=None, data=None):
@@ -312,8 +314,9 @@ class TrainingRun:
             self.save_model(f"model_step{step}.pkl")
         if self.config.save_best_model:
             self.keep_if_best(step, results)
-        save_resume_state(self.run_dir, RESUME_FILE, self.algorithm, step + 1,
-                          self.records, self.accumulators, self.identity, self.schedule)
+        if self.saves_resume_state:
+            save_resume_state(self.run_dir, RESUME_FILE, self.algorithm, step + 1,
+                              self.records, self.accumulators, self.identity, self.schedule)
         self.last_results = results
         if self.trackers is not None:
             self.trackers.log_checkpoint(step, results)

@@ -1,0 +1,288 @@
+"""Linear probes trained as one stack: K heads on one frozen backbone's cached features.
+
+On cached features (domainbed.networks.feature_cache) a linear probe is one matrix and one
+bias, so the K probes of a group are a (K, classes, features) tensor and a (K, classes)
+one. Each step gathers every head's own minibatch rows (the indices its single run draws:
+its seed, its batch size, its environments' samplers), and computes every head's logits,
+cross-entropy gradient and Adam update with its own learning rate and weight decay, a
+chunk of heads at a time (heads of one batch size; a chunk's gathered rows stay in cache
+from the forward to the backward matmul).
+At a checkpoint one pass over each evaluated split gives every head's logits, and each
+member, an ordinary `TrainingRun`, writes its own record and predictions.
+
+Why the results equal the single runs': each head's matmuls are `baddbmm` slices, which
+compute exactly what the single run's `nn.Linear` computes (checked by
+tests/test_probe_stack.py), its gradient comes from the same autograd graph, and the Adam
+update below is torch.optim.Adam's single-tensor arithmetic per head: `grad.add(param,
+alpha=wd)` is one fused multiply-add (emulated in float64, exact up to a double
+rounding), `param.addcdiv_(m, denom, value=-step)` is `param + (-step * m) / denom`.
+What differs: `step_time` (each head's share of the stack's step), `loss` (the batch mean
+is summed in another order: within a few float32 ulps), `mem_gb` on a GPU, and no
+resume state is written (a killed stack's members restart from step 0: a probe costs
+seconds, a resume state would hold the whole frozen backbone).
+
+Supported: ERM (a probe's plain objective) with a linear head, no dropout, float32, no
+unlabeled data. ``why_not(run)`` names what keeps a run out, and the fused launcher runs
+such jobs as ordinary jobs.
+"""
+import time
+
+import torch
+import torch.nn as nn
+
+from domainbed.training.evaluation import iterate_split
+
+STACKABLE_ALGORITHMS = ("ERM",)
+HEAD_HPARAMS = ("lr", "weight_decay", "batch_size")   # beside the seed: each head's own
+MAX_HEADS = 1024
+CHUNK_BYTES = 4 << 20  # gathered float32 rows per chunk of heads: about an L2/L3 share
+
+
+def why_not_job(config, hparams):
+    """Why a linear-probe job (its RunConfig and hyperparameters) cannot join a probe
+    stack, or None (what the fused launcher knows before building anything)."""
+    if config.algorithm not in STACKABLE_ALGORITHMS:
+        return (f"linear probes stack for {', '.join(STACKABLE_ALGORITHMS)} only, not "
+                f"{config.algorithm}")
+    if not hparams.get("pretrained"):
+        return "a linear probe on a randomly initialized backbone has features of its own seed"
+    if config.feature_cache_dir == "none":
+        return "a linear probe without the feature cache computes features every step"
+    if hparams.get("nonlinear_classifier") or hparams.get("resnet_dropout"):
+        return "a linear probe with a nonlinear head or dropout does not stack"
+    if config.precision != "fp32":
+        return "stacked linear probes train in float32"
+    return None
+
+
+def why_not(run):
+    """Why this TrainingRun cannot train in a probe stack, or None when it can."""
+    if run.config.algorithm not in STACKABLE_ALGORITHMS:
+        return (f"{run.config.algorithm} does not stack as a linear probe (stacked: "
+                f"{', '.join(STACKABLE_ALGORITHMS)})")
+    if not getattr(run, "uses_feature_cache", False):
+        return "it does not train on cached features"
+    algorithm = run.algorithm
+    if not isinstance(getattr(algorithm, "classifier", None), nn.Linear):
+        return "its head is not linear (nonlinear_classifier)"
+    if getattr(algorithm.featurizer, "dropout", nn.Dropout(0.0)).p != 0:
+        return "its features go through dropout (resnet_dropout)"
+    if run.uda_source is not None:
+        return "it adapts to unlabeled data"
+    if run.config.precision not in ("fp32", None):
+        return f"precision {run.config.precision} (stacked probes train in float32)"
+    optimizer = algorithm.optimizer
+    group = optimizer.param_groups[0]
+    if type(optimizer) is not torch.optim.Adam or len(optimizer.param_groups) != 1 or \
+            group["amsgrad"] or group["maximize"] or group.get("decoupled_weight_decay"):
+        return "its optimizer is not one plain Adam"
+    return None
+
+
+def _per_head(values, dtype=torch.float32):
+    return torch.tensor(values, dtype=dtype).view(-1, 1, 1)
+
+
+class ProbeStack:
+    """Members (TrainingRuns of linear probes on one dataset's cached features, all at the
+    same next step, sorted by batch size) trained as one stack of heads."""
+
+    def __init__(self, members):
+        self.members = list(members)
+        self.splits = self.members[0].minibatches.splits
+        for m in self.members:
+            if [s.x.data_ptr() for s in m.minibatches.splits] != \
+                    [s.x.data_ptr() for s in self.splits]:
+                raise ValueError("stacked probes must share their cached features")
+        # every training row once, widened to float32 (exact), with each split's offset:
+        # one gather per chunk of heads instead of one per environment, no widening per step
+        self.table = torch.cat([s.x for s in self.splits]).float()
+        self.labels = torch.cat([s.y for s in self.splits])
+        sizes = [len(s.x) for s in self.splits]
+        self.offsets = [sum(sizes[:e]) for e in range(len(sizes))]
+        self._buffer = None
+        heads = [m.algorithm.classifier for m in self.members]
+        self.weight = torch.stack([h.weight.detach() for h in heads]).clone()
+        self.bias = torch.stack([h.bias.detach() for h in heads]).clone().unsqueeze(1)
+        self._load_adam()
+
+    def _load_adam(self):
+        """Adam's moments and step counts from each member's optimizer (fresh or resumed)."""
+        group = self.members[0].algorithm.optimizer.param_groups[0]
+        self.betas, self.eps = group["betas"], group["eps"]
+        self.lr = [m.algorithm.optimizer.param_groups[0]["lr"] for m in self.members]
+        decay = [m.algorithm.optimizer.param_groups[0]["weight_decay"] for m in self.members]
+        self.decay = _per_head(decay)
+        self.decays = torch.tensor([d != 0 for d in decay]).view(-1, 1, 1)
+        self.moments = {"weight": [torch.zeros_like(self.weight), torch.zeros_like(self.weight)],
+                        "bias": [torch.zeros_like(self.bias), torch.zeros_like(self.bias)]}
+        self.adam_steps = [0] * len(self.members)
+        for i, member in enumerate(self.members):
+            head, optimizer = member.algorithm.classifier, member.algorithm.optimizer
+            for name in ("weight", "bias"):
+                state = optimizer.state.get(getattr(head, name))
+                if state:
+                    exp_avg, exp_avg_sq = self.moments[name]
+                    exp_avg[i] = state["exp_avg"].view_as(exp_avg[i])
+                    exp_avg_sq[i] = state["exp_avg_sq"].view_as(exp_avg_sq[i])
+                    self.adam_steps[i] = int(float(state["step"]))
+
+    # ------------------------------------------------------------ one step
+    def chunks(self, rows):
+        """(start, end) ranges of heads: each within one batch size (members come sorted
+        by it), with at most CHUNK_BYTES of gathered float32 rows (`rows[head]` each)."""
+        out, start = [], 0
+        width = self.weight.shape[2] * 4
+        for k in range(1, len(self.members) + 1):
+            full = (k - start) * rows[start] * width >= CHUNK_BYTES
+            if k == len(self.members) or full or rows[k] != rows[start]:
+                out.append((start, k))
+                start = k
+        return out
+
+    def indices(self, step, start, end):
+        """Per training environment, the minibatch indices [heads, batch] of heads
+        start..end, each drawn by the head's own sampler (as its single run draws them)."""
+        return [torch.stack([m.minibatches.samplers[e].indices(step)
+                             for m in self.members[start:end]])
+                for e in range(len(self.splits))]
+
+    def _gather(self, rows):
+        """The table's rows [heads, rows] into a buffer kept between chunks (fresh
+        megabytes each time would cost page faults)."""
+        n = rows.numel()
+        if self._buffer is None or self._buffer.shape[0] < n:
+            self._buffer = torch.empty(n, self.table.shape[1])
+        out = self._buffer[:n]
+        torch.index_select(self.table, 0, rows.view(-1), out=out)
+        return out.view(*rows.shape, -1)
+
+    def train_step(self, step):
+        """One Adam step of every head; returns each head's loss (float)."""
+        losses, grad_w, grad_b = [], torch.empty_like(self.weight), torch.empty_like(self.bias)
+        batch = [m.hparams["batch_size"] * len(self.splits) for m in self.members]
+        for start, end in self.chunks(batch):
+            rows = torch.cat([i + offset for i, offset in
+                              zip(self.indices(step, start, end), self.offsets)], dim=1)
+            x = self._gather(rows)
+            y = self.labels[rows]
+            logits = torch.baddbmm(self.bias[start:end], x,
+                                   self.weight[start:end].transpose(1, 2)).requires_grad_(True)
+            with torch.enable_grad():
+                picked = logits.log_softmax(-1).gather(2, y.unsqueeze(2)).squeeze(2)
+                loss = -picked.mean(1)
+                grad_logits, = torch.autograd.grad(loss.sum(), logits)
+            # the weight gradient as one bmm of (classes x rows) by (rows x features): the
+            # numbers autograd and the single run's nn.Linear get, without transposing x
+            torch.bmm(grad_logits.transpose(1, 2), x, out=grad_w[start:end])
+            grad_b[start:end] = grad_logits.sum(1, keepdim=True)
+            losses.append(loss.detach())
+        self._adam({"weight": grad_w, "bias": grad_b})
+        return torch.cat(losses).tolist()
+
+    @torch.no_grad()
+    def _adam(self, grads):
+        """torch.optim.Adam's single-tensor step, per head (see the module docstring)."""
+        beta1, beta2 = self.betas
+        self.adam_steps = [s + 1 for s in self.adam_steps]
+        step_size = _per_head([-(lr / (1 - beta1 ** s)) for lr, s in zip(self.lr, self.adam_steps)])
+        bias2_sqrt = _per_head([(1 - beta2 ** s) ** 0.5 for s in self.adam_steps])
+        for name, param in (("weight", self.weight), ("bias", self.bias)):
+            grad = grads[name]
+            if bool(self.decays.any()):   # grad.add(param, alpha=wd): one rounding
+                fused = (grad.double() + self.decay.double() * param.double()).float()
+                grad = torch.where(self.decays, fused, grad)
+            exp_avg, exp_avg_sq = self.moments[name]
+            exp_avg.lerp_(grad, 1 - beta1)
+            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            denom = (exp_avg_sq.sqrt() / bias2_sqrt).add_(self.eps)
+            param.copy_(param + (step_size * exp_avg) / denom)
+
+    # ------------------------------------------------------------ evaluation, write-back
+    @torch.no_grad()
+    def predict(self):
+        """{split name: logits [heads, n, classes]} of every evaluated split."""
+        first = self.members[0]
+        out = {}
+        for name, _, _, split in first.named_splits:
+            parts = []
+            for x in iterate_split(split, first.ctx.eval_batch_size, first.ctx.n_workers):
+                x = x.float()
+                part = torch.empty(len(self.members), len(x), self.weight.shape[1])
+                for start, end in self.chunks([len(x)] * len(self.members)):
+                    torch.baddbmm(self.bias[start:end], x.expand(end - start, *x.shape),
+                                  self.weight[start:end].transpose(1, 2), out=part[start:end])
+                parts.append(part)
+            out[name] = torch.cat(parts, dim=1) if parts else torch.empty(
+                len(self.members), 0, self.weight.shape[1])
+        return out
+
+    @torch.no_grad()
+    def write_back(self):
+        """Each head's parameters and Adam state into its member's own objects, exactly
+        as the single run would hold them (for model.pkl)."""
+        for i, member in enumerate(self.members):
+            head, optimizer = member.algorithm.classifier, member.algorithm.optimizer
+            for name, param in (("weight", self.weight), ("bias", self.bias)):
+                target = getattr(head, name)
+                target.copy_(param[i].view_as(target))
+                exp_avg, exp_avg_sq = self.moments[name]
+                optimizer.state[target] = {
+                    "step": torch.tensor(float(self.adam_steps[i])),
+                    "exp_avg": exp_avg[i].view_as(target).clone(),
+                    "exp_avg_sq": exp_avg_sq[i].view_as(target).clone()}
+
+    def drop(self, positions):
+        """Remove heads (one that diverged, one whose disk is full); the others go on."""
+        keep = [i for i in range(len(self.members)) if i not in set(positions)]
+        index = torch.tensor(keep, dtype=torch.long)
+        self.members = [self.members[i] for i in keep]
+        self.lr = [self.lr[i] for i in keep]
+        self.adam_steps = [self.adam_steps[i] for i in keep]
+        self.weight, self.bias = self.weight[index], self.bias[index]
+        self.decay, self.decays = self.decay[index], self.decays[index]
+        self.moments = {k: [t[index] for t in v] for k, v in self.moments.items()}
+
+
+def train_probe_group(members, start_step, on_checkpoint, on_failure):
+    """Train `members` (all at `start_step`) to the end as one stack; the same callbacks
+    as fused_training.train_group. Returns the members that finished."""
+    for member in members:
+        member.saves_resume_state = False
+    stack = ProbeStack(sorted(members, key=lambda m: m.hparams["batch_size"]))
+    first = members[0]
+    for step in range(start_step, first.n_steps):
+        started = time.time()
+        losses = stack.train_step(step)
+        seconds = (time.time() - started) / len(stack.members)
+        failed = []
+        for i, (member, loss) in enumerate(zip(stack.members, losses)):
+            try:
+                member.accumulate(step, {"loss": loss}, seconds)
+            except Exception as e:   # TrainingDiverged: this head stops alone
+                on_failure(member, e)
+                failed.append(i)
+        if failed:
+            stack.drop(failed)
+        if not stack.members:
+            return []
+        if first.is_checkpoint(step):
+            failed = _checkpoint(stack, step, on_checkpoint, on_failure)
+            if failed:
+                stack.drop(failed)
+    stack.write_back()
+    return stack.members
+
+
+def _checkpoint(stack, step, on_checkpoint, on_failure):
+    stack.write_back()   # what a kept model (save_best_model ...) would hold
+    logits = stack.predict()
+    failed = []
+    for i, member in enumerate(stack.members):
+        try:
+            results = member.checkpoint(step, {k: v[i] for k, v in logits.items()})
+            on_checkpoint(member, results)
+        except Exception as e:
+            on_failure(member, e)
+            failed.append(i)
+    return failed
