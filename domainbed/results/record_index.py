@@ -255,7 +255,7 @@ def _entry(entry: Any, values: np.ndarray) -> tuple[str, StatKey, list[Record], 
         problem = record_problem(record)
         if problem is not None:
             raise CorruptIndex(f"entry {entry['path']!r}: a record {problem}")
-    return entry["path"], tuple(key), records, notes  # type: ignore[return-value]
+    return entry["path"], tuple(key), records, notes
 
 
 def _column_records(entry: dict[str, Any], values: np.ndarray) -> list[Record]:
