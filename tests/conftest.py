@@ -26,3 +26,14 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark the quick loop's exclusions (tests/quick_loop.py) slow, before `-m` selects."""
+    from tests.quick_loop import TESTS, WHOLE_FILES
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        if path in WHOLE_FILES or item.nodeid in TESTS or \
+                item.nodeid.split("[")[0] in TESTS:
+            item.add_marker(pytest.mark.slow)
