@@ -113,6 +113,14 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from benchfigures import record
+    result = "; ".join(
+        f"{r['arch']} x{r['models']}: {r['separate_ms_per_model_step']:.1f}/"
+        f"{r['fused_ms_per_model_step']:.1f}" for r in rows)
+    record("fused", what="Fused launcher, ms per model-step separate / fused",
+           command="python scripts/bench_fused.py " + " ".join(sys.argv[1:]),
+           result=result, method=f"{args.device}, {args.threads} thread(s), {args.steps} steps")
 
 
 if __name__ == "__main__":

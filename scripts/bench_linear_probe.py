@@ -146,6 +146,14 @@ def main():
     }
     text = json.dumps(report, indent=2)
     print(text)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from benchfigures import record
+    record("linear-probe", what="Linear probe vs full fine-tuning (ResNet-18, 96 px)",
+           command="python scripts/bench_linear_probe.py " + " ".join(sys.argv[1:]),
+           result=f"{min(report['later_linear_probe_s'])}-{max(report['later_linear_probe_s'])}"
+                  f" s a cached probe run vs ~{report['full_finetune_run_s_extrapolated']:.0f} s"
+                  f" a full run ({report['speedup_later_probe_vs_full']}x)",
+           method=f"{report['steps']} steps, {report['images']} images of {report['size']} px")
     if opts.out:
         with open(opts.out, "w") as f:
             f.write(text + "\n")

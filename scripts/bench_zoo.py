@@ -123,6 +123,15 @@ def main():
         print(line)
         study.append({**row, "cpu_per_run_local": local, "cpu_per_run_pooled": pooled})
     print(f"load average at end: {os.getloadavg()}")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from benchfigures import record
+    if study:
+        record("zoo-run-cost", what="Cost per zoo run (pooled launcher vs a process per run)",
+               command="python scripts/bench_zoo.py " + " ".join(sys.argv[1:]),
+               result="; ".join(f"{r['arch']}: {r['cpu_per_run_pooled']:.1f} s vs "
+                                f"{r['cpu_per_run_local']:.1f} s of CPU per run"
+                                for r in study),
+               method=f"{args.study_steps} steps, eval_splits out test, CPU seconds")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"process_start_cpu_s": start_cpu, "rows": rows, "study": study,

@@ -150,6 +150,8 @@ def benchmarks_page(figures=REPO / "docs" / "benchmarks"):
     for path in sorted(Path(figures).glob("*.json")):
         entry = json.loads(path.read_text())
         result = entry["result"] + (f" ({entry['method']})" if entry.get("method") else "")
+        if entry.get("transcribed"):   # an older figure, until its command is rerun
+            result += " [transcribed from an earlier run; rerun the command to refresh]"
         lines.append(f"| {_cell(entry['what'])} | `{_cell(entry['command'])}` | "
                      f"{_cell(entry['machine'])} | {_cell(entry['date'])} | {_cell(result)} |")
     return "\n".join(lines)
