@@ -96,3 +96,15 @@ def quiet_threads():
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
+
+
+def wait_for(predicate, what, timeout=300):
+    """predicate()'s first true value, polled every 0.5 s; fails the test after `timeout`."""
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")

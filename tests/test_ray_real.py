@@ -4,12 +4,11 @@ finishes every job once, with the records of uninterrupted runs."""
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.hardening_util import comparable, records
+from tests.hardening_util import comparable, records, wait_for
 from tests.requirements import need_ray
 
 pytestmark = pytest.mark.slow
@@ -24,16 +23,6 @@ SWEEP_FLAGS = ["--datasets", "Debug28", "--algorithms", "ERM", "--n_hparams", "1
 def sweep_argv(command, out, *flags):
     return [sys.executable, "-m", "domainbed.scripts.sweep", command, "--output_dir", str(out),
             "--data_dir", str(out.parent), *SWEEP_FLAGS, *flags]
-
-
-def wait_for(predicate, what, timeout=300):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def job_pids(out):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hardening_util import comparable, records
+from tests.hardening_util import comparable, records, wait_for
 from tests.requirements import need_slurm
 
 pytestmark = pytest.mark.slow
@@ -31,6 +31,10 @@ SWEEP_FLAGS = ["--datasets", "Debug28", "--algorithms", "ERM", "--n_hparams", "1
                "--checkpoint_freq", "50", "--num_threads", "1",
                "--hparams", '{"arch": "mlp", "mlp_width": 32}', "--skip_confirmation"]
 TIMEOUT_S = 900   # for a step of the test on a loaded machine
+
+
+def wait_for_slurm(predicate, what):
+    return wait_for(predicate, what, timeout=TIMEOUT_S)
 SLURM_FLAGS = ["--slurm_partition", "debug", "--slurm_timeout_min", "10", "--slurm_cpus", "1",
                "--slurm_mem_gb", "0.5", "--slurm_gpus", "0", "--slurm_array_parallelism", "2"]
 
@@ -87,16 +91,6 @@ def slurm(env, *argv):
     proc = subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
-
-
-def wait_for(predicate, what, timeout=TIMEOUT_S):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def submitted(out):
@@ -180,9 +174,9 @@ def test_array_options_status_cancel_and_time_limit_resume(slurm_env, reference,
     slurm(slurm_env, "scancel", ids[cancelled])
     slurm(slurm_env, "scontrol", "update", f"JobId={ids[timed_out]}", "TimeLimit=1")
 
-    wait_for(lambda: job_state(slurm_env, ids[cancelled]) == "CANCELLED", "the cancel")
-    wait_for(lambda: job_state(slurm_env, ids[timed_out]) == "TIMEOUT", "the time limit")
-    wait_for(lambda: not slurm(slurm_env, "squeue", "-h", "-r", "-j", array_id).strip(),
+    wait_for_slurm(lambda: job_state(slurm_env, ids[cancelled]) == "CANCELLED", "the cancel")
+    wait_for_slurm(lambda: job_state(slurm_env, ids[timed_out]) == "TIMEOUT", "the time limit")
+    wait_for_slurm(lambda: not slurm(slurm_env, "squeue", "-h", "-r", "-j", array_id).strip(),
              "the array to leave the queue")
     status = sweep(slurm_env, "status", out, "--command_launcher", "slurm")
     lines = {run: next(line for line in status.splitlines() if str(run) in line)
@@ -195,7 +189,7 @@ def test_array_options_status_cancel_and_time_limit_resume(slurm_env, reference,
 
     relaunch = sweep(slurm_env, "launch", out, "--command_launcher", "slurm", *SLURM_FLAGS)
     assert "Launching 2 jobs (2 to resume, 0 new)" in relaunch
-    wait_for(lambda: all((r / "done").exists() for r in ids), "the resumed jobs")
+    wait_for_slurm(lambda: all((r / "done").exists() for r in ids), "the resumed jobs")
     for run in ids:
         assert comparable(records(run)) == comparable(records(reference() / run.name)), run
     for run in (cancelled, timed_out):   # resumed, not restarted: two attempts, one run
@@ -213,7 +207,7 @@ def test_requeue_resumes_a_job_at_its_time_limit_without_a_relaunch(slurm_env, r
           *SLURM_FLAGS, "--slurm_timeout_min", "3")   # the last value wins
     ids = submitted(out)
     frozen = first_checkpoints(ids, 1, freezer)[0]
-    wait_for(lambda: all((r / "done").exists() for r in ids), "every job")
+    wait_for_slurm(lambda: all((r / "done").exists() for r in ids), "every job")
     for run in ids:
         assert comparable(records(run)) == comparable(records(reference() / run.name)), run
     log = (frozen / "launcher.log").read_text()

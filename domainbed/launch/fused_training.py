@@ -395,23 +395,29 @@ def _train_exact(members, start_step, on_checkpoint, on_failure, states):
     return members
 
 
+def accumulate_step(group, step, values, seconds, on_failure):
+    """Each member of a stacked group (FusedGroup, ProbeStack) records its values of `step`;
+    one that fails (TrainingDiverged) stops alone and leaves the group. Returns whether any
+    member is left."""
+    failed = []
+    for i, (member, member_values) in enumerate(zip(group.members, values)):
+        try:
+            member.accumulate(step, member_values, seconds)
+        except Exception as e:   # this member alone
+            on_failure(member, e)
+            failed.append(i)
+    if failed:
+        group.drop(failed)
+    return bool(group.members)
+
+
 def _train_batched(members, start_step, on_checkpoint, on_failure, states):
     group = FusedGroup(members)
     first = members[0]
     for step in range(start_step, first.n_steps):
         started = time.time()
         values = group.train_step(step)
-        seconds = time.time() - started
-        failed = []
-        for i, (member, member_values) in enumerate(zip(group.members, values)):
-            try:
-                member.accumulate(step, member_values, seconds)
-            except Exception as e:   # TrainingDiverged: this member stops alone
-                on_failure(member, e)
-                failed.append(i)
-        if failed:
-            group.drop(failed)
-        if not group.members:
+        if not accumulate_step(group, step, values, time.time() - started, on_failure):
             return []
         if first.is_checkpoint(step):
             failed = _checkpoint(group, step, on_checkpoint, on_failure, states)

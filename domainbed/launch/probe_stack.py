@@ -30,6 +30,7 @@ import time
 import torch
 import torch.nn as nn
 
+from domainbed.launch.fused_training import accumulate_step
 from domainbed.training.evaluation import iterate_split
 
 STACKABLE_ALGORITHMS = ("ERM",)
@@ -255,16 +256,8 @@ def train_probe_group(members, start_step, on_checkpoint, on_failure):
         started = time.time()
         losses = stack.train_step(step)
         seconds = (time.time() - started) / len(stack.members)
-        failed = []
-        for i, (member, loss) in enumerate(zip(stack.members, losses)):
-            try:
-                member.accumulate(step, {"loss": loss}, seconds)
-            except Exception as e:   # TrainingDiverged: this head stops alone
-                on_failure(member, e)
-                failed.append(i)
-        if failed:
-            stack.drop(failed)
-        if not stack.members:
+        if not accumulate_step(stack, step, [{"loss": loss} for loss in losses], seconds,
+                               on_failure):
             return []
         if first.is_checkpoint(step):
             failed = _checkpoint(stack, step, on_checkpoint, on_failure)
