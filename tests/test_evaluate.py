@@ -2,6 +2,7 @@
 ordinary run directory. Expected predictions come from running the model directly on the
 dataset's tensors (not through the evaluation pipeline); collect_results and aotl read the
 output; a full pickle needs --trust_pickle; bad input is one error line before any work."""
+import hashlib
 import json
 import os
 import subprocess
@@ -275,6 +276,12 @@ def test_open_clip_head_only_takes_the_zoos_tower(tmp_path, tiny_clip):
     record = assert_scored(out, expected_predictions(predict))
     assert record["env0_in_acc"] < 0.5   # the head's classes swapped: the file's head
     assert_logits(out, predict)
+    # the record names both files: the same head on another tower is another model
+    identity = record["args"]["evaluated_model"]
+    assert identity["weights"] == f"head.safetensors,{spec.file}"
+    lines = "".join(f"{f.name}:{hashlib.sha256(f.read_bytes()).hexdigest()}\n"
+                    for f in (tmp_path / "head.safetensors", weights_dir / spec.file))
+    assert identity["weights_sha256"] == hashlib.sha256(lines.encode()).hexdigest()
 
 
 def test_class_map_takes_log_sum_exp_of_each_class_outputs(tmp_path):
