@@ -2,6 +2,7 @@
 ordinary run directory. Expected predictions come from running the model directly on the
 dataset's tensors (not through the evaluation pipeline); collect_results and aotl read the
 output; a full pickle needs --trust_pickle; bad input is one error line before any work."""
+import hashlib
 import json
 import os
 import subprocess
@@ -156,6 +157,131 @@ def test_timm_classifier_with_the_datasets_head(tmp_path):
                           "--output_dir", str(out)]) == 0
     record = assert_scored(out, expected_predictions(model))
     assert record["args"]["algorithm"] == "timm:test_resnet"
+
+
+TINY_CLIP = {  # an open_clip architecture small enough to build and run in milliseconds
+    "embed_dim": 16, "quick_gelu": True,
+    "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "head_width": 16,
+                   "patch_size": 16},
+    "text_cfg": {"context_length": 8, "vocab_size": 64, "width": 16, "heads": 2, "layers": 1}}
+
+
+@pytest.fixture
+def tiny_clip(monkeypatch):
+    """The zoo's clip_vit_b16 name built as TINY_CLIP (its normalization and weight file
+    name kept): (spec, the tiny tower with random weights at Debug28's 28 px)."""
+    import dataclasses
+
+    import open_clip
+    from open_clip import factory
+
+    from domainbed.networks import backbones
+    monkeypatch.setitem(factory._MODEL_CONFIGS, "oodbed-tiny-clip", TINY_CLIP)
+    spec = dataclasses.replace(backbones.BACKBONES["clip_vit_b16"], model="oodbed-tiny-clip")
+    monkeypatch.setitem(backbones.BACKBONES, "clip_vit_b16", spec)
+    monkeypatch.setattr(backbones, "_weights_dir", "")   # evaluate sets it from --weights_dir
+    torch.manual_seed(0)
+    visual = open_clip.create_model("oodbed-tiny-clip", pretrained=None, load_weights=False,
+                                    force_image_size=(28, 28)).visual.eval()
+    return spec, visual
+
+
+def clip_features(spec, visual):
+    """The tower on the dataset's ImageNet-normalized images, re-normalized to CLIP's mean
+    and std first (as the tower was trained)."""
+    imagenet_mean, imagenet_std = (torch.tensor(v).view(1, 3, 1, 1) for v in
+                                   ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)))
+    mean, std = (torch.tensor(v).view(1, 3, 1, 1) for v in (spec.mean, spec.std))
+
+    def features(x):
+        return visual(((x * imagenet_std + imagenet_mean) - mean) / std)
+    return features
+
+
+def probe_head(features, sign=1.0):
+    """A linear head on the features that tells Debug28's classes apart (the class means'
+    difference, centred; sign -1 swaps the classes): random heads on a random tower
+    predict one class."""
+    with torch.no_grad():
+        f = torch.cat([features(x) for _, x, _ in debug_envs()])
+        y = torch.cat([y for _, _, y in debug_envs()])
+        diff = sign * (f[y == 1].mean(0) - f[y == 0].mean(0))
+        centre = (f[y == 1].mean(0) + f[y == 0].mean(0)) / 2
+        head = torch.nn.Linear(f.shape[1], 2)
+        head.weight.copy_(torch.stack([-diff, diff]) / diff.norm())
+        head.bias.copy_(torch.stack([centre @ diff, -(centre @ diff)]) / diff.norm())
+    return head.eval()
+
+
+def assert_logits(run_dir, predict):
+    """The run's saved (float16) logits are those of `predict` on every example."""
+    [record] = load_records(str(run_dir)).records
+    arrays = load_predictions(str(run_dir), record["step"])
+    with torch.no_grad():
+        direct = {i: row for ids, x, _ in debug_envs()
+                  for i, row in zip(ids.tolist(), predict(x).numpy())}
+    got = np.stack([direct[i] for i in arrays["id"].tolist()])
+    np.testing.assert_allclose(arrays["logits"].astype(np.float32), got, rtol=1e-2, atol=1e-2)
+
+
+def test_open_clip_tower_and_head_from_the_weights_file(tmp_path, tiny_clip):
+    """--weights holding the tower (visual.*) and a linear head for Debug28's two classes."""
+    from safetensors.torch import save_file
+    spec, visual = tiny_clip
+    features = clip_features(spec, visual)
+    head = probe_head(features)
+    state = {f"visual.{k}": v for k, v in visual.state_dict().items()}
+    state.update({f"head.{k}": v for k, v in head.state_dict().items()})
+    save_file(state, str(tmp_path / "clip_head.safetensors"))
+    out = tmp_path / "eval"
+    assert evaluate.main(["--model", "clip_vit_b16", "--weights",
+                          str(tmp_path / "clip_head.safetensors"), "--dataset", "Debug28",
+                          "--test_envs", "0", "--output_dir", str(out), "--save_logits"]) == 0
+
+    def predict(x):
+        return head(features(x))
+    expected = expected_predictions(predict)
+    assert set(expected.values()) == {0, 1}   # the check tells the classes apart
+    record = assert_scored(out, expected)
+    assert_logits(out, predict)
+    assert record["args"]["algorithm"] == "clip_vit_b16"
+    assert record["args"]["evaluated_model"]["weights"] == "clip_head.safetensors"
+
+
+def test_open_clip_head_only_takes_the_zoos_tower(tmp_path, tiny_clip):
+    """--weights holding only head.*: the tower is the zoo's weight file on disk (here in
+    --weights_dir, as open_clip saves a whole CLIP model: visual.* and the text tower)."""
+    import open_clip
+    from safetensors.torch import save_file
+    spec, visual = tiny_clip
+    weights_dir = tmp_path / "zoo"
+    weights_dir.mkdir()
+    whole = open_clip.create_model("oodbed-tiny-clip", pretrained=None, load_weights=False,
+                                   force_image_size=(28, 28))
+    whole.visual.load_state_dict(visual.state_dict())
+    save_file({k: v.contiguous() for k, v in whole.state_dict().items()},
+              str(weights_dir / spec.file))
+    features = clip_features(spec, visual)
+    head = probe_head(features, sign=-1.0)
+    save_file({f"head.{k}": v for k, v in head.state_dict().items()},
+              str(tmp_path / "head.safetensors"))
+    out = tmp_path / "eval"
+    assert evaluate.main(["--model", "clip_vit_b16", "--weights",
+                          str(tmp_path / "head.safetensors"), "--weights_dir", str(weights_dir),
+                          "--dataset", "Debug28", "--output_dir", str(out),
+                          "--save_logits"]) == 0
+
+    def predict(x):
+        return head(features(x))
+    record = assert_scored(out, expected_predictions(predict))
+    assert record["env0_in_acc"] < 0.5   # the head's classes swapped: the file's head
+    assert_logits(out, predict)
+    # the record names both files: the same head on another tower is another model
+    identity = record["args"]["evaluated_model"]
+    assert identity["weights"] == f"head.safetensors,{spec.file}"
+    lines = "".join(f"{f.name}:{hashlib.sha256(f.read_bytes()).hexdigest()}\n"
+                    for f in (tmp_path / "head.safetensors", weights_dir / spec.file))
+    assert identity["weights_sha256"] == hashlib.sha256(lines.encode()).hexdigest()
 
 
 def test_class_map_takes_log_sum_exp_of_each_class_outputs(tmp_path):

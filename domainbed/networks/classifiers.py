@@ -19,6 +19,7 @@ What a user of the field expects:
 Weights are read without running code (``_read_state_dict``: safetensors or
 ``torch.load(weights_only=True)``, a hash prefix in the file name checked).
 """
+import hashlib
 import json
 import os
 
@@ -134,7 +135,8 @@ class _TowerAndHead(nn.Module):
 
 
 def _tower_and_head(spec, input_shape, weights):
-    """open_clip: the image tower and the linear head of the --weights file."""
+    """open_clip: (the image tower and the linear head of the --weights file, the zoo's
+    weights file the tower was read from: "" when --weights holds the tower)."""
     if not weights:
         raise UserError(f"{spec.name} is an image tower without a classifier: pass --weights "
                         f"FILE with a linear head (head.weight, head.bias; optionally the "
@@ -144,17 +146,16 @@ def _tower_and_head(spec, input_shape, weights):
     if not isinstance(head, torch.Tensor) or head.dim() != 2:
         raise UserError(f"weights file {weights} has no head.weight (a linear head "
                         f"[classes, {spec.name} features])")
-    has_tower = any(k.startswith("visual.") for k in state)
-    visual, width = _build_open_clip(spec, input_shape,
-                                     None if has_tower else locate_weights(spec.name, {}))
+    tower = "" if any(k.startswith("visual.") for k in state) else locate_weights(spec.name, {})
+    visual, width = _build_open_clip(spec, input_shape, tower or None)
     model = _TowerAndHead(visual, nn.Linear(width, head.shape[0],
                                             bias="head.bias" in state))
-    if has_tower:
+    if not tower:
         _load_strict(model, state, weights)
     else:
         _load_strict(model.head, {k[5:]: v for k, v in state.items() if k.startswith("head.")},
                      weights)
-    return model
+    return model, tower
 
 
 class _Normalized(nn.Module):
@@ -207,21 +208,35 @@ def _output_width(model):
     return _last_linear(model)[1].out_features
 
 
+def _files_identity(paths):
+    """weights / weights_sha256 of the model's weight files: one file's name and sha256;
+    several (an open_clip head and the zoo's tower) named in order, comma-separated, with
+    the sha256 of their "name:sha256" lines (as a text encoder's files are recorded)."""
+    if len(paths) == 1:
+        return {"weights": os.path.basename(paths[0]), "weights_sha256": file_sha256(paths[0])}
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(f"{os.path.basename(path)}:{file_sha256(path)}\n".encode())
+    return {"weights": ",".join(os.path.basename(p) for p in paths),
+            "weights_sha256": digest.hexdigest()}
+
+
 def outside_classifier(name, input_shape, num_classes, weights="", class_map=None):
     """(OutsideClassifier, identity entries for the record's args) of model `name`; its
     outputs must be the dataset's num_classes classes, or cover the class map."""
     if name.startswith(HF_PREFIX):
         folder = name[len(HF_PREFIX):]
         network = _hugging_face(folder, weights)
-        source = os.path.abspath(os.path.join(folder, "model.safetensors"))
+        sources = [os.path.abspath(os.path.join(folder, "model.safetensors"))]
     else:
         spec = get_spec(backbone_name({"backbone": name}))
         if spec.family == "open_clip":
-            network = _tower_and_head(spec, tuple(input_shape), weights)
+            network, tower = _tower_and_head(spec, tuple(input_shape), weights)
+            sources = [weights] + ([tower] if tower else [])
         else:
             network = _whole_classifier(spec, tuple(input_shape), weights)
+            sources = [weights or locate_weights(spec.name, {})]
         network = _takes_imagenet_inputs(network, spec)
-        source = weights or locate_weights(spec.name, {})
     width = _output_width(network)
     if class_map is None and width != num_classes:
         raise UserError(f"model {name} has {width} outputs but the dataset has {num_classes} "
@@ -230,6 +245,5 @@ def outside_classifier(name, input_shape, num_classes, weights="", class_map=Non
     if class_map is not None and max(max(idx) for idx in class_map) >= width:
         raise UserError(f"--class_map names output {max(max(i) for i in class_map)}, but "
                         f"model {name} has {width} outputs")
-    identity = {"model": name, "weights": os.path.basename(source),
-                "weights_sha256": file_sha256(source), "class_map": class_map}
+    identity = {"model": name, **_files_identity(sources), "class_map": class_map}
     return OutsideClassifier(network.eval(), class_map), identity
