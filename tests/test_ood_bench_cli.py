@@ -249,3 +249,14 @@ def test_figures_draw_on_given_axes_without_forcing_a_backend(tmp_path):
     assert figures.plot_heatmap(grid, str(tmp_path / "h.png")).axes
     assert open(tmp_path / "h.png", "rb").read(4) == b"\x89PNG"
     assert matplotlib.get_backend() == backend
+
+
+def test_module_entry_point_answers_help_and_a_bad_command():
+    """`python -m ood_bench` (its __main__) lists the subcommands and refuses an unknown one
+    with argparse's usage and error lines, no traceback (the quick loop's run of the entry
+    point; the end-to-end runs are slow)."""
+    r = run("-m", "ood_bench", "--help")
+    assert r.returncode == 0 and "quantify" in r.stdout, r.stderr
+    r = run("-m", "ood_bench", "no-such-command")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "error: argument COMMAND: invalid choice: 'no-such-command'" in r.stderr

@@ -34,7 +34,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from domainbed.config import RunConfig
-from domainbed.launch import jobs, local, probe_stack
+from domainbed.launch import jobs, local
 from domainbed.launch.pooled import train_flags
 from domainbed.launch.progress import SweepProgress
 from domainbed.registry import ALGORITHMS
@@ -75,6 +75,7 @@ def parse_job(command):
     probe = hparams.get("transfer", "full") == "linear_probe"
     from domainbed.algorithms.base import fused_form
     if probe:
+        from domainbed.launch import probe_stack  # torch: only when a sweep is planned
         reason = probe_stack.why_not_job(args, hparams)
         if reason:
             return None, reason
@@ -110,6 +111,7 @@ def is_probe(job):
 
 def group_key(job):
     """Jobs with equal keys train together: everything but each member's own values."""
+    from domainbed.launch import probe_stack
     from domainbed.launch.fused_training import member_hparams
     free = set(probe_stack.HEAD_HPARAMS if is_probe(job) else
                member_hparams(job.algorithm_cls))
@@ -121,6 +123,7 @@ def group_key(job):
 def plan(commands, max_models=FUSED_MAX_MODELS):
     """Split a sweep's commands into fused groups (of at most `max_models`) and ordinary
     jobs, with one notice line per reason a job does not fuse."""
+    from domainbed.launch import probe_stack
     result, by_key, reasons = Plan(), defaultdict(list), defaultdict(int)
     limits = {}
     for command in commands:
