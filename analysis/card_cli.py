@@ -15,7 +15,13 @@ import argparse
 import datetime
 import os
 
-from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
+from oodutils.cli import (
+    ArgumentParser,
+    add_logging_flags,
+    add_option,
+    check_directories,
+    configure_logging,
+)
 from oodutils.errors import UserError, run_cli
 
 EPILOG = "example:\n  python -m analysis.card --input_dir sweeps/s1 --output_dir cards/"
@@ -39,9 +45,7 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
-    for d in args.input_dir:
-        if not os.path.isdir(d):
-            raise UserError(f"--input_dir {d!r} is not a directory")
+    check_directories(args.input_dir)
     if args.bootstrap < 1:
         raise UserError(f"--bootstrap must be at least 1, not {args.bootstrap}")
     from analysis import card

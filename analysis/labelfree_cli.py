@@ -14,8 +14,14 @@ import argparse
 import os
 import sys
 
-from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
-from oodutils.errors import UserError, epilog_example, run_cli
+from oodutils.cli import (
+    ArgumentParser,
+    add_logging_flags,
+    add_option,
+    check_directories,
+    configure_logging,
+)
+from oodutils.errors import epilog_example, run_cli
 from oodutils.plotting import figure_and_axes, save_figure
 
 EPILOG = epilog_example("labelfree", "analysis.labelfree",
@@ -51,9 +57,7 @@ def plot_split(estimates, dataset, env, path):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
-    for d in args.input_dir:
-        if not os.path.isdir(d):
-            raise UserError(f"--input_dir {d!r} is not a directory")
+    check_directories(args.input_dir)
     from analysis import labelfree
     from oodutils.fileio import atomic_write_text, check_output_path, file_name_part
     check_output_path(args.output_dir, "--output_dir", directory=True)

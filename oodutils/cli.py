@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from oodutils.errors import UserError, epilog_example, run_cli
@@ -97,3 +98,10 @@ def add_logging_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
 def configure_logging(args: argparse.Namespace) -> int:
     """Set the project's loggers from the parsed ``-v`` / ``-q`` counts; returns the level."""
     return configure(getattr(args, "verbose", 0) - getattr(args, "quiet", 0))
+
+
+def check_directories(paths: list[str], option: str = "--input_dir") -> None:
+    """One clear line for the first of `paths` that is not a directory (before any work)."""
+    for path in paths:
+        if not os.path.isdir(path):
+            raise UserError(f"{option} {path!r} is not a directory")
