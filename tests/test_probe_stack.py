@@ -253,7 +253,7 @@ def test_study_refuses_what_it_cannot_do(tmp_path):
 def test_two_colour_digits_become_red_and_green_photographs_at_224_px():
     import torch
 
-    from domainbed.networks.backbones import TwoColourToRGB, takes_two_colours
+    from domainbed.networks.input_adapters import TwoColourToRGB, takes_two_colours
     x = torch.zeros(1, 2, 28, 28)
     x[0, 0] = 1.0                      # a fully red digit (ColoredMNIST's channel 0)
     x[0, 1, :, 14:] = 1.0              # green on the right half

@@ -35,12 +35,17 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from domainbed.networks.input_adapters import (  # noqa: F401 (re-exported)
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    TwoColourToRGB,
+    _takes_imagenet_inputs,
+    takes_two_colours,
+)
 from oodutils.errors import UserError
 
 TRANSFER_MODES = ("full", "linear_probe")
 PRETRAINED_INPUT_SIZE = 224  # the image size ImageNet weights are trained and evaluated at
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
@@ -477,23 +482,6 @@ def _build_timm(spec, input_shape, path):
     return model, width
 
 
-class _Renormalized(nn.Module):
-    """A network trained on another normalization than ImageNet's, fed the
-    ImageNet-normalized images the datasets give (re-normalized on the way in)."""
-
-    def __init__(self, network, spec, attribute="network"):
-        super().__init__()
-        self.attribute = attribute  # CLIP's tower is `visual`, the name in its state dicts
-        self.add_module(attribute, network)
-        scale = torch.tensor(IMAGENET_STD) / torch.tensor(spec.std)
-        shift = (torch.tensor(IMAGENET_MEAN) - torch.tensor(spec.mean)) / torch.tensor(spec.std)
-        self.register_buffer("scale", scale.view(1, 3, 1, 1), persistent=False)
-        self.register_buffer("shift", shift.view(1, 3, 1, 1), persistent=False)
-
-    def forward(self, x):
-        return getattr(self, self.attribute)(x * self.scale + self.shift)
-
-
 def _build_open_clip(spec, input_shape, path):
     import open_clip
     if input_shape[0] != 3:
@@ -516,43 +504,6 @@ BUILDERS = {"torchvision": _build_torchvision, "timm": _build_timm,
             "open_clip": _build_open_clip}
 # The families whose models carry their ImageNet classifier (open_clip's is a tower only).
 CLASSIFIERS = {"torchvision": _torchvision_classifier, "timm": _timm_classifier}
-
-
-def _takes_imagenet_inputs(network, spec):
-    """The network as the datasets feed it: re-normalized where its weights need that."""
-    if (tuple(spec.mean), tuple(spec.std)) == (IMAGENET_MEAN, IMAGENET_STD):
-        return network
-    return _Renormalized(network, spec, "visual" if spec.family == "open_clip" else "network")
-
-
-class TwoColourToRGB(nn.Module):
-    """ColoredMNIST's two-channel digits as the RGB photographs a pretrained backbone was
-    trained on: channel 0 becomes red, channel 1 green, blue stays 0 (pixel values in
-    [0, 1], as the dataset gives them), bilinearly upsampled to `size` px and normalized
-    with ImageNet's mean and std (the input every zoo backbone takes)."""
-
-    def __init__(self, size):
-        super().__init__()
-        self.size = size
-        self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1),
-                             persistent=False)
-        self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1),
-                             persistent=False)
-
-    def forward(self, x):
-        rgb = torch.cat([x, torch.zeros_like(x[:, :1])], dim=1)
-        rgb = nn.functional.interpolate(rgb, size=(self.size, self.size), mode="bilinear",
-                                        align_corners=False)
-        return (rgb - self.mean) / self.std
-
-    def extra_repr(self):
-        return f"red, green, blue=0; bilinear to {self.size} px; ImageNet normalization"
-
-
-def takes_two_colours(input_shape, hparams):
-    """Two-channel images (ColoredMNIST) fed to pretrained weights go through
-    TwoColourToRGB; a randomly initialized network adapts its stem to two channels."""
-    return len(input_shape) == 3 and input_shape[0] == 2 and bool(hparams.get("pretrained"))
 
 
 _SHARED_FROZEN = {}  # (name, input shape, weights file) -> the built frozen network
