@@ -1,7 +1,7 @@
-"""The benchmark card command (``python -m analysis.card``): one card per dataset of the
-given sweeps, from whatever analyses they support.
+"""The benchmark card command (``benchmark-card``, also ``python -m analysis.card``):
+one card per dataset of the given sweeps, from whatever analyses they support.
 
-    python -m analysis.card --input_dir SWEEP [SWEEP ...] --output_dir DIR
+    benchmark-card --input_dir SWEEP [SWEEP ...] --output_dir DIR
         [--oodselect DIR ...] [--ood_bench DIR ...] [--bootstrap N]
 
 Writes DIR/card_<dataset>.md and DIR/card_<dataset>.html (the dataset name made
@@ -14,6 +14,7 @@ stability; a section the sweeps cannot support says what it needs. The leaderboa
 import argparse
 import datetime
 import os
+import sys
 
 from oodutils.cli import (
     ArgumentParser,
@@ -24,11 +25,11 @@ from oodutils.cli import (
 )
 from oodutils.errors import UserError, run_cli
 
-EPILOG = "example:\n  python -m analysis.card --input_dir sweeps/s1 --output_dir cards/"
+EPILOG = "example:\n  benchmark-card --input_dir sweeps/s1 --output_dir cards/"
 
 
 def build_parser():
-    p = ArgumentParser(prog="python -m analysis.card", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="benchmark-card", description=__doc__.split("\n\n")[0],
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_option(p, "--input_dir", nargs="+", required=True, help="sweep directories")
     add_option(p, "--output_dir", required=True, help="where the cards go")
@@ -81,6 +82,11 @@ def main(argv=None):
 def pages_name(label):
     from domainbed.leaderboard.pages import card_page
     return card_page(label)
+
+
+def cli():
+    """The `benchmark-card` console command ([project.scripts])."""
+    sys.exit(run_cli(main))
 
 
 if __name__ == "__main__":
