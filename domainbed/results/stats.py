@@ -134,6 +134,7 @@ def paired_comparison(selected: pd.DataFrame, baseline: str = BASELINE) -> pd.Da
     from scipy.stats import false_discovery_control, wilcoxon
     columns = ["algorithm", "dataset", "n_pairs", "mean_diff", "p_value", "p_adjusted"]
     cells = selected.set_index(["dataset", "algorithm", "trial_seed", "test_env"])["test_acc"]
+    cells = cells.sort_index()  # sorted, so partial-key lookups need no lexsort warning
     rows = []
     for (dataset, algorithm), _ in selected.groupby(["dataset", "algorithm"], sort=True):
         if algorithm == baseline or (dataset, baseline) not in \
