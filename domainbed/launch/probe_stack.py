@@ -25,18 +25,25 @@ Supported: ERM (a probe's plain objective) with a linear head, no dropout, float
 unlabeled data. ``why_not(run)`` names what keeps a run out, and the fused launcher runs
 such jobs as ordinary jobs.
 """
+import functools
+import math
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import torch.nn as nn
 
 from domainbed.launch.fused_training import accumulate_step
+from domainbed.training.bulk_sampling import draw_indices
 from domainbed.training.evaluation import iterate_split
 
 STACKABLE_ALGORITHMS = ("ERM",)
 HEAD_HPARAMS = ("lr", "weight_decay", "batch_size")   # beside the seed: each head's own
 MAX_HEADS = 1024
 CHUNK_BYTES = 4 << 20  # gathered float32 rows per chunk of heads: about an L2/L3 share
+INDEX_STEPS = 32       # steps of minibatch indices drawn at once
+_THREAD_BUFFERS = threading.local()
 
 
 def why_not_job(config, hparams):
@@ -80,6 +87,12 @@ def why_not(run):
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def _minus_mean(rows):
+    """-1 / rows in float32 (what the mean's backward divides), as a Python float."""
+    return (torch.tensor(-1.0) / rows).item()
+
+
 def _per_head(values, dtype=torch.float32):
     return torch.tensor(values, dtype=dtype).view(-1, 1, 1)
 
@@ -88,7 +101,7 @@ class ProbeStack:
     """Members (TrainingRuns of linear probes on one dataset's cached features, all at the
     same next step, sorted by batch size) trained as one stack of heads."""
 
-    def __init__(self, members):
+    def __init__(self, members, threads=1):
         self.members = list(members)
         self.splits = self.members[0].minibatches.splits
         for m in self.members:
@@ -101,20 +114,21 @@ class ProbeStack:
         self.labels = torch.cat([s.y for s in self.splits])
         sizes = [len(s.x) for s in self.splits]
         self.offsets = [sum(sizes[:e]) for e in range(len(sizes))]
-        self._buffer = None
+        self.threads = max(1, threads)
+        self._pool = None
         heads = [m.algorithm.classifier for m in self.members]
         self.weight = torch.stack([h.weight.detach() for h in heads]).clone()
         self.bias = torch.stack([h.bias.detach() for h in heads]).clone().unsqueeze(1)
         self._load_adam()
+        self._layout()
 
     def _load_adam(self):
         """Adam's moments and step counts from each member's optimizer (fresh or resumed)."""
         group = self.members[0].algorithm.optimizer.param_groups[0]
         self.betas, self.eps = group["betas"], group["eps"]
         self.lr = [m.algorithm.optimizer.param_groups[0]["lr"] for m in self.members]
-        decay = [m.algorithm.optimizer.param_groups[0]["weight_decay"] for m in self.members]
-        self.decay = _per_head(decay)
-        self.decays = torch.tensor([d != 0 for d in decay]).view(-1, 1, 1)
+        self.decay = [m.algorithm.optimizer.param_groups[0]["weight_decay"]
+                      for m in self.members]
         self.moments = {"weight": [torch.zeros_like(self.weight), torch.zeros_like(self.weight)],
                         "bias": [torch.zeros_like(self.bias), torch.zeros_like(self.bias)]}
         self.adam_steps = [0] * len(self.members)
@@ -128,76 +142,122 @@ class ProbeStack:
                     exp_avg_sq[i] = state["exp_avg_sq"].view_as(exp_avg_sq[i])
                     self.adam_steps[i] = int(float(state["step"]))
 
+    def _layout(self):
+        """Chunks of heads (see `chunks`), and no drawn indices yet (after a drop too)."""
+        batch = [m.hparams["batch_size"] for m in self.members]
+        self.rows_per_head = [b * len(self.splits) for b in batch]
+        self.layout = self.chunks(self.rows_per_head)
+        self.groups = self.chunks(self.rows_per_head, limit=math.inf)   # one per batch size
+        self.decaying = {(start, end): [i for i in range(start, end) if self.decay[i] != 0]
+                         for start, end in self.layout}
+        self._drawn = {}   # (start, end) -> (first step, rows [steps, heads, rows], labels)
+
     # ------------------------------------------------------------ one step
-    def chunks(self, rows):
+    def chunks(self, rows, limit=None):
         """(start, end) ranges of heads: each within one batch size (members come sorted
-        by it), with at most CHUNK_BYTES of gathered float32 rows (`rows[head]` each)."""
+        by it), with at most `limit` (default CHUNK_BYTES) bytes of gathered float32 rows
+        (`rows[head]` each)."""
         out, start = [], 0
-        width = self.weight.shape[2] * 4
+        width, limit = self.weight.shape[2] * 4, limit or CHUNK_BYTES
         for k in range(1, len(self.members) + 1):
-            full = (k - start) * rows[start] * width >= CHUNK_BYTES
+            full = (k - start) * rows[start] * width >= limit
             if k == len(self.members) or full or rows[k] != rows[start]:
                 out.append((start, k))
                 start = k
         return out
 
-    def indices(self, step, start, end):
-        """Per training environment, the minibatch indices [heads, batch] of heads
-        start..end, each drawn by the head's own sampler (as its single run draws them)."""
-        return [torch.stack([m.minibatches.samplers[e].indices(step)
-                             for m in self.members[start:end]])
-                for e in range(len(self.splits))]
+    def _draw(self, step, start, end):
+        """The table rows and labels [steps, heads, rows] of heads start..end (one batch
+        size) for INDEX_STEPS steps from `step`: per head its environments' minibatch
+        indices, each drawn as its own sampler draws them (bulk_sampling), plus each split's
+        offset in the table."""
+        steps = list(range(step, min(step + INDEX_STEPS, self.members[0].n_steps)))
+        rows = torch.cat([
+            draw_indices([m.minibatches.samplers[e] for m in self.members[start:end]], steps)
+            + offset for e, offset in enumerate(self.offsets)], dim=2)
+        return step, rows, self.labels[rows]
 
-    def _gather(self, rows):
-        """The table's rows [heads, rows] into a buffer kept between chunks (fresh
-        megabytes each time would cost page faults)."""
-        n = rows.numel()
-        if self._buffer is None or self._buffer.shape[0] < n:
-            self._buffer = torch.empty(n, self.table.shape[1])
-        out = self._buffer[:n]
-        torch.index_select(self.table, 0, rows.view(-1), out=out)
-        return out.view(*rows.shape, -1)
+    def _step_rows(self, step, start, end):
+        """Rows and labels [heads, rows] of heads start..end at `step` (drawn for every
+        head of their batch size at once, INDEX_STEPS steps at a time)."""
+        group = next(g for g in self.groups if g[0] <= start < g[1])
+        drawn = self._drawn.get(group)
+        if drawn is None or not 0 <= step - drawn[0] < len(drawn[1]):
+            drawn = self._drawn[group] = self._draw(step, *group)
+        first = step - drawn[0]
+        return (drawn[1][first, start - group[0]:end - group[0]],
+                drawn[2][first, start - group[0]:end - group[0]])
 
     def train_step(self, step):
         """One Adam step of every head; returns each head's loss (float)."""
-        losses, grad_w, grad_b = [], torch.empty_like(self.weight), torch.empty_like(self.bias)
-        batch = [m.hparams["batch_size"] * len(self.splits) for m in self.members]
-        for start, end in self.chunks(batch):
-            rows = torch.cat([i + offset for i, offset in
-                              zip(self.indices(step, start, end), self.offsets)], dim=1)
-            x = self._gather(rows)
-            y = self.labels[rows]
-            logits = torch.baddbmm(self.bias[start:end], x,
-                                   self.weight[start:end].transpose(1, 2)).requires_grad_(True)
-            with torch.enable_grad():
-                picked = logits.log_softmax(-1).gather(2, y.unsqueeze(2)).squeeze(2)
-                loss = -picked.mean(1)
-                grad_logits, = torch.autograd.grad(loss.sum(), logits)
-            # the weight gradient as one bmm of (classes x rows) by (rows x features): the
-            # numbers autograd and the single run's nn.Linear get, without transposing x
-            torch.bmm(grad_logits.transpose(1, 2), x, out=grad_w[start:end])
-            grad_b[start:end] = grad_logits.sum(1, keepdim=True)
-            losses.append(loss.detach())
-        self._adam({"weight": grad_w, "bias": grad_b})
-        return torch.cat(losses).tolist()
+        losses = torch.empty(len(self.members))
+        factors = self._adam_factors()
+        jobs = [(step, start, end, losses, factors) for start, end in self.layout]
+        if self.threads == 1:
+            for job in jobs:
+                self._train_chunk(*job)
+        else:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.threads)
+            list(self._pool.map(lambda job: self._train_chunk(*job), jobs))
+        return losses.tolist()
 
-    @torch.no_grad()
-    def _adam(self, grads):
-        """torch.optim.Adam's single-tensor step, per head (see the module docstring)."""
+    def _train_chunk(self, step, start, end, losses, factors):
+        """Forward, gradient and Adam step of heads start..end (their gathered rows stay
+        in cache from the gather to the update)."""
+        rows, y = self._step_rows(step, start, end)
+        x = self._gather(rows)
+        weight, bias = self.weight[start:end], self.bias[start:end]
+        logits = torch.baddbmm(bias, x, weight.transpose(1, 2))
+        log_probs = logits.log_softmax(2)
+        torch.neg(log_probs.gather(2, y.unsqueeze(2)).squeeze(2).mean(1), out=losses[start:end])
+        # the gradient autograd computes for the mean cross-entropy, by its own kernels:
+        # -1/rows at each label (mean, then gather's backward), then log_softmax's backward
+        upstream = torch.zeros_like(log_probs).scatter_(2, y.unsqueeze(2), _minus_mean(y.shape[1]))
+        grad_logits = torch.ops.aten._log_softmax_backward_data(
+            upstream, log_probs, 2, torch.float32)
+        # the weight gradient as one bmm of (classes x rows) by (rows x features): the
+        # numbers autograd and the single run's nn.Linear get, without transposing x
+        grad_w = torch.bmm(grad_logits.transpose(1, 2), x)
+        grad_b = grad_logits.sum(1, keepdim=True)
+        self._adam(start, end, {"weight": grad_w, "bias": grad_b}, factors)
+
+    def _gather(self, rows):
+        """The table's rows [heads, rows] into this thread's buffer, kept between chunks
+        (fresh megabytes each time would cost page faults)."""
+        local = _THREAD_BUFFERS.__dict__
+        n = rows.numel()
+        buffer = local.get("gather")
+        if buffer is None or buffer.shape[0] < n or buffer.shape[1] != self.table.shape[1]:
+            buffer = local["gather"] = torch.empty(n, self.table.shape[1])
+        out = buffer[:n]
+        torch.index_select(self.table, 0, rows.view(-1), out=out)
+        return out.view(*rows.shape, -1)
+
+    def _adam_factors(self):
+        """Each head's step size and bias correction of this step (Python floats, as
+        torch.optim.Adam computes them), as float32 [heads, 1, 1]."""
         beta1, beta2 = self.betas
         self.adam_steps = [s + 1 for s in self.adam_steps]
-        step_size = _per_head([-(lr / (1 - beta1 ** s)) for lr, s in zip(self.lr, self.adam_steps)])
+        step_size = _per_head([-(lr / (1 - beta1 ** s))
+                               for lr, s in zip(self.lr, self.adam_steps)])
         bias2_sqrt = _per_head([(1 - beta2 ** s) ** 0.5 for s in self.adam_steps])
-        for name, param in (("weight", self.weight), ("bias", self.bias)):
+        return step_size, bias2_sqrt
+
+    @torch.no_grad()
+    def _adam(self, start, end, grads, factors):
+        """torch.optim.Adam's single-tensor step of heads start..end (module docstring)."""
+        beta1, beta2 = self.betas
+        step_size, bias2_sqrt = (f[start:end] for f in factors)
+        for name, param in (("weight", self.weight[start:end]), ("bias", self.bias[start:end])):
             grad = grads[name]
-            if bool(self.decays.any()):   # grad.add(param, alpha=wd): one rounding
-                fused = (grad.double() + self.decay.double() * param.double()).float()
-                grad = torch.where(self.decays, fused, grad)
-            exp_avg, exp_avg_sq = self.moments[name]
+            for i in self.decaying[(start, end)]:   # grad.add(param, alpha=wd): torch's kernel
+                grad[i - start].add_(param[i - start], alpha=self.decay[i])
+            exp_avg, exp_avg_sq = (t[start:end] for t in self.moments[name])
             exp_avg.lerp_(grad, 1 - beta1)
             exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
             denom = (exp_avg_sq.sqrt() / bias2_sqrt).add_(self.eps)
-            param.copy_(param + (step_size * exp_avg) / denom)
+            param.add_(torch.mul(step_size, exp_avg).div_(denom))
 
     # ------------------------------------------------------------ evaluation, write-back
     @torch.no_grad()
@@ -239,10 +299,11 @@ class ProbeStack:
         index = torch.tensor(keep, dtype=torch.long)
         self.members = [self.members[i] for i in keep]
         self.lr = [self.lr[i] for i in keep]
+        self.decay = [self.decay[i] for i in keep]
         self.adam_steps = [self.adam_steps[i] for i in keep]
         self.weight, self.bias = self.weight[index], self.bias[index]
-        self.decay, self.decays = self.decay[index], self.decays[index]
         self.moments = {k: [t[index] for t in v] for k, v in self.moments.items()}
+        self._layout()
 
 
 def train_probe_group(members, start_step, on_checkpoint, on_failure):

@@ -562,7 +562,7 @@ class Backbone(nn.Module):
         self.frozen_bn = bool(hparams.get("pretrained")) and not self.linear_probe
         self.takes_features = False
         if self.linear_probe:
-            self.network.requires_grad_(False)
+            self.network.requires_grad_(False).eval()
         self.train()
 
     def features(self, x):
@@ -576,14 +576,20 @@ class Backbone(nn.Module):
         return self.dropout(x.float() if self.takes_features else self.features(x))
 
     def train(self, mode=True):
-        super().train(mode)
-        self.freeze_bn()
+        """A frozen network stays in eval mode and is not walked (a stack of 500 probes
+        would walk its hundreds of modules twice per probe and checkpoint)."""
+        if not self.linear_probe:
+            super().train(mode)
+            self.freeze_bn()
+            return self
+        self.training = mode
+        for child in self.children():
+            if child is not self.network:
+                child.train(mode)
         return self
 
     def freeze_bn(self):
-        if self.linear_probe:
-            self.network.eval()
-        elif self.frozen_bn:
+        if self.frozen_bn:
             for m in self.network.modules():
                 if isinstance(m, nn.modules.batchnorm._BatchNorm):
                     m.eval()
