@@ -1,26 +1,27 @@
 """Time a zoo of linear probes trained as one probe stack, after one feature extraction,
 and compute this machine's limit for that work.
 
-    python scripts/bench_probe_stack.py                        # 500 heads, 1,000 steps
+    python scripts/bench_probe_stack.py --cache ~/.cache/domainbed/features   # 500 x 1,000
     python scripts/bench_probe_stack.py --heads 20 --timed_steps 5 --no_record
 
 The heads are the study's (`domainbed.launch.zoo.draw_probe_zoo`: ERM on efficientnet_lite0
 features of ColoredMNIST, each its own learning rate, weight decay, batch size and seed),
 all on test environment 0, so they form one stack; runs of `--steps` steps with 5
-checkpoints, every split evaluated. Timed in this process, in CPU seconds (what a shared,
-loaded machine does not inflate) and wall seconds: the first run (it extracts the
-features on a cache miss; an earlier run's `--cache` hits), building the heads'
-TrainingRuns, `--timed_steps` stacked steps, one checkpoint (every head's evaluation,
-record and predictions), and `finish`; the whole run is set-up + steps x step +
-5 x checkpoint + finish, extrapolated from the timed steps where `--timed_steps` is less
-than `--steps`.
+checkpoints, every split evaluated. Timed in this process, wall seconds and CPU seconds
+(every thread's; what a shared, loaded machine inflates least): the first run (it extracts
+the features on a cache miss; an earlier run's `--cache` hits), building the heads'
+TrainingRuns, `--timed_steps` stacked steps (`--threads` threads), one checkpoint (every
+head's evaluation, record and predictions), and `finish`; the whole run is set-up +
+steps x step + 5 x checkpoint + finish, extrapolated from the timed steps where
+`--timed_steps` is less than `--steps`. The load average (1 minute) is printed at the
+start and the end: on a loaded machine the wall time is an upper bound.
 
 The limit: every head-step gathers its minibatch rows (float32 from a table of every
 training row: read + write) and two matmuls read them (logits, weight gradient); every
 checkpoint reads each evaluated row once per head. Bytes over the bandwidth of a numpy
-copy measured here in CPU time (main memory, and an 8 MB copy that stays in the L3 cache, where the
-feature table of ColoredMNIST's training rows mostly fits), flops over the measured
-single-thread sgemm rate; `--cores` cores (2).
+copy measured here in CPU time (main memory, and an 8 MB copy that stays in the L3 cache),
+flops over the measured single-thread sgemm rate; `--cores` cores (2). The limit leaves
+out what each head writes at a checkpoint (its record and predictions file).
 """
 import json
 import os
@@ -117,6 +118,8 @@ def main():
     add_option(ap, "--dataset", default="ColoredMNIST")
     add_option(ap, "--backbone", default="efficientnet_lite0")
     add_option(ap, "--cores", type=int, default=2)
+    add_option(ap, "--threads", type=int, default=2,
+               help="threads training the stack (each runs torch single-threaded)")
     add_option(ap, "--data_dir", default=os.path.join(REPO, "data"))
     add_option(ap, "--cache", default="", help="feature cache (default: a fresh temporary one)")
     add_option(ap, "--no_record", action="store_true",
@@ -124,6 +127,7 @@ def main():
     opts = ap.parse_args()
     import torch
     torch.set_num_threads(1)
+    load_start = os.getloadavg()[0]
     opts.work = tempfile.mkdtemp(prefix="bench_probe_stack_")
     os.environ["DOMAINBED_FEATURE_CACHE"] = opts.cache or os.path.join(opts.work, "cache")
     from domainbed.launch import probe_stack, zoo
@@ -138,9 +142,11 @@ def main():
         for head in heads:
             head.restore()
             head.saves_resume_state = False
-        stack = probe_stack.ProbeStack(sorted(heads, key=lambda m: m.hparams["batch_size"]))
+        stack = probe_stack.ProbeStack(sorted(heads, key=lambda m: m.hparams["batch_size"]),
+                                       threads=opts.threads)
         n = min(opts.timed_steps, opts.steps)
         _, step_cpu, step_wall = timed(lambda: [stack.train_step(s) for s in range(n)])
+        stack.close()
         _, ckpt_cpu, ckpt_wall = timed(lambda: probe_stack._checkpoint(
             stack, n - 1, lambda run, results: None, lambda run, error: None))
         _, finish_cpu, finish_wall = timed(lambda: [h.finish() for h in stack.members])
@@ -158,33 +164,43 @@ def main():
     limit_dram = n_bytes / (dram * 1e9 * opts.cores)
     limit_l3 = n_bytes / (l3 * 1e9 * opts.cores)
     limit_flops = n_flops / (gflops * 1e9 * opts.cores)
+    limit = max(limit_l3, limit_flops)
     report = {
-        "machine": f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f} at the end "
-                   f"(shared with other engineers)",
+        "machine": f"{os.cpu_count()} cpus, load average {load_start:.1f} at the start, "
+                   f"{os.getloadavg()[0]:.1f} at the end (shared with other engineers)",
         "heads": len(heads), "finished": ok, "steps": opts.steps, "timed_steps": n,
-        "checkpoints": opts.checkpoints, "threads": 1,
+        "checkpoints": opts.checkpoints, "threads": opts.threads,
         "first_run_extracted_features": extracted,
         "first_run_cpu_s": round(extract_cpu, 1), "first_run_wall_s": round(extract_wall, 1),
-        "setup_cpu_s": round(setup_cpu, 1), "step_cpu_s": round(step_cpu / n, 3),
-        "checkpoint_cpu_s": round(ckpt_cpu, 1), "finish_cpu_s": round(finish_cpu, 1),
+        "setup_cpu_s": round(setup_cpu, 1), "setup_wall_s": round(setup_wall, 1),
+        "step_cpu_s": round(step_cpu / n, 4), "step_wall_s": round(step_wall / n, 4),
+        "checkpoint_cpu_s": round(ckpt_cpu, 1), "checkpoint_wall_s": round(ckpt_wall, 1),
+        "finish_cpu_s": round(finish_cpu, 1), "finish_wall_s": round(finish_wall, 1),
         "total_cpu_s": round(total_cpu, 1), "total_wall_s": round(total_wall, 1),
-        "total_s_on_cores_if_idle": round(total_cpu / opts.cores, 1),
         "bytes_moved_gb": round(n_bytes / 1e9, 1), "gflop": round(n_flops / 1e9, 1),
         "copy_bandwidth_dram_gb_s": round(dram, 1), "copy_bandwidth_l3_gb_s": round(l3, 1),
         "sgemm_gflop_s_per_core": round(gflops, 1),
         "limit_s_memory_dram": round(limit_dram, 1), "limit_s_memory_l3": round(limit_l3, 1),
         "limit_s_flops": round(limit_flops, 1),
+        "wall_over_limit": round(total_wall / limit, 1),
+        "cpu_over_limit_cpu": round(total_cpu / (limit * opts.cores), 1),
     }
     print(json.dumps(report, indent=2))
+    print(f"{len(heads)} runs x {opts.steps} steps, {opts.checkpoints} checkpoints: "
+          f"{total_wall:.0f} s wall, {total_cpu:.0f} CPU-s ({opts.threads} threads; load "
+          f"{load_start:.1f} -> {os.getloadavg()[0]:.1f}); goal 120 s; machine limit "
+          f"{limit:.0f} s on {opts.cores} cores (features in L3; "
+          f"{max(limit_dram, limit_flops):.0f} s from DRAM): {total_wall / limit:.1f}x the "
+          f"limit in wall time, {total_cpu / (limit * opts.cores):.1f}x in CPU time")
     if not opts.no_record:
         from benchfigures import record
-        limit = max(limit_l3, limit_flops)
         record("probe_stack", what=f"{len(heads)} linear-probe runs ({opts.steps} steps, "
                                    f"{opts.checkpoints} checkpoints, every split) on cached "
                                    f"{opts.backbone} features of {opts.dataset}, one stack",
                command="python scripts/bench_probe_stack.py " + " ".join(sys.argv[1:]),
-               result=f"{total_cpu:.0f} CPU-s ({total_cpu / opts.cores:.0f} s on "
-                      f"{opts.cores} idle cores; goal 120 s) "
+               result=f"{total_wall:.0f} s wall, {total_cpu:.0f} CPU-s ({opts.threads} "
+                      f"threads, load {load_start:.1f} at the start; goal 120 s on "
+                      f"{opts.cores} cores) "
                       + (f"after a {extract_cpu:.0f} CPU-s extraction" if extracted else
                          "on features cached beforehand")
                       + f"; limit {limit:.0f} s ({opts.cores} cores, features in L3) to "

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from domainbed import hparams as hp
 from domainbed import run_hparams
@@ -76,23 +77,42 @@ def _build(tmp_path, prefix, heads):
                 for i, (seed, lr, wd, b) in enumerate(heads)]
 
 
-def _stacked(tmp_path, heads):
+def _stacked(tmp_path, heads, threads=1):
     runs = _build(tmp_path, "stack", heads)
     assert [probe_stack.why_not(r) for r in runs] == [None] * len(runs)
     starts = {r.restore() for r in runs}
     assert starts == {0}
     finished = probe_stack.train_probe_group(runs, 0, lambda run, results: None,
-                                             lambda run, error: pytest.fail(str(error)))
+                                             lambda run, error: pytest.fail(str(error)),
+                                             threads=threads)
     for run in finished:
         run.finish()
-    return len(finished)
+    return finished
 
 
-def test_stacked_heads_leave_the_records_of_each_probe_alone(tmp_path):
+def test_stacked_heads_leave_the_records_of_each_probe_alone(tmp_path, monkeypatch):
+    alone = []
     for i, (seed, lr, wd, b) in enumerate(HEADS):
-        training.run(_config(tmp_path, f"alone{i}", seed), _hparams(lr, wd, batch_size=b), ERM,
-                     Tiny32, log=lambda m: None)
-    assert _stacked(tmp_path, HEADS) == len(HEADS)
+        alone.append(training.TrainingRun(_config(tmp_path, f"alone{i}", seed),
+                                          _hparams(lr, wd, batch_size=b), ERM, Tiny32,
+                                          log=lambda m: None))
+        training.train_loop(alone[-1])
+    # each head its own chunk (the two of batch 8 share their drawn indices), indices
+    # drawn 3 steps at a time (drawn again at steps 3 and 6), chunks trained in 2 threads
+    monkeypatch.setattr(probe_stack, "CHUNK_BYTES", 1)
+    monkeypatch.setattr(probe_stack, "INDEX_STEPS", 3)
+    stacked = _stacked(tmp_path, HEADS, threads=2)
+    assert len(stacked) == len(HEADS)
+    by_dir = {Path(run.out).name: run for run in stacked}
+    for i, run in enumerate(alone):   # the heads and their Adam states, bit for bit
+        head, other = run.algorithm.classifier, by_dir[f"stack{i}"].algorithm.classifier
+        for name in ("weight", "bias"):
+            assert torch.equal(getattr(head, name), getattr(other, name))
+            mine = run.algorithm.optimizer.state[getattr(head, name)]
+            theirs = by_dir[f"stack{i}"].algorithm.optimizer.state[getattr(other, name)]
+            assert float(mine["step"]) == float(theirs["step"]) == 7
+            for key in ("exp_avg", "exp_avg_sq"):
+                assert torch.equal(mine[key], theirs[key])
     for i in range(len(HEADS)):
         alone, stacked = _records(tmp_path / f"alone{i}"), _records(tmp_path / f"stack{i}")
         assert len(alone) == len(stacked) == 3   # steps 0, 3, 6

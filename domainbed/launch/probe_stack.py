@@ -43,6 +43,7 @@ HEAD_HPARAMS = ("lr", "weight_decay", "batch_size")   # beside the seed: each he
 MAX_HEADS = 1024
 CHUNK_BYTES = 4 << 20  # gathered float32 rows per chunk of heads: about an L2/L3 share
 INDEX_STEPS = 32       # steps of minibatch indices drawn at once
+CHECKPOINT_THREADS = 4  # members writing their checkpoint files at once
 _THREAD_BUFFERS = threading.local()
 
 
@@ -189,17 +190,26 @@ class ProbeStack:
                 drawn[2][first, start - group[0]:end - group[0]])
 
     def train_step(self, step):
-        """One Adam step of every head; returns each head's loss (float)."""
+        """One Adam step of every head; returns each head's loss (float). With `threads`
+        above 1, chunks of heads train in that many threads, each running torch's
+        operations single-threaded (no chunk shares a head with another)."""
         losses = torch.empty(len(self.members))
         factors = self._adam_factors()
+        for start, end in self.groups:   # drawn here, before the threads read them
+            self._step_rows(step, start, end)
         jobs = [(step, start, end, losses, factors) for start, end in self.layout]
         if self.threads == 1:
             for job in jobs:
                 self._train_chunk(*job)
-        else:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.threads)
+            return losses.tolist()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads)
+        ops_threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
             list(self._pool.map(lambda job: self._train_chunk(*job), jobs))
+        finally:
+            torch.set_num_threads(ops_threads)
         return losses.tolist()
 
     def _train_chunk(self, step, start, end, losses, factors):
@@ -293,6 +303,12 @@ class ProbeStack:
                     "exp_avg": exp_avg[i].view_as(target).clone(),
                     "exp_avg_sq": exp_avg_sq[i].view_as(target).clone()}
 
+    def close(self):
+        """Stop the training threads (a stack trains on after a drop, not after this)."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
     def drop(self, positions):
         """Remove heads (one that diverged, one whose disk is full); the others go on."""
         keep = [i for i in range(len(self.members)) if i not in set(positions)]
@@ -306,35 +322,54 @@ class ProbeStack:
         self._layout()
 
 
-def train_probe_group(members, start_step, on_checkpoint, on_failure):
-    """Train `members` (all at `start_step`) to the end as one stack; the same callbacks
-    as fused_training.train_group. Returns the members that finished."""
+def train_probe_group(members, start_step, on_checkpoint, on_failure, threads=1):
+    """Train `members` (all at `start_step`) to the end as one stack (`threads`: see
+    ProbeStack.train_step); the same callbacks as fused_training.train_group. Returns the
+    members that finished."""
     for member in members:
         member.saves_resume_state = False
-    stack = ProbeStack(sorted(members, key=lambda m: m.hparams["batch_size"]))
+    stack = ProbeStack(sorted(members, key=lambda m: m.hparams["batch_size"]), threads)
     first = members[0]
-    for step in range(start_step, first.n_steps):
-        started = time.time()
-        losses = stack.train_step(step)
-        seconds = (time.time() - started) / len(stack.members)
-        if not accumulate_step(stack, step, [{"loss": loss} for loss in losses], seconds,
-                               on_failure):
-            return []
-        if first.is_checkpoint(step):
-            failed = _checkpoint(stack, step, on_checkpoint, on_failure)
-            if failed:
-                stack.drop(failed)
+    try:
+        for step in range(start_step, first.n_steps):
+            started = time.time()
+            losses = stack.train_step(step)
+            seconds = (time.time() - started) / len(stack.members)
+            if not accumulate_step(stack, step, [{"loss": loss} for loss in losses], seconds,
+                                   on_failure):
+                return []
+            if first.is_checkpoint(step):
+                failed = _checkpoint(stack, step, on_checkpoint, on_failure)
+                if failed:
+                    stack.drop(failed)
+    finally:
+        stack.close()
     stack.write_back()
     return stack.members
 
 
 def _checkpoint(stack, step, on_checkpoint, on_failure):
+    """Every head's evaluation in one pass, then each member's record and predictions,
+    CHECKPOINT_THREADS members at a time (compressing predictions and waiting for fsync
+    leave the interpreter free); the callbacks run here, in order. Returns the positions
+    of the members that failed."""
     stack.write_back()   # what a kept model (save_best_model ...) would hold
     logits = stack.predict()
-    failed = []
-    for i, member in enumerate(stack.members):
+
+    def write(position):
         try:
-            results = member.checkpoint(step, {k: v[i] for k, v in logits.items()})
+            return stack.members[position].checkpoint(
+                step, {k: v[position] for k, v in logits.items()}), None
+        except Exception as e:   # this member alone
+            return None, e
+
+    with ThreadPoolExecutor(CHECKPOINT_THREADS) as pool:
+        outcomes = list(pool.map(write, range(len(stack.members))))
+    failed = []
+    for i, (member, (results, error)) in enumerate(zip(stack.members, outcomes)):
+        try:
+            if error is not None:
+                raise error
             on_checkpoint(member, results)
         except Exception as e:
             on_failure(member, e)
