@@ -109,9 +109,11 @@ class ProbeStack:
             if [s.x.data_ptr() for s in m.minibatches.splits] != \
                     [s.x.data_ptr() for s in self.splits]:
                 raise ValueError("stacked probes must share their cached features")
-        # every training row once, widened to float32 (exact), with each split's offset:
-        # one gather per chunk of heads instead of one per environment, no widening per step
-        self.table = torch.cat([s.x for s in self.splits]).float()
+        # every training row once (float16 cached features stay float16, see _gather),
+        # with each split's offset: one gather per chunk of heads, not one per environment
+        self.table = torch.cat([s.x for s in self.splits])
+        if self.table.dtype not in (torch.float16, torch.float32):
+            self.table = self.table.float()
         self.labels = torch.cat([s.y for s in self.splits])
         sizes = [len(s.x) for s in self.splits]
         self.offsets = [sum(sizes[:e]) for e in range(len(sizes))]
@@ -233,15 +235,22 @@ class ProbeStack:
         self._adam(start, end, {"weight": grad_w, "bias": grad_b}, factors)
 
     def _gather(self, rows):
-        """The table's rows [heads, rows] into this thread's buffer, kept between chunks
-        (fresh megabytes each time would cost page faults)."""
-        local = _THREAD_BUFFERS.__dict__
-        n = rows.numel()
-        buffer = local.get("gather")
-        if buffer is None or buffer.shape[0] < n or buffer.shape[1] != self.table.shape[1]:
-            buffer = local["gather"] = torch.empty(n, self.table.shape[1])
-        out = buffer[:n]
-        torch.index_select(self.table, 0, rows.view(-1), out=out)
+        """The table's rows [heads, rows], as float32, into this thread's buffers kept
+        between chunks (fresh megabytes each time would cost page faults). A float16 table
+        (cached features) is gathered as such and widened in the buffer (exact): half the
+        bytes read, and a table half the size in the shared cache."""
+        local, n = _THREAD_BUFFERS.__dict__, rows.numel()
+        shape = (n, self.table.shape[1])
+        for dtype in {self.table.dtype, torch.float32}:
+            buffer = local.get(dtype)
+            if buffer is None or buffer.shape[0] < n or buffer.shape[1] != shape[1]:
+                local[dtype] = torch.empty(shape, dtype=dtype)
+        out = local[torch.float32][:n]
+        if self.table.dtype == torch.float32:
+            torch.index_select(self.table, 0, rows.view(-1), out=out)
+        else:
+            out.copy_(torch.index_select(self.table, 0, rows.view(-1),
+                                         out=local[self.table.dtype][:n]))
         return out.view(*rows.shape, -1)
 
     def _adam_factors(self):
