@@ -23,16 +23,31 @@ environment's worst-group and average accuracy).
 from __future__ import annotations
 
 import collections
-import contextlib
-import itertools
-import json
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from domainbed.results import column_selection
+from domainbed.results.columns import ColumnTable
+from domainbed.results.grouping import (  # noqa: F401 - also this module's API
+    DATA_KEYS,
+    DataKey,
+    GroupKey,
+    Labels,
+    cached_hparams_key,
+    data_key,
+    dataset_label,
+    dataset_labels,
+    group_keys,
+    hparams_key,
+    hparams_sort_key,
+    num_envs,
+    shared_keys,
+    test_envs_of,
+)
 from oodutils.errors import UserError
 
 if TYPE_CHECKING:
@@ -40,14 +55,9 @@ if TYPE_CHECKING:
 
     from domainbed.results.records import Records
 
-DATA_KEYS = ("data_source", "data_fingerprint", "data_seed", "precision", "weights_sha256")
 _WGA_KEY = re.compile(r"^env\d+_(in|out)_wga$")
-
-GroupKey = collections.namedtuple("GroupKey", "trial_seed dataset algorithm test_env")
 Record = dict[str, Any]          # one results.jsonl line, with its run_dir
 Choice = dict[str, Any]          # val_acc, test_acc, step, run_dir of a chosen checkpoint
-DataKey = tuple[Any, ...]
-Labels = dict[tuple[Any, DataKey], str]
 
 
 def _value(record: Mapping[str, Any], key: str) -> float | None:
@@ -70,55 +80,9 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if len(values) < 8 else float(np.mean(values))
 
 
-def _test_envs(record: Record) -> list[int]:
-    return list(record["args"].get("test_envs") or [])
-
-
-def num_envs(record: Record) -> int:
-    """Number of environments in a record: its env_names, else env0_out_acc, env1_out_acc,
-    ... (as DomainBed; env_names first so that --eval_splits without out splits counts)."""
-    names = (record.get("args") or {}).get("env_names")
-    if names:
-        return len(names)
-    for i in itertools.count():
-        if f"env{i}_out_acc" not in record:
-            return i
-    raise AssertionError("unreachable")  # itertools.count() never ends
-
-
 def single_test_env_records(records: Iterable[Record]) -> list[Record]:
     """The records with exactly one test env (DomainBed's get_test_records)."""
     return [r for r in records if len(r["args"].get("test_envs") or ()) == 1]
-
-
-def data_key(args: Mapping[str, Any]) -> DataKey:
-    """What identifies a run's data (None for DomainBed's own records)."""
-    return tuple(args.get(k) for k in DATA_KEYS)
-
-
-def hparams_key(record: Record) -> tuple[str, str]:
-    """Identifies one hyperparameter setting inside a (trial_seed, dataset, algorithm)."""
-    args = record["args"]
-    return (str(args.get("hparams_seed")),
-            json.dumps(record.get("hparams"), sort_keys=True, default=str))
-
-
-# (id(args), id(hparams)) -> hparams_key, while `shared_keys()` is open: the records of a
-# run share these objects, so a report computes each run's key once for every group and
-# method (records do not change while it is built)
-_HPARAMS_KEYS: dict[tuple[int, int], tuple[str, str]] | None = None
-
-
-@contextlib.contextmanager
-def shared_keys() -> Iterator[None]:
-    """Within it, each (args, hparams) object pair's hparams_key is computed once."""
-    global _HPARAMS_KEYS
-    outer = _HPARAMS_KEYS
-    _HPARAMS_KEYS = {} if outer is None else outer
-    try:
-        yield
-    finally:
-        _HPARAMS_KEYS = outer
 
 
 def has_worst_group(records: Iterable[Record]) -> bool:
@@ -127,41 +91,6 @@ def has_worst_group(records: Iterable[Record]) -> bool:
     for r in records:
         keys.update(r)
     return any(_WGA_KEY.match(k) for k in keys)
-
-
-def dataset_labels(records: Iterable[Record]) -> Labels:
-    """{(dataset, data_key): label}: the dataset's name, or where one dataset was run on
-    several data variants, the name plus the args that tell the variants apart."""
-    variants: dict[Any, set[DataKey]] = collections.defaultdict(set)
-    seen: set[int] = set()          # id(args): a run's records share one args object
-    for r in records:
-        args = r["args"]
-        if id(args) not in seen:
-            seen.add(id(args))
-            variants[args.get("dataset")].add(data_key(args))
-    labels: Labels = {}
-    for dataset, keys in variants.items():
-        if len(keys) == 1:
-            labels[(dataset, next(iter(keys)))] = str(dataset)
-            continue
-        ordered = sorted(keys, key=repr)
-        differing = [i for i, name in enumerate(DATA_KEYS)
-                     if len({k[i] for k in ordered}) > 1]
-        for k in ordered:
-            parts = []
-            for i in differing:
-                value = k[i]
-                if DATA_KEYS[i] in ("data_fingerprint", "weights_sha256") and \
-                        isinstance(value, str):
-                    value = value[:8]
-                parts.append(f"{DATA_KEYS[i]}={value}")
-            labels[(dataset, k)] = f"{dataset}[{','.join(parts)}]"
-    return labels
-
-
-def dataset_label(record: Record, labels: Labels) -> str:
-    args = record["args"]
-    return labels[(args.get("dataset"), data_key(args))]
 
 
 def group_records(records: Sequence[Record], labels: Labels | None = None
@@ -175,23 +104,10 @@ def group_records(records: Sequence[Record], labels: Labels | None = None
         args = r["args"]
         keys = keys_of.get(id(args))
         if keys is None:
-            keys = keys_of[id(args)] = _group_keys(r, labels)
+            keys = keys_of[id(args)] = group_keys(r, labels)
         for key in keys:
             groups[key].append(r)
     return dict(groups)
-
-
-def _group_keys(record: Record, labels: Labels) -> list[GroupKey]:
-    args = record["args"]
-    if any(args.get(k) is None for k in ("dataset", "algorithm", "trial_seed")):
-        return []
-    return [GroupKey(args["trial_seed"], dataset_label(record, labels), args["algorithm"],
-                     test_env) for test_env in _test_envs(record)]
-
-
-def _hparams_sort_key(key: tuple[str, str]) -> tuple[int, int | str, str]:
-    seed = key[0]
-    return (0, int(seed), key[1]) if seed.lstrip("-").isdigit() else (1, seed, key[1])
 
 
 class SelectionMethod:
@@ -216,18 +132,19 @@ class SelectionMethod:
         raise NotImplementedError
 
     @classmethod
+    def column_choices(cls, table: ColumnTable, labels: Labels) -> list[Choice] | None:
+        """select()'s rows computed column-wise (``column_selection``), or None where the
+        method has no column form (then the records are selected one by one)."""
+        return None
+
+    @classmethod
     def hparams_accs(cls, records: Sequence[Record]) -> list[tuple[Choice, list[Record]]]:
         """Records of one group -> [(run_acc, run_records)], best val_acc first."""
         by_hparams: dict[tuple[str, str], list[Record]] = collections.defaultdict(list)
-        keys = _HPARAMS_KEYS if _HPARAMS_KEYS is not None else {}
         for r in records:
-            shared = (id(r["args"]), id(r.get("hparams")))
-            key = keys.get(shared)
-            if key is None:
-                key = keys[shared] = hparams_key(r)
-            by_hparams[key].append(r)
+            by_hparams[cached_hparams_key(r)].append(r)
         accs = []
-        for key in sorted(by_hparams, key=_hparams_sort_key):
+        for key in sorted(by_hparams, key=hparams_sort_key):
             acc = cls.run_acc(by_hparams[key])
             if acc is not None:
                 accs.append((acc, by_hparams[key]))
@@ -236,7 +153,7 @@ class SelectionMethod:
     @classmethod
     def required_keys(cls, record: Record) -> list[str]:
         """Keys a single-test-env record needs for this method to use it."""
-        test_env = _test_envs(record)[0]
+        test_env = test_envs_of(record)[0]
         train = [i for i in range(num_envs(record)) if i != test_env]
         return cls._required(test_env, train)
 
@@ -267,7 +184,7 @@ class _TrainingDomainMethod(SelectionMethod):
 
     @classmethod
     def _step_acc(cls, record: Record) -> Choice | None:
-        test_env = _test_envs(record)[0]
+        test_env = test_envs_of(record)[0]
         found = [_value(record, f"env{i}_{cls.val_suffix}")
                  for i in range(num_envs(record)) if i != test_env]
         vals = [v for v in found if v is not None]
@@ -284,6 +201,12 @@ class _TrainingDomainMethod(SelectionMethod):
             if acc is not None and (best is None or acc["val_acc"] > best["val_acc"]):
                 best = acc
         return best
+
+
+    @classmethod
+    def column_choices(cls, table: ColumnTable, labels: Labels) -> list[Choice] | None:
+        return column_selection.training_domain(table, labels, cls.val_suffix,
+                                                cls.test_suffix)
 
 
 class IIDAccuracySelectionMethod(_TrainingDomainMethod):
@@ -313,11 +236,15 @@ class OracleSelectionMethod(SelectionMethod):
         return [f"env{test_env}_out_acc", f"env{test_env}_in_acc"]
 
     @classmethod
+    def column_choices(cls, table: ColumnTable, labels: Labels) -> list[Choice] | None:
+        return column_selection.oracle(table, labels)
+
+    @classmethod
     def run_acc(cls, run_records: Sequence[Record]) -> Choice | None:
         singles = single_test_env_records(run_records)
         if not singles:
             return None
-        test_env = _test_envs(singles[0])[0]
+        test_env = test_envs_of(singles[0])[0]
         last = sorted(singles, key=lambda r: r.get("step", 0))[-1]
         return cls._choice(_value(last, f"env{test_env}_out_acc"),
                            _value(last, f"env{test_env}_in_acc"), last)
@@ -341,13 +268,13 @@ class LeaveOneOutSelectionMethod(SelectionMethod):
         if len(tests) != 1:
             return None
         test = tests[0]
-        test_env = _test_envs(test)[0]
+        test_env = test_envs_of(test)[0]
         n_envs = num_envs(records[0])
         if n_envs < 2:
             return None
         val_accs: list[float | None] = [None] * n_envs
         for r in records:
-            envs = _test_envs(r)
+            envs = test_envs_of(r)
             if len(envs) != 2 or test_env not in envs:
                 continue
             val_env = (set(envs) - {test_env}).pop()
@@ -359,6 +286,10 @@ class LeaveOneOutSelectionMethod(SelectionMethod):
             return None
         return cls._choice(sum(held_out) / (n_envs - 1),
                            _value(test, f"env{test_env}_in_acc"), test)
+
+    @classmethod
+    def column_choices(cls, table: ColumnTable, labels: Labels) -> list[Choice] | None:
+        return column_selection.leave_one_out(table, labels)
 
     @classmethod
     def run_acc(cls, run_records: Sequence[Record]) -> Choice | None:
@@ -396,7 +327,7 @@ class ValWorstGroupSelectionMethod(SelectionMethod):
     @classmethod
     def _step_acc(cls, record: Record) -> Choice | None:
         envs = official_split_envs(record)
-        if envs is None or not set(envs) <= set(_test_envs(record)):
+        if envs is None or not set(envs) <= set(test_envs_of(record)):
             return None
         val, test = envs
         choice = cls._choice(_value(record, f"env{val}_in_{cls.val_suffix}"),
@@ -408,7 +339,7 @@ class ValWorstGroupSelectionMethod(SelectionMethod):
     @classmethod
     def required_keys(cls, record: Record) -> list[str]:
         envs = official_split_envs(record)
-        if envs is None or not set(envs) <= set(_test_envs(record)):
+        if envs is None or not set(envs) <= set(test_envs_of(record)):
             return []
         val, test = envs
         return [f"env{val}_in_{cls.val_suffix}", f"env{test}_in_wga", f"env{test}_in_acc"]
@@ -471,18 +402,21 @@ DOMAINBED_METHODS = (IIDAccuracySelectionMethod, LeaveOneOutSelectionMethod,
                      OracleSelectionMethod)
 
 
-def missing_split_notes(records: Sequence[Record], methods: Iterable[type[SelectionMethod]]
-                        ) -> list[str]:
+def missing_split_notes(records: Sequence[Record], methods: Iterable[type[SelectionMethod]],
+                        counts: Sequence[int] | None = None) -> list[str]:
     """One line per selection method that some records cannot serve because a split was
-    not evaluated (--eval_splits): which keys are absent, in how many records."""
+    not evaluated (--eval_splits): which keys are absent, in how many records.
+    counts: how many records each of `records` stands for (a block's first record)."""
     notes = []
+    weights = counts if counts is not None else [1] * len(records)
     for method in methods:
         absent: collections.Counter[str] = collections.Counter()
         # SubpopBench's runs hold out two environments (val and test)
-        served = records if issubclass(method, ValWorstGroupSelectionMethod) else \
-            single_test_env_records(records)
+        two_envs = issubclass(method, ValWorstGroupSelectionMethod)
         missing_of: dict[tuple[Any, ...], list[str]] = {}   # a run's records: one shape
-        for record in served:
+        for record, weight in zip(records, weights):
+            if not two_envs and len(record["args"].get("test_envs") or ()) != 1:
+                continue
             shape = (id(record["args"]), *record)
             missing = missing_of.get(shape)
             if missing is None:
@@ -491,7 +425,7 @@ def missing_split_notes(records: Sequence[Record], methods: Iterable[type[Select
                     keys = keys[-1:]   # val keys live in the two-test-env runs
                 missing = missing_of[shape] = [k for k in keys if k not in record]
             if missing:
-                absent.update(missing)
+                absent.update({key: weight for key in missing})
         if absent:
             names = ", ".join(sorted(absent))
             notes.append(f"note: {method.name}: {sum(absent.values())} missing values "
@@ -512,7 +446,21 @@ def get_selection_method(name: str) -> type[SelectionMethod]:
                     f"{', '.join(SELECTION_METHODS)}")
 
 
-def select(records: Sequence[Record] | Records, method: type[SelectionMethod],
+def table_of(records: Sequence[Record] | Records | ColumnTable) -> ColumnTable:
+    """The column table of a Records, or of a list of record dicts."""
+    if isinstance(records, ColumnTable):
+        return records
+    table = getattr(records, "table", None)
+    return table if table is not None else ColumnTable.from_records(records)
+
+
+def block_records(table: ColumnTable) -> list[Record]:
+    """The first record of each block: a stand-in for its block wherever only the args and
+    the keys count (labels, environments, which splits were evaluated)."""
+    return [table.first_record(b) for b in table.blocks]
+
+
+def select(records: Sequence[Record] | Records | ColumnTable, method: type[SelectionMethod],
            labels: Labels | None = None) -> pd.DataFrame:
     """Run `method` on every group: a pandas DataFrame with one row per
     (trial_seed, dataset, algorithm, test_env) where a model could be selected, columns
@@ -520,7 +468,21 @@ def select(records: Sequence[Record] | Records, method: type[SelectionMethod],
     accuracy), step, run_dir, hparams_seed, n_candidates."""
     import pandas as pd
 
-    record_list = cast(Sequence[Record], getattr(records, "records", records))
+    table = table_of(records)
+    if labels is None:
+        labels = dataset_labels({"args": b.args} for b in table.blocks)
+    rows = method.column_choices(table, labels)
+    extra: list[str] = []
+    if rows is None:
+        rows, extra = _select_records(table.records, method, labels)
+    columns = list(GroupKey._fields) + ["val_acc", "test_acc", "step", "run_dir",
+                                        "hparams_seed", "n_candidates"] + extra
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _select_records(record_list: Sequence[Record], method: type[SelectionMethod],
+                    labels: Labels) -> tuple[list[dict[str, Any]], list[str]]:
+    """select()'s rows and extra columns, one record at a time."""
     rows: list[dict[str, Any]] = []
     extra: list[str] = []
     for key, group in group_records(record_list, labels).items():
@@ -538,9 +500,7 @@ def select(records: Sequence[Record] | Records, method: type[SelectionMethod],
                      "n_candidates": len(accs),
                      **{k: v for k, v in best.items() if k not in _CHOICE_KEYS}})
         extra += [k for k in best if k not in _CHOICE_KEYS and k not in extra]
-    columns = list(GroupKey._fields) + ["val_acc", "test_acc", "step", "run_dir",
-                                        "hparams_seed", "n_candidates"] + extra
-    return pd.DataFrame(rows, columns=columns)
+    return rows, extra
 
 
 _CHOICE_KEYS = ("val_acc", "test_acc", "step", "run_dir")

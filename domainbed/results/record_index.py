@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from domainbed.results.columns import Part, file_parts, rebuild_records
 from domainbed.results.schema import record_problem
 from oodutils.fileio import atomic_write_bytes
 from oodutils.log import get_logger
@@ -45,6 +46,7 @@ _ORJSON_DEPTH_SAFE = _orjson is not None and \
 logger = get_logger(__name__)
 
 Record = dict[str, Any]
+Entry = tuple["StatKey", list[Part], list[str]]     # (stat key, parts, notes)
 StatKey = tuple[int, int, int, int, int]
 INDEX_FILE = ".records-index"
 MAGIC = b"OODBED-RECORDS-INDEX\n"
@@ -78,8 +80,8 @@ class RecordIndex:
         self.path = os.path.join(top, INDEX_FILE) if os.access(top, os.W_OK) \
             else cache_path(top)
         self.notes: list[str] = []
-        self._stored: dict[str, tuple[StatKey, list[Record], list[str]]] = {}
-        self._kept: dict[str, tuple[StatKey, list[Record], list[str]]] = {}
+        self._stored: dict[str, Entry] = {}
+        self._kept: dict[str, Entry] = {}
         self._changed = False
 
     def load(self, max_bytes: int) -> RecordIndex:
@@ -106,8 +108,8 @@ class RecordIndex:
         self._changed = True
         return self
 
-    def lookup(self, rel: str, key: StatKey) -> tuple[list[Record], list[str]] | None:
-        """(records, notes on skipped lines) stored for the file at `rel` when its stat key
+    def lookup(self, rel: str, key: StatKey) -> tuple[list[Part], list[str]] | None:
+        """(parts, notes on skipped lines) stored for the file at `rel` when its stat key
         is still `key`, else None (the caller reads the file and calls `store`)."""
         entry = self._stored.get(rel)
         if entry is None or entry[0] != key:
@@ -115,13 +117,13 @@ class RecordIndex:
         self._kept[rel] = entry
         return entry[1], entry[2]
 
-    def store(self, rel: str, key: StatKey, records: list[Record], notes: list[str]) -> None:
+    def store(self, rel: str, key: StatKey, parts: list[Part], notes: list[str]) -> None:
         """Remember what the file at `rel`, whose stat key was `key` before it was read,
-        holds: `records` (table fields, no run_dir) and the `notes` on its skipped lines.
+        holds: its records' `parts` (table fields) and the `notes` on its skipped lines.
         A file modified less than SETTLE_NS ago is not remembered."""
         self._changed = True
         if key[1] <= time.time_ns() - SETTLE_NS:
-            self._kept[rel] = (key, records, notes)
+            self._kept[rel] = (key, parts, notes)
 
     def save(self) -> None:
         """Write the index when an entry changed or one was dropped; a failed write only
@@ -137,63 +139,33 @@ class RecordIndex:
                 logger.debug(f"could not write the records index {path}: {e}")
 
 
-def _columns(records: list[Record]) -> tuple[list[str], str] | None:
-    """(keys, types) when `records` fit the column form, else None."""
-    first = records[0]
-    keys = [k for k in first if k != "run_dir"]
-    if "args" not in first:
-        return None
-    types = []
-    for key in keys:
-        if key in ("args", "hparams"):
-            types.append(key[0])
-            continue
-        kind = _NUMERIC.get(type(first[key]))
-        if kind is None:
-            return None
-        types.append(kind)
-    shape = (*keys, "run_dir") if "run_dir" in first else tuple(keys)
-    for r in records:
-        if tuple(r) != shape or r["args"] is not first["args"] or \
-                r.get("hparams") is not first.get("hparams"):
-            return None
-        for key, kind in zip(keys, types):
-            value = r[key]
-            if kind == "f" and type(value) is not float:
-                return None
-            if kind == "i" and (type(value) is not int or abs(value) > _EXACT_INT):
-                return None
-    return keys, "".join(types)
-
-
-def encode(entries: dict[str, tuple[StatKey, list[Record], list[str]]]) -> bytes:
-    """The bytes of an index file holding `entries` ({rel: (stat key, records, notes)})."""
+def encode(entries: dict[str, Entry]) -> bytes:
+    """The bytes of an index file holding `entries` ({rel: (stat key, parts, notes)}): a
+    file of one lossless part as columns, any other as JSON records."""
     header: list[dict[str, Any]] = []
     blocks: list[np.ndarray] = []
     at = 0
-    for rel, (key, records, notes) in entries.items():
+    for rel, (key, parts, notes) in entries.items():
         entry: dict[str, Any] = {"path": rel, "stat": list(key), "notes": notes}
-        form = _columns(records) if records else None
-        if form is None:
-            entry["records"] = [{k: v for k, v in r.items() if k != "run_dir"}
-                                for r in records]
-        else:
-            keys, types = form
-            numeric = [k for k, t in zip(keys, types) if t in "fi"]
-            block = np.array([[r[k] for k in numeric] for r in records], dtype=np.float64)
-            entry.update(args=records[0]["args"], keys=keys, types=types,
-                         rows=len(records), at=at)
-            if "hparams" in keys:
-                entry["hparams"] = records[0]["hparams"]
+        if len(parts) == 1 and parts[0].records is None:
+            (keys, types), args, hparams, values, _ = parts[0]
+            numeric = [j for j, t in enumerate(types) if t in "fi"]
+            block = values[:, numeric]
+            entry.update(args=args, keys=list(keys), types=types, rows=len(values), at=at)
+            if "h" in types:
+                entry["hparams"] = hparams
             blocks.append(block.ravel())
             at += block.size
+        else:
+            entry["records"] = [{k: v for k, v in r.items() if k != "run_dir"}
+                                for part in parts for r in part.to_records()]
         header.append(entry)
     text = json.dumps({"version": VERSION, "entries": header}).encode("utf-8")
     values = np.concatenate(blocks) if blocks else np.zeros(0)
     return MAGIC + len(text).to_bytes(8, "little") + text + values.astype("<f8").tobytes()
 
 
-def decode(data: bytes) -> dict[str, tuple[StatKey, list[Record], list[str]]]:
+def decode(data: bytes) -> dict[str, Entry]:
     """The entries of an index file's bytes; CorruptIndex when they are not what `encode`
     writes or a record does not fit the records schema."""
     if not data.startswith(MAGIC):
@@ -212,10 +184,10 @@ def decode(data: bytes) -> dict[str, tuple[StatKey, list[Record], list[str]]]:
     for entry in header["entries"]:
         if isinstance(entry, dict) and "records" not in entry and entry.get("at") != at:
             raise CorruptIndex("its entries' values overlap or leave gaps")
-        rel, key, records, notes = _entry(entry, values)
-        entries[rel] = (key, records, notes)
+        rel, key, parts, notes = _entry(entry, values)
+        entries[rel] = (key, parts, notes)
         if "records" not in entry:
-            at += len(records) * sum(t in "fi" for t in entry["types"])
+            at += entry["rows"] * sum(t in "fi" for t in entry["types"])
     if at != values.size:
         raise CorruptIndex("its values do not match its entries")
     return entries
@@ -236,7 +208,7 @@ def _parse_header(text: bytes) -> Any:
         raise CorruptIndex("its header is not JSON") from None
 
 
-def _entry(entry: Any, values: np.ndarray) -> tuple[str, StatKey, list[Record], list[str]]:
+def _entry(entry: Any, values: np.ndarray) -> tuple[str, StatKey, list[Part], list[str]]:
     if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
         raise CorruptIndex("an entry has no path")
     key, notes = entry.get("stat"), entry.get("notes")
@@ -246,49 +218,51 @@ def _entry(entry: Any, values: np.ndarray) -> tuple[str, StatKey, list[Record], 
         raise CorruptIndex(f"entry {entry['path']!r} has no notes list")
     records = entry.get("records")
     if records is None:
-        records = _column_records(entry, values)
+        parts = [_column_part(entry, values)]
+        # a column part shares args, hparams and keys, and holds only floats and ints:
+        # its first record checked, the others fit as it does (steps checked >= 0)
+        first = parts[0]
+        records = rebuild_records(first.layout, first.args, first.hparams, first.values[:1])
     elif not isinstance(records, list):
         raise CorruptIndex(f"entry {entry['path']!r} has no records")
-    # column records share args, hparams and keys, and hold only floats and ints: the
-    # first one checked, the others' steps checked >= 0 above, they fit as the first does
-    for record in records if "records" in entry else records[:1]:
+    else:
+        parts = None
+    for record in records:
         problem = record_problem(record)
         if problem is not None:
             raise CorruptIndex(f"entry {entry['path']!r}: a record {problem}")
-    return entry["path"], tuple(key), records, notes
+    if parts is None:
+        parts = file_parts(records)
+    return entry["path"], tuple(key), parts, notes
 
 
-def _column_records(entry: dict[str, Any], values: np.ndarray) -> list[Record]:
+def _column_part(entry: dict[str, Any], values: np.ndarray) -> Part:
     keys, types, rows, at = (entry.get(k) for k in ("keys", "types", "rows", "at"))
     if not (isinstance(keys, list) and all(isinstance(k, str) for k in keys) and
             len(set(keys)) == len(keys) and isinstance(types, str) and
             len(types) == len(keys) and set(types) <= set("ahfi") and
             types.count("a") == 1 and types.count("h") <= 1 and
             [keys[types.index(t)] for t in "ah" if t in types] ==
-            ["args", "hparams"][:1 + types.count("h")] and
+            ["args", "hparams"][:1 + types.count("h")] and "run_dir" not in keys and
             type(rows) is int and type(at) is int and rows >= 1 and at >= 0 and
-            isinstance(entry.get("args"), dict)):
+            isinstance(entry.get("args"), dict) and
+            ("h" not in types or isinstance(entry.get("hparams"), dict))):
         raise CorruptIndex(f"entry {entry['path']!r} does not fit the column form")
     numeric = [i for i, t in enumerate(types) if t in "fi"]
     if at + rows * len(numeric) > values.size:
         raise CorruptIndex(f"entry {entry['path']!r} points past the values")
     block = values[at:at + rows * len(numeric)].reshape(rows, len(numeric))
-    shared = {"a": entry["args"], "h": entry.get("hparams")}
     ints = [j for j, i in enumerate(numeric) if types[i] == "i"]
-    if ints and not np.isfinite(block[:, ints]).all():
-        raise CorruptIndex(f"entry {entry['path']!r} has a non-finite integer")
+    if ints and not (np.isfinite(block[:, ints]).all() and
+                     (np.abs(block[:, ints]) <= _EXACT_INT).all() and
+                     (block[:, ints] == np.round(block[:, ints])).all()):
+        raise CorruptIndex(f"entry {entry['path']!r} has an integer that is not one")
     step = keys.index("step") if "step" in keys else -1
     if step >= 0 and types[step] == "i" and block[:, numeric.index(step)].min() < 0:
         raise CorruptIndex(f"entry {entry['path']!r} has a negative step")
-    inserts = [(i, shared[t]) for i, t in enumerate(types) if t in "ah"]
-    records = []
-    for row in block.tolist():
-        for j in ints:
-            row[j] = int(row[j])
-        for i, value in inserts:
-            row.insert(i, value)
-        records.append(dict(zip(keys, row)))
-    return records
+    full = np.full((rows, len(keys)), np.nan)
+    full[:, numeric] = block
+    return Part((tuple(keys), types), entry["args"], entry.get("hparams"), full, None)
 
 
 def index_cap(sizes: Sequence[int]) -> int:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
+from domainbed.results.columns import ColumnTable, TableBuilder, file_parts
 from domainbed.results.record_index import RecordIndex, index_cap, is_regular, stat_key
 from domainbed.results.schema import record_problem
 from oodutils.errors import UserError, load_error_reason
@@ -69,18 +70,38 @@ class Records:
         notes: one line per skipped line or unreadable file, naming it and why.
     """
 
-    def __init__(self, records: Iterable[Record], skipped_lines: int = 0,
+    def __init__(self, records: Iterable[Record] | None = None, skipped_lines: int = 0,
                  skipped_runs: int = 0, run_dirs: Iterable[str] = (),
-                 input_dirs: Iterable[str] = (), notes: Iterable[str] = ()) -> None:
-        self.records = list(records)
+                 input_dirs: Iterable[str] = (), notes: Iterable[str] = (),
+                 table: ColumnTable | None = None) -> None:
+        self._records = list(records) if records is not None else None
+        self._table = table
         self.notes = list(notes)
         self.skipped_lines = int(skipped_lines)
         self.skipped_runs = int(skipped_runs)
         self.run_dirs = list(run_dirs)
         self.input_dirs = list(input_dirs)
 
+    @property
+    def records(self) -> list[Record]:
+        """The record dicts (built from the column table on first use)."""
+        if self._records is None:
+            self._records = self.table.records
+        return self._records
+
+    @records.setter
+    def records(self, records: Iterable[Record]) -> None:
+        self._records, self._table = list(records), None
+
+    @property
+    def table(self) -> ColumnTable:
+        """The records column-wise (``domainbed.results.columns``)."""
+        if self._table is None:
+            self._table = ColumnTable.from_records(self._records or [])
+        return self._table
+
     def __len__(self) -> int:
-        return len(self.records)
+        return len(self._records) if self._records is not None else len(self.table)
 
     def __iter__(self) -> Iterator[Record]:
         return iter(self.records)
@@ -89,7 +110,7 @@ class Records:
         return self.records[index]
 
     def __repr__(self) -> str:
-        return (f"Records({len(self.records)} records from {len(self.run_dirs)} runs, "
+        return (f"Records({len(self)} records from {len(self.run_dirs)} runs, "
                 f"skipped_lines={self.skipped_lines}, skipped_runs={self.skipped_runs})")
 
     def to_frame(self) -> pd.DataFrame:
@@ -295,9 +316,9 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
                      tuple(fields) == TABLE_FIELDS, require_done)
     for top, run_dirs in found:
         reader.read_tree(top, run_dirs)
-    result = Records(reader.records, reader.skipped_lines, reader.skipped_runs,
-                     reader.kept_dirs, dirs, reader.notes)
-    logger.debug(f"read {len(reader.records)} records from {len(reader.kept_dirs)} run(s) "
+    result = Records(None, reader.skipped_lines, reader.skipped_runs, reader.kept_dirs, dirs,
+                     reader.notes, table=reader.builder.finish())
+    logger.debug(f"read {len(result)} records from {len(reader.kept_dirs)} run(s) "
                  f"under {', '.join(map(str, dirs))}")
     message = result.warning()
     if message and not quiet:
@@ -311,7 +332,7 @@ class _Reader:
     def __init__(self, fields: Sequence[str] | None, indexed: bool, require_done: bool
                  ) -> None:
         self.fields, self.indexed, self.require_done = fields, indexed, require_done
-        self.records: list[Record] = []
+        self.builder = TableBuilder()
         self.kept_dirs: list[str] = []
         self.notes: list[str] = []
         self.skipped_lines = self.skipped_runs = 0
@@ -344,23 +365,25 @@ class _Reader:
         key = stat_key(st) if st is not None and is_regular(st) else None
         hit = index.lookup(rel, key) if index is not None and key is not None else None
         if hit is not None:
-            run_records, line_notes = hit
-            for record in run_records:
-                record["run_dir"] = run_dir
+            parts, line_notes = hit
         else:
             notes: list[str] = []
             try:
-                run_records, _ = read_run(run_dir, notes, self.fields)
+                records, _ = read_run(run_dir, notes, self.fields)
             except OSError as e:
                 self.skipped_runs += 1
                 self.notes.append(f"{path}: unreadable ({e.strerror or e})")
                 return
+            for record in records:
+                del record["run_dir"]    # a block's run_dir is the block's, not a key
+            parts = file_parts(records)
             line_notes = [note[len(path) + 1:] for note in notes]
             if index is not None and key is not None:
-                index.store(rel, key, run_records, line_notes)
+                index.store(rel, key, parts, line_notes)
         self.notes += [f"{path} {note}" for note in line_notes]
         self.skipped_lines += len(line_notes)
-        self.records.extend(run_records)
+        for part in parts:
+            self.builder.add_part(run_dir, part)
         self.kept_dirs.append(run_dir)
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Union
 
 from domainbed.registry import get_dataset_class
 from domainbed.results import model_selection
 from domainbed.results import tables as reporting
+from domainbed.results.columns import ColumnTable
 from oodutils.errors import UserError
 from oodutils.log import get_logger
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 logger = get_logger(__name__)
 Record = dict[str, Any]
+RecordsOrTable = Union[list[Record], ColumnTable]
 
 # DomainBed's own orders for its datasets and algorithms; other names follow, sorted.
 DOMAINBED_DATASETS = [
@@ -91,7 +93,7 @@ def dataset_infos(records: Iterable[Record], labels: dict) -> dict[str, DatasetI
     return {i.label: i for i in ordered}
 
 
-def build_section(records: list[Record], method: type[SelectionMethod],
+def build_section(records: list[Record] | ColumnTable, method: type[SelectionMethod],
                   infos: dict[str, DatasetInfo], algorithms: Sequence[str], labels: dict,
                   selected: pd.DataFrame | None = None,
                   metric: str | None = None) -> reporting.Section:
@@ -102,7 +104,7 @@ def build_section(records: list[Record], method: type[SelectionMethod],
         selected = model_selection.select(records, method, labels)
     what = method.name if metric is None else f"{method.name}, metric: {metric} (x100)"
     if metric is not None:
-        selected = with_metric(selected, records, metric)
+        selected = with_metric(selected, getattr(records, "records", records), metric)
     accs = collections.defaultdict(list)       # (dataset, algorithm, test_env) -> accs
     for row in selected.itertuples(index=False):
         accs[(row.dataset, row.algorithm, row.test_env)].append((row.trial_seed,
@@ -136,7 +138,7 @@ def build_section(records: list[Record], method: type[SelectionMethod],
     return reporting.Section(method.name, tables, method.key)
 
 
-def build_val_worst_group_section(records: list[Record], infos: dict[str, DatasetInfo],
+def build_val_worst_group_section(records: RecordsOrTable, infos: dict[str, DatasetInfo],
                                   labels: dict, method: type[SelectionMethod] | None = None
                                   ) -> reporting.Section | None:
     """SubpopBench's selection (best val worst-group accuracy, or with `method` one of the
@@ -149,9 +151,8 @@ def build_val_worst_group_section(records: list[Record], infos: dict[str, Datase
         logger.warning("warning: no dataset with val/test environments and worst-group "
                        f"accuracies; no {method.key} tables")
         return None
-    records = [r for r in records if model_selection.dataset_label(r, labels) in infos]
-    algorithms = order_names({r["args"].get("algorithm") for r in records
-                              if r["args"].get("algorithm") is not None}, DOMAINBED_ALGORITHMS)
+    records = with_labels(records, labels, infos)
+    algorithms = algorithms_of(records)
     selected = model_selection.select(records, method, labels)
     tables = []
     for column, what in (("test_acc", "worst-group"), ("test_avg_acc", "average")):
@@ -266,9 +267,10 @@ def build_report(records: Records | list[Record],
 def _build_report(records: Records | list[Record],
                   methods: Sequence[type[SelectionMethod]] | None,
                   metric: str | None) -> reporting.Report:
-    record_list = cast("list[Record]", getattr(records, "records", records))
-    labels = model_selection.dataset_labels(record_list)
-    infos = dataset_infos(record_list, labels)
+    table = model_selection.table_of(records)
+    firsts = model_selection.block_records(table)    # one record stands for each block
+    labels = model_selection.dataset_labels(firsts)
+    infos = dataset_infos(firsts, labels)
     if methods is None:
         defaults: list[type[SelectionMethod]] = list(model_selection.DOMAINBED_METHODS)
         if any(i.has_worst_group for i in infos.values()):
@@ -276,41 +278,57 @@ def _build_report(records: Records | list[Record],
         if any(i.official_splits and i.has_worst_group for i in infos.values()):
             defaults.append(model_selection.ValWorstGroupSelectionMethod)
         methods = defaults
-    for note in model_selection.missing_split_notes(record_list, methods):
+    for note in model_selection.missing_split_notes(firsts, methods,
+                                                    [b.rows for b in table.blocks]):
         logger.warning(note)
     sections = []
     for method in methods:
         if issubclass(method, model_selection.ValWorstGroupSelectionMethod):
-            section = build_val_worst_group_section(record_list, infos, labels, method)
+            section = build_val_worst_group_section(table, infos, labels, method)
             sections += [section] if section else []
             continue
         if metric is not None and method.metric != "accuracy":
             logger.warning(f"warning: --metric applies to accuracy-based selection; no "
                            f"{method.name} tables")
             continue
-        inputs = section_inputs(record_list, method, infos, labels)
+        inputs = section_inputs(table, method, infos, labels)
         if inputs is None:
             logger.warning("warning: no records carry worst-group accuracies (env*_wga); "
                            "no worst-group tables")
             continue
         sections.append(build_section(inputs[0], method, inputs[1], inputs[2], labels,
                                       metric=metric))
-    return reporting.Report(len(record_list), sections)
+    return reporting.Report(len(table), sections)
 
 
-def section_inputs(records: list[Record], method: type[SelectionMethod],
+def with_labels(records: RecordsOrTable, labels: dict, infos: Iterable[str]
+                ) -> RecordsOrTable:
+    """The records (or the blocks of a table) whose dataset label is one of `infos`."""
+    keep = set(infos)
+    if isinstance(records, ColumnTable):
+        return records.subset([b for b in records.blocks if model_selection.dataset_label(
+            {"args": b.args}, labels) in keep])
+    return [r for r in records if model_selection.dataset_label(r, labels) in keep]
+
+
+def algorithms_of(records: RecordsOrTable) -> list[str]:
+    """The algorithms of the records, DomainBed's first, in its order."""
+    args = (b.args for b in records.blocks) if isinstance(records, ColumnTable) else \
+        (r["args"] for r in records)
+    return order_names({a.get("algorithm") for a in args if a.get("algorithm") is not None},
+                       DOMAINBED_ALGORITHMS)
+
+
+def section_inputs(records: RecordsOrTable, method: type[SelectionMethod],
                    infos: dict[str, DatasetInfo], labels: dict
-                   ) -> tuple[list[Record], dict[str, DatasetInfo], list[str]] | None:
+                   ) -> tuple[RecordsOrTable, dict[str, DatasetInfo], list[str]] | None:
     """(records, infos, algorithms) that `method`'s section covers, or None when it
-    covers nothing (worst-group selection without worst-group accuracies)."""
+    covers nothing (worst-group selection without worst-group accuracies). `records`: a
+    list of record dicts or a ColumnTable (then the records are its blocks)."""
     section_infos, section_records = infos, records
     if method is model_selection.WorstGroupSelectionMethod:
         section_infos = {k: i for k, i in infos.items() if i.has_worst_group}
         if not section_infos:
             return None
-        section_records = [r for r in records
-                           if model_selection.dataset_label(r, labels) in section_infos]
-    algorithms = order_names({r["args"].get("algorithm") for r in section_records
-                              if r["args"].get("algorithm") is not None},
-                             DOMAINBED_ALGORITHMS)
-    return section_records, section_infos, algorithms
+        section_records = with_labels(records, labels, section_infos)
+    return section_records, section_infos, algorithms_of(section_records)
