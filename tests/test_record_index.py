@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import shutil
+import struct
 import time
 from pathlib import Path
 
@@ -172,12 +173,27 @@ def _corrupt_variants(data):
                    data[header_end:])
     return {"garbage": b"\x00" * 100, "truncated": data[:header_end - 10],
             "overlapping": overlapping,
+            "fractional step": _with_step(data, header_end, 100.5),
+            "negative step": _with_step(data, header_end, -100.0),
+            "huge step": _with_step(data, header_end, 2.0 ** 60),
             "cut values": data[:-4], "crafted keys": crafted, "bad record": bad_record,
             "pickle": b"\x80\x04\x95" + data}
 
 
+def _with_step(data, header_end, step):
+    """The index with the last record of its first column entry given this step value
+    (in the float64 values block, where the columns live)."""
+    header = json.loads(data[len(record_index.MAGIC) + 8:header_end])
+    entry = next(e for e in header["entries"] if "keys" in e)
+    numeric = [k for k, t in zip(entry["keys"], entry["types"]) if t in "fi"]
+    at = header_end + 8 * (entry["at"] + (entry["rows"] - 1) * len(numeric) +
+                           numeric.index("step"))
+    return data[:at] + struct.pack("<d", step) + data[at + 8:]
+
+
 @pytest.mark.parametrize("variant", ["garbage", "truncated", "cut values", "crafted keys",
-                                     "bad record", "pickle", "overlapping"])
+                                     "bad record", "pickle", "overlapping",
+                                     "fractional step", "negative step", "huge step"])
 def test_a_corrupt_or_crafted_index_is_ignored_with_a_warning_and_rebuilt(sweep, reads,
                                                                          variant, caplog):
     expected = _load(sweep).records
