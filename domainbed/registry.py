@@ -135,6 +135,19 @@ class Registry:
             raise UnknownNameError(self.kind, name, valid)
         return built
 
+    def declared(self, name: str, attribute: str) -> Any:
+        """The literal value of `attribute` in the body of the built-in class registered
+        as `name`, read from the built-in modules' source without importing them (the
+        dataset modules import torch: seconds, where a results table needs a list of
+        names); the registry's own answer once it is loaded. Raises LookupError where
+        the source does not say (no such class, an inherited or computed value)."""
+        if self._loaded:
+            return getattr(self.get(name), attribute)
+        found = _declared_attributes(self.builtin_module, self.kind, attribute)
+        if name not in found:
+            raise LookupError(f"no literal {attribute} declared for {self.kind} {name!r}")
+        return found[name]
+
     def names(self) -> list[str]:
         """The registered names (classes built by prefix factories are not listed)."""
         self._load()
@@ -143,6 +156,54 @@ class Registry:
     def __contains__(self, name: object) -> bool:
         self._load()
         return name in self._classes
+
+
+_DECLARED: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+def _declared_attributes(package: str, kind: str, attribute: str) -> dict[str, Any]:
+    """{registered name: literal value of `attribute`} over the classes of `package`'s
+    modules decorated with ``register_<kind>("NAME")`` (parsed once per process)."""
+    import ast
+    import glob
+    import os
+    from importlib import util
+
+    key = (package, attribute)
+    if key in _DECLARED:
+        return _DECLARED[key]
+    found: dict[str, Any] = {}
+    spec = util.find_spec(package)
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    decorator = f"register_{kind}"
+    for path in sorted(p for folder in folders for p in glob.glob(os.path.join(folder, "*.py"))):
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+        if decorator not in source:
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef):
+                found.update(_literal_declarations(node, decorator, attribute))
+    _DECLARED[key] = found
+    return found
+
+
+def _literal_declarations(node: Any, decorator: str, attribute: str) -> dict[str, Any]:
+    import ast
+
+    names = [d.args[0].value for d in node.decorator_list
+             if isinstance(d, ast.Call) and getattr(d.func, "id", None) == decorator and
+             d.args and isinstance(d.args[0], ast.Constant) and
+             isinstance(d.args[0].value, str)]
+    for statement in node.body:
+        if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and \
+                getattr(statement.targets[0], "id", None) == attribute:
+            try:
+                value = ast.literal_eval(statement.value)
+            except (ValueError, TypeError, SyntaxError, RecursionError):
+                return {}
+            return {name: value for name in names}
+    return {}
 
 
 ALGORITHMS = Registry("algorithm", "domainbed.algorithms", "domainbed.algorithms")

@@ -258,12 +258,12 @@ class ColumnTable:
             found = np.full(self.store.n_rows, -1, dtype=np.int64)
             starts = np.fromiter((b.start for b in self.blocks), np.int64, len(self.blocks))
             sizes = np.fromiter((b.rows for b in self.blocks), np.int64, len(self.blocks))
-            found[_ranges(starts, sizes)] = np.repeat(np.arange(len(self.blocks)), sizes)
+            found[concat_ranges(starts, sizes)] = np.repeat(np.arange(len(self.blocks)), sizes)
             self.cache["block_of_rows"] = found
         return found
 
 
-def _ranges(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+def concat_ranges(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """The concatenation of range(start, start + size) for each pair."""
     total = int(sizes.sum())
     if total == 0:

@@ -26,11 +26,11 @@ import os
 import stat
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from domainbed.results.columns import Part, file_parts, rebuild_records
+from domainbed.results.columns import Part, concat_ranges, file_parts, rebuild_records
 from domainbed.results.schema import record_problem
 from oodutils.fileio import atomic_write_bytes
 from oodutils.log import get_logger
@@ -179,17 +179,22 @@ def decode(data: bytes) -> dict[str, Entry]:
             not isinstance(header.get("entries"), list):
         raise CorruptIndex(f"not version {VERSION}")
     values = np.frombuffer(data, dtype="<f8", offset=start + length)
-    entries = {}
+    entries: dict[str, Entry] = {}
+    columns: dict[tuple[tuple[str, ...], str], list[_ColumnEntry]] = {}
     at = 0   # column blocks follow each other: no two entries read the same values
     for entry in header["entries"]:
-        if isinstance(entry, dict) and "records" not in entry and entry.get("at") != at:
-            raise CorruptIndex("its entries' values overlap or leave gaps")
-        rel, key, parts, notes = _entry(entry, values)
-        entries[rel] = (key, parts, notes)
-        if "records" not in entry:
-            at += entry["rows"] * sum(t in "fi" for t in entry["types"])
+        rel, key, notes = _entry_head(entry)
+        if "records" in entry:
+            entries[rel] = (key, _record_parts(entry), notes)
+            continue
+        column = _column_head(entry, at, rel, key, notes)
+        columns.setdefault(column.layout, []).append(column)
+        at += column.rows * column.width
     if at != values.size:
         raise CorruptIndex("its values do not match its entries")
+    for layout, found in columns.items():
+        for column, part in zip(found, _column_parts(layout, found, values)):
+            entries[column.rel] = (column.key, [part], column.notes)
     return entries
 
 
@@ -208,7 +213,7 @@ def _parse_header(text: bytes) -> Any:
         raise CorruptIndex("its header is not JSON") from None
 
 
-def _entry(entry: Any, values: np.ndarray) -> tuple[str, StatKey, list[Part], list[str]]:
+def _entry_head(entry: Any) -> tuple[str, StatKey, list[str]]:
     if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
         raise CorruptIndex("an entry has no path")
     key, notes = entry.get("stat"), entry.get("notes")
@@ -216,53 +221,85 @@ def _entry(entry: Any, values: np.ndarray) -> tuple[str, StatKey, list[Part], li
         raise CorruptIndex(f"entry {entry['path']!r} has no stat key")
     if not (isinstance(notes, list) and all(isinstance(n, str) for n in notes)):
         raise CorruptIndex(f"entry {entry['path']!r} has no notes list")
-    records = entry.get("records")
-    if records is None:
-        parts = [_column_part(entry, values)]
-        # a column part shares args, hparams and keys, and holds only floats and ints:
-        # its first record checked, the others fit as it does (steps checked >= 0)
-        first = parts[0]
-        records = rebuild_records(first.layout, first.args, first.hparams, first.values[:1])
-    elif not isinstance(records, list):
+    return entry["path"], tuple(key), notes   # type: ignore[return-value]
+
+
+def _check(record: Record, rel: str) -> None:
+    problem = record_problem(record)
+    if problem is not None:
+        raise CorruptIndex(f"entry {rel!r}: a record {problem}")
+
+
+def _record_parts(entry: dict[str, Any]) -> list[Part]:
+    records = entry["records"]
+    if not isinstance(records, list):
         raise CorruptIndex(f"entry {entry['path']!r} has no records")
-    else:
-        parts = None
     for record in records:
-        problem = record_problem(record)
-        if problem is not None:
-            raise CorruptIndex(f"entry {entry['path']!r}: a record {problem}")
-    if parts is None:
-        parts = file_parts(records)
-    return entry["path"], tuple(key), parts, notes
+        _check(record, entry["path"])
+    return file_parts(records)
 
 
-def _column_part(entry: dict[str, Any], values: np.ndarray) -> Part:
+class _ColumnEntry(NamedTuple):
+    rel: str
+    key: StatKey
+    notes: list[str]
+    layout: tuple[tuple[str, ...], str]
+    args: dict[str, Any]
+    hparams: Any
+    at: int
+    rows: int
+    width: int      # numeric columns
+
+
+def _column_head(entry: dict[str, Any], at_expected: int, rel: str, key: StatKey,
+                 notes: list[str]) -> _ColumnEntry:
+    """The column entry's layout and place, checked (its values are checked per layout)."""
     keys, types, rows, at = (entry.get(k) for k in ("keys", "types", "rows", "at"))
+    if at != at_expected:
+        raise CorruptIndex("its entries' values overlap or leave gaps")
     if not (isinstance(keys, list) and all(isinstance(k, str) for k in keys) and
             len(set(keys)) == len(keys) and isinstance(types, str) and
             len(types) == len(keys) and set(types) <= set("ahfi") and
             types.count("a") == 1 and types.count("h") <= 1 and
             [keys[types.index(t)] for t in "ah" if t in types] ==
             ["args", "hparams"][:1 + types.count("h")] and "run_dir" not in keys and
-            type(rows) is int and type(at) is int and rows >= 1 and at >= 0 and
+            type(rows) is int and rows >= 1 and
             isinstance(entry.get("args"), dict) and
             ("h" not in types or isinstance(entry.get("hparams"), dict))):
-        raise CorruptIndex(f"entry {entry['path']!r} does not fit the column form")
+        raise CorruptIndex(f"entry {rel!r} does not fit the column form")
+    width = len(types) - types.count("a") - types.count("h")
+    return _ColumnEntry(rel, key, notes, (tuple(keys), types), entry["args"],
+                        entry.get("hparams"), at, rows, width)
+
+
+def _column_parts(layout: tuple[tuple[str, ...], str], entries: list[_ColumnEntry],
+                  values: np.ndarray) -> list[Part]:
+    """The parts of the column entries of one layout: their values gathered into one
+    matrix and checked at once (ints that are ints, steps >= 0), each entry's first record
+    held to the records schema (the others share its args, hparams and keys)."""
+    keys, types = layout
     numeric = [i for i, t in enumerate(types) if t in "fi"]
-    if at + rows * len(numeric) > values.size:
-        raise CorruptIndex(f"entry {entry['path']!r} points past the values")
-    block = values[at:at + rows * len(numeric)].reshape(rows, len(numeric))
-    ints = [j for j, i in enumerate(numeric) if types[i] == "i"]
-    if ints and not (np.isfinite(block[:, ints]).all() and
-                     (np.abs(block[:, ints]) <= _EXACT_INT).all() and
-                     (block[:, ints] == np.round(block[:, ints])).all()):
-        raise CorruptIndex(f"entry {entry['path']!r} has an integer that is not one")
-    step = keys.index("step") if "step" in keys else -1
-    if step >= 0 and types[step] == "i" and block[:, numeric.index(step)].min() < 0:
-        raise CorruptIndex(f"entry {entry['path']!r} has a negative step")
-    full = np.full((rows, len(keys)), np.nan)
+    rows = np.fromiter((e.rows for e in entries), np.int64, len(entries))
+    starts = np.fromiter((e.at for e in entries), np.int64, len(entries))
+    block = values[concat_ranges(starts, rows * len(numeric))].reshape(-1, len(numeric))
+    ints = block[:, [j for j, i in enumerate(numeric) if types[i] == "i"]]
+    if ints.size and not (np.isfinite(ints).all() and (np.abs(ints) <= _EXACT_INT).all()
+                          and (ints == np.round(ints)).all()):
+        raise CorruptIndex(f"entry {entries[0].rel!r}'s layout holds an integer that is not "
+                           f"one")
+    if "step" in keys and types[keys.index("step")] == "i" and \
+            block[:, numeric.index(keys.index("step"))].min() < 0:
+        raise CorruptIndex(f"entry {entries[0].rel!r}'s layout holds a negative step")
+    full = np.full((len(block), len(keys)), np.nan)
     full[:, numeric] = block
-    return Part((tuple(keys), types), entry["args"], entry.get("hparams"), full, None)
+    parts = []
+    offset = 0
+    for entry in entries:
+        matrix = full[offset:offset + entry.rows]
+        offset += entry.rows
+        _check(rebuild_records(layout, entry.args, entry.hparams, matrix[:1])[0], entry.rel)
+        parts.append(Part(layout, entry.args, entry.hparams, matrix, None))
+    return parts
 
 
 def index_cap(sizes: Sequence[int]) -> int:

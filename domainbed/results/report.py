@@ -7,7 +7,7 @@ import collections
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
-from domainbed.registry import get_dataset_class
+from domainbed.registry import DATASETS, get_dataset_class
 from domainbed.results import model_selection
 from domainbed.results import tables as reporting
 from domainbed.results.columns import ColumnTable
@@ -45,7 +45,14 @@ def order_names(names: Iterable[str], canonical: Sequence[str]) -> list[str]:
 
 def registered_environments(dataset: str | None) -> list[str] | None:
     """ENVIRONMENTS of a registered dataset class, or None (unknown, not importable, or a
-    ``folder:``/``csv:`` dataset whose files are no longer there)."""
+    ``folder:``/``csv:`` dataset whose files are no longer there). A built-in dataset's
+    are read from its module's source (importing it costs seconds: torch)."""
+    try:
+        declared = DATASETS.declared(str(dataset), "ENVIRONMENTS")
+        if isinstance(declared, list):
+            return declared
+    except LookupError:
+        pass
     try:
         return list(get_dataset_class(dataset).ENVIRONMENTS or [])  # type: ignore[arg-type]
     except (UserError, ImportError):  # UnknownNameError is a UserError

@@ -118,9 +118,28 @@ def _metrics_fit(record: Mapping[str, Any], n_envs: int) -> bool:
         set(map(type, map(record.__getitem__, env_keys))) <= _NUMBER_OR_NULL
 
 
+_CONTAINERS = frozenset((dict, list))
+
+
+def _nests_within(value: object, levels: int) -> bool:
+    """Whether `value` holds lists / objects at most `levels` levels deep (a quick yes for
+    the shallow records every reader writes; recursion at most `levels` deep)."""
+    children = value.values() if type(value) is dict else value if type(value) is list \
+        else None
+    if children is None:
+        return True
+    if levels <= 1:
+        return False if levels <= 0 else not _CONTAINERS & set(map(type, children))
+    if not _CONTAINERS & set(map(type, children)):
+        return True
+    return all(_nests_within(c, levels - 1) for c in children if type(c) in _CONTAINERS)
+
+
 def _nesting_depth_exceeds(value: object, limit: int) -> bool:
     """Whether `value` nests lists / objects deeper than `limit` (walked without recursion,
     so later recursive code such as grouping keys stays far from the recursion limit)."""
+    if limit >= 4 and _nests_within(value, 4):
+        return False
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()

@@ -102,7 +102,7 @@ def main(argv=None):
     loaded = load_records(args.input_dir, require_done=not args.include_unfinished,
                           quiet=True, fields=TABLE_FIELDS)
     where = ", ".join(args.input_dir)
-    if not loaded.records:
+    if not len(loaded):
         skipped = loaded.skip_summary()
         detail = f" (skipped {skipped})" if skipped else ""
         raise UserError(f"no records found under {where}{detail}")
