@@ -73,17 +73,23 @@ def split_blocks(records: Sequence[Record], keep_records: bool
     signature: tuple[Any, ...] | None = None
     layout: Layout | None = None
     for record in records:
-        keys = tuple(record)
-        types = "".join(kind_of(k, v) for k, v in record.items())
+        kinds = tuple(map(type, record.values()))
         sig = (id(record.get("args")), id(record.get("hparams")), record.get("run_dir"),
-               keys, types)
-        if sig != signature:
-            if current:
-                yield layout, current, _lossless(layout, keep_records)  # type: ignore[arg-type]
-            current, signature, layout = [], sig, (keys, types)
+               tuple(record), kinds)
+        if sig != signature or (int in kinds and _has_big_int(record)):
+            types = "".join(kind_of(k, v) for k, v in record.items())
+            if sig != signature or types != layout[1]:  # type: ignore[index]
+                if current:
+                    yield layout, current, _lossless(layout, keep_records)  # type: ignore
+                current, signature, layout = [], sig, (sig[3], types)
         current.append(record)
     if current:
         yield layout, current, _lossless(layout, keep_records)  # type: ignore[arg-type]
+
+
+def _has_big_int(record: Record) -> bool:
+    return any(type(v) is int and not -_EXACT_INT <= v <= _EXACT_INT
+               for v in record.values())
 
 
 class Part(NamedTuple):

@@ -16,7 +16,6 @@ read.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import zipfile
@@ -27,16 +26,11 @@ from typing import TYPE_CHECKING, Any, Union
 import numpy as np
 
 from domainbed.results.columns import ColumnTable, TableBuilder, file_parts
+from domainbed.results.lines import MAX_LINE_BYTES, parse_run_lines, parse_whole_file
 from domainbed.results.record_index import RecordIndex, index_cap, is_regular, stat_key
-from domainbed.results.schema import record_problem
 from oodutils.errors import UserError, load_error_reason
 from oodutils.log import get_logger
-from oodutils.untrusted import open_regular, parse_json, read_lines
-
-try:  # parses records about three times faster than json; json where it is absent
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - orjson is a dependency; kept optional at runtime
-    _orjson = None  # type: ignore[assignment]
+from oodutils.untrusted import open_regular, read_lines
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -50,7 +44,6 @@ RESULTS_FILE = "results.jsonl"
 DONE_FILE = "done"
 PREDICTIONS_DIR = "predictions"
 _STEP_FILE = re.compile(r"^step_(\d+)\.npz$")
-MAX_LINE_BYTES = 4 << 20  # a record is a few kB; a longer line is skipped, never held
 MAX_NOTES_SHOWN = 20
 # What the results tables, the leaderboard and the analyses read of a record (with every
 # ``env*`` key): load_records(fields=TABLE_FIELDS) keeps only these
@@ -170,118 +163,7 @@ def find_run_dirs(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
     return found
 
 
-# A line's bytes mapped to their shape (digits to 0, "." and "e" kept, others to a space):
-# an integer of 19 digits or more shows as a space then 19 zeros (a fraction's digits
-# follow a "."), and the line goes to json (orjson would make it a float)
-_NUMBER_SHAPE = bytes(48 if 48 <= b <= 57 else b if b in b".e" else 101 if b == 69 else 32
-                      for b in range(256))
-_LONG_INTEGER = b" " + b"0" * 19
-
-
-_MAX_FAST_BRACKETS = 256   # orjson 3.8 crashes on nesting thousands deep: json reads those
-
-
-def _loads(line: bytes) -> Any:
-    """The JSON value of one line, or None. orjson where it reads the line as json would
-    (it rejects NaN, big numbers, a BOM and lone surrogates, which json takes, and makes
-    integers of 19 digits or more floats, which json does not): then json decides."""
-    if _orjson is not None and _LONG_INTEGER not in line.translate(_NUMBER_SHAPE) and \
-            line.count(b"[") + line.count(b"{") <= _MAX_FAST_BRACKETS:
-        try:
-            return _orjson.loads(line)
-        except _orjson.JSONDecodeError:
-            pass
-    return parse_json(line)
-
-
-def _kept(record: Record, fields: Sequence[str] | None) -> Record:
-    if fields is None:
-        return record
-    return {k: v for k, v in record.items() if k in fields or k.startswith("env")}
-
-
-def parse_run_lines(path: str, lines: Iterable[bytes | None], notes: list[str] | None = None,
-                    fields: Sequence[str] | None = None) -> tuple[list[Record], int]:
-    """(records, skipped) of the lines of one results.jsonl (None: an over-long line).
-
-    Lines of one run carry the same ``args`` and ``hparams``: a line whose objects are the
-    previous record's (the same bytes, or the same values of the same types) gets those very
-    objects, so they are held once and checked once.
-    fields: keep only these keys and the ``env*`` ones (TABLE_FIELDS: what the tables read)."""
-    records: list[Record] = []
-    skipped = 0
-    checked: Record | None = None
-    args_prefix = b""
-    for number, raw in enumerate(lines, start=1):
-        problem: str | None = None
-        if raw is None:
-            problem = f"longer than {MAX_LINE_BYTES} bytes"
-        elif not raw.strip():
-            continue
-        else:
-            record = _loads(raw)
-            if record is None:
-                problem = "not JSON (corrupt, truncated or nested too deeply)"
-            else:
-                if checked is not None and isinstance(record, dict):
-                    same_bytes = bool(args_prefix) and raw.startswith(args_prefix) and \
-                        raw.count(b'"args"') == 1   # no later "args" key overrides
-                    _share(record, checked, same_bytes)
-                problem = record_problem(record, checked)
-        if problem is not None:
-            skipped += 1
-            if notes is not None:
-                notes.append(f"{path} line {number}: {problem}")
-            continue
-        if checked is None or record["args"] is not checked["args"]:
-            args_prefix = _args_prefix(raw)  # type: ignore[arg-type]
-        checked = record
-        records.append(_kept(record, fields))
-    return records, skipped
-
-
-_ARGS_START = b'{"args": '
-_DECODER = json.JSONDecoder()
-
-
-def _args_prefix(raw: bytes) -> bytes:
-    """The bytes of `raw` up to the end of its leading ``{"args": {...}`` (a line that
-    starts with them has the same args), or b"" when the line does not start so."""
-    if not raw.startswith(_ARGS_START):
-        return b""
-    try:
-        text = raw.decode("utf-8")
-        _, end = _DECODER.raw_decode(text, len(_ARGS_START))
-    except (ValueError, RecursionError):
-        return b""
-    return text[:end].encode("utf-8")
-
-
-def _share(record: Record, previous: Record, same_args_bytes: bool) -> None:
-    """Give `record` the previous record's args / hparams objects where they are the same
-    value: equal, and equal in repr (so 1 and 1.0, True and 1, 0.0 and -0.0, or another key
-    order never pass for each other)."""
-    if "args" in record and (same_args_bytes or _same(record["args"], previous["args"])):
-        record["args"] = previous["args"]
-    if "hparams" in record and "hparams" in previous and \
-            _same(record["hparams"], previous["hparams"]):
-        record["hparams"] = previous["hparams"]
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equal and of the same types and key order (repr decides where values nest or where
-    a zero could be -0.0)."""
-    if a is b:
-        return True
-    if type(a) is not type(b) or a != b:
-        return False
-    if type(a) is dict:
-        types = list(map(type, a.values()))
-        if list(a) != list(b) or types != list(map(type, b.values())):
-            return False
-        if dict not in types and list not in types and 0.0 not in a.values():
-            return True
-    return repr(a) == repr(b)
+WHOLE_FILE_BYTES = 16 << 20   # a results.jsonl up to this size is parsed at once
 
 
 def read_run(run_dir: str, notes: list[str] | None = None,
@@ -289,7 +171,14 @@ def read_run(run_dir: str, notes: list[str] | None = None,
     """(records, skipped_lines) of one run directory; raises OSError when unreadable (not a
     regular file included). Each skipped line adds a note naming it to `notes`."""
     path = os.path.join(run_dir, RESULTS_FILE)
-    records, skipped = parse_run_lines(path, read_lines(path, MAX_LINE_BYTES), notes, fields)
+    with open_regular(path) as f:
+        data = f.read(WHOLE_FILE_BYTES + 1)
+    found = parse_whole_file(data, fields) if len(data) <= WHOLE_FILE_BYTES else None
+    if found is not None:
+        records, skipped = found, 0
+    else:
+        records, skipped = parse_run_lines(path, read_lines(path, MAX_LINE_BYTES), notes,
+                                           fields)
     for record in records:
         record["run_dir"] = run_dir
     return records, skipped

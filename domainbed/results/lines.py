@@ -1,0 +1,213 @@
+"""Parsing a results.jsonl's bytes into records: line by line (the reference: each line
+on its own, a bad one skipped with a note), and a whole file at once where it has the
+shape every writer gives it (the same args and hparams bytes on every line), which reads
+the same records for a fraction of the work.
+
+Records are untrusted: orjson parses where it reads a line as json would, json decides
+elsewhere; each record is held to ``domainbed.results.schema``.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from domainbed.results.schema import record_problem
+from oodutils.untrusted import parse_json
+
+try:  # parses records about three times faster than json; json where it is absent
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - orjson is a dependency; kept optional at runtime
+    _orjson = None  # type: ignore[assignment]
+
+Record = dict[str, Any]
+MAX_LINE_BYTES = 4 << 20  # a record is a few kB; a longer line is skipped, never held
+
+
+# A line's bytes mapped to their shape (digits to 0, "." and "e" kept, others to a space):
+# an integer of 19 digits or more shows as a space then 19 zeros (a fraction's digits
+# follow a "."), and the line goes to json (orjson would make it a float)
+_NUMBER_SHAPE = bytes(48 if 48 <= b <= 57 else b if b in b".e" else 101 if b == 69 else 32
+                      for b in range(256))
+_LONG_INTEGER = b" " + b"0" * 19
+
+
+_MAX_FAST_BRACKETS = 256   # orjson 3.8 crashes on nesting thousands deep: json reads those
+
+
+def _loads(line: bytes) -> Any:
+    """The JSON value of one line, or None. orjson where it reads the line as json would
+    (it rejects NaN, big numbers, a BOM and lone surrogates, which json takes, and makes
+    integers of 19 digits or more floats, which json does not): then json decides."""
+    if _orjson is not None and _LONG_INTEGER not in line.translate(_NUMBER_SHAPE) and \
+            line.count(b"[") + line.count(b"{") <= _MAX_FAST_BRACKETS:
+        try:
+            return _orjson.loads(line)
+        except _orjson.JSONDecodeError:
+            pass
+    return parse_json(line)
+
+
+def _kept(record: Record, fields: Sequence[str] | None) -> Record:
+    if fields is None:
+        return record
+    return {k: v for k, v in record.items() if k in fields or k.startswith("env")}
+
+
+def parse_run_lines(path: str, lines: Iterable[bytes | None], notes: list[str] | None = None,
+                    fields: Sequence[str] | None = None) -> tuple[list[Record], int]:
+    """(records, skipped) of the lines of one results.jsonl (None: an over-long line).
+
+    Lines of one run carry the same ``args`` and ``hparams``: a line whose objects are the
+    previous record's (the same bytes, or the same values of the same types) gets those very
+    objects, so they are held once and checked once.
+    fields: keep only these keys and the ``env*`` ones (TABLE_FIELDS: what the tables read)."""
+    records: list[Record] = []
+    skipped = 0
+    checked: Record | None = None
+    args_prefix = b""
+    for number, raw in enumerate(lines, start=1):
+        problem: str | None = None
+        if raw is None:
+            problem = f"longer than {MAX_LINE_BYTES} bytes"
+        elif not raw.strip():
+            continue
+        else:
+            record = _loads(raw)
+            if record is None:
+                problem = "not JSON (corrupt, truncated or nested too deeply)"
+            else:
+                if checked is not None and isinstance(record, dict):
+                    same_bytes = bool(args_prefix) and raw.startswith(args_prefix) and \
+                        raw.count(b'"args"') == 1   # no later "args" key overrides
+                    _share(record, checked, same_bytes)
+                problem = record_problem(record, checked)
+        if problem is not None:
+            skipped += 1
+            if notes is not None:
+                notes.append(f"{path} line {number}: {problem}")
+            continue
+        if checked is None or record["args"] is not checked["args"]:
+            args_prefix = _args_prefix(raw)  # type: ignore[arg-type]
+        checked = record
+        records.append(_kept(record, fields))
+    return records, skipped
+
+
+_ARGS_START = b'{"args": '
+_DECODER = json.JSONDecoder()
+
+
+def _args_prefix(raw: bytes) -> bytes:
+    """The bytes of `raw` up to the end of its leading ``{"args": {...}`` (a line that
+    starts with them has the same args), or b"" when the line does not start so."""
+    if not raw.startswith(_ARGS_START):
+        return b""
+    try:
+        text = raw.decode("utf-8")
+        _, end = _DECODER.raw_decode(text, len(_ARGS_START))
+    except (ValueError, RecursionError):
+        return b""
+    return text[:end].encode("utf-8")
+
+
+def _share(record: Record, previous: Record, same_args_bytes: bool) -> None:
+    """Give `record` the previous record's args / hparams objects where they are the same
+    value: equal, and equal in repr (so 1 and 1.0, True and 1, 0.0 and -0.0, or another key
+    order never pass for each other)."""
+    if "args" in record and (same_args_bytes or _same(record["args"], previous["args"])):
+        record["args"] = previous["args"]
+    if "hparams" in record and "hparams" in previous and \
+            _same(record["hparams"], previous["hparams"]):
+        record["hparams"] = previous["hparams"]
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of the same types and key order (repr decides where values nest or where
+    a zero could be -0.0)."""
+    if a is b:
+        return True
+    if type(a) is not type(b) or a != b:
+        return False
+    if type(a) is dict:
+        types = list(map(type, a.values()))
+        if list(a) != list(b) or types != list(map(type, b.values())):
+            return False
+        if dict not in types and list not in types and 0.0 not in a.values():
+            return True
+    return repr(a) == repr(b)
+
+
+_STAND_IN = b'"\\u0000oodbed\\u0000"'     # a JSON string no writer puts in a record
+_HPARAMS_AT = b', "hparams": {'
+
+
+def parse_whole_file(data: bytes, fields: Sequence[str] | None = None
+                     ) -> list[Record] | None:
+    """The records of a whole results.jsonl, as `parse_run_lines` reads them, when every
+    line starts with the same ``{"args": {...}`` bytes, holds the first line's
+    ``"hparams": {...}`` bytes once, and fits the schema (what DomainBed and we write); else
+    None, and the line-by-line reader decides (it also names any bad line).
+
+    The shared objects are parsed once; the rest of every line, with a stand-in for them,
+    in one orjson call."""
+    if _orjson is None or not data.startswith(_ARGS_START):
+        return None
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    if any(len(line) >= MAX_LINE_BYTES or line.count(b"[") + line.count(b"{") >
+           _MAX_FAST_BRACKETS for line in lines):
+        return None
+    shared = _shared_bytes(lines[0])
+    if shared is None:
+        return None
+    prefix, hparams_bytes = shared
+    if not all(line.startswith(prefix) and line.count(hparams_bytes) == 1 for line in lines):
+        return None
+    stand_in = b', "hparams": ' + _STAND_IN
+    body = b",".join(b'{"args": ' + _STAND_IN + line[len(prefix):].replace(
+        hparams_bytes, stand_in) for line in lines)
+    if _LONG_INTEGER in body.translate(_NUMBER_SHAPE):   # orjson would make it a float
+        return None
+    try:
+        parsed = _orjson.loads(b"[" + body + b"]")
+    except _orjson.JSONDecodeError:
+        return None
+    first = _loads(prefix + b", " + hparams_bytes[2:] + b"}")
+    if not isinstance(first, dict) or list(first) != ["args", "hparams"]:
+        return None
+    return _shared_records(parsed, first["args"], first["hparams"], fields)
+
+
+def _shared_bytes(line: bytes) -> tuple[bytes, bytes] | None:
+    """(the ``{"args": {...}`` prefix, the ``, "hparams": {...}`` bytes) of a line."""
+    prefix = _args_prefix(line)
+    start = line.find(_HPARAMS_AT, len(prefix)) if prefix else -1
+    if start < 0:
+        return None
+    try:
+        text = line[start:].decode("utf-8")
+        _, end = _DECODER.raw_decode(text, len(_HPARAMS_AT) - 1)
+    except (ValueError, RecursionError):
+        return None
+    return prefix, text[:end].encode("utf-8")
+
+
+def _shared_records(parsed: Any, args: Any, hparams: Any, fields: Sequence[str] | None
+                    ) -> list[Record] | None:
+    """The parsed lines with the shared objects in their places, all fitting the schema;
+    None where one does not (the line-by-line reader then notes it)."""
+    stand_in = json.loads(_STAND_IN)
+    records = []
+    checked: Record | None = None
+    for record in parsed:
+        if not isinstance(record, dict) or record.get("args") != stand_in or \
+                record.get("hparams") != stand_in:
+            return None
+        record["args"], record["hparams"] = args, hparams
+        if record_problem(record, checked) is not None:
+            return None
+        checked = record
+        records.append(_kept(record, fields))
+    return records

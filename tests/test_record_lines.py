@@ -1,0 +1,84 @@
+"""Parsing a whole results.jsonl at once (domainbed.results.lines.parse_whole_file) reads
+exactly the records the line-by-line reader reads, or declines (None) and leaves the file
+to it: on DomainBed's test sweep, and on files made to differ (NaN, a duplicate key, big
+integers, blank lines, CRLF, a bad line, hparams bytes inside args, other key orders)."""
+import json
+from pathlib import Path
+
+import pytest
+
+from domainbed.results.lines import parse_run_lines, parse_whole_file
+from domainbed.results.records import TABLE_FIELDS
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEP = ROOT / "tests" / "data" / "domainbed_test_sweep" / "test_sweep_data"
+
+
+def _by_lines(data, fields=None):
+    records, _ = parse_run_lines("f", data.splitlines(keepends=True), [], fields)
+    return records
+
+
+def _typed(records):
+    """Records with every value's type, so 1 == 1.0 and True == 1 do not pass."""
+    def typed(value):
+        if isinstance(value, dict):
+            return [(k, typed(v)) for k, v in value.items()]
+        if isinstance(value, list):
+            return [typed(v) for v in value]
+        return (type(value).__name__, repr(value))
+    return [typed(r) for r in records]
+
+
+def _files():
+    return sorted(SWEEP.glob("*/results.jsonl"))
+
+
+@pytest.mark.parametrize("fields", [None, TABLE_FIELDS])
+def test_domainbed_files_are_read_at_once_as_line_by_line(fields):
+    files = _files()
+    assert len(files) == 40
+    for path in files:
+        data = path.read_bytes()
+        whole = parse_whole_file(data, fields)
+        assert whole is not None, path
+        assert _typed(whole) == _typed(_by_lines(data, fields))
+        assert all(r["args"] is whole[0]["args"] and r["hparams"] is whole[0]["hparams"]
+                   for r in whole)
+
+
+def _variants(data):
+    lines = data.decode().splitlines()
+    first = json.loads(lines[0])
+    reordered = json.dumps(dict(reversed(list(first.items()))))
+    inside = dict(first, args=dict(first["args"], extra={"hparams": first["hparams"]}))
+    return {
+        "NaN value": data.replace(b'"step": 0', b'"step": 0, "env0_in_acc": NaN', 1),
+        "NaN in hparams": data.replace(b'"hparams": {', b'"hparams": {"x": NaN, ', 1),
+        "duplicate args": data.replace(b'"step": 0', b'"step": 0, "args": {}', 1),
+        "big integer": data.replace(b'"step": 0', b'"step": 12345678901234567890', 1),
+        "blank line": data.replace(b"\n", b"\n\n", 1),
+        "crlf": data.replace(b"\n", b"\r\n"),
+        "bad line": data.replace(b"\n", b"\n{not json\n", 1),
+        "no newline at the end": data.rstrip(b"\n"),
+        "other hparams": data.replace(b'"hparams": {', b'"hparams": {"x": 1, ', 1),
+        "hparams bytes inside args": "\n".join([json.dumps(inside)] + lines[1:]).encode(),
+        "args not first": "\n".join([reordered] + lines[1:]).encode(),
+        "bom": b"\xef\xbb\xbf" + data,
+        "lone surrogate": data.replace(b'"ERM"', b'"\\ud800"'),
+        "bad step": data.replace(b'"step": 0', b'"step": -1', 1),
+    }
+
+
+@pytest.mark.parametrize("name", list(_variants(_files()[0].read_bytes())))
+def test_a_file_read_at_once_reads_as_line_by_line_or_is_declined(name):
+    data = _variants(_files()[0].read_bytes())[name]
+    assert data != _files()[0].read_bytes()
+    whole = parse_whole_file(data, TABLE_FIELDS)
+    if whole is not None:
+        assert _typed(whole) == _typed(_by_lines(data, TABLE_FIELDS)), name
+    if name in ("NaN value", "duplicate args", "big integer", "blank line", "bad line",
+                "other hparams", "args not first", "bom", "bad step"):
+        assert whole is None, name        # the line-by-line reader decides these
+    if name in ("crlf", "no newline at the end"):
+        assert whole is not None, name
