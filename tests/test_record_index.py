@@ -51,13 +51,13 @@ def sweep(tmp_path):
 def reads(monkeypatch):
     """The run directories whose results.jsonl was read from the file (not the index)."""
     seen = []
-    real = rec.read_run
+    real = rec.read_run_parts
 
     def counting(run_dir, notes=None, fields=None):
         seen.append(os.path.basename(run_dir))
         return real(run_dir, notes, fields)
 
-    monkeypatch.setattr(rec, "read_run", counting)
+    monkeypatch.setattr(rec, "read_run_parts", counting)
     return seen
 
 

@@ -5,9 +5,11 @@ integers, blank lines, CRLF, a bad line, hparams bytes inside args, other key or
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from domainbed.results.lines import parse_run_lines, parse_whole_file
+from domainbed.results.columns import file_parts
+from domainbed.results.lines import parse_run_lines, parse_whole_file, whole_file_part
 from domainbed.results.records import TABLE_FIELDS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,3 +84,30 @@ def test_a_file_read_at_once_reads_as_line_by_line_or_is_declined(name):
         assert whole is None, name        # the line-by-line reader decides these
     if name in ("crlf", "no newline at the end"):
         assert whole is not None, name
+
+
+def _same_parts(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.layout == y.layout and x.args == y.args and x.hparams == y.hparams
+        assert np.array_equal(x.values, y.values, equal_nan=True)
+        assert _typed(x.to_records()) == _typed(y.to_records())
+
+
+@pytest.mark.parametrize("fields", [None, TABLE_FIELDS])
+def test_a_file_straight_into_columns_gives_the_line_by_line_blocks(fields):
+    for path in _files():
+        data = path.read_bytes()
+        part = whole_file_part(data, fields)
+        assert part is not None, path
+        _same_parts([part], file_parts(_by_lines(data, fields)))
+
+
+@pytest.mark.parametrize("name", list(_variants(_files()[0].read_bytes())))
+def test_a_variant_straight_into_columns_gives_the_same_blocks_or_is_declined(name):
+    data = _variants(_files()[0].read_bytes())[name]
+    part = whole_file_part(data, TABLE_FIELDS)
+    if part is not None:
+        _same_parts([part], file_parts(_by_lines(data, TABLE_FIELDS)))
+    null_value = data.replace(b'"env0_in_acc": ', b'"env0_in_acc": null, "x": ', 1)
+    assert whole_file_part(null_value, TABLE_FIELDS) is None    # a null: kept as dicts

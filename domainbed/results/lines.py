@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import Any
 
+import numpy as np
+
+from domainbed.results.columns import Part
 from domainbed.results.schema import record_problem
 from oodutils.untrusted import parse_json
 
@@ -139,6 +143,8 @@ def _same(a: Any, b: Any) -> bool:
 
 
 _STAND_IN = b'"\\u0000oodbed\\u0000"'     # a JSON string no writer puts in a record
+_STAND_IN_VALUE = json.loads(_STAND_IN)
+_EXACT_INT = 2 ** 53
 _HPARAMS_AT = b', "hparams": {'
 
 
@@ -151,13 +157,66 @@ def parse_whole_file(data: bytes, fields: Sequence[str] | None = None
 
     The shared objects are parsed once; the rest of every line, with a stand-in for them,
     in one orjson call."""
+    found = _parse_shared(data)
+    if found is None:
+        return None
+    parsed, args, hparams = found
+    return _shared_records(parsed, args, hparams, fields)
+
+
+def whole_file_part(data: bytes, fields: Sequence[str] | None = None) -> Part | None:
+    """`parse_whole_file`'s records as one lossless Part, straight from the parsed lines
+    (no record dict is built), where every line has the same keys with the same types,
+    floats and ints a float64 holds; else None (then ask `parse_whole_file`)."""
+    found = _parse_shared(data)
+    if found is None or not found[0] or type(found[0][0]) is not dict:
+        return None
+    parsed, args, hparams = found
+    first = parsed[0]
+    keys = tuple(first)
+    kinds = tuple(map(type, first.values()))
+    stand_in = _STAND_IN_VALUE
+    if not all(type(r) is dict and tuple(r) == keys and tuple(map(type, r.values())) ==
+               kinds and r["args"] == stand_in and r.get("hparams") == stand_in
+               for r in parsed) or list in kinds or dict in kinds:
+        return None
+    kept = [k for k in keys if k in fields or k.startswith("env")] if fields else list(keys)
+    kind_of = dict(zip(keys, kinds))
+    numeric = [k for k in kept if k not in ("args", "hparams")]
+    if type(hparams) is not dict or type(args) is not dict or \
+            any(kind_of[k] not in (float, int) for k in numeric):
+        return None
+    ints = [k for k in numeric if kind_of[k] is int]
+    if any(not -_EXACT_INT <= r[k] <= _EXACT_INT for k in ints for r in parsed):
+        return None
+    record = {k: args if k == "args" else hparams if k == "hparams" else v
+              for k, v in first.items()}
+    if record_problem(record) is not None or \
+            ("step" in ints and min(r["step"] for r in parsed) < 0):
+        return None
+    types = "".join("a" if k == "args" else "h" if k == "hparams" else
+                    "i" if kind_of[k] is int else "f" for k in kept)
+    values = np.full((len(parsed), len(kept)), np.nan)
+    if numeric:
+        rows = map(itemgetter(*numeric), parsed)
+        picked = np.array(list(rows) if len(numeric) > 1 else [[v] for v in rows],
+                          dtype=np.float64)
+        values[:, [kept.index(k) for k in numeric]] = picked
+    return Part((tuple(kept), types), args, hparams, values, None)
+
+
+def _parse_shared(data: bytes) -> tuple[list[Any], Any, Any] | None:
+    """(the parsed lines with stand-ins for args and hparams, args, hparams), or None
+    where the file does not have the shape `parse_whole_file` reads."""
     if _orjson is None or not data.startswith(_ARGS_START):
         return None
     lines = data.split(b"\n")
     if lines[-1] == b"":
         lines.pop()
-    if any(len(line) >= MAX_LINE_BYTES or line.count(b"[") + line.count(b"{") >
-           _MAX_FAST_BRACKETS for line in lines):
+    if data.count(b"[") + data.count(b"{") > _MAX_FAST_BRACKETS and \
+            any(line.count(b"[") + line.count(b"{") > _MAX_FAST_BRACKETS for line in lines):
+        return None
+    if any(len(line) >= MAX_LINE_BYTES for line in lines):
         return None
     shared = _shared_bytes(lines[0])
     if shared is None:
@@ -177,7 +236,7 @@ def parse_whole_file(data: bytes, fields: Sequence[str] | None = None
     first = _loads(prefix + b", " + hparams_bytes[2:] + b"}")
     if not isinstance(first, dict) or list(first) != ["args", "hparams"]:
         return None
-    return _shared_records(parsed, first["args"], first["hparams"], fields)
+    return parsed, first["args"], first["hparams"]
 
 
 def _shared_bytes(line: bytes) -> tuple[bytes, bytes] | None:
@@ -198,7 +257,7 @@ def _shared_records(parsed: Any, args: Any, hparams: Any, fields: Sequence[str] 
                     ) -> list[Record] | None:
     """The parsed lines with the shared objects in their places, all fitting the schema;
     None where one does not (the line-by-line reader then notes it)."""
-    stand_in = json.loads(_STAND_IN)
+    stand_in = _STAND_IN_VALUE
     records = []
     checked: Record | None = None
     for record in parsed:

@@ -25,8 +25,13 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
-from domainbed.results.columns import ColumnTable, TableBuilder, file_parts
-from domainbed.results.lines import MAX_LINE_BYTES, parse_run_lines, parse_whole_file
+from domainbed.results.columns import ColumnTable, Part, TableBuilder, file_parts
+from domainbed.results.lines import (
+    MAX_LINE_BYTES,
+    parse_run_lines,
+    parse_whole_file,
+    whole_file_part,
+)
 from domainbed.results.record_index import RecordIndex, index_cap, is_regular, stat_key
 from oodutils.errors import UserError, load_error_reason
 from oodutils.log import get_logger
@@ -184,6 +189,21 @@ def read_run(run_dir: str, notes: list[str] | None = None,
     return records, skipped
 
 
+def read_run_parts(run_dir: str, notes: list[str] | None = None,
+                   fields: Sequence[str] | None = None) -> tuple[list[Part], int]:
+    """(parts, skipped_lines) of one run directory, as `read_run` reads it, column-wise:
+    a file of the usual shape straight into one Part (no record dicts)."""
+    with open_regular(os.path.join(run_dir, RESULTS_FILE)) as f:
+        data = f.read(WHOLE_FILE_BYTES + 1)
+    part = whole_file_part(data, fields) if len(data) <= WHOLE_FILE_BYTES else None
+    if part is not None:
+        return [part], 0
+    records, skipped = read_run(run_dir, notes, fields)
+    for record in records:
+        del record["run_dir"]    # a block's run_dir is the block's, not a key
+    return file_parts(records), skipped
+
+
 def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = True,
                  quiet: bool = False, fields: Sequence[str] | None = None,
                  use_index: bool = True) -> Records:
@@ -258,14 +278,11 @@ class _Reader:
         else:
             notes: list[str] = []
             try:
-                records, _ = read_run(run_dir, notes, self.fields)
+                parts, _ = read_run_parts(run_dir, notes, self.fields)
             except OSError as e:
                 self.skipped_runs += 1
                 self.notes.append(f"{path}: unreadable ({e.strerror or e})")
                 return
-            for record in records:
-                del record["run_dir"]    # a block's run_dir is the block's, not a key
-            parts = file_parts(records)
             line_notes = [note[len(path) + 1:] for note in notes]
             if index is not None and key is not None:
                 index.store(rel, key, parts, line_notes)
