@@ -111,3 +111,38 @@ def test_a_variant_straight_into_columns_gives_the_same_blocks_or_is_declined(na
         _same_parts([part], file_parts(_by_lines(data, TABLE_FIELDS)))
     null_value = data.replace(b'"env0_in_acc": ', b'"env0_in_acc": null, "x": ', 1)
     assert whole_file_part(null_value, TABLE_FIELDS) is None    # a null: kept as dicts
+
+
+def test_worker_processes_read_what_one_process_reads(tmp_path, monkeypatch):
+    """Cold reads of many files go to worker processes: the same records, in the same
+    order, with the same notes (a corrupt line) and the same unreadable run."""
+    from domainbed.results import parallel_read
+    from domainbed.results.records import load_records
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    for path in _files()[:12]:
+        (sweep / path.parent.name).mkdir()
+        (sweep / path.parent.name / "results.jsonl").write_bytes(path.read_bytes())
+        (sweep / path.parent.name / "done").write_text("done")
+    first = sorted(sweep.iterdir())[0] / "results.jsonl"
+    first.write_bytes(first.read_bytes() + b"{broken\n")
+    linked = sorted(sweep.iterdir())[1] / "results.jsonl"
+    linked.unlink()
+    linked.symlink_to(first)                   # not a regular file: unreadable
+    one = load_records(sweep, quiet=True, fields=TABLE_FIELDS, use_index=False)
+    monkeypatch.setattr(parallel_read, "MIN_FILES", 2)
+    monkeypatch.setattr(parallel_read, "CHUNK", 5)
+    monkeypatch.setattr(parallel_read, "workers", lambda: 2)
+    calls = []
+    real_pool = parallel_read.multiprocessing.get_context
+
+    def counted(method):
+        calls.append(method)
+        return real_pool(method)
+    monkeypatch.setattr(parallel_read.multiprocessing, "get_context", counted)
+    many = load_records(sweep, quiet=True, fields=TABLE_FIELDS, use_index=False)
+    assert calls == ["fork"]
+    assert _typed(many.records) == _typed(one.records) and len(one.records) > 50
+    assert one.skipped_runs == 1 and one.skipped_lines == 1 and len(one.notes) == 2
+    assert many.notes == one.notes and many.skipped_runs == one.skipped_runs
+    assert many.run_dirs == one.run_dirs

@@ -207,36 +207,35 @@ def whole_file_part(data: bytes, fields: Sequence[str] | None = None) -> Part | 
 
 def _parse_shared(data: bytes) -> tuple[list[Any], Any, Any] | None:
     """(the parsed lines with stand-ins for args and hparams, args, hparams), or None
-    where the file does not have the shape `parse_whole_file` reads."""
-    if _orjson is None or not data.startswith(_ARGS_START):
+    where the file does not have the shape `parse_whole_file` reads. Works on the whole
+    file's bytes at once: a raw newline ends a line (JSON strings escape theirs), so a
+    prefix found after every newline starts every line."""
+    if _orjson is None or not data.startswith(_ARGS_START) or \
+            len(data) >= MAX_LINE_BYTES or data.endswith(b"\n\n"):
         return None
-    lines = data.split(b"\n")
-    if lines[-1] == b"":
-        lines.pop()
     if data.count(b"[") + data.count(b"{") > _MAX_FAST_BRACKETS and \
-            any(line.count(b"[") + line.count(b"{") > _MAX_FAST_BRACKETS for line in lines):
+            any(line.count(b"[") + line.count(b"{") > _MAX_FAST_BRACKETS
+                for line in data.split(b"\n")):
         return None
-    if any(len(line) >= MAX_LINE_BYTES for line in lines):
-        return None
-    shared = _shared_bytes(lines[0])
+    shared = _shared_bytes(data[:data.find(b"\n")] if b"\n" in data else data)
     if shared is None:
         return None
     prefix, hparams_bytes = shared
-    if not all(line.startswith(prefix) and line.count(hparams_bytes) == 1 for line in lines):
-        return None
-    stand_in = b', "hparams": ' + _STAND_IN
-    body = b",".join(b'{"args": ' + _STAND_IN + line[len(prefix):].replace(
-        hparams_bytes, stand_in) for line in lines)
+    lines = data.count(b"\n") + (not data.endswith(b"\n"))
+    if data.count(b"\n" + prefix) != lines - 1 or data.count(hparams_bytes) != lines:
+        return None       # (a line holding them twice leaves another without: see below)
+    body = (b"\n" + data.rstrip(b"\n")).replace(b"\n" + prefix, b'\n{"args": ' + _STAND_IN)
+    body = body.replace(hparams_bytes, b', "hparams": ' + _STAND_IN).replace(b"\n", b",")
     if _LONG_INTEGER in body.translate(_NUMBER_SHAPE):   # orjson would make it a float
         return None
     try:
-        parsed = _orjson.loads(b"[" + body + b"]")
+        parsed = _orjson.loads(b"[" + body[1:] + b"]")
     except _orjson.JSONDecodeError:
         return None
     first = _loads(prefix + b", " + hparams_bytes[2:] + b"}")
     if not isinstance(first, dict) or list(first) != ["args", "hparams"]:
         return None
-    return parsed, first["args"], first["hparams"]
+    return parsed, first["args"], first["hparams"]   # callers check every stand-in
 
 
 def _shared_bytes(line: bytes) -> tuple[bytes, bytes] | None:

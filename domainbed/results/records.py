@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
+from domainbed.results import parallel_read
 from domainbed.results.columns import ColumnTable, Part, TableBuilder, file_parts
 from domainbed.results.lines import (
     MAX_LINE_BYTES,
@@ -262,30 +263,30 @@ class _Reader:
             sizes = [st.st_size for _, st in runs if st is not None]
             index = RecordIndex(top).load(index_cap(sizes))
             self.notes += index.notes
-        for run_dir, st in runs:
-            self._read_run(top, run_dir, st, index)
+        keys = [stat_key(st) if st is not None and is_regular(st) else None
+                for _, st in runs]
+        rels = [os.path.relpath(run_dir, top) for run_dir, _ in runs]
+        hits = [index.lookup(rel, key) if index is not None and key is not None else None
+                for rel, key in zip(rels, keys)]
+        misses = [run_dir for (run_dir, _), hit in zip(runs, hits) if hit is None]
+        read = parallel_read.read_all(read_run_parts, misses, self.fields)
+        for (run_dir, _), rel, key, hit in zip(runs, rels, keys, hits):
+            if hit is None:
+                parts, notes, error = next(read)
+                path = os.path.join(run_dir, RESULTS_FILE)
+                if error is not None:
+                    self.skipped_runs += 1
+                    self.notes.append(f"{path}: unreadable ({error})")
+                    continue
+                hit = parts, [note[len(path) + 1:] for note in notes]
+                if index is not None and key is not None:
+                    index.store(rel, key, *hit)
+            self._add_run(run_dir, *hit)
         if index is not None:
             index.save()
 
-    def _read_run(self, top: str, run_dir: str, st: os.stat_result | None,
-                  index: RecordIndex | None) -> None:
+    def _add_run(self, run_dir: str, parts: list[Part], line_notes: list[str]) -> None:
         path = os.path.join(run_dir, RESULTS_FILE)
-        rel = os.path.relpath(run_dir, top)
-        key = stat_key(st) if st is not None and is_regular(st) else None
-        hit = index.lookup(rel, key) if index is not None and key is not None else None
-        if hit is not None:
-            parts, line_notes = hit
-        else:
-            notes: list[str] = []
-            try:
-                parts, _ = read_run_parts(run_dir, notes, self.fields)
-            except OSError as e:
-                self.skipped_runs += 1
-                self.notes.append(f"{path}: unreadable ({e.strerror or e})")
-                return
-            line_notes = [note[len(path) + 1:] for note in notes]
-            if index is not None and key is not None:
-                index.store(rel, key, parts, line_notes)
         self.notes += [f"{path} {note}" for note in line_notes]
         self.skipped_lines += len(line_notes)
         for part in parts:
