@@ -37,7 +37,7 @@ def num_envs(record: Record) -> int:
 
 def data_key(args: Mapping[str, Any]) -> DataKey:
     """What identifies a run's data (None for DomainBed's own records)."""
-    return tuple(args.get(k) for k in DATA_KEYS)
+    return tuple(map(args.get, DATA_KEYS))
 
 
 def hparams_key(record: Record) -> tuple[str, str]:

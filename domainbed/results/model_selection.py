@@ -417,7 +417,9 @@ def missing_split_notes(records: Sequence[Record], methods: Iterable[type[Select
         for record, weight in zip(records, weights):
             if not two_envs and len(record["args"].get("test_envs") or ()) != 1:
                 continue
-            shape = (id(record["args"]), *record)
+            args = record["args"]     # what required_keys reads, and the record's keys
+            shape = (tuple(args.get("test_envs") or ()), repr(args.get("env_names")),
+                     *record)
             missing = missing_of.get(shape)
             if missing is None:
                 keys = method.required_keys(record)

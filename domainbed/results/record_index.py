@@ -257,19 +257,31 @@ def _column_head(entry: dict[str, Any], at_expected: int, rel: str, key: StatKey
     keys, types, rows, at = (entry.get(k) for k in ("keys", "types", "rows", "at"))
     if at != at_expected:
         raise CorruptIndex("its entries' values overlap or leave gaps")
-    if not (isinstance(keys, list) and all(isinstance(k, str) for k in keys) and
-            len(set(keys)) == len(keys) and isinstance(types, str) and
-            len(types) == len(keys) and set(types) <= set("ahfi") and
-            types.count("a") == 1 and types.count("h") <= 1 and
-            [keys[types.index(t)] for t in "ah" if t in types] ==
-            ["args", "hparams"][:1 + types.count("h")] and "run_dir" not in keys and
-            type(rows) is int and rows >= 1 and
-            isinstance(entry.get("args"), dict) and
+    if not (isinstance(keys, list) and isinstance(types, str) and _fits_column_form(
+            tuple(keys) if all(type(k) is str for k in keys) else (), types) and
+            type(rows) is int and rows >= 1 and isinstance(entry.get("args"), dict) and
             ("h" not in types or isinstance(entry.get("hparams"), dict))):
         raise CorruptIndex(f"entry {rel!r} does not fit the column form")
     width = len(types) - types.count("a") - types.count("h")
     return _ColumnEntry(rel, key, notes, (tuple(keys), types), entry["args"],
                         entry.get("hparams"), at, rows, width)
+
+
+_LAYOUTS_SEEN: dict[tuple[tuple[str, ...], str], bool] = {}
+
+
+def _fits_column_form(keys: tuple[str, ...], types: str) -> bool:
+    """Whether keys and types make a column layout (worked out once per layout)."""
+    found = _LAYOUTS_SEEN.get((keys, types))
+    if found is None:
+        found = bool(keys) and len(set(keys)) == len(keys) and \
+            len(types) == len(keys) and set(types) <= set("ahfi") and \
+            types.count("a") == 1 and types.count("h") <= 1 and \
+            [keys[types.index(t)] for t in "ah" if t in types] == \
+            ["args", "hparams"][:1 + types.count("h")] and "run_dir" not in keys
+        if len(_LAYOUTS_SEEN) < 1024:
+            _LAYOUTS_SEEN[(keys, types)] = found
+    return found
 
 
 def _column_parts(layout: tuple[tuple[str, ...], str], entries: list[_ColumnEntry],
