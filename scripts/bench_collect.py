@@ -30,7 +30,10 @@ DOMAINBED_SNAPSHOT = "/work/.mirror/facebookresearch+DomainBed/repo"
 
 
 def timed(command, cwd):
-    """(stdout, wall s, cpu s, peak MB) of `command` run in `cwd` under /usr/bin/time."""
+    """(stdout, wall s, cpu s, peak MB, load average before) of `command` run in `cwd`
+    under /usr/bin/time (its CPU: user + system of it and the worker processes it
+    waited for)."""
+    load = os.getloadavg()[0]
     with tempfile.NamedTemporaryFile("r", suffix=".time") as report:
         start = time.perf_counter()
         done = subprocess.run(["/usr/bin/time", "-f", "%U %S %M", "-o", report.name,
@@ -41,7 +44,7 @@ def timed(command, cwd):
             raise SystemExit(f"error: {' '.join(command)} failed in {cwd}:\n"
                              f"{done.stderr[-2000:]}")
         user, system, peak_kb = report.read().split()[-3:]
-    return done.stdout, wall, float(user) + float(system), int(peak_kb) / 1024
+    return done.stdout, wall, float(user) + float(system), int(peak_kb) / 1024, load
 
 
 def domainbed_checkout(path, workdir):
@@ -116,12 +119,16 @@ def report(results, runs, args, domainbed):
     cold = outputs["ours cold"]
     same = {name: out == cold for name, out in outputs.items()}
     lines = []
-    for name, (_, wall, cpu, peak) in results.items():
+    for name, (_, wall, cpu, peak, load) in results.items():
         compared = "" if name == "ours cold" else \
             f", output {'identical' if same[name] else 'DIFFERENT'}"
-        lines.append(f"{name}: {wall:.1f} s wall, {cpu:.1f} s CPU, {peak:.0f} MB peak"
-                     f"{compared}")
-    print(f"{runs} runs:")
+        lines.append(f"{name}: {wall:.1f} s wall, {cpu:.1f} s CPU, {peak:.0f} MB peak "
+                     f"(load {load:.1f}){compared}")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
+    print(f"{runs} runs, {cores} cores; wall and CPU seconds (user + system, worker "
+          f"processes included), peak resident memory, the 1-minute load average before "
+          f"each command (above the core count the figures are upper bounds); goals at "
+          f"100,000 runs: cold <= 10 s wall and <= 1.5 GB, warm <= 2 s:")
     print("\n".join("  " + line for line in lines))
     if domainbed is None and not args.no_domainbed:
         print("  DomainBed: no checkout (--domainbed PATH)")

@@ -71,20 +71,20 @@ def split_blocks(records: Sequence[Record], keep_records: bool
     run_dir key); `keep_records` keeps the dicts anyway."""
     current: list[Record] = []
     signature: tuple[Any, ...] | None = None
-    layout: Layout | None = None
+    layout: Layout = ((), "")
     for record in records:
         kinds = tuple(map(type, record.values()))
         sig = (id(record.get("args")), id(record.get("hparams")), record.get("run_dir"),
                tuple(record), kinds)
         if sig != signature or (int in kinds and _has_big_int(record)):
             types = "".join(kind_of(k, v) for k, v in record.items())
-            if sig != signature or types != layout[1]:  # type: ignore[index]
+            if sig != signature or types != layout[1]:
                 if current:
-                    yield layout, current, _lossless(layout, keep_records)  # type: ignore
+                    yield layout, current, _lossless(layout, keep_records)
                 current, signature, layout = [], sig, (sig[3], types)
         current.append(record)
     if current:
-        yield layout, current, _lossless(layout, keep_records)  # type: ignore[arg-type]
+        yield layout, current, _lossless(layout, keep_records)
 
 
 def _has_big_int(record: Record) -> bool:

@@ -221,7 +221,7 @@ def _entry_head(entry: Any) -> tuple[str, StatKey, list[str]]:
         raise CorruptIndex(f"entry {entry['path']!r} has no stat key")
     if not (isinstance(notes, list) and all(isinstance(n, str) for n in notes)):
         raise CorruptIndex(f"entry {entry['path']!r} has no notes list")
-    return entry["path"], tuple(key), notes   # type: ignore[return-value]
+    return entry["path"], (key[0], key[1], key[2], key[3], key[4]), notes
 
 
 def _check(record: Record, rel: str) -> None:

@@ -111,7 +111,8 @@ def build_section(records: list[Record] | ColumnTable, method: type[SelectionMet
         selected = model_selection.select(records, method, labels)
     what = method.name if metric is None else f"{method.name}, metric: {metric} (x100)"
     if metric is not None:
-        selected = with_metric(selected, getattr(records, "records", records), metric)
+        listed = records.records if isinstance(records, ColumnTable) else records
+        selected = with_metric(selected, listed, metric)
     accs = collections.defaultdict(list)       # (dataset, algorithm, test_env) -> accs
     for row in selected.itertuples(index=False):
         accs[(row.dataset, row.algorithm, row.test_env)].append((row.trial_seed,
