@@ -139,10 +139,11 @@ class Registry:
         """The literal value of `attribute` in the body of the built-in class registered
         as `name`, read from the built-in modules' source without importing them (the
         dataset modules import torch: seconds, where a results table needs a list of
-        names); the registry's own answer once it is loaded. Raises LookupError where
-        the source does not say (no such class, an inherited or computed value)."""
+        names). Raises LookupError where the source does not say (no such class, an
+        inherited or computed value) and once the registry is loaded (a class registered
+        since may override a built-in: ask `get`)."""
         if self._loaded:
-            return getattr(self.get(name), attribute)
+            raise LookupError(f"the {self.kind} registry is loaded: ask it")
         found = _declared_attributes(self.builtin_module, self.kind, attribute)
         if name not in found:
             raise LookupError(f"no literal {attribute} declared for {self.kind} {name!r}")
