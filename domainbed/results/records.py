@@ -265,7 +265,10 @@ class _Reader:
             self.notes += index.notes
         keys = [stat_key(st) if st is not None and is_regular(st) else None
                 for _, st in runs]
-        rels = [os.path.relpath(run_dir, top) for run_dir, _ in runs]
+        inside = top + os.sep     # os.walk's paths start so: no relpath per run needed
+        rels = [run_dir[len(inside):] if run_dir.startswith(inside) and
+                os.sep + os.pardir not in run_dir else os.path.relpath(run_dir, top)
+                for run_dir, _ in runs]
         hits = [index.lookup(rel, key) if index is not None and key is not None else None
                 for rel, key in zip(rels, keys)]
         misses = [run_dir for (run_dir, _), hit in zip(runs, hits) if hit is None]
