@@ -138,7 +138,7 @@ def first_checkpoints(ids, n, freeze):
     deadline = time.monotonic() + TIMEOUT_S
     while len(frozen) < n and time.monotonic() < deadline:
         for run in ids:
-            if run not in frozen and (run / "resume_state.pt").exists():
+            if len(frozen) < n and run not in frozen and (run / "resume_state.pt").exists():
                 freeze(int((run / ".lock").read_text().split()[0]))
                 frozen.append(run)
         time.sleep(0.05)
