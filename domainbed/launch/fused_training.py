@@ -160,7 +160,10 @@ def _replace(root, name, module):
 
 
 def _stack(tensors):
-    return torch.stack([t.detach() for t in tensors])
+    """Members' tensors along a new leading dimension, in the standard (contiguous) layout:
+    a single run keeps its convolution weights channels-last on CPU, and torch 2.4's vmap
+    cannot batch a channels-last tensor through group_norm or query its layout."""
+    return torch.stack([t.detach() for t in tensors]).contiguous()
 
 
 class FusedGroup:
