@@ -17,7 +17,10 @@ packages=(domainbed analysis ood_bench spawrious oodutils)
 cov=("${packages[@]/#/--cov=}")
 rm -f .coverage .coverage.*
 # -rs: every skip is listed with its reason (in CI, CI=true, a missing need fails instead)
-python3 -m pytest -q -rs -n 2 --durations=15 -m "not slow" "${cov[@]}" --cov-report= tests "$@"
+# --timeout (pytest-timeout): a hung test fails with its stack instead of stalling the run;
+# the longest tests raise their own limit (@pytest.mark.timeout)
+python3 -m pytest -q -rs -n 2 --durations=15 --timeout 600 -m "not slow" "${cov[@]}" \
+    --cov-report= tests "$@"
 python3 scripts/check_module_coverage.py .coverage
-python3 -m pytest -q -rs -n 2 --durations=15 -m slow "${cov[@]}" --cov-append \
+python3 -m pytest -q -rs -n 2 --durations=15 --timeout 1800 -m slow "${cov[@]}" --cov-append \
     --cov-report=term:skip-covered tests "$@"

@@ -25,6 +25,8 @@ echo "---"
 export MPLBACKEND=Agg
 start=$(date +%s)
 status=0
-"$venv/bin/python" -m pytest -q -m "not slow" -n "${JOBS:-2}" -rs tests "$@" || status=$?
+# --timeout: a test that hangs fails with its stack (pytest-timeout) instead of stalling
+"$venv/bin/python" -m pytest -q -m "not slow" -n "${JOBS:-2}" -rs --timeout 900 tests "$@" \
+    || status=$?
 echo "lowest-direct quick loop: exit $status in $(( $(date +%s) - start )) s"
 exit "$status"

@@ -28,6 +28,7 @@ def test_readme_names_the_install_and_the_main_command():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)   # a clone, an install and the quickstart: ~1,600 s loaded
 def test_fresh_clone_installs_and_runs_the_main_command(tmp_path):
     clone = tmp_path / "oodbed"
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True, timeout=300)
