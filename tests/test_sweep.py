@@ -382,6 +382,12 @@ FAKE_SBATCH = textwrap.dedent("""
     with open(os.environ["FAKE_SLURM_LOG"], "a") as f:
         f.write(text + "\\n")
     array = re.search(r"^#SBATCH --array=0-(\\d+)%(\\d+)$", text, re.M)
+    # Slurm runs a copy taken at submission: the submitter may move its file afterwards
+    # (submitit 1.5.0 does; later releases leave a symlink)
+    spool = os.path.join(os.path.dirname(os.environ["FAKE_SLURM_LOG"]),
+                         "spool_" + os.path.basename(script))
+    with open(spool, "w") as f:
+        f.write(text)
     runner = (
         "import os, subprocess, sys\\n"
         "for i in range(int(sys.argv[1])):\\n"
@@ -391,7 +397,7 @@ FAKE_SBATCH = textwrap.dedent("""
         "               SLURM_JOB_NODELIST='localhost')\\n"
         "    subprocess.run(['bash', sys.argv[2]], env=env)\\n")
     # The queue runs the tasks later, detached from the submitting process.
-    subprocess.Popen([sys.executable, "-c", runner, str(int(array.group(1)) + 1), script],
+    subprocess.Popen([sys.executable, "-c", runner, str(int(array.group(1)) + 1), spool],
                      start_new_session=True, stdout=subprocess.DEVNULL,
                      stderr=subprocess.DEVNULL)
     print("Submitted batch job 4242")
@@ -445,6 +451,8 @@ def test_slurm_launcher_submits_an_array_that_runs_every_job(tmp_path, fake_trai
     deadline = time.time() + 120
     while time.time() < deadline and not all(t.paths.result_pickle.exists() for t in tasks):
         time.sleep(0.5)
+    # (submitit's results() would wait forever for a task that never ran)
+    assert all(t.paths.result_pickle.exists() for t in tasks), "an array task never ran"
     # submitit recorded each task's result: the Outcome our job runner returned.
     outcomes = [t.results()[0] for t in tasks]
     assert [(o.status, o.returncode) for o in outcomes] == [("ok", 0)] * 3
