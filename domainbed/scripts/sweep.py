@@ -99,7 +99,8 @@ def ask_for_confirmation(skip, prompt="Are you sure? (y/n) "):
     if skip:
         return True
     stdin = sys.stdin
-    if stdin is None or stdin.closed or not stdin.isatty():
+    # a replaced stdin (a test runner's, a notebook's) need not have `closed`
+    if stdin is None or getattr(stdin, "closed", False) or not stdin.isatty():
         raise UserError("no terminal to ask for confirmation on (stdin is not a TTY); "
                         "pass --skip_confirmation to go on without asking")
     try:
