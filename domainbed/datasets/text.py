@@ -40,6 +40,7 @@ MultiNLI layout (SubpopBench / group DRO): ``DATA_DIR/multinli/data/metadata_ran
 (the one all-MiniLM-L6-v2 ships), so every text featurizer applies. Attribute = negation word
 in sentence 2.
 """
+import contextlib
 import hashlib
 import os
 
@@ -206,7 +207,22 @@ MNLI_FEATURE_FILES = ("cached_train_bert-base-uncased_128_mnli",
 
 class _InputFeatures:
     """Stands in for group DRO's utils_glue.InputFeatures when reading the cached files: the
-    one class torch.load(weights_only=True) may build, filled with plain attributes."""
+    one class torch.load(weights_only=True) may build, filled with plain attributes. It
+    carries that name, which every torch from 2.4 on matches against the pickle's."""
+
+
+_InputFeatures.__module__ = "utils_glue"
+_InputFeatures.__name__ = _InputFeatures.__qualname__ = "InputFeatures"
+
+
+def _allowing_input_features(torch):
+    """A context in which torch.load(weights_only=True) builds _InputFeatures: for that load
+    alone where torch has `safe_globals` (2.5+), for the process on torch 2.4."""
+    if hasattr(torch.serialization, "safe_globals"):
+        return torch.serialization.safe_globals([_InputFeatures])
+    if _InputFeatures not in torch.serialization.get_safe_globals():
+        torch.serialization.add_safe_globals([_InputFeatures])
+    return contextlib.nullcontext()
 
 
 def read_mnli_token_ids(name, feature_dir):
@@ -216,8 +232,7 @@ def read_mnli_token_ids(name, feature_dir):
     for file in MNLI_FEATURE_FILES:
         path = os.path.join(feature_dir, file)
         try:
-            with torch.serialization.safe_globals([(_InputFeatures,
-                                                    "utils_glue.InputFeatures")]):
+            with _allowing_input_features(torch):
                 features = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:
             raise UserError(f"{name}: cannot read {path} ({type(e).__name__}); it must hold "
