@@ -17,7 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the backport (docs and test extras)
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 

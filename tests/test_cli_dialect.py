@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from oodutils import cli as oodcli
+from tests.toml_files import pyproject
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+SCRIPTS = pyproject()["project"]["scripts"]
 HEAVY = ("torch", "torchvision", "pandas", "scipy")
 
 # Older or other spellings of one idea -> the canonical names allowed for it. `--out` and

@@ -2,13 +2,12 @@
 wraps the module's `main`, and each `--help` ends with an example."""
 import importlib
 import sys
-from pathlib import Path
 
 import pytest
-import tomllib
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+from tests.toml_files import pyproject
+
+SCRIPTS = pyproject()["project"]["scripts"]
 REQUIRED = {"domainbed-train", "domainbed-sweep", "domainbed-collect-results",
             "domainbed-download", "aotl", "oodselect", "ood-bench", "spawrious-generate"}
 

@@ -4,9 +4,9 @@ import re
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from oodutils.errors import UserError, require
+from tests.toml_files import pyproject
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -19,8 +19,7 @@ def test_require_names_the_extra():
 
 
 def test_every_named_extra_exists():
-    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"]
+    extras = pyproject()["project"]["optional-dependencies"]
     named = set()
     for package in ("domainbed", "analysis", "ood_bench", "spawrious"):
         for path in (REPO / package).rglob("*.py"):

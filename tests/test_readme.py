@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import tomllib
+
+from tests import toml_files
 
 REPO = Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^```(\w*)\s*$")
@@ -141,7 +142,7 @@ def run_block(block, cwd, env):
         subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=cwd, env=env,
                        check=True, timeout=300)
     if block.language == "toml":
-        tomllib.loads(code)
+        toml_files.loads(code)
         return
     if block.language == "python":
         argv = [sys.executable, "-c", code]

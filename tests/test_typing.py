@@ -3,10 +3,11 @@ user-facing modules is annotated, so mypy (pyproject's [tool.mypy], run by scrip
 can check its callers. The list lives here too, so it cannot silently shrink."""
 import importlib
 import inspect
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.toml_files import pyproject
 
 ROOT = Path(__file__).resolve().parents[1]
 USER_FACING = (
@@ -106,11 +107,8 @@ def test_the_main_entry_points_are_checked():
         assert name in seen, name
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib is in the standard library "
-                    "from Python 3.11")
 def test_mypy_checks_the_same_modules():
-    import tomllib
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    config = pyproject()["tool"]["mypy"]
     files = config["files"]
 
     def covered(module_name):
