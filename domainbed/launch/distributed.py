@@ -146,14 +146,16 @@ def run_process(rank, world_size, local_rank, init_method, config, hparams, thre
         torch.cuda.set_device(local_rank)
     dist.init_process_group("nccl" if use_cuda else "gloo", init_method=init_method,
                             rank=rank, world_size=world_size, timeout=TIMEOUT)
-    try:
-        algorithm_cls, dataset_cls = config.validate()
-        proceed = torch.tensor([1 if rank else int(loop.prepare_output_dir(
-            config.output_dir, LOG.info))], device="cuda" if use_cuda else "cpu")
-        dist.broadcast(proceed, 0)
-        if not proceed.item():
-            return None
-        return loop.train_loop(DataParallelRun(config, hparams, algorithm_cls,
-                                               dataset_cls, LOG.info))
-    finally:
-        dist.destroy_process_group()
+    algorithm_cls, dataset_cls = config.validate()
+    proceed = torch.tensor([1 if rank else int(loop.prepare_output_dir(
+        config.output_dir, LOG.info))], device="cuda" if use_cuda else "cpu")
+    dist.broadcast(proceed, 0)
+    results = None
+    if proceed.item():
+        results = loop.train_loop(DataParallelRun(config, hparams, algorithm_cls,
+                                                  dataset_cls, LOG.info))
+    # Only a process that succeeded leaves the group: on torch 2.4 a failing process's
+    # destroy_process_group deadlocks (gloo's destructor joins a thread that waits for the
+    # GIL); the failing process exits instead, and spawn or torchrun ends the others.
+    dist.destroy_process_group()
+    return results
