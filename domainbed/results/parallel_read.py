@@ -29,18 +29,19 @@ def workers() -> int:
     return min(cores, 8)
 
 
-def _read_chunk(job: tuple[Reader, Sequence[str], Any]) -> list[Result]:
-    reader, run_dirs, fields = job
-    results: list[Result] = []
+def _read_each(reader: Reader, run_dirs: Sequence[str], fields: Any) -> Iterator[Result]:
     for run_dir in run_dirs:
         notes: list[str] = []
         try:
             parts, _ = reader(run_dir, notes, fields)
         except OSError as e:
-            results.append((None, [], e.strerror or str(e)))
+            yield None, [], e.strerror or str(e)
             continue
-        results.append((parts, notes, None))
-    return results
+        yield parts, notes, None
+
+
+def _read_chunk(job: tuple[Reader, Sequence[str], Any]) -> list[Result]:
+    return list(_read_each(*job))
 
 
 def read_all(reader: Reader, run_dirs: Sequence[str], fields: Any) -> Iterator[Result]:
@@ -49,8 +50,7 @@ def read_all(reader: Reader, run_dirs: Sequence[str], fields: Any) -> Iterator[R
     count = workers()
     if count < 2 or len(run_dirs) < MIN_FILES or "fork" not in \
             multiprocessing.get_all_start_methods():
-        for result in map(_read_chunk, [(reader, [d], fields) for d in run_dirs]):
-            yield from result
+        yield from _read_each(reader, run_dirs, fields)
         return
     jobs = [(reader, run_dirs[i:i + CHUNK], fields) for i in range(0, len(run_dirs), CHUNK)]
     with multiprocessing.get_context("fork").Pool(count) as pool:
