@@ -4,7 +4,7 @@
     with RayCluster(folder, cpus_per_node=1) as cluster:
         cluster.add_node()                 # a second node, a process group of its own
         ... sweep launch --command_launcher ray --ray_address cluster.address ...
-        cluster.nodes[1].stop()            # the node fails: its tasks die with it
+        cluster.fail_node(cluster.nodes[1])  # the node fails: its tasks die with it
 
 Each node is `ray start --block` in a session of its own, on 127.0.0.1, with the
 cluster's own temp dir and free ports, so stopping one node (its process group, by id)
@@ -145,6 +145,21 @@ class RayCluster:
             time.sleep(1)
         raise RuntimeError(f"the Ray cluster did not reach {n} nodes within "
                            f"{self.timeout} s; see the logs in {self.folder}")
+
+    def fail_node(self, node):
+        """Kill `node` as a machine failure would, then wait until the head counts it dead.
+
+        Every node here shares one IP address, so a driver started before the head's health
+        checks notice the loss may attach to the dead node's raylet (Ray 2.9 does) and exit;
+        on a real cluster a driver attaches to its own machine's raylet."""
+        node.stop()
+        self.nodes.remove(node)
+        deadline = time.monotonic() + self.timeout
+        while self.alive_nodes() > len(self.nodes):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the Ray head still counts a killed node as alive after "
+                                   f"{self.timeout} s; see the logs in {self.folder}")
+            time.sleep(1)
 
     def _head_listening(self):
         try:

@@ -57,7 +57,7 @@ def test_a_node_lost_mid_sweep_and_a_relaunch_finish_every_job_once(tmp_path):
                 return [run for run, pid in job_pids(out).items() if pid in on_worker
                         and (run / "results.jsonl").exists()]
             lost = wait_for(lost_job, "a job with a checkpoint on the second node")[0]
-            worker.stop()
+            cluster.fail_node(worker)
             printed, _ = launch.communicate(timeout=600)
         finally:
             if launch.poll() is None:
