@@ -19,13 +19,25 @@ from typing import Any
 
 import numpy as np
 
-from domainbed.results.columns import ColumnTable
+from domainbed.results.columns import ColumnTable, concat_ranges
 from domainbed.results.grouping import (
     GroupKey,
     Labels,
-    cached_hparams_key,
+    dataset_label,
+    dataset_labels,
     group_keys,
     hparams_sort_key,
+)
+from domainbed.results.run_keys import (
+    ALGORITHM,
+    DATA_KEY,
+    DATASET,
+    ENV_NAMES,
+    HPARAMS_KEY,
+    HPARAMS_SEED,
+    TEST_ENVS,
+    TRIAL_SEED,
+    RunKeys,
 )
 
 Row = dict[str, Any]
@@ -34,57 +46,117 @@ _NO = -1
 
 class Candidates:
     """Who competes with whom: the groups, the hyperparameter settings and the candidates
-    (group, setting) of a table's blocks, numbered in order of first appearance."""
+    (group, setting) of a table's blocks, numbered in order of first appearance. Worked out
+    on the blocks' key codes (``run_keys``): the grouping helpers run once per distinct
+    (dataset, data, algorithm, trial seed, test envs), numpy spreads their answers.
+
+    Entries: one per (block, group it belongs to), in block order: `entry_block`,
+    `entry_test_env`, `entry_candidate`, `entry_kind` (0: the block's only test env; 1: one
+    of two, `entry_other` the other; 2: any other)."""
 
     def __init__(self, table: ColumnTable, labels: Labels) -> None:
+        keys = table.keys
+        fields = (DATASET, DATA_KEY, ALGORITHM, TRIAL_SEED, TEST_ENVS)
+        combos, combo_of = keys.distinct(fields)
         self.groups: list[GroupKey] = []
         group_ids: dict[GroupKey, int] = {}
-        setting_ids: dict[tuple[str, str], int] = {}
-        candidate_ids: dict[tuple[int, int], int] = {}
-        self.candidate_group: list[int] = []
-        self.candidate_setting: list[int] = []
-        self.candidate_first_block: list[int] = []
-        self.block_candidates: list[list[tuple[int, int]]] = []   # [(test_env, candidate)]
-        n_blocks = len(table.blocks)
-        self.single_env = np.full(n_blocks, _NO, dtype=np.int64)
-        self.single_candidate = np.full(n_blocks, _NO, dtype=np.int64)
-        self.n_envs = np.zeros(n_blocks, dtype=np.int64)
-        keys_of: dict[int, list[GroupKey]] = {}
-        for index, block in enumerate(table.blocks):
-            record = {"args": block.args, "hparams": block.hparams}
-            keys = keys_of.get(id(block.args))
-            if keys is None:
-                keys = keys_of[id(block.args)] = group_keys(record, labels)
-            self.n_envs[index] = _num_envs(block.args, table.keys(block))
-            setting = setting_ids.setdefault(cached_hparams_key(record), len(setting_ids))
-            pairs = []
-            for key in keys:
-                group = group_ids.get(key)
-                if group is None:
-                    group = group_ids[key] = len(self.groups)
+        flat: list[tuple[int, int, int, int]] = []    # (test_env, group, kind, other)
+        combo_sizes, combo_single = [], []
+        for combo in combos:
+            args = keys.args_view(combo, fields)
+            envs = list(args.get("test_envs") or [])
+            found = group_keys({"args": args}, labels)
+            for key in found:
+                group = group_ids.setdefault(key, len(self.groups))
+                if group == len(self.groups):
                     self.groups.append(key)
-                candidate = candidate_ids.get((group, setting))
-                if candidate is None:
-                    candidate = candidate_ids[(group, setting)] = len(candidate_ids)
-                    self.candidate_group.append(group)
-                    self.candidate_setting.append(setting)
-                    self.candidate_first_block.append(index)
-                pairs.append((key.test_env, candidate))
-            self.block_candidates.append(pairs)
-            test_envs = block.args.get("test_envs") or []
-            if len(test_envs) == 1 and pairs:
-                self.single_env[index], self.single_candidate[index] = pairs[0]
-        order = sorted(setting_ids, key=hparams_sort_key)   # stable: first seen first
-        rank = np.empty(len(order), dtype=np.int64)
-        rank[[setting_ids[k] for k in order]] = np.arange(len(order))
-        self.candidate_rank = rank[np.asarray(self.candidate_setting, dtype=np.int64)] \
-            if self.candidate_setting else np.zeros(0, dtype=np.int64)
-        self.candidate_group_array = np.asarray(self.candidate_group, dtype=np.int64)
+                rest = set(envs) - {key.test_env}
+                kind = 0 if len(envs) == 1 else 1 if len(envs) == 2 and len(rest) == 1 else 2
+                flat.append((key.test_env, group, kind, rest.pop() if kind == 1 else _NO))
+            combo_sizes.append(len(found))
+            combo_single.append(len(envs) == 1 and bool(found))
+        sizes = np.asarray(combo_sizes, dtype=np.int64)[combo_of] if len(combos) else \
+            np.zeros(table.n_blocks, dtype=np.int64)
+        entry_first = _exclusive_cumsum(sizes)
+        self.entry_block = np.repeat(np.arange(table.n_blocks), sizes)
+        combo_start = _exclusive_cumsum(np.asarray(combo_sizes, dtype=np.int64))
+        flat_at = (combo_start[combo_of][self.entry_block] if len(self.entry_block) else
+                   np.zeros(0, dtype=np.int64)) + \
+            np.arange(len(self.entry_block)) - np.repeat(entry_first, sizes)
+        columns = np.asarray(flat, dtype=np.int64).reshape(-1, 4)[flat_at]
+        self.entry_test_env, entry_group, self.entry_kind, self.entry_other = columns.T
+        setting, setting_first = _first_seen_codes(keys.column(HPARAMS_KEY))
+        entry_setting = setting[self.entry_block]
+        self.entry_candidate, first_entry = _first_seen_codes(
+            entry_group * len(setting_first) + entry_setting)
+        self.candidate_group_array = entry_group[first_entry]
+        self.candidate_first_block = self.entry_block[first_entry]
+        self.single_env = np.full(table.n_blocks, _NO, dtype=np.int64)
+        self.single_candidate = np.full(table.n_blocks, _NO, dtype=np.int64)
+        single = np.flatnonzero(np.asarray(combo_single, dtype=bool)[combo_of]) \
+            if len(combos) else np.zeros(0, dtype=np.int64)
+        self.single_env[single] = self.entry_test_env[entry_first[single]]
+        self.single_candidate[single] = self.entry_candidate[entry_first[single]]
+        self.n_envs = block_env_counts(table)
+        self.candidate_rank = _setting_ranks(keys, setting_first)[entry_setting[first_entry]]
 
 
-def _num_envs(args: dict, keys: tuple[str, ...]) -> int:
-    """model_selection.num_envs of a record with these args and keys."""
-    names = args.get("env_names")
+def _first_seen_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, firsts): each value's number among the distinct values, numbered in order
+    of first appearance, and where each number first appears."""
+    if len(values) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    _, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[order] = np.arange(len(first))
+    return rank[inverse.reshape(-1)], first[order]
+
+
+def _exclusive_cumsum(sizes: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(sizes), dtype=np.int64)
+    if len(sizes) > 1:
+        np.cumsum(sizes[:-1], out=out[1:])
+    return out
+
+
+def _setting_ranks(keys: RunKeys, setting_first: np.ndarray) -> np.ndarray:
+    """Each setting's place in hparams_sort_key order (ties: first seen first);
+    setting_first: the block where each setting first appears."""
+    n_settings = len(setting_first)
+    codes = keys.column(HPARAMS_KEY)[setting_first]
+    values = keys.values[HPARAMS_KEY]
+    order = sorted(range(n_settings), key=lambda s: hparams_sort_key(values[codes[s]]))
+    rank = np.empty(n_settings, dtype=np.int64)
+    rank[order] = np.arange(n_settings)
+    return rank
+
+
+def block_env_counts(table: ColumnTable) -> np.ndarray:
+    """model_selection.num_envs of each block's records: from its env_names, else its
+    ``env<i>_out_acc`` keys (worked out once per distinct pair)."""
+    found = table.cache.get("n_envs")
+    if found is None:
+        pairs = np.stack([table.keys.column(ENV_NAMES), table.layout], axis=1) \
+            if table.n_blocks else np.zeros((0, 2), dtype=np.int64)
+        combos, inverse = _distinct_rows(pairs)
+        counts = np.array([_num_envs(table.keys.values[ENV_NAMES][names],
+                                     table.store.layouts[layout][0])
+                           for names, layout in combos.tolist()], dtype=np.int64)
+        found = table.cache["n_envs"] = counts[inverse] if len(combos) else \
+            np.zeros(0, dtype=np.int64)
+    return found
+
+
+def _distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if len(rows) == 0:
+        return rows, np.zeros(0, dtype=np.int64)
+    combos, inverse = np.unique(rows, axis=0, return_inverse=True)
+    return combos, inverse.reshape(-1)
+
+
+def _num_envs(names: Any, keys: tuple[str, ...]) -> int:
+    """model_selection.num_envs of a record with these env_names and keys."""
     if names:
         return len(names)
     count = 0
@@ -199,8 +271,8 @@ def leave_one_out(table: ColumnTable, labels: Labels) -> list[Row]:
     cell = np.cumsum(new_cell) - 1
     starts = np.flatnonzero(new_cell)
     cell_candidate, cell_first_row = candidate[starts], row[starts]
-    test_env = np.asarray([cands.groups[g].test_env for g in cands.candidate_group],
-                          dtype=np.int64)[cell_candidate]
+    group_test_env = np.asarray([g.test_env for g in cands.groups], dtype=np.int64)
+    test_env = group_test_env[cands.candidate_group_array][cell_candidate]
     blocks = table.block_of_rows()
     n_envs = cands.n_envs[blocks[cell_first_row]]
     singles = np.bincount(cell[kind == 0], minlength=len(starts))
@@ -218,27 +290,15 @@ def leave_one_out(table: ColumnTable, labels: Labels) -> list[Row]:
 
 def _loo_entries(table: ColumnTable, cands: Candidates
                  ) -> tuple[np.ndarray, ...] | None:
-    """(row, candidate, kind, other env) of every record in every candidate it belongs to:
-    kind 0 a single-test-env record, 1 a two-test-env record (other: its other env), 2 any
-    other."""
-    starts, sizes, candidates, kinds, others = [], [], [], [], []
-    for block, pairs in zip(table.blocks, cands.block_candidates):
-        envs = block.args.get("test_envs") or []
-        for test_env, candidate in pairs:
-            rest = set(envs) - {test_env}
-            kind = 0 if len(envs) == 1 else 1 if len(envs) == 2 and len(rest) == 1 else 2
-            starts.append(block.start)
-            sizes.append(block.rows)
-            candidates.append(candidate)
-            kinds.append(kind)
-            others.append(rest.pop() if kind == 1 else _NO)
-    if not starts:
+    """(row, candidate, kind, other env) of every record in every candidate it belongs to
+    (kinds: see Candidates)."""
+    if len(cands.entry_block) == 0:
         return None
-    size = np.asarray(sizes, dtype=np.int64)
-    first = np.repeat(np.asarray(starts, dtype=np.int64) - np.cumsum(size) + size, size)
-    row = np.arange(int(size.sum()), dtype=np.int64) + first
-    spread = [np.repeat(np.asarray(a, dtype=np.int64), size)
-              for a in (candidates, kinds, others)]
+    blocks = cands.entry_block
+    size = table.rows[blocks]
+    row = concat_ranges(table.start[blocks], size)
+    spread = [np.repeat(a, size) for a in (cands.entry_candidate, cands.entry_kind,
+                                           cands.entry_other)]
     return (row, *spread)
 
 
@@ -280,17 +340,48 @@ def _choose(table: ColumnTable, cands: Candidates, candidate: np.ndarray, val: n
     chosen = []
     for i in best[np.argsort(group[best], kind="stable")]:
         key = cands.groups[int(group[i])]
-        block = table.blocks[int(blocks[rows[i]])]
-        first = table.blocks[cands.candidate_first_block[int(candidate[i])]]
+        block = int(blocks[rows[i]])
+        first = int(cands.candidate_first_block[int(candidate[i])])
         chosen.append({**key._asdict(), "val_acc": float(val[i]), "test_acc": float(test[i]),
-                       "step": _step(table, block, int(rows[i])), "run_dir": block.run_dir,
-                       "hparams_seed": first.args.get("hparams_seed"),
+                       "step": _step(table, block, int(rows[i])),
+                       "run_dir": table.run_dirs[block],
+                       "hparams_seed": table.keys.value(HPARAMS_SEED, first),
                        "n_candidates": int(counts[group[i]])})
     return chosen
 
 
-def _step(table: ColumnTable, block: Any, row: int) -> Any:
+def _step(table: ColumnTable, block: int, row: int) -> Any:
     """The record's own step value (an int; a block that keeps its dicts has it there)."""
-    if block.records is not None:
-        return block.records[row - block.start].get("step")
+    kept = table.kept.get(block)
+    if kept is not None:
+        return kept[row - int(table.start[block])].get("step")
     return int(table.store.column("step")[row])
+
+
+def table_labels(table: ColumnTable) -> Labels:
+    """grouping.dataset_labels of the table's blocks, from their distinct (dataset, data)
+    pairs."""
+    keys = table.keys
+    combos, _ = keys.distinct((DATASET, DATA_KEY))
+    views = [{"args": keys.args_view(c, (DATASET, DATA_KEY))} for c in combos]
+    return dataset_labels(views)    # (a list: it tells records apart by id(args))
+
+
+def block_labels(table: ColumnTable, labels: Labels) -> tuple[np.ndarray, list[Any]]:
+    """(codes, names): each block's dataset label as a number into `names` (None for a
+    block without a dataset), names in order of first appearance."""
+    keys = table.keys
+    combos, inverse = keys.distinct((DATASET, DATA_KEY))
+    names: list[Any] = []
+    code_of: dict[Any, int] = {}
+    combo_codes = []
+    for combo in combos:
+        args = keys.args_view(combo, (DATASET, DATA_KEY))
+        name = dataset_label({"args": args}, labels) if args.get("dataset") is not None \
+            else None
+        combo_codes.append(code_of.setdefault(name, len(names)))
+        if combo_codes[-1] == len(names):
+            names.append(name)
+    codes = np.asarray(combo_codes, dtype=np.int64)[inverse] if len(combos) else \
+        np.zeros(0, dtype=np.int64)
+    return codes, names

@@ -16,10 +16,12 @@ no value).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from domainbed.results.run_keys import KeysBuilder, RunKeys
 
 Record = dict[str, Any]
 Layout = tuple[tuple[str, ...], str]     # (keys, types)
@@ -151,45 +153,11 @@ def rebuild_records(layout: Layout, args: Any, hparams: Any, values: np.ndarray
 class ColumnStore:
     """The matrices of every layout, and which global rows each holds."""
 
-    def __init__(self) -> None:
-        self.layouts: list[Layout] = []
-        self._layout_ids: dict[Layout, int] = {}
-        self._parts: list[list[np.ndarray]] = []
-        self._starts: list[list[np.ndarray]] = []
-        self._sizes: list[int] = []
-        self.matrices: list[np.ndarray] = []
-        self.rows_of: list[np.ndarray] = []    # layout -> the global row of each matrix row
-        self.n_rows = 0
+    def __init__(self, layouts: list[Layout], matrices: list[np.ndarray],
+                 rows_of: list[np.ndarray], n_rows: int) -> None:
+        self.layouts, self.matrices, self.rows_of = layouts, matrices, rows_of
+        self.n_rows = n_rows
         self._columns: dict[str, np.ndarray] = {}
-
-    def layout_id(self, layout: Layout) -> int:
-        found = self._layout_ids.get(layout)
-        if found is None:
-            found = self._layout_ids[layout] = len(self.layouts)
-            self.layouts.append(layout)
-            self._parts.append([])
-            self._starts.append([])
-            self._sizes.append(0)
-        return found
-
-    def add(self, layout: int, values: np.ndarray) -> tuple[int, int]:
-        """Append `values` (rows x keys of `layout`); returns (their first global row, their
-        first row in the layout's matrix)."""
-        start, offset = self.n_rows, self._sizes[layout]
-        self._parts[layout].append(values)
-        self._starts[layout].append(np.arange(start, start + len(values)))
-        self._sizes[layout] += len(values)
-        self.n_rows += len(values)
-        return start, offset
-
-    def finish(self) -> ColumnStore:
-        for parts, starts, (keys, _) in zip(self._parts, self._starts, self.layouts):
-            self.matrices.append(np.concatenate(parts) if parts
-                                 else np.zeros((0, len(keys))))
-            self.rows_of.append(np.concatenate(starts) if starts
-                                else np.zeros(0, dtype=np.int64))
-        self._parts = self._starts = []
-        return self
 
     def column(self, key: str) -> np.ndarray:
         """The value of `key` in every global row: NaN where a row has no number there."""
@@ -207,11 +175,26 @@ class ColumnStore:
         return key in self.layouts[layout][0]
 
 
-class ColumnTable:
-    """Records as blocks over a ColumnStore, in reading order (see the module docstring)."""
+Decoder = Callable[[bytes], Any]
 
-    def __init__(self, store: ColumnStore, blocks: list[Block]) -> None:
-        self.store, self.blocks = store, blocks
+
+class ColumnTable:
+    """Records as blocks over a ColumnStore, in reading order (see the module docstring).
+
+    Per block (arrays): `layout`, `start` (its first global row), `offset` (its first row
+    in its layout's matrix), `rows`; lists: `run_dirs`, `args` and `hparams` (objects, or
+    the JSON bytes they are decoded from on first use by `decode`); `kept`: {block: its
+    record dicts} for blocks that keep them. `keys`: the blocks' ``run_keys.RunKeys``."""
+
+    def __init__(self, store: ColumnStore, layout: np.ndarray, start: np.ndarray,
+                 offset: np.ndarray, rows: np.ndarray, run_dirs: list[str | None],
+                 args: list[Any], hparams: list[Any], kept: dict[int, list[Record]],
+                 keys: RunKeys | None = None, decode: Decoder | None = None) -> None:
+        self.store, self.layout, self.start, self.offset, self.rows = \
+            store, layout, start, offset, rows
+        self.run_dirs, self.args, self.hparams, self.kept = run_dirs, args, hparams, kept
+        self.decode = decode
+        self._keys = keys
         self.cache: dict[Any, Any] = {}    # what selection works out once per table
         self._records: list[Record] | None = None
 
@@ -223,12 +206,60 @@ class ColumnTable:
         return builder.finish()
 
     def __len__(self) -> int:
-        return sum(b.rows for b in self.blocks)
+        return int(self.rows.sum())
 
-    def subset(self, blocks: list[Block]) -> ColumnTable:
-        return ColumnTable(self.store, blocks)
+    @property
+    def n_blocks(self) -> int:
+        return len(self.layout)
 
-    def keys(self, block: Block) -> tuple[str, ...]:
+    @property
+    def keys(self) -> RunKeys:
+        """The blocks' key codes (worked out from their args on first use where the
+        reader did not give them)."""
+        if self._keys is None:
+            builder = KeysBuilder()
+            for i in range(self.n_blocks):
+                builder.add_objects(self.args_of(i), self.hparams_of(i))
+            self._keys = builder.finish()
+        return self._keys
+
+    def args_of(self, block: int) -> Any:
+        found = self.args[block]
+        if type(found) is bytes:
+            found = self.args[block] = self.decode(found)  # type: ignore[misc]
+        return found
+
+    def hparams_of(self, block: int) -> Any:
+        found = self.hparams[block]
+        if type(found) is bytes:
+            found = self.hparams[block] = self.decode(found)  # type: ignore[misc]
+        return found
+
+    def subset(self, blocks: Sequence[int] | np.ndarray) -> ColumnTable:
+        """The table of these blocks (numbers into this one), in this order."""
+        picked = np.asarray(blocks, dtype=np.int64).reshape(-1)
+        index = picked.tolist()
+        kept = {new: self.kept[old] for new, old in enumerate(index) if old in self.kept} \
+            if self.kept else {}
+        args = [self.args[i] for i in index]
+        hparams = [self.hparams[i] for i in index]
+        table = ColumnTable(self.store, self.layout[picked], self.start[picked],
+                            self.offset[picked], self.rows[picked],
+                            [self.run_dirs[i] for i in index], args, hparams, kept,
+                            self.keys.subset(picked), self.decode)
+        return table
+
+    @property
+    def blocks(self) -> BlockList:
+        """The blocks as Block objects (made on access; args decoded then)."""
+        return BlockList(self)
+
+    def block(self, i: int) -> Block:
+        return Block(self.run_dirs[i], self.args_of(i), self.hparams_of(i),
+                     int(self.layout[i]), int(self.start[i]), int(self.offset[i]),
+                     int(self.rows[i]), self.kept.get(i))
+
+    def keys_of(self, block: Block) -> tuple[str, ...]:
         return self.store.layouts[block.layout][0]
 
     def block_records(self, block: Block, rows: int | None = None) -> list[Record]:
@@ -257,40 +288,143 @@ class ColumnTable:
         return self._records
 
     def block_of_rows(self) -> np.ndarray:
-        """For each global row, the index of its block in `blocks` (-1: not in this
-        table)."""
+        """For each global row, the index of its block (-1: not in this table)."""
         found = self.cache.get("block_of_rows")
         if found is None:
             found = np.full(self.store.n_rows, -1, dtype=np.int64)
-            starts = np.fromiter((b.start for b in self.blocks), np.int64, len(self.blocks))
-            sizes = np.fromiter((b.rows for b in self.blocks), np.int64, len(self.blocks))
-            found[concat_ranges(starts, sizes)] = np.repeat(np.arange(len(self.blocks)), sizes)
+            found[concat_ranges(self.start, self.rows)] = np.repeat(
+                np.arange(self.n_blocks), self.rows)
             self.cache["block_of_rows"] = found
         return found
 
 
+class BlockList(Sequence[Block]):
+    """A table's blocks, each made when asked for."""
+
+    def __init__(self, table: ColumnTable) -> None:
+        self.table = table
+
+    def __len__(self) -> int:
+        return self.table.n_blocks
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self.table.block(j) for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self.table.block(i)
+
+    def __iter__(self) -> Iterator[Block]:
+        return (self.table.block(i) for i in range(len(self)))
+
+
 def concat_ranges(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """The concatenation of range(start, start + size) for each pair."""
+    sizes = np.asarray(sizes, dtype=np.int64)
     total = int(sizes.sum())
     if total == 0:
         return np.zeros(0, dtype=np.int64)
-    offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes)
+    offsets = np.repeat(np.asarray(starts, dtype=np.int64) -
+                        np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes)
     return np.arange(total, dtype=np.int64) + offsets
 
 
-class TableBuilder:
-    """Gathers blocks in reading order, then `finish` gives the ColumnTable."""
+def _exclusive_cumsum(sizes: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(sizes), dtype=np.int64)
+    if len(sizes) > 1:
+        np.cumsum(sizes[:-1], out=out[1:])
+    return out
 
-    def __init__(self) -> None:
-        self.store = ColumnStore()
-        self.blocks: list[Block] = []
+
+class TableBuilder:
+    """Gathers blocks in reading order (one by one, or many at once from another table's
+    arrays), then `finish` gives the ColumnTable. `keys`: a KeysBuilder that codes each
+    block's key values as it is added (else the table works them out when asked)."""
+
+    def __init__(self, keys: KeysBuilder | None = None, decode: Decoder | None = None
+                 ) -> None:
+        self.layouts: list[Layout] = []
+        self._layout_ids: dict[Layout, int] = {}
+        self._chunks: list[list[np.ndarray]] = []
+        self._sizes: list[int] = []
+        self._segments: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._single: tuple[list[int], list[int], list[int]] = ([], [], [])
+        self.run_dirs: list[str | None] = []
+        self.args: list[Any] = []
+        self.hparams: list[Any] = []
+        self.kept: dict[int, list[Record]] = {}
+        self.keys, self.decode = keys, decode
+
+    def layout_id(self, layout: Layout) -> int:
+        found = self._layout_ids.get(layout)
+        if found is None:
+            found = self._layout_ids[layout] = len(self.layouts)
+            self.layouts.append(layout)
+            self._chunks.append([])
+            self._sizes.append(0)
+        return found
 
     def add_block(self, run_dir: str | None, layout: Layout, args: Any, hparams: Any,
-                  values: np.ndarray, records: list[Record] | None) -> None:
-        layout_id = self.store.layout_id(layout)
-        start, offset = self.store.add(layout_id, values)
-        self.blocks.append(Block(run_dir, args, hparams, layout_id, start, offset,
-                                 len(values), records))
+                  values: np.ndarray, records: list[Record] | None,
+                  key_texts: Sequence[str] | None = None) -> None:
+        """One block; `args` / `hparams` objects or their JSON bytes (then `key_texts`,
+        the block's ``run_keys.key_texts``, are needed where the builder codes keys)."""
+        layout_id = self.layout_id(layout)
+        for column, value in zip(self._single, (layout_id, self._sizes[layout_id],
+                                                len(values))):
+            column.append(value)
+        self._chunks[layout_id].append(values)
+        self._sizes[layout_id] += len(values)
+        if records is not None:
+            self.kept[len(self.run_dirs)] = records
+        self.run_dirs.append(run_dir)
+        self.args.append(args)
+        self.hparams.append(hparams)
+        if self.keys is not None:
+            if key_texts is not None:
+                self.keys.add_texts(key_texts)
+            else:
+                self.keys.add_objects(args, hparams)
+
+    def add_blocks(self, layouts: list[Layout], matrices: list[np.ndarray],
+                   layout: np.ndarray, offset: np.ndarray, rows: np.ndarray,
+                   run_dirs: list[str], args: list[Any], hparams: list[Any],
+                   key_codes: np.ndarray, kept: dict[int, list[Record]]) -> None:
+        """Many blocks at once: block i holds rows offset[i] .. offset[i] + rows[i] of
+        matrices[layout[i]] (layouts: what those numbers mean); `key_codes` in the
+        KeysBuilder's tables; kept: {i: record dicts}."""
+        self._flush()
+        ids = np.array([self.layout_id(one) for one in layouts], dtype=np.int64)
+        new_layout = ids[layout] if len(ids) else np.zeros(0, dtype=np.int64)
+        new_offset = np.zeros(len(layout), dtype=np.int64)
+        for source in np.unique(layout):
+            chosen = np.flatnonzero(layout == source)
+            target = int(ids[source])
+            taken = concat_ranges(offset[chosen], rows[chosen])
+            matrix = matrices[source]
+            whole = len(taken) == len(matrix) and np.array_equal(
+                taken, np.arange(len(matrix)))
+            new_offset[chosen] = self._sizes[target] + _exclusive_cumsum(rows[chosen])
+            self._chunks[target].append(matrix if whole else matrix[taken])
+            self._sizes[target] += len(taken)
+        self._segments.append((new_layout, new_offset, np.asarray(rows, dtype=np.int64)))
+        base = len(self.run_dirs)
+        self.kept.update({base + i: records for i, records in kept.items()})
+        self.run_dirs += run_dirs
+        self.args += args
+        self.hparams += hparams
+        if self.keys is not None:
+            self.keys.add_code_rows(key_codes)
+
+    def _flush(self) -> None:
+        if self._single[0]:
+            self._segments.append(tuple(np.asarray(c, dtype=np.int64)  # type: ignore
+                                        for c in self._single))
+            self._single = ([], [], [])
+        if self.keys is not None:
+            self.keys.flush()
 
     def add_records(self, run_dir: str | None, records: list[Record], keep_records: bool
                     ) -> None:
@@ -301,13 +435,31 @@ class TableBuilder:
                            layout, first.get("args"), first.get("hparams"),
                            numeric_block(layout, part), None if lossless else part)
 
-    def add_part(self, run_dir: str, part: Part) -> None:
+    def add_part(self, run_dir: str, part: Part, key_texts: Sequence[str] | None = None
+                 ) -> None:
         """Add one file's part; dicts it keeps get their run_dir."""
         if part.records is not None:
             for record in part.records:
                 record["run_dir"] = run_dir
         self.add_block(run_dir, part.layout, part.args, part.hparams, part.values,
-                       part.records)
+                       part.records, key_texts)
 
     def finish(self) -> ColumnTable:
-        return ColumnTable(self.store.finish(), self.blocks)
+        self._flush()
+        empty = np.zeros(0, dtype=np.int64)
+        layout, offset, rows = (np.concatenate([s[i] for s in self._segments])
+                                if self._segments else empty for i in range(3))
+        start = _exclusive_cumsum(rows)
+        matrices, rows_of = [], []
+        for layout_id, ((keys, _), chunks) in enumerate(zip(self.layouts, self._chunks)):
+            matrices.append(chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+                            if chunks else np.zeros((0, len(keys))))
+            chosen = np.flatnonzero(layout == layout_id)
+            found = np.zeros(self._sizes[layout_id], dtype=np.int64)
+            found[concat_ranges(offset[chosen], rows[chosen])] = \
+                concat_ranges(start[chosen], rows[chosen])
+            rows_of.append(found)
+        store = ColumnStore(self.layouts, matrices, rows_of, int(rows.sum()))
+        keys = self.keys.finish() if self.keys is not None else None
+        return ColumnTable(store, layout, start, offset, rows, self.run_dirs, self.args,
+                           self.hparams, self.kept, keys, self.decode)

@@ -472,7 +472,7 @@ def select(records: Sequence[Record] | Records | ColumnTable, method: type[Selec
 
     table = table_of(records)
     if labels is None:
-        labels = dataset_labels({"args": b.args} for b in table.blocks)
+        labels = column_selection.table_labels(table)
     rows = method.column_choices(table, labels)
     extra: list[str] = []
     if rows is None:

@@ -7,10 +7,13 @@ import collections
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
+import numpy as np
+
 from domainbed.registry import DATASETS, get_dataset_class
-from domainbed.results import model_selection
+from domainbed.results import column_selection, model_selection
 from domainbed.results import tables as reporting
 from domainbed.results.columns import ColumnTable
+from domainbed.results.run_keys import ALGORITHM, DATASET, ENV_NAMES, TEST_ENVS
 from oodutils.errors import UserError
 from oodutils.log import get_logger
 
@@ -71,12 +74,23 @@ class DatasetInfo:
         self.name = records[0]["args"].get("dataset")
         self.n_envs = max(model_selection.num_envs(r) for r in records)
         self.has_worst_group = model_selection.has_worst_group(records)
-        self.env_names = self._env_names(records)
+        self.env_names = self._env_names(r["args"].get("env_names") for r in records)
         self.official_splits = "val" in self.env_names and "test" in self.env_names
 
-    def _env_names(self, records: list[Record]) -> list[str]:
-        for r in records:
-            names = r["args"].get("env_names")
+    @classmethod
+    def of(cls, label: str, name: Any, n_envs: int, has_worst_group: bool,
+           env_names: Iterable[Any]) -> DatasetInfo:
+        """The info from what was worked out elsewhere (a table's distinct keys);
+        env_names: the records' env_names values, in reading order."""
+        info = cls.__new__(cls)
+        info.label, info.name, info.n_envs = label, name, n_envs
+        info.has_worst_group = has_worst_group
+        info.env_names = info._env_names(env_names)
+        info.official_splits = "val" in info.env_names and "test" in info.env_names
+        return info
+
+    def _env_names(self, found: Iterable[Any]) -> list[str]:
+        for names in found:
             if isinstance(names, list) and len(names) == self.n_envs:
                 return [str(n) for n in names]
         names = registered_environments(self.name)
@@ -94,10 +108,56 @@ def dataset_infos(records: Iterable[Record], labels: dict) -> dict[str, DatasetI
             if label is None:
                 label = label_of[id(r["args"])] = model_selection.dataset_label(r, labels)
             by_label[label].append(r)
-    infos = {label: DatasetInfo(label, rs) for label, rs in by_label.items()}
+    return _ordered({label: DatasetInfo(label, rs) for label, rs in by_label.items()})
+
+
+def _ordered(infos: dict[str, DatasetInfo]) -> dict[str, DatasetInfo]:
     base_order = order_names({i.name for i in infos.values()}, DOMAINBED_DATASETS)
     ordered = sorted(infos.values(), key=lambda i: (base_order.index(i.name), i.label))
     return {i.label: i for i in ordered}
+
+
+def table_infos(table: ColumnTable, labels: dict) -> dict[str, DatasetInfo]:
+    """dataset_infos of a table's records, from the blocks' key codes and layouts."""
+    keys = table.keys
+    label_codes, names = column_selection.block_labels(table, labels)
+    n_envs = column_selection.block_env_counts(table)
+    wga_layouts = np.array([model_selection.has_worst_group([dict.fromkeys(k)])
+                            for k, _ in table.store.layouts], dtype=bool)
+    infos = {}
+    for code, label in enumerate(names):
+        if label is None:
+            continue
+        blocks = np.flatnonzero(label_codes == code)
+        env_codes = keys.column(ENV_NAMES)[blocks]
+        distinct, first = np.unique(env_codes, return_index=True)
+        env_values = [keys.values[ENV_NAMES][c] for c in distinct[np.argsort(first)]]
+        infos[label] = DatasetInfo.of(label, keys.value(DATASET, int(blocks[0])),
+                                      int(n_envs[blocks].max()),
+                                      bool(wga_layouts[table.layout[blocks]].any()),
+                                      env_values)
+    return _ordered(infos)
+
+
+def table_split_notes(table: ColumnTable, methods: Sequence[type[SelectionMethod]]
+                      ) -> list[str]:
+    """model_selection.missing_split_notes of a table's records, from one stand-in record
+    per distinct (test envs, env_names, key layout), weighted by its records."""
+    keys = table.keys
+    shapes = np.stack([keys.column(TEST_ENVS), keys.column(ENV_NAMES), table.layout],
+                      axis=1) if table.n_blocks else np.zeros((0, 3), dtype=np.int64)
+    if not len(shapes):
+        return []
+    combos, inverse = np.unique(shapes, axis=0, return_inverse=True)
+    weights = np.bincount(inverse.reshape(-1), weights=table.rows, minlength=len(combos))
+    stand_ins = []
+    for test_envs, env_names, layout in combos.tolist():
+        record = dict.fromkeys(table.store.layouts[layout][0])
+        record["args"] = {"test_envs": keys.values[TEST_ENVS][test_envs],
+                          "env_names": keys.values[ENV_NAMES][env_names]}
+        stand_ins.append(record)
+    return model_selection.missing_split_notes(stand_ins, methods,
+                                               [int(w) for w in weights])
 
 
 def build_section(records: list[Record] | ColumnTable, method: type[SelectionMethod],
@@ -276,9 +336,8 @@ def _build_report(records: Records | list[Record],
                   methods: Sequence[type[SelectionMethod]] | None,
                   metric: str | None) -> reporting.Report:
     table = model_selection.table_of(records)
-    firsts = model_selection.block_records(table)    # one record stands for each block
-    labels = model_selection.dataset_labels(firsts)
-    infos = dataset_infos(firsts, labels)
+    labels = column_selection.table_labels(table)
+    infos = table_infos(table, labels)
     if methods is None:
         defaults: list[type[SelectionMethod]] = list(model_selection.DOMAINBED_METHODS)
         if any(i.has_worst_group for i in infos.values()):
@@ -286,8 +345,7 @@ def _build_report(records: Records | list[Record],
         if any(i.official_splits and i.has_worst_group for i in infos.values()):
             defaults.append(model_selection.ValWorstGroupSelectionMethod)
         methods = defaults
-    for note in model_selection.missing_split_notes(firsts, methods,
-                                                    [b.rows for b in table.blocks]):
+    for note in table_split_notes(table, methods):
         logger.warning(note)
     sections = []
     for method in methods:
@@ -314,17 +372,20 @@ def with_labels(records: RecordsOrTable, labels: dict, infos: Iterable[str]
     """The records (or the blocks of a table) whose dataset label is one of `infos`."""
     keep = set(infos)
     if isinstance(records, ColumnTable):
-        return records.subset([b for b in records.blocks if model_selection.dataset_label(
-            {"args": b.args}, labels) in keep])
+        codes, names = column_selection.block_labels(records, labels)
+        wanted = np.array([name in keep for name in names], dtype=bool)
+        return records.subset(np.flatnonzero(wanted[codes]) if len(names) else codes)
     return [r for r in records if model_selection.dataset_label(r, labels) in keep]
 
 
 def algorithms_of(records: RecordsOrTable) -> list[str]:
     """The algorithms of the records, DomainBed's first, in its order."""
-    args = (b.args for b in records.blocks) if isinstance(records, ColumnTable) else \
-        (r["args"] for r in records)
-    return order_names({a.get("algorithm") for a in args if a.get("algorithm") is not None},
-                       DOMAINBED_ALGORITHMS)
+    if isinstance(records, ColumnTable):
+        keys = records.keys
+        found = {keys.values[ALGORITHM][c] for c in np.unique(keys.column(ALGORITHM))}
+    else:
+        found = {r["args"].get("algorithm") for r in records}
+    return order_names({a for a in found if a is not None}, DOMAINBED_ALGORITHMS)
 
 
 def section_inputs(records: RecordsOrTable, method: type[SelectionMethod],

@@ -1,0 +1,149 @@
+"""What selection and the tables read of each block's args and hparams, as integer codes
+into tables of distinct values: a sweep of 100,000 runs has a handful of datasets and
+algorithms and a few hundred test-env / seed combinations, so grouping works on the
+distinct values (in Python) and on the codes (with numpy), never on 100,000 args dicts.
+
+Fields (``KEY_FIELDS``): ``args.dataset``, ``args.algorithm``, ``args.trial_seed``,
+``args.hparams_seed``, ``args.test_envs``, ``args.env_names``, the data identity
+(``grouping.DATA_KEYS`` values, a list) and the hyperparameter key
+(``grouping.hparams_key``: [str(hparams_seed), the sorted JSON of hparams]). A missing arg
+and a null one are the same value (every reader asks ``args.get``). Distinct values are
+told apart by their JSON text (so 1, 1.0 and true stay three values).
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from domainbed.results.grouping import DATA_KEYS
+
+KEY_FIELDS = ("dataset", "algorithm", "trial_seed", "hparams_seed", "test_envs", "env_names",
+              "data_key", "hparams_key")
+DATASET, ALGORITHM, TRIAL_SEED, HPARAMS_SEED, TEST_ENVS, ENV_NAMES, DATA_KEY, HPARAMS_KEY = \
+    range(len(KEY_FIELDS))
+_dumps = json.JSONEncoder(default=repr).encode
+
+
+def key_values(args: Any, hparams: Any) -> tuple[Any, ...]:
+    """The KEY_FIELDS values of one block's args and hparams."""
+    get = args.get
+    return (get("dataset"), get("algorithm"), get("trial_seed"), get("hparams_seed"),
+            get("test_envs"), get("env_names"), [get(k) for k in DATA_KEYS],
+            [str(get("hparams_seed")), json.dumps(hparams, sort_keys=True, default=str)])
+
+
+def key_texts(args: Any, hparams: Any) -> tuple[str, ...]:
+    """The JSON texts of `key_values` (what a worker process sends back for a run)."""
+    return tuple(map(_dumps, key_values(args, hparams)))
+
+
+class RunKeys:
+    """Per block, the code of each KEY_FIELDS value (`codes`: blocks x fields, int64), and
+    per field the distinct values (`values`) and their JSON texts (`texts`)."""
+
+    def __init__(self, codes: np.ndarray, values: list[list[Any]], texts: list[list[str]]
+                 ) -> None:
+        self.codes, self.values, self.texts = codes, values, texts
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def column(self, field: int) -> np.ndarray:
+        return self.codes[:, field]
+
+    def value(self, field: int, block: int) -> Any:
+        return self.values[field][int(self.codes[block, field])]
+
+    def subset(self, blocks: np.ndarray) -> RunKeys:
+        return RunKeys(self.codes[blocks], self.values, self.texts)
+
+    def args_view(self, block_codes: Sequence[int], fields: Sequence[int]) -> dict[str, Any]:
+        """An args dict holding only the key fields `fields` with these codes: what the
+        grouping helpers read of a run's args."""
+        args: dict[str, Any] = {}
+        for field, code in zip(fields, block_codes):
+            value = self.values[field][int(code)]
+            if field == DATA_KEY:
+                args.update(zip(DATA_KEYS, value))
+            elif field != HPARAMS_KEY:
+                args[KEY_FIELDS[field]] = value
+        return args
+
+    def distinct(self, fields: Sequence[int], blocks: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """(combos, inverse): the distinct code combinations of `fields` over the blocks
+        (rows, in order of first appearance) and each block's combination number."""
+        codes = self.codes if blocks is None else self.codes[blocks]
+        if len(codes) == 0:
+            return np.zeros((0, len(fields)), dtype=np.int64), np.zeros(0, dtype=np.int64)
+        picked = codes[:, list(fields)]
+        _, first, inverse = np.unique(picked, axis=0, return_index=True,
+                                      return_inverse=True)
+        inverse = inverse.reshape(-1)
+        order = np.argsort(first, kind="stable")
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order))
+        return picked[first[order]], rank[inverse]
+
+
+class KeysBuilder:
+    """Codes blocks' key values as they are added; `finish` gives the RunKeys."""
+
+    def __init__(self, values: list[list[Any]] | None = None,
+                 texts: list[list[str]] | None = None) -> None:
+        self.values = [list(v) for v in values] if values else [[] for _ in KEY_FIELDS]
+        self.texts = [list(t) for t in texts] if texts else [[] for _ in KEY_FIELDS]
+        self._codes_of = [dict(zip(t, range(len(t)))) for t in self.texts]
+        self.rows: list[tuple[int, ...]] = []       # blocks added one by one, not flushed
+        self._segments: list[np.ndarray] = []
+        self._by_objects: dict[tuple[int, int], tuple[int, ...]] = {}
+
+    def code_texts(self, texts: Sequence[str], values: Sequence[Any] | None = None
+                   ) -> tuple[int, ...]:
+        """The codes of one block's key texts (values: decoded from the texts if None)."""
+        codes = []
+        for field, text in enumerate(texts):
+            code = self._codes_of[field].get(text)
+            if code is None:
+                code = self._codes_of[field][text] = len(self.texts[field])
+                self.texts[field].append(text)
+                self.values[field].append(json.loads(text) if values is None
+                                          else values[field])
+            codes.append(code)
+        return tuple(codes)
+
+    def add_texts(self, texts: Sequence[str]) -> None:
+        self.rows.append(self.code_texts(texts))
+
+    def add_code_rows(self, codes: np.ndarray) -> None:
+        """Many blocks' codes at once (codes into this builder's tables)."""
+        self.flush()
+        self._segments.append(np.asarray(codes, dtype=np.int64).reshape(-1, len(KEY_FIELDS)))
+
+    def flush(self) -> None:
+        if self.rows:
+            self._segments.append(np.array(self.rows, dtype=np.int64))
+            self.rows = []
+
+    def add_objects(self, args: Any, hparams: Any) -> None:
+        """Add a block by its args and hparams objects (worked out once per pair of
+        objects: the blocks of a run share them)."""
+        shared = (id(args), id(hparams))
+        codes = self._by_objects.get(shared)
+        if codes is None:
+            values = key_values(args, hparams)
+            codes = self._by_objects[shared] = self.code_texts(
+                [_dumps(v) for v in values], values)
+        self.rows.append(codes)
+
+    def finish(self) -> RunKeys:
+        self.flush()
+        codes = np.concatenate(self._segments) if self._segments else \
+            np.zeros((0, len(KEY_FIELDS)), dtype=np.int64)
+        for field in (DATA_KEY, HPARAMS_KEY):   # lists from JSON: tuples, as in grouping
+            self.values[field] = [tuple(v) if isinstance(v, list) else v
+                                  for v in self.values[field]]
+        return RunKeys(codes, self.values, self.texts)
