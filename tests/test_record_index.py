@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from domainbed.results import record_index
+from domainbed.results import record_index, sweep_reader
 from domainbed.results import records as rec
 from domainbed.scripts import collect_results
 from tests.test_collect_results import run_main, sweep_copy
@@ -51,13 +51,13 @@ def sweep(tmp_path):
 def reads(monkeypatch):
     """The run directories whose results.jsonl was read from the file (not the index)."""
     seen = []
-    real = rec.read_run_parts
+    real = sweep_reader.read_run_parts
 
     def counting(run_dir, notes=None, fields=None):
         seen.append(os.path.basename(run_dir))
         return real(run_dir, notes, fields)
 
-    monkeypatch.setattr(rec, "read_run_parts", counting)
+    monkeypatch.setattr(sweep_reader, "read_run_parts", counting)
     return seen
 
 
@@ -160,39 +160,51 @@ def test_a_file_written_just_now_is_not_stored(sweep, reads):
         assert reads == [path.parent.name]
 
 
+def _header(data):
+    """(header dict, where the arrays start) of an index file's bytes."""
+    size = len(record_index.MAGIC)
+    header_end = size + 8 + int.from_bytes(data[size:size + 8], "little")
+    return json.loads(data[size + 8:header_end]), header_end
+
+
+def _with_value(data, array, index, value, fmt="<q"):
+    """The index with element `index` of a named array set to `value`."""
+    header, base = _header(data)
+    dtype, _, offset = header["arrays"][array]
+    at = base + offset + struct.calcsize(fmt) * index
+    return data[:at] + struct.pack(fmt, value) + data[at + struct.calcsize(fmt):]
+
+
+def _with_step(data, step):
+    """The index with the last record of layout 0 given this step value (in its float64
+    matrix, where the numbers live)."""
+    header, _ = _header(data)
+    keys, _ = header["layouts"][0]
+    rows, width = header["arrays"]["matrix0"][1]
+    return _with_value(data, "matrix0", (rows - 1) * width + keys.index("step"), step,
+                       "<d")
+
+
 def _corrupt_variants(data):
-    header_end = len(record_index.MAGIC) + 8 + int.from_bytes(
-        data[len(record_index.MAGIC):len(record_index.MAGIC) + 8], "little")
+    header, header_end = _header(data)
     crafted = data.replace(b'"step"]', b'"stepx"]', 1)      # a column renamed
-    bad_record = data.replace(b'"VLCS"', b'["VLCS"]', 1)    # args.dataset not a string
-    assert crafted != data and bad_record != data
-    header = json.loads(data[len(record_index.MAGIC) + 8:header_end])
-    header["entries"][1]["at"] = 0                 # two entries read the same values
-    text = json.dumps(header).encode()
-    overlapping = (record_index.MAGIC + len(text).to_bytes(8, "little") + text +
-                   data[header_end:])
+    bad_value = data.replace(b'"\\"VLCS\\""', b'"[\\"VLCS\\"]"', 1)   # dataset a list
+    assert crafted != data and bad_value != data
+    n_codes = len(header["values"][0])
     return {"garbage": b"\x00" * 100, "truncated": data[:header_end - 10],
-            "overlapping": overlapping,
-            "fractional step": _with_step(data, header_end, 100.5),
-            "negative step": _with_step(data, header_end, -100.0),
-            "huge step": _with_step(data, header_end, 2.0 ** 60),
-            "cut values": data[:-4], "crafted keys": crafted, "bad record": bad_record,
-            "pickle": b"\x80\x04\x95" + data}
-
-
-def _with_step(data, header_end, step):
-    """The index with the last record of its first column entry given this step value
-    (in the float64 values block, where the columns live)."""
-    header = json.loads(data[len(record_index.MAGIC) + 8:header_end])
-    entry = next(e for e in header["entries"] if "keys" in e)
-    numeric = [k for k, t in zip(entry["keys"], entry["types"]) if t in "fi"]
-    at = header_end + 8 * (entry["at"] + (entry["rows"] - 1) * len(numeric) +
-                           numeric.index("step"))
-    return data[:at] + struct.pack("<d", step) + data[at + 8:]
+            "overlapping": _with_value(data, "block_offset", 1, 0),
+            "code out of range": _with_value(data, "block_keys", 0, n_codes),
+            "fractional step": _with_step(data, 100.5),
+            "negative step": _with_step(data, -100.0),
+            "huge step": _with_step(data, 2.0 ** 60),
+            "cut values": data[:-8], "crafted keys": crafted, "bad value": bad_value,
+            "pickle": b"\x80\x04\x95" + data, "old version": data.replace(
+                b'"version": 2', b'"version": 1', 1)}
 
 
 @pytest.mark.parametrize("variant", ["garbage", "truncated", "cut values", "crafted keys",
-                                     "bad record", "pickle", "overlapping",
+                                     "bad value", "pickle", "overlapping",
+                                     "code out of range", "old version",
                                      "fractional step", "negative step", "huge step"])
 def test_a_corrupt_or_crafted_index_is_ignored_with_a_warning_and_rebuilt(sweep, reads,
                                                                          variant, capsys):
@@ -248,3 +260,42 @@ def test_bad_lines_are_noted_alike_cold_and_through_the_index(sweep):
     cold, warm = _load(sweep), _load(sweep)
     assert cold.skipped_lines == warm.skipped_lines == 1
     assert cold.notes == warm.notes and str(path) in warm.notes[0]
+
+
+def test_an_unchanged_sweep_is_served_without_rewriting_its_index(sweep, reads):
+    _load(sweep)
+    index = sweep / record_index.INDEX_FILE
+    os.utime(sweep, ns=(PAST_NS, PAST_NS))     # the index write changed the sweep folder
+    before = index.stat().st_mtime_ns, index.stat().st_ino
+    reads.clear()
+    _load(sweep)
+    assert reads == []
+    assert (index.stat().st_mtime_ns, index.stat().st_ino) == before
+
+
+def test_a_removed_done_marker_drops_the_run_through_the_index(sweep, reads):
+    first = _load(sweep)
+    run = _first_run(sweep)
+    (run / "done").unlink()          # the run folder's mtime changes: listed again
+    reads.clear()
+    loaded = _load(sweep)
+    assert reads == [] and str(run) not in loaded.run_dirs
+    assert loaded.skipped_runs == first.skipped_runs + 1
+
+
+def test_a_tampered_args_text_sends_the_records_api_back_to_the_files(sweep, capsys):
+    from_files = rec.load_records(sweep, quiet=True, fields=rec.TABLE_FIELDS,
+                                  use_index=False)
+    _load(sweep)
+    index = sweep / record_index.INDEX_FILE
+    data = index.read_bytes()
+    header, base = _header(data)
+    at = base + header["arrays"]["args_blob"][2]
+    assert data[at:].startswith(b'{"algorithm"')
+    start = data.index(b'"dataset": "', at) + len(b'"dataset": "')
+    wrong = b"PACS" if data[start:start + 4] != b"PACS" else b"VLCS"
+    index.write_bytes(data[:start] + wrong + data[start + 4:])    # same length, same header
+    loaded = _load(sweep)
+    assert loaded.records == from_files.records      # checked when the dicts are built
+    assert any("ignored the records index" in n for n in loaded.notes)
+    assert "key values differ" in capsys.readouterr().err

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from domainbed.results.columns import Part
+from domainbed.results.run_keys import key_texts
 from domainbed.results.schema import record_problem
 from oodutils.untrusted import parse_json
 
@@ -160,7 +161,7 @@ def parse_whole_file(data: bytes, fields: Sequence[str] | None = None
     found = _parse_shared(data)
     if found is None:
         return None
-    parsed, args, hparams = found
+    parsed, args, hparams = found[:3]
     return _shared_records(parsed, args, hparams, fields)
 
 
@@ -168,10 +169,34 @@ def whole_file_part(data: bytes, fields: Sequence[str] | None = None) -> Part | 
     """`parse_whole_file`'s records as one lossless Part, straight from the parsed lines
     (no record dict is built), where every line has the same keys with the same types,
     floats and ints a float64 holds; else None (then ask `parse_whole_file`)."""
+    found = _whole_file(data, fields)
+    return found[0] if found is not None else None
+
+
+def whole_file_coded(data: bytes, fields: Sequence[str] | None = None
+                     ) -> tuple[Part, tuple[str, ...]] | None:
+    """`whole_file_part`'s Part with its args and hparams as their JSON bytes in the file
+    (what crosses between processes and goes into the records index; ``parse_json_value``
+    gives the objects back), and its ``run_keys.key_texts``."""
+    found = _whole_file(data, fields)
+    if found is None:
+        return None
+    part, args_text, hparams_text = found
+    return part._replace(args=args_text, hparams=hparams_text), \
+        key_texts(part.args, part.hparams)
+
+
+def parse_json_value(text: bytes) -> Any:
+    """A JSON value as the readers parse it (orjson where it reads as json would)."""
+    return _loads(text)
+
+
+def _whole_file(data: bytes, fields: Sequence[str] | None
+                ) -> tuple[Part, bytes, bytes] | None:
     found = _parse_shared(data)
     if found is None or not found[0] or type(found[0][0]) is not dict:
         return None
-    parsed, args, hparams = found
+    parsed, args, hparams, args_text, hparams_text = found
     first = parsed[0]
     keys = tuple(first)
     kinds = tuple(map(type, first.values()))
@@ -202,10 +227,10 @@ def whole_file_part(data: bytes, fields: Sequence[str] | None = None) -> Part | 
         picked = np.array(list(rows) if len(numeric) > 1 else [[v] for v in rows],
                           dtype=np.float64)
         values[:, [kept.index(k) for k in numeric]] = picked
-    return Part((tuple(kept), types), args, hparams, values, None)
+    return Part((tuple(kept), types), args, hparams, values, None), args_text, hparams_text
 
 
-def _parse_shared(data: bytes) -> tuple[list[Any], Any, Any] | None:
+def _parse_shared(data: bytes) -> tuple[list[Any], Any, Any, bytes, bytes] | None:
     """(the parsed lines with stand-ins for args and hparams, args, hparams), or None
     where the file does not have the shape `parse_whole_file` reads. Works on the whole
     file's bytes at once: a raw newline ends a line (JSON strings escape theirs), so a
@@ -232,10 +257,11 @@ def _parse_shared(data: bytes) -> tuple[list[Any], Any, Any] | None:
         parsed = _orjson.loads(b"[" + body[1:] + b"]")
     except _orjson.JSONDecodeError:
         return None
-    first = _loads(prefix + b", " + hparams_bytes[2:] + b"}")
-    if not isinstance(first, dict) or list(first) != ["args", "hparams"]:
+    args_text, hparams_text = prefix[len(_ARGS_START):], hparams_bytes[len(_HPARAMS_AT) - 1:]
+    args, hparams = _loads(args_text), _loads(hparams_text)
+    if type(args) is not dict or type(hparams) is not dict:
         return None
-    return parsed, first["args"], first["hparams"]   # callers check every stand-in
+    return parsed, args, hparams, args_text, hparams_text   # callers check each stand-in
 
 
 def _shared_bytes(line: bytes) -> tuple[bytes, bytes] | None:

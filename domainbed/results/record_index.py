@@ -1,22 +1,25 @@
 """An index of a sweep's records, so that an unchanged sweep is re-read in a fraction of
-the time: for each results.jsonl, its stat key (size, modification time in ns, inode,
-device, change time in ns) and its records as the tables read them (``TABLE_FIELDS``).
+the time: the whole sweep as arrays (per run: its path, the stat key of its results.jsonl,
+how many blocks; per block: layout, rows, key codes (``run_keys``), args and hparams JSON;
+per layout: one float64 matrix), and the listing of every directory the walk visited
+(``discovery``), so an unchanged directory is not listed again.
 
-Never trusted over the files: an entry serves a file only while the file's stat key is
-the one stored, and a file modified in the last ``SETTLE_NS`` is not stored at all (a write
-in the same clock tick could leave its stat key unchanged), so a changed, touched,
-replaced, truncated or new file is read again and a deleted one drops out. The index is
-read as hostile input: a symlink, a file too large, a corrupt or crafted one (wrong magic,
-truncated, an entry that does not fit) is ignored with a warning and rebuilt; no pickle:
-JSON for the structure, raw float64 for the numbers. Every record read from it is held to
-the records schema like a record read from a file.
+Never trusted over the files: a run is served only while its results.jsonl's stat key
+(size, mtime ns, inode, device, ctime ns) is the stored one, and a file modified in the
+last ``SETTLE_NS`` is not stored (a write in the same clock tick could leave its stat key
+unchanged), so a changed, touched, replaced, truncated or new file is read again and a
+deleted one drops out. The index is read as hostile input: a symlink, a file too large, a
+corrupt or crafted one (wrong magic, truncated, arrays that do not fit together, codes out
+of range, integers that are not, a layout or a key value the records schema refuses) is
+ignored with a warning and rebuilt. No pickle: a JSON header names each array (dtype from
+an allowlist, shape, byte offset) that follows it raw. Checks run per array, per layout and
+per distinct key value, not per run; the args and hparams objects are decoded (and held to
+the schema) only where a caller asks for record dicts (``records.Records``).
 
-Layout: ``MAGIC``, an 8-byte little-endian length, that many bytes of JSON ({"version",
-"entries"}), then the float64 values of the entries' numeric columns. An entry whose
-records share one args / hparams object and one key order, with float or int values
-elsewhere (DomainBed's and ours), is stored as columns; any other as JSON records.
-Written atomically in the sweep directory (``INDEX_FILE``), or where that is not writable,
-in ``$XDG_CACHE_HOME/oodbed/records-index/`` under a hash of the sweep's real path.
+Layout: ``MAGIC``, an 8-byte little-endian length, that many bytes of JSON header, then the
+arrays, each at an 8-byte aligned offset. Written atomically in the sweep directory
+(``INDEX_FILE``), or where that is not writable, in ``$XDG_CACHE_HOME/oodbed/records-index/``
+under a hash of the sweep's real path.
 """
 from __future__ import annotations
 
@@ -24,14 +27,22 @@ import hashlib
 import json
 import os
 import stat
-import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from domainbed.results.columns import Part, concat_ranges, file_parts, rebuild_records
-from domainbed.results.schema import record_problem
+from domainbed.results.discovery import Listing
+from domainbed.results.index_checks import (
+    CorruptIndex,
+    check_header,
+    check_keys,
+    check_layouts,
+    check_matrix,
+    check_tiling,
+    kept_parts,
+)
+from domainbed.results.run_keys import KEY_FIELDS
 from oodutils.fileio import atomic_write_bytes
 from oodutils.log import get_logger
 from oodutils.untrusted import open_regular
@@ -45,19 +56,13 @@ _ORJSON_DEPTH_SAFE = _orjson is not None and \
 
 logger = get_logger(__name__)
 
-Record = dict[str, Any]
-Entry = tuple["StatKey", list[Part], list[str]]     # (stat key, parts, notes)
 StatKey = tuple[int, int, int, int, int]
 INDEX_FILE = ".records-index"
-MAGIC = b"OODBED-RECORDS-INDEX\n"
-VERSION = 1
+MAGIC = b"OODBED-RECORDS-INDEX-2\n"
+OLD_MAGIC = b"OODBED-RECORDS-INDEX\n"     # version 1: rebuilt without a warning
+VERSION = 2
 SETTLE_NS = 2_000_000_000
-_EXACT_INT = 2 ** 53
-_NUMERIC = {float: "f", int: "i"}
-
-
-class CorruptIndex(ValueError):
-    """The index file does not hold what this module writes."""
+DTYPES = {"<i8": np.int64, "<f8": np.float64, "|u1": np.uint8}
 
 
 def stat_key(st: os.stat_result) -> StatKey:
@@ -71,18 +76,39 @@ def cache_path(top: str) -> str:
     return os.path.join(base, "oodbed", "records-index", digest.hexdigest()[:32])
 
 
+class Stored(NamedTuple):
+    """A decoded index: the runs (`paths`, `stats`: n x 5, `first_block`: n + 1 bounds
+    into the blocks, `notes`), the blocks (`layout`, `offset`, `rows`, `key_codes`,
+    `args` / `hparams` JSON bytes, `kept`: {block: record dicts}), the `layouts` and their
+    `matrices`, the key `values` / `texts` tables and the directory `listings`."""
+    paths: list[str]
+    stats: np.ndarray
+    first_block: np.ndarray
+    notes: dict[int, list[str]]
+    layout: np.ndarray
+    offset: np.ndarray
+    rows: np.ndarray
+    key_codes: np.ndarray
+    args: list[bytes]
+    hparams: list[bytes]
+    kept: dict[int, list[dict[str, Any]]]
+    layouts: list[tuple[tuple[str, ...], str]]
+    matrices: list[np.ndarray]
+    values: list[list[Any]]
+    texts: list[list[str]]
+    listings: dict[str, Listing]
+
+
 class RecordIndex:
-    """The index of one input directory: `lookup` what is stored, `store` what was read,
-    `save` when anything changed."""
+    """The index file of one input directory: `load` it, `save` a new one."""
 
     def __init__(self, top: str) -> None:
         self.top = top
         self.path = os.path.join(top, INDEX_FILE) if os.access(top, os.W_OK) \
             else cache_path(top)
         self.notes: list[str] = []
-        self._stored: dict[str, Entry] = {}
-        self._kept: dict[str, Entry] = {}
-        self._changed = False
+        self.stored: Stored | None = None
+        self.size = 0
 
     def load(self, max_bytes: int) -> RecordIndex:
         """Read the index file, if any (at most `max_bytes`); a bad one is noted, not used."""
@@ -92,45 +118,29 @@ class RecordIndex:
         except FileNotFoundError:
             return self
         except OSError as e:
-            return self._ignore(f"unreadable ({e.strerror or e})")
+            return self.ignore(f"unreadable ({e.strerror or e})")
         if len(data) > max_bytes:
-            return self._ignore(f"larger than {max_bytes} bytes")
+            return self.ignore(f"larger than {max_bytes} bytes")
+        self.size = len(data)
+        if data.startswith(OLD_MAGIC):
+            logger.debug(f"rebuilding the records index {self.path} (an older format)")
+            return self
         try:
-            self._stored = decode(data)
+            self.stored = decode(data)
         except CorruptIndex as e:
-            return self._ignore(str(e))
+            return self.ignore(str(e))
         return self
 
-    def _ignore(self, why: str) -> RecordIndex:
+    def ignore(self, why: str) -> RecordIndex:
         note = f"warning: ignored the records index {self.path} ({why}); rebuilding it"
         logger.warning(note)
         self.notes.append(note)
-        self._changed = True
+        self.stored = None
         return self
 
-    def lookup(self, rel: str, key: StatKey) -> tuple[list[Part], list[str]] | None:
-        """(parts, notes on skipped lines) stored for the file at `rel` when its stat key
-        is still `key`, else None (the caller reads the file and calls `store`)."""
-        entry = self._stored.get(rel)
-        if entry is None or entry[0] != key:
-            return None
-        self._kept[rel] = entry
-        return entry[1], entry[2]
-
-    def store(self, rel: str, key: StatKey, parts: list[Part], notes: list[str]) -> None:
-        """Remember what the file at `rel`, whose stat key was `key` before it was read,
-        holds: its records' `parts` (table fields) and the `notes` on its skipped lines.
-        A file modified less than SETTLE_NS ago is not remembered."""
-        self._changed = True
-        if key[1] <= time.time_ns() - SETTLE_NS:
-            self._kept[rel] = (key, parts, notes)
-
-    def save(self) -> None:
-        """Write the index when an entry changed or one was dropped; a failed write only
-        costs the next reader time."""
-        if not self._changed and len(self._kept) == len(self._stored):
-            return
-        data = encode(self._kept)
+    def save(self, data: bytes) -> None:
+        """Write the index (`encode`'s bytes); a failed write only costs the next reader
+        time."""
         for path in dict.fromkeys([self.path, cache_path(self.top)]):
             try:
                 atomic_write_bytes(path, data)
@@ -139,69 +149,112 @@ class RecordIndex:
                 logger.debug(f"could not write the records index {path}: {e}")
 
 
-def encode(entries: dict[str, Entry]) -> bytes:
-    """The bytes of an index file holding `entries` ({rel: (stat key, parts, notes)}): a
-    file of one lossless part as columns, any other as JSON records."""
-    header: list[dict[str, Any]] = []
-    blocks: list[np.ndarray] = []
-    at = 0
-    for rel, (key, parts, notes) in entries.items():
-        entry: dict[str, Any] = {"path": rel, "stat": list(key), "notes": notes}
-        if len(parts) == 1 and parts[0].records is None:
-            (keys, types), args, hparams, values, _ = parts[0]
-            numeric = [j for j, t in enumerate(types) if t in "fi"]
-            block = values[:, numeric]
-            entry.update(args=args, keys=list(keys), types=types, rows=len(values), at=at)
-            if "h" in types:
-                entry["hparams"] = hparams
-            blocks.append(block.ravel())
-            at += block.size
-        else:
-            entry["records"] = [{k: v for k, v in r.items() if k != "run_dir"}
-                                for part in parts for r in part.to_records()]
-        header.append(entry)
-    text = json.dumps({"version": VERSION, "entries": header}).encode("utf-8")
-    values = np.concatenate(blocks) if blocks else np.zeros(0)
-    return MAGIC + len(text).to_bytes(8, "little") + text + values.astype("<f8").tobytes()
+def _blob(texts: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """(the concatenated bytes, each text's end offset)."""
+    ends = np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)))
+    return np.frombuffer(b"".join(texts), dtype=np.uint8), ends
 
 
-def decode(data: bytes) -> dict[str, Entry]:
-    """The entries of an index file's bytes; CorruptIndex when they are not what `encode`
-    writes or a record does not fit the records schema."""
+def encode(runs: dict[str, Any], blocks: dict[str, Any], layouts: list[Any],
+           matrices: list[np.ndarray], texts: list[list[str]],
+           listings: dict[str, Listing]) -> bytes:
+    """The bytes of an index file. runs: {"paths", "stats" (n x 5), "block_counts",
+    "notes" ({run: notes})}; blocks: {"layout", "offset", "rows", "key_codes", "args",
+    "hparams" (JSON bytes each), "kept" ({block: records without run_dir})}."""
+    paths = "\0".join(runs["paths"]).encode("utf-8", "surrogateescape")
+    args_blob, args_ends = _blob(blocks["args"])
+    hparams_blob, hparams_ends = _blob(blocks["hparams"])
+    dir_names = list(listings)
+    dir_children = ["/".join(listings[d].children) for d in dir_names]
+    arrays = {
+        "run_paths": np.frombuffer(paths, dtype=np.uint8),
+        "run_stats": np.asarray(runs["stats"], dtype=np.int64).reshape(-1, 5),
+        "run_blocks": np.asarray(runs["block_counts"], dtype=np.int64),
+        "block_layout": blocks["layout"], "block_offset": blocks["offset"],
+        "block_rows": blocks["rows"], "block_keys": blocks["key_codes"],
+        "args_blob": args_blob, "args_ends": args_ends,
+        "hparams_blob": hparams_blob, "hparams_ends": hparams_ends,
+        "dir_paths": np.frombuffer("\0".join(dir_names).encode("utf-8", "surrogateescape"),
+                                   dtype=np.uint8),
+        "dir_children": np.frombuffer("\0".join(dir_children).encode(
+            "utf-8", "surrogateescape"), dtype=np.uint8),
+        "dir_keys": np.array([listings[d].key for d in dir_names],
+                             dtype=np.int64).reshape(-1, 4),
+        "dir_flags": np.array([listings[d].flags for d in dir_names], dtype=np.int64),
+        **{f"matrix{i}": m for i, m in enumerate(matrices)}}
+    described, at = {}, 0
+    for name, array in arrays.items():
+        array = np.ascontiguousarray(array)
+        arrays[name] = array
+        dtype = {np.dtype(np.int64): "<i8", np.dtype(np.float64): "<f8",
+                 np.dtype(np.uint8): "|u1"}[array.dtype]
+        described[name] = [dtype, list(array.shape), at]
+        at += -(-array.nbytes // 8) * 8
+    header = {"version": VERSION, "arrays": described,
+              "layouts": [[list(k), t] for k, t in layouts], "values": texts,
+              "notes": {str(k): v for k, v in runs["notes"].items()},
+              "kept": {str(k): v for k, v in blocks["kept"].items()},
+              "n_runs": len(runs["paths"]), "n_dirs": len(dir_names)}
+    text = json.dumps(header).encode("utf-8")
+    text += b" " * (-(len(MAGIC) + 8 + len(text)) % 8)
+    body = bytearray(at)
+    for name, array in arrays.items():
+        start = described[name][2]
+        body[start:start + array.nbytes] = array.tobytes()
+    return MAGIC + len(text).to_bytes(8, "little") + text + bytes(body)
+
+
+def decode(data: bytes) -> Stored:
+    """The index in `data`; CorruptIndex where it is not what `encode` writes or does not
+    fit the records schema."""
     if not data.startswith(MAGIC):
         raise CorruptIndex("not a records index")
     start = len(MAGIC) + 8
     length = int.from_bytes(data[len(MAGIC):start], "little")
-    if len(data) < start + length or (len(data) - start - length) % 8:
+    if len(data) < start + length:
         raise CorruptIndex("truncated")
-    header = _parse_header(data[start:start + length])
-    if not isinstance(header, dict) or header.get("version") != VERSION or \
-            not isinstance(header.get("entries"), list):
-        raise CorruptIndex(f"not version {VERSION}")
-    values = np.frombuffer(data, dtype="<f8", offset=start + length)
-    entries: dict[str, Entry] = {}
-    columns: dict[tuple[tuple[str, ...], str], list[_ColumnEntry]] = {}
-    at = 0   # column blocks follow each other: no two entries read the same values
-    for entry in header["entries"]:
-        rel, key, notes = _entry_head(entry)
-        if "records" in entry:
-            entries[rel] = (key, _record_parts(entry), notes)
-            continue
-        column = _column_head(entry, at, rel, key, notes)
-        columns.setdefault(column.layout, []).append(column)
-        at += column.rows * column.width
-    if at != values.size:
-        raise CorruptIndex("its values do not match its entries")
-    for layout, found in columns.items():
-        for column, part in zip(found, _column_parts(layout, found, values)):
-            entries[column.rel] = (column.key, [part], column.notes)
-    return entries
+    header = check_header(_parse_header(data[start:start + length]), VERSION)
+    arrays = _arrays(header["arrays"], data, start + length)
+    n_runs, n_dirs = header["n_runs"], header["n_dirs"]
+    paths = _strings(arrays["run_paths"], n_runs, "run paths")
+    stats, counts = arrays["run_stats"], arrays["run_blocks"]
+    if stats.shape != (n_runs, 5) or counts.shape != (n_runs,) or (counts < 0).any():
+        raise CorruptIndex("its runs do not fit together")
+    first_block = np.concatenate(([0], np.cumsum(counts)))
+    n_blocks = int(first_block[-1])
+    layout, offset, rows, codes = (arrays[k] for k in ("block_layout", "block_offset",
+                                                       "block_rows", "block_keys"))
+    if layout.shape != (n_blocks,) or offset.shape != (n_blocks,) or \
+            rows.shape != (n_blocks,) or codes.shape != (n_blocks, len(KEY_FIELDS)):
+        raise CorruptIndex("its blocks do not fit together")
+    layouts = check_layouts(header["layouts"])
+    matrices = [arrays.get(f"matrix{i}") for i in range(len(layouts))]
+    if any(m is None or m.ndim != 2 or m.shape[1] != len(keys)
+           for m, (keys, _) in zip(matrices, layouts)) or \
+            len([k for k in arrays if k.startswith("matrix")]) != len(layouts):
+        raise CorruptIndex("its matrices do not fit its layouts")
+    if n_blocks and (layout.min() < 0 or layout.max() >= len(layouts)):
+        raise CorruptIndex("a block's layout is out of range")
+    kept = kept_parts(header["kept"], layouts, layout, rows)
+    check_tiling(layout, offset, rows, [len(m) for m in matrices])
+    for i, matrix in enumerate(matrices):
+        chosen = np.flatnonzero(layout == i)
+        check_matrix(layouts[i], matrix, offset[chosen], rows[chosen], kept, chosen)
+    values = check_keys(header["values"], codes, layouts, layout)
+    notes = {int(k): v for k, v in header["notes"].items() if k.isdigit()}
+    if len(notes) != len(header["notes"]) or any(not 0 <= k < n_runs for k in notes):
+        raise CorruptIndex("a note names no run")
+    args = _texts(arrays["args_blob"], arrays["args_ends"], n_blocks, "args")
+    hparams = _texts(arrays["hparams_blob"], arrays["hparams_ends"], n_blocks, "hparams")
+    return Stored(paths, stats, first_block, notes, layout, offset, rows, codes, args,
+                  hparams, kept, layouts, matrices, values, header["values"],
+                  _listings(arrays, n_dirs))
 
 
 def _parse_header(text: bytes) -> Any:
-    """The JSON of the header: orjson (3x faster) where it can, json where orjson cannot
-    (NaN in an args value, which json writes). orjson before 3.10 crashes on nesting
-    150,000 deep (3.10 stops at 1,024): json reads the index there."""
+    """The JSON of the header: orjson where it can, json where orjson cannot (NaN in a key
+    value, which json writes). orjson before 3.10 crashes on nesting 150,000 deep (3.10
+    stops at 1,024): json reads the index there."""
     if _ORJSON_DEPTH_SAFE:
         try:
             return _orjson.loads(text)
@@ -213,105 +266,61 @@ def _parse_header(text: bytes) -> Any:
         raise CorruptIndex("its header is not JSON") from None
 
 
-def _entry_head(entry: Any) -> tuple[str, StatKey, list[str]]:
-    if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
-        raise CorruptIndex("an entry has no path")
-    key, notes = entry.get("stat"), entry.get("notes")
-    if not (isinstance(key, list) and len(key) == 5 and all(type(k) is int for k in key)):
-        raise CorruptIndex(f"entry {entry['path']!r} has no stat key")
-    if not (isinstance(notes, list) and all(isinstance(n, str) for n in notes)):
-        raise CorruptIndex(f"entry {entry['path']!r} has no notes list")
-    return entry["path"], (key[0], key[1], key[2], key[3], key[4]), notes
+def _arrays(described: Any, data: bytes, base: int) -> dict[str, np.ndarray]:
+    """The arrays the header describes, as views of `data`: each of an allowed dtype,
+    inside the file, none overlapping another, nothing after the last."""
+    if not isinstance(described, dict):
+        raise CorruptIndex("it describes no arrays")
+    arrays, end = {}, 0
+    for name, spec in described.items():
+        if not (isinstance(spec, list) and len(spec) == 3 and spec[0] in DTYPES and
+                isinstance(spec[1], list) and len(spec[1]) in (1, 2) and
+                all(type(n) is int and n >= 0 for n in spec[1]) and type(spec[2]) is int
+                and spec[2] >= end and spec[2] % 8 == 0):
+            raise CorruptIndex(f"array {name!r} is not described right")
+        dtype = np.dtype(DTYPES[spec[0]]).newbyteorder("<")
+        size = int(np.prod(spec[1])) * dtype.itemsize
+        if base + spec[2] + size > len(data):
+            raise CorruptIndex("truncated")
+        arrays[name] = np.frombuffer(data, dtype=dtype, count=size // dtype.itemsize,
+                                     offset=base + spec[2]).reshape(spec[1])
+        end = spec[2] + size
+    if base + -(-end // 8) * 8 != len(data):
+        raise CorruptIndex("its arrays do not fill it")
+    needed = ("run_paths", "run_stats", "run_blocks", "block_layout", "block_offset",
+              "block_rows", "block_keys", "args_blob", "args_ends", "hparams_blob",
+              "hparams_ends", "dir_paths", "dir_children", "dir_keys", "dir_flags")
+    if any(name not in arrays for name in needed):
+        raise CorruptIndex("an array is missing")
+    return arrays
 
 
-def _check(record: Record, rel: str) -> None:
-    problem = record_problem(record)
-    if problem is not None:
-        raise CorruptIndex(f"entry {rel!r}: a record {problem}")
-
-
-def _record_parts(entry: dict[str, Any]) -> list[Part]:
-    records = entry["records"]
-    if not isinstance(records, list):
-        raise CorruptIndex(f"entry {entry['path']!r} has no records")
-    for record in records:
-        _check(record, entry["path"])
-    return file_parts(records)
-
-
-class _ColumnEntry(NamedTuple):
-    rel: str
-    key: StatKey
-    notes: list[str]
-    layout: tuple[tuple[str, ...], str]
-    args: dict[str, Any]
-    hparams: Any
-    at: int
-    rows: int
-    width: int      # numeric columns
-
-
-def _column_head(entry: dict[str, Any], at_expected: int, rel: str, key: StatKey,
-                 notes: list[str]) -> _ColumnEntry:
-    """The column entry's layout and place, checked (its values are checked per layout)."""
-    keys, types, rows, at = (entry.get(k) for k in ("keys", "types", "rows", "at"))
-    if at != at_expected:
-        raise CorruptIndex("its entries' values overlap or leave gaps")
-    if not (isinstance(keys, list) and isinstance(types, str) and _fits_column_form(
-            tuple(keys) if all(type(k) is str for k in keys) else (), types) and
-            type(rows) is int and rows >= 1 and isinstance(entry.get("args"), dict) and
-            ("h" not in types or isinstance(entry.get("hparams"), dict))):
-        raise CorruptIndex(f"entry {rel!r} does not fit the column form")
-    width = len(types) - types.count("a") - types.count("h")
-    return _ColumnEntry(rel, key, notes, (tuple(keys), types), entry["args"],
-                        entry.get("hparams"), at, rows, width)
-
-
-_LAYOUTS_SEEN: dict[tuple[tuple[str, ...], str], bool] = {}
-
-
-def _fits_column_form(keys: tuple[str, ...], types: str) -> bool:
-    """Whether keys and types make a column layout (worked out once per layout)."""
-    found = _LAYOUTS_SEEN.get((keys, types))
-    if found is None:
-        found = bool(keys) and len(set(keys)) == len(keys) and \
-            len(types) == len(keys) and set(types) <= set("ahfi") and \
-            types.count("a") == 1 and types.count("h") <= 1 and \
-            [keys[types.index(t)] for t in "ah" if t in types] == \
-            ["args", "hparams"][:1 + types.count("h")] and "run_dir" not in keys
-        if len(_LAYOUTS_SEEN) < 1024:
-            _LAYOUTS_SEEN[(keys, types)] = found
+def _strings(blob: np.ndarray, count: int, what: str) -> list[str]:
+    """The `count` NUL-separated strings of `blob` (no name holds a NUL)."""
+    text = blob.tobytes().decode("utf-8", "surrogateescape")
+    found = text.split("\0") if count else []
+    if len(found) != count or (not count and text):
+        raise CorruptIndex(f"its {what} do not match its count")
     return found
 
 
-def _column_parts(layout: tuple[tuple[str, ...], str], entries: list[_ColumnEntry],
-                  values: np.ndarray) -> list[Part]:
-    """The parts of the column entries of one layout: their values gathered into one
-    matrix and checked at once (ints that are ints, steps >= 0), each entry's first record
-    held to the records schema (the others share its args, hparams and keys)."""
-    keys, types = layout
-    numeric = [i for i, t in enumerate(types) if t in "fi"]
-    rows = np.fromiter((e.rows for e in entries), np.int64, len(entries))
-    starts = np.fromiter((e.at for e in entries), np.int64, len(entries))
-    block = values[concat_ranges(starts, rows * len(numeric))].reshape(-1, len(numeric))
-    ints = block[:, [j for j, i in enumerate(numeric) if types[i] == "i"]]
-    if ints.size and not (np.isfinite(ints).all() and (np.abs(ints) <= _EXACT_INT).all()
-                          and (ints == np.round(ints)).all()):
-        raise CorruptIndex(f"entry {entries[0].rel!r}'s layout holds an integer that is not "
-                           f"one")
-    if "step" in keys and types[keys.index("step")] == "i" and \
-            block[:, numeric.index(keys.index("step"))].min() < 0:
-        raise CorruptIndex(f"entry {entries[0].rel!r}'s layout holds a negative step")
-    full = np.full((len(block), len(keys)), np.nan)
-    full[:, numeric] = block
-    parts = []
-    offset = 0
-    for entry in entries:
-        matrix = full[offset:offset + entry.rows]
-        offset += entry.rows
-        _check(rebuild_records(layout, entry.args, entry.hparams, matrix[:1])[0], entry.rel)
-        parts.append(Part(layout, entry.args, entry.hparams, matrix, None))
-    return parts
+def _texts(blob: np.ndarray, ends: np.ndarray, count: int, what: str) -> list[bytes]:
+    if ends.shape != (count,) or (count and (ends[-1] != blob.size or ends.min() < 0 or
+                                             (np.diff(ends) < 0).any())):
+        raise CorruptIndex(f"its {what} texts do not fit together")
+    data = blob.tobytes()
+    bounds = [0, *ends.tolist()]
+    return [data[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def _listings(arrays: dict[str, np.ndarray], n_dirs: int) -> dict[str, Listing]:
+    names = _strings(arrays["dir_paths"], n_dirs, "directories")
+    kids = _strings(arrays["dir_children"], n_dirs, "directory listings")
+    keys, flags = arrays["dir_keys"], arrays["dir_flags"]
+    if keys.shape != (n_dirs, 4) or flags.shape != (n_dirs,):
+        raise CorruptIndex("its directories do not fit together")
+    return {name: Listing(tuple(key), flag, tuple(kid.split("/")) if kid else ())
+            for name, key, flag, kid in zip(names, keys.tolist(), flags.tolist(), kids)}
 
 
 def index_cap(sizes: Sequence[int]) -> int:

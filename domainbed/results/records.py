@@ -20,23 +20,25 @@ import os
 import re
 import zipfile
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
-from domainbed.results import parallel_read
-from domainbed.results.columns import ColumnTable, Part, TableBuilder, file_parts
-from domainbed.results.lines import (
-    MAX_LINE_BYTES,
-    parse_run_lines,
-    parse_whole_file,
-    whole_file_part,
+from domainbed.results import discovery
+from domainbed.results.columns import ColumnTable
+from domainbed.results.lines import MAX_LINE_BYTES  # noqa: F401 - also this module's API
+from domainbed.results.run_keys import KEY_FIELDS, key_texts
+from domainbed.results.schema import record_problem
+from domainbed.results.sweep_reader import (  # noqa: F401 - also this module's API
+    WHOLE_FILE_BYTES,
+    SweepReader,
+    read_run,
+    read_run_parts,
 )
-from domainbed.results.record_index import RecordIndex, index_cap, is_regular, stat_key
 from oodutils.errors import UserError, load_error_reason
 from oodutils.log import get_logger
-from oodutils.untrusted import open_regular, read_lines
+from oodutils.untrusted import open_regular
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -80,12 +82,28 @@ class Records:
         self.skipped_runs = int(skipped_runs)
         self.run_dirs = list(run_dirs)
         self.input_dirs = list(input_dirs)
+        self.reread: Callable[[], Records] | None = None   # the same read, without index
 
     @property
     def records(self) -> list[Record]:
-        """The record dicts (built from the column table on first use)."""
+        """The record dicts (built from the column table on first use). Where the table
+        came from a records index, each block's args and hparams are held to the schema
+        and to the key values the tables used; a block that fails sends the read back to
+        the files, with a warning."""
         if self._records is None:
-            self._records = self.table.records
+            table = self.table
+            problem = _index_problem(table) if table.cache.get("unchecked") else None
+            if problem is not None and self.reread is not None:
+                note = (f"warning: ignored the records index of {', '.join(self.input_dirs)}"
+                        f" ({problem}); read the files")
+                logger.warning(note)
+                fresh = self.reread()
+                self._table, self.notes = fresh.table, fresh.notes + [note]
+                self.run_dirs = fresh.run_dirs
+                self.skipped_lines, self.skipped_runs = fresh.skipped_lines, \
+                    fresh.skipped_runs
+                table = self._table
+            self._records = table.records
         return self._records
 
     @records.setter
@@ -155,54 +173,18 @@ def _as_dir_list(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
 
 def find_run_dirs(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
     """Every directory holding a results.jsonl under `input_dir` (itself included),
-    sorted by path. Raises UserError when `input_dir` is not a directory."""
-    found = []
-    for top in _as_dir_list(input_dir):
+    in os.walk's order (sorted). Raises UserError when `input_dir` is not a directory."""
+    return [run_dir for top in _checked_dirs(input_dir)
+            for run_dir in discovery.walk(top).run_dirs]
+
+
+def _checked_dirs(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
+    dirs = _as_dir_list(input_dir)
+    for top in dirs:
         if not os.path.isdir(top):
             what = "does not exist" if not os.path.exists(top) else "is not a directory"
             raise UserError(f"input directory {top!r} {what}")
-        for dirpath, dirnames, filenames in os.walk(top):
-            dirnames.sort()
-            dirnames[:] = [d for d in dirnames if d != PREDICTIONS_DIR]
-            if RESULTS_FILE in filenames:
-                found.append(dirpath)
-    return found
-
-
-WHOLE_FILE_BYTES = 16 << 20   # a results.jsonl up to this size is parsed at once
-
-
-def read_run(run_dir: str, notes: list[str] | None = None,
-             fields: Sequence[str] | None = None) -> tuple[list[Record], int]:
-    """(records, skipped_lines) of one run directory; raises OSError when unreadable (not a
-    regular file included). Each skipped line adds a note naming it to `notes`."""
-    path = os.path.join(run_dir, RESULTS_FILE)
-    with open_regular(path) as f:
-        data = f.read(WHOLE_FILE_BYTES + 1)
-    found = parse_whole_file(data, fields) if len(data) <= WHOLE_FILE_BYTES else None
-    if found is not None:
-        records, skipped = found, 0
-    else:
-        records, skipped = parse_run_lines(path, read_lines(path, MAX_LINE_BYTES), notes,
-                                           fields)
-    for record in records:
-        record["run_dir"] = run_dir
-    return records, skipped
-
-
-def read_run_parts(run_dir: str, notes: list[str] | None = None,
-                   fields: Sequence[str] | None = None) -> tuple[list[Part], int]:
-    """(parts, skipped_lines) of one run directory, as `read_run` reads it, column-wise:
-    a file of the usual shape straight into one Part (no record dicts)."""
-    with open_regular(os.path.join(run_dir, RESULTS_FILE)) as f:
-        data = f.read(WHOLE_FILE_BYTES + 1)
-    part = whole_file_part(data, fields) if len(data) <= WHOLE_FILE_BYTES else None
-    if part is not None:
-        return [part], 0
-    records, skipped = read_run(run_dir, notes, fields)
-    for record in records:
-        del record["run_dir"]    # a block's run_dir is the block's, not a key
-    return file_parts(records), skipped
+    return dirs
 
 
 def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = True,
@@ -220,14 +202,15 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
     are not regular files are skipped, each with a note (``Records.notes``).
     Raises UserError when an input directory is missing.
     """
-    dirs = _as_dir_list(input_dir)
-    found = [(top, find_run_dirs(top)) for top in dirs]
-    reader = _Reader(fields, use_index and fields is not None and
-                     tuple(fields) == TABLE_FIELDS, require_done)
-    for top, run_dirs in found:
-        reader.read_tree(top, run_dirs)
+    dirs = _checked_dirs(input_dir)
+    reader = SweepReader(fields, use_index and fields is not None and
+                         tuple(fields) == TABLE_FIELDS, require_done)
+    for top in dirs:
+        reader.read_tree(top)
     result = Records(None, reader.skipped_lines, reader.skipped_runs, reader.kept_dirs, dirs,
-                     reader.notes, table=reader.builder.finish())
+                     reader.notes, table=reader.finish())
+    if reader.served:   # args decoded from an index are checked when asked for: else, cold
+        result.reread = lambda: load_records(dirs, require_done, True, fields, False)
     logger.debug(f"read {len(result)} records from {len(reader.kept_dirs)} run(s) "
                  f"under {', '.join(map(str, dirs))}")
     message = result.warning()
@@ -236,65 +219,28 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
     return result
 
 
-class _Reader:
-    """What load_records gathers, one input directory at a time."""
-
-    def __init__(self, fields: Sequence[str] | None, indexed: bool, require_done: bool
-                 ) -> None:
-        self.fields, self.indexed, self.require_done = fields, indexed, require_done
-        self.builder = TableBuilder()
-        self.kept_dirs: list[str] = []
-        self.notes: list[str] = []
-        self.skipped_lines = self.skipped_runs = 0
-
-    def read_tree(self, top: str, run_dirs: list[str]) -> None:
-        """Read the runs `run_dirs` found under `top`, through its index when indexed."""
-        runs: list[tuple[str, os.stat_result | None]] = []
-        for run_dir in run_dirs:
-            if self.require_done and not os.path.exists(os.path.join(run_dir, DONE_FILE)):
-                self.skipped_runs += 1
-                continue
-            try:
-                runs.append((run_dir, os.lstat(os.path.join(run_dir, RESULTS_FILE))))
-            except OSError:
-                runs.append((run_dir, None))
-        index = None
-        if self.indexed:
-            sizes = [st.st_size for _, st in runs if st is not None]
-            index = RecordIndex(top).load(index_cap(sizes))
-            self.notes += index.notes
-        keys = [stat_key(st) if st is not None and is_regular(st) else None
-                for _, st in runs]
-        inside = top + os.sep     # os.walk's paths start so: no relpath per run needed
-        rels = [run_dir[len(inside):] if run_dir.startswith(inside) and
-                os.sep + os.pardir not in run_dir else os.path.relpath(run_dir, top)
-                for run_dir, _ in runs]
-        hits = [index.lookup(rel, key) if index is not None and key is not None else None
-                for rel, key in zip(rels, keys)]
-        misses = [run_dir for (run_dir, _), hit in zip(runs, hits) if hit is None]
-        read = parallel_read.read_all(read_run_parts, misses, self.fields)
-        for (run_dir, _), rel, key, hit in zip(runs, rels, keys, hits):
-            if hit is None:
-                parts, notes, error = next(read)
-                path = os.path.join(run_dir, RESULTS_FILE)
-                if error is not None:
-                    self.skipped_runs += 1
-                    self.notes.append(f"{path}: unreadable ({error})")
-                    continue
-                hit = parts, [note[len(path) + 1:] for note in notes]
-                if index is not None and key is not None:
-                    index.store(rel, key, *hit)
-            self._add_run(run_dir, *hit)
-        if index is not None:
-            index.save()
-
-    def _add_run(self, run_dir: str, parts: list[Part], line_notes: list[str]) -> None:
-        path = os.path.join(run_dir, RESULTS_FILE)
-        self.notes += [f"{path} {note}" for note in line_notes]
-        self.skipped_lines += len(line_notes)
-        for part in parts:
-            self.builder.add_part(run_dir, part)
-        self.kept_dirs.append(run_dir)
+def _index_problem(table: ColumnTable) -> str | None:
+    """What keeps a table read through a records index from matching its records: a
+    block's args / hparams that do not parse, do not fit the schema with the block's first
+    record, or do not give the key values the tables used; None when all fit."""
+    keys = table.keys
+    texts = keys.texts
+    for i in range(table.n_blocks):
+        if i in table.kept:
+            continue
+        try:
+            block = table.block(i)
+        except (ValueError, RecursionError):
+            return f"block {i}: its args or hparams are not JSON"
+        record = table.first_record(block)
+        del record["run_dir"]
+        problem = record_problem(record)
+        if problem is None and key_texts(block.args, block.hparams) != tuple(
+                texts[f][c] for f, c in zip(range(len(KEY_FIELDS)), keys.codes[i].tolist())):
+            problem = "its key values differ from its args"
+        if problem is not None:
+            return f"{block.run_dir}: a record {problem}"
+    return None
 
 
 def _hashable(value: Any) -> Any:

@@ -115,6 +115,15 @@ class KeysBuilder:
             codes.append(code)
         return tuple(codes)
 
+    def code_text(self, field: int, text: str, value: Any) -> int:
+        """The code of one field's value (its JSON text `text`), added when new."""
+        code = self._codes_of[field].get(text)
+        if code is None:
+            code = self._codes_of[field][text] = len(self.texts[field])
+            self.texts[field].append(text)
+            self.values[field].append(value)
+        return code
+
     def add_texts(self, texts: Sequence[str]) -> None:
         self.rows.append(self.code_texts(texts))
 

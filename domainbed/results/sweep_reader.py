@@ -1,0 +1,300 @@
+"""Reading the runs under input directories into one ColumnTable: the walk
+(``discovery``), each unread results.jsonl (``lines``; worker processes for many:
+``parallel_read``), and, for the tables' fields, the records index (``record_index``),
+which serves every run whose results.jsonl is unchanged as whole arrays.
+``records.load_records`` is the entry point."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from domainbed.results import discovery, parallel_read
+from domainbed.results.columns import ColumnTable, Part, TableBuilder, concat_ranges, file_parts
+from domainbed.results.lines import (
+    MAX_LINE_BYTES,
+    parse_json_value,
+    parse_run_lines,
+    parse_whole_file,
+    whole_file_coded,
+)
+from domainbed.results.record_index import (
+    SETTLE_NS,
+    RecordIndex,
+    Stored,
+    encode,
+    index_cap,
+    is_regular,
+    stat_key,
+)
+from domainbed.results.run_keys import KEY_FIELDS, KeysBuilder, key_texts
+from oodutils.untrusted import open_regular, read_lines
+
+Record = dict[str, Any]
+RESULTS_FILE = discovery.RESULTS_FILE
+WHOLE_FILE_BYTES = 16 << 20   # a results.jsonl up to this size is parsed at once
+_NO_KEY = (-1, -1, -1, -1, -1)
+
+
+def read_run(run_dir: str, notes: list[str] | None = None,
+             fields: Sequence[str] | None = None) -> tuple[list[Record], int]:
+    """(records, skipped_lines) of one run directory; raises OSError when unreadable (not a
+    regular file included). Each skipped line adds a note naming it to `notes`."""
+    path = os.path.join(run_dir, RESULTS_FILE)
+    with open_regular(path) as f:
+        data = f.read(WHOLE_FILE_BYTES + 1)
+    found = parse_whole_file(data, fields) if len(data) <= WHOLE_FILE_BYTES else None
+    if found is not None:
+        records, skipped = found, 0
+    else:
+        records, skipped = parse_run_lines(path, read_lines(path, MAX_LINE_BYTES), notes,
+                                           fields)
+    for record in records:
+        record["run_dir"] = run_dir
+    return records, skipped
+
+
+def read_run_parts(run_dir: str, notes: list[str] | None = None,
+                   fields: Sequence[str] | None = None
+                   ) -> tuple[list[tuple[Part, tuple[str, ...]]], int]:
+    """([(part, key texts)], skipped_lines) of one run directory, as `read_run` reads it,
+    column-wise: a file of the usual shape straight into one Part whose args and hparams
+    are their JSON bytes (no record dicts), with its ``run_keys.key_texts``."""
+    with open_regular(os.path.join(run_dir, RESULTS_FILE)) as f:
+        data = f.read(WHOLE_FILE_BYTES + 1)
+    found = whole_file_coded(data, fields) if len(data) <= WHOLE_FILE_BYTES else None
+    if found is not None:
+        return [found], 0
+    records, skipped = read_run(run_dir, notes, fields)
+    for record in records:
+        del record["run_dir"]    # a block's run_dir is the block's, not a key
+    return [(part, key_texts(part.args, part.hparams)) for part in file_parts(records)], \
+        skipped
+
+
+def _memory_cap() -> int:
+    """The most bytes an index file is read into memory (a quarter of the machine's):
+    its size is checked against the records' once the files are statted."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not Linux
+        return 4 << 30
+
+
+class _Top:
+    """What the index of one input directory is rebuilt from."""
+
+    def __init__(self, index: RecordIndex, walked: discovery.Walk, first_block: int
+                 ) -> None:
+        self.index, self.walked, self.first_block = index, walked, first_block
+        self.rels: list[str] = []
+        self.stats: list[tuple[int, ...]] = []
+        self.block_counts: list[int] = []
+        self.notes: dict[int, list[str]] = {}
+        self.keep: list[bool] = []        # whether each run goes into the new index
+        self.changed = False
+
+
+class SweepReader:
+    """What load_records gathers, one input directory at a time; `finish` gives the
+    table and writes the indexes that changed."""
+
+    def __init__(self, fields: Sequence[str] | None, indexed: bool, require_done: bool
+                 ) -> None:
+        self.fields, self.indexed, self.require_done = fields, indexed, require_done
+        self.builder = TableBuilder(KeysBuilder(), parse_json_value)
+        self.kept_dirs: list[str] = []
+        self.notes: list[str] = []
+        self.skipped_lines = self.skipped_runs = 0
+        self.served = False
+        self._tops: list[_Top] = []
+
+    def read_tree(self, top: str) -> None:
+        """Read the runs under `top`, through its index when indexed."""
+        index = RecordIndex(top).load(_memory_cap()) if self.indexed else None
+        stored = index.stored if index is not None else None
+        walked = discovery.walk(top, stored.listings if stored is not None else None)
+        runs = [(path, rel) for path, rel, done in zip(walked.run_dirs, walked.rels,
+                                                       walked.done)
+                if done or not self.require_done]
+        self.skipped_runs += len(walked.run_dirs) - len(runs)
+        stats = [_lstat(os.path.join(path, RESULTS_FILE)) for path, _ in runs]
+        keys = [stat_key(st) if st is not None and is_regular(st) else _NO_KEY
+                for st in stats]
+        if stored is not None and index.size > index_cap([k[0] for k in keys]):
+            stored = index.ignore(f"larger than {index_cap([k[0] for k in keys])} bytes"
+                                  ).stored
+        self.notes += index.notes if index is not None else []
+        hits = _hits(stored, [rel for _, rel in runs], keys)
+        top_info = None
+        if index is not None:
+            top_info = _Top(index, walked, len(self.builder.run_dirs))
+            self._tops.append(top_info)
+        misses = [path for (path, _), hit in zip(runs, hits) if hit < 0]
+        read = parallel_read.read_all(read_run_parts, misses, self.fields)
+        settled = time.time_ns() - SETTLE_NS
+        for start, stop in _segments(hits):
+            if hits[start] >= 0:
+                self._serve(stored, top_info, hits[start:stop], runs[start:stop],
+                            keys[start:stop])
+                continue
+            for (path, rel), key in zip(runs[start:stop], keys[start:stop]):
+                self._read_one(path, rel, key, next(read), top_info,
+                               key != _NO_KEY and key[1] <= settled)
+        if top_info is not None:
+            top_info.changed = stored is None or bool(misses) or \
+                len(stored.paths) != int((hits >= 0).sum()) or \
+                walked.changed[0]
+
+    def _serve(self, stored: Stored, top: _Top | None, runs: np.ndarray,
+               paths: list[tuple[str, str]], keys: list[tuple[int, ...]]) -> None:
+        """Add the blocks of these index runs, as arrays."""
+        assert top is not None
+        counts = stored.first_block[runs + 1] - stored.first_block[runs]
+        blocks = concat_ranges(stored.first_block[runs], counts)
+        run_dirs = [path for (path, _), count in zip(paths, counts.tolist())
+                    for _ in range(count)]
+        kept = {}
+        if stored.kept:
+            for i, block in enumerate(blocks.tolist()):
+                if block in stored.kept:
+                    kept[i] = stored.kept[block]
+                    for record in kept[i]:
+                        record["run_dir"] = run_dirs[i]
+        block_list = blocks.tolist()
+        self.builder.add_blocks(stored.layouts, stored.matrices, stored.layout[blocks],
+                                stored.offset[blocks], stored.rows[blocks], run_dirs,
+                                [stored.args[b] for b in block_list],
+                                [stored.hparams[b] for b in block_list],
+                                self._codes(stored, blocks), kept)
+        for run, (path, rel), key, count in zip(runs.tolist(), paths, keys, counts.tolist()):
+            notes = stored.notes.get(run)
+            if notes:
+                self.notes += [f"{os.path.join(path, RESULTS_FILE)} {n}" for n in notes]
+                self.skipped_lines += len(notes)
+                top.notes[len(top.rels)] = notes
+            top.rels.append(rel)
+            top.stats.append(key)
+            top.block_counts.append(count)
+            top.keep.append(True)
+        self.kept_dirs += [path for path, _ in paths]
+        self.served = True
+
+    def _codes(self, stored: Stored, blocks: np.ndarray) -> np.ndarray:
+        """The index's key codes of these blocks, as codes of this reader's tables."""
+        codes = stored.key_codes[blocks]
+        remapped = np.empty_like(codes)
+        for field in range(len(KEY_FIELDS)):
+            used = np.unique(codes[:, field])
+            lookup = np.zeros(len(stored.texts[field]), dtype=np.int64)
+            lookup[used] = [self.builder.keys.code_text(field, stored.texts[field][u],  # type: ignore[union-attr]
+                                                        stored.values[field][u])
+                            for u in used.tolist()]
+            remapped[:, field] = lookup[codes[:, field]]
+        return remapped
+
+    def _read_one(self, path: str, rel: str, key: tuple[int, ...], read: Any,
+                  top: _Top | None, storable: bool) -> None:
+        parts, notes, error = read
+        results = os.path.join(path, RESULTS_FILE)
+        if error is not None:
+            self.skipped_runs += 1
+            self.notes.append(f"{results}: unreadable ({error})")
+            return
+        line_notes = [note[len(results) + 1:] for note in notes]
+        self.notes += [f"{results} {note}" for note in line_notes]
+        self.skipped_lines += len(line_notes)
+        for part, texts in parts:
+            self.builder.add_part(path, part, texts)
+        self.kept_dirs.append(path)
+        if top is not None:
+            if line_notes:
+                top.notes[len(top.rels)] = line_notes
+            top.rels.append(rel)
+            top.stats.append(key)
+            top.block_counts.append(len(parts))
+            top.keep.append(storable)
+
+    def finish(self) -> ColumnTable:
+        table = self.builder.finish()
+        if self.served:
+            table.cache["unchecked"] = True     # decoded args are checked when asked for
+        for top in self._tops:
+            if top.changed or not all(top.keep):
+                top.index.save(_encode_top(table, top))
+        return table
+
+
+def _lstat(path: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except OSError:
+        return None
+
+
+def _hits(stored: Stored | None, rels: list[str], keys: list[tuple[int, ...]]
+          ) -> np.ndarray:
+    """For each run, its run number in the index when its stat key is the stored one,
+    else -1."""
+    if stored is None or not rels:
+        return np.full(len(rels), -1, dtype=np.int64)
+    position = dict(zip(stored.paths, range(len(stored.paths))))
+    found = np.fromiter((position.get(rel, -1) for rel in rels), np.int64, len(rels))
+    current = np.array(keys, dtype=np.int64).reshape(-1, 5)
+    same = (stored.stats[np.maximum(found, 0)] == current).all(axis=1) if \
+        len(stored.paths) else np.zeros(len(rels), dtype=bool)
+    return np.where((found >= 0) & same & (current[:, 0] >= 0), found, -1)
+
+
+def _segments(hits: np.ndarray) -> list[tuple[int, int]]:
+    """(start, stop) of each stretch of runs served from the index (hits >= 0) or read
+    from their files, in order."""
+    if len(hits) == 0:
+        return []
+    served = hits >= 0
+    cuts = np.flatnonzero(served[1:] != served[:-1]) + 1
+    bounds = [0, *cuts.tolist(), len(hits)]
+    return list(zip(bounds, bounds[1:]))
+
+
+def _json_bytes(value: Any) -> bytes:
+    return value if type(value) is bytes else json.dumps(value).encode("utf-8")
+
+
+def _encode_top(table: ColumnTable, top: _Top) -> bytes:
+    """The new index of one input directory: its runs kept (settled, readable), their
+    blocks' rows gathered per layout."""
+    counts = np.asarray(top.block_counts, dtype=np.int64)
+    keep = np.asarray(top.keep, dtype=bool)
+    run_blocks = top.first_block + concat_ranges(
+        np.concatenate(([0], np.cumsum(counts)[:-1])) if len(counts) else counts, counts)
+    blocks = run_blocks[np.repeat(keep, counts)] if len(counts) else run_blocks
+    layout, offset, rows = table.layout[blocks], table.offset[blocks], table.rows[blocks]
+    new_offset = np.zeros(len(blocks), dtype=np.int64)
+    matrices = []
+    for i, matrix in enumerate(table.store.matrices):
+        chosen = np.flatnonzero(layout == i)
+        taken = concat_ranges(offset[chosen], rows[chosen])
+        whole = len(taken) == len(matrix) and np.array_equal(taken, np.arange(len(matrix)))
+        matrices.append(matrix if whole else matrix[taken])
+        if len(chosen):
+            new_offset[chosen] = np.concatenate(([0], np.cumsum(rows[chosen])[:-1]))
+    block_list = blocks.tolist()
+    kept = {i: [{k: v for k, v in r.items() if k != "run_dir"} for r in table.kept[b]]
+            for i, b in enumerate(block_list) if b in table.kept}
+    kept_runs = np.flatnonzero(keep).tolist()
+    renumber = {old: new for new, old in enumerate(kept_runs)}
+    return encode(
+        {"paths": [top.rels[i] for i in kept_runs],
+         "stats": np.asarray(top.stats, dtype=np.int64).reshape(-1, 5)[keep],
+         "block_counts": counts[keep],
+         "notes": {renumber[r]: n for r, n in top.notes.items() if r in renumber}},
+        {"layout": layout, "offset": new_offset, "rows": rows,
+         "key_codes": table.keys.codes[blocks],
+         "args": [_json_bytes(table.args[b]) for b in block_list],
+         "hparams": [_json_bytes(table.hparams[b]) for b in block_list], "kept": kept},
+        table.store.layouts, matrices, table.keys.texts, top.walked.listings)
