@@ -175,14 +175,36 @@ def candidates_of(table: ColumnTable, labels: Labels) -> Candidates:
 
 def _first_per(keys: np.ndarray, *then: np.ndarray) -> np.ndarray:
     """Positions of the first element of each `keys` value, after sorting by `keys`
-    then by `then` (most significant first)."""
+    then by `then` (most significant first; the position breaks what ties remain)."""
     if keys.size == 0:
         return np.zeros(0, dtype=np.int64)
+    if len(then) == 2 and not any(t.dtype.kind == "f" and np.isnan(t).any() for t in then):
+        return _first_per_by_segments(keys, *then)
     order = np.lexsort((*reversed(then), keys))
     sorted_keys = keys[order]
     first = np.ones(len(order), dtype=bool)
     first[1:] = sorted_keys[1:] != sorted_keys[:-1]
     return order[first]
+
+
+def _first_per_by_segments(keys: np.ndarray, primary: np.ndarray, secondary: np.ndarray
+                           ) -> np.ndarray:
+    """`_first_per` without NaN: one stable sort by key, then per key the smallest
+    primary, among those the smallest secondary, among those the first."""
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = sorted_keys[1:] != sorted_keys[:-1]
+    starts = np.flatnonzero(new)
+    segment = np.cumsum(new) - 1
+    first_key = primary[order]
+    tie = first_key == np.minimum.reduceat(first_key, starts)[segment]
+    second_key = np.where(tie, secondary[order].astype(np.float64), np.inf)
+    best = np.flatnonzero(tie & (second_key == np.minimum.reduceat(second_key,
+                                                                   starts)[segment]))
+    keep = np.ones(len(best), dtype=bool)
+    keep[1:] = segment[best][1:] != segment[best][:-1]
+    return order[best[keep]]
 
 
 def _finite(values: np.ndarray) -> np.ndarray:
@@ -264,7 +286,7 @@ def leave_one_out(table: ColumnTable, labels: Labels) -> list[Row]:
         return []
     row, candidate, kind, other = entries
     step = table.store.column("step")[row]
-    order = np.lexsort((row, step, candidate))
+    order = _cell_order(row, step, candidate)
     row, candidate, kind, other, step = (a[order] for a in (row, candidate, kind, other, step))
     new_cell = np.ones(len(row), dtype=bool)
     new_cell[1:] = (candidate[1:] != candidate[:-1]) | (step[1:] != step[:-1])
@@ -286,6 +308,20 @@ def leave_one_out(table: ColumnTable, labels: Labels) -> list[Row]:
     best = cells[_first_per(cell_candidate[cells], -val[cells], cell_first_row[cells])]
     return _choose(table, cands, cell_candidate[best], val[best], test[best],
                    single_row[best])
+
+
+def _cell_order(row: np.ndarray, step: np.ndarray, candidate: np.ndarray) -> np.ndarray:
+    """np.lexsort((row, step, candidate)): one stable sort of an integer (candidate,
+    step) key where steps are small ints and each candidate's rows come in order (they
+    do unless a run lists a test env twice), else lexsort."""
+    if len(step) and np.isfinite(step).all() and step.min() >= 0 and \
+            step.max() < 2 ** 31 and (step == np.floor(step)).all():
+        key = candidate * (int(step.max()) + 1) + step.astype(np.int64)
+        order = np.argsort(key, kind="stable")
+        same, rows = key[order], row[order]
+        if ((rows[1:] > rows[:-1]) | (same[1:] != same[:-1])).all():
+            return order
+    return np.lexsort((row, step, candidate))
 
 
 def _loo_entries(table: ColumnTable, cands: Candidates
@@ -310,12 +346,13 @@ def _held_out_mean(table: ColumnTable, cell: np.ndarray, row: np.ndarray, kind: 
     pair = kind == 1
     pair = pair & (other < n_envs[cell])
     p_cell, p_row, p_other = cell[pair], row[pair], other[pair]
-    # the last record per (cell, other env): entries are in row order inside a cell
-    last = _first_per(p_cell * (int(other.max(initial=0)) + 1) + p_other, -p_row)
     max_envs = int(n_envs.max(initial=0))
-    values = np.full((n_cells, max(max_envs, 1)), np.nan)
-    values[p_cell[last], p_other[last]] = _values_at(table, p_row[last], p_other[last],
-                                                     "env{}_in_acc")
+    last_row = np.full((n_cells, max(max_envs, 1)), -1, dtype=np.int64)
+    np.maximum.at(last_row, (p_cell, p_other), p_row)    # the last record per (cell, env)
+    values = np.full(last_row.shape, np.nan)
+    found = last_row >= 0
+    cells, envs = np.nonzero(found)
+    values[cells, envs] = _values_at(table, last_row[found], envs, "env{}_in_acc")
     total = np.zeros(n_cells)
     complete = np.ones(n_cells, dtype=bool)
     for env in range(max_envs):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from stat import S_ISDIR
 from typing import NamedTuple
 
 RESULTS_FILE = "results.jsonl"
@@ -19,36 +20,37 @@ PREDICTIONS_DIR = "predictions"
 SETTLE_NS = 2_000_000_000
 HAS_RESULTS, HAS_DONE = 1, 2
 
-DirKey = tuple[int, int, int, int]
-UNSETTLED: DirKey = (-1, -1, -1, -1)      # no directory's stat gives it
+UNSETTLED = [-1, -1, -1, -1]      # no directory's stat gives this key
 
 
-class Listing(NamedTuple):
-    """What a walk needs of one directory: its stat key, flags (HAS_RESULTS: a
-    results.jsonl entry that is not a directory; HAS_DONE: ``done`` exists) and the
-    directories to walk into (sorted)."""
-    key: DirKey
-    flags: int
-    children: tuple[str, ...]
+class Listings(NamedTuple):
+    """What a walk needs of each directory, as parallel lists: its path relative to the
+    top ("" for it), stat key, flags (HAS_RESULTS: a results.jsonl entry that is not a
+    directory; HAS_DONE: ``done`` exists) and the directories to walk into (sorted, joined
+    by "/", which no name holds)."""
+    rels: list[str]
+    keys: list[list[int]]
+    flags: list[int]
+    children: list[str]
+
+    @classmethod
+    def empty(cls) -> Listings:
+        return cls([], [], [], [])
 
 
 class Walk(NamedTuple):
     """A walk's answer: the run directories (paths, and relative to the top: "" for it)
-    and whether each has ``done``; the listing of every directory visited, by relative
-    path (an unsettled one with a key no stat gives, so it is listed again); `changed`:
-    whether any directory's entries differ from the known ones (or it is new, or gone)."""
+    and whether each has ``done``; the listing of every directory visited (an unsettled
+    one with a key no stat gives, so it is listed again); `changed`: whether any
+    directory's entries differ from the known ones (or it is new, or gone)."""
     run_dirs: list[str]
     rels: list[str]
     done: list[bool]
-    listings: dict[str, Listing]
-    changed: list[bool]
+    listings: Listings
+    changed: bool
 
 
-def dir_key(st: os.stat_result) -> DirKey:
-    return (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
-
-
-def _list(path: str, key: DirKey) -> Listing:
+def _list(path: str) -> tuple[int, str]:
     """A directory's listing, read from the directory (an unreadable one lists nothing,
     as os.walk skips it)."""
     children, flags = [], 0
@@ -67,40 +69,53 @@ def _list(path: str, key: DirKey) -> Listing:
                 elif entry.name == RESULTS_FILE:
                     flags |= HAS_RESULTS
     except OSError:
-        return Listing(key, 0, ())
-    return Listing(key, flags, tuple(sorted(children)))
+        return 0, ""
+    return flags, "/".join(sorted(children))
 
 
-def walk(top: str, known: dict[str, Listing] | None = None) -> Walk:
+def walk(top: str, known: Listings | None = None) -> Walk:
     """The run directories under `top` (itself included) in os.walk's order, listing
     again only the directories whose stat key differs from the one in `known`."""
-    known = known or {}
-    found = Walk([], [], [], {}, [False])
+    known = known or Listings.empty()
+    position = dict(zip(known.rels, range(len(known.rels))))
+    found = Listings.empty()
+    run_dirs: list[str] = []
+    rels: list[str] = []
+    done: list[bool] = []
+    changed = False
     settled = time.time_ns() - SETTLE_NS
     stack = [(top, "")]
     seen_known = 0
+    lstat, get, pop, push = os.lstat, position.get, stack.pop, stack.append
     while stack:
-        path, rel = stack.pop()
-        try:
-            key = dir_key(os.stat(path))
+        path, rel = pop()
+        try:     # below the top, never through a symlink (os.walk does not follow them)
+            st = lstat(path) if rel else os.stat(path)
         except OSError:
             continue
-        listing = before = known.get(rel)
-        seen_known += before is not None
-        if listing is None or listing.key != key:
-            listing = _list(path, key)
-            if before is None or before[1:] != listing[1:]:
-                found.changed[0] = True
-        if not (key[0] <= settled and key[1] <= settled):
-            listing = listing._replace(key=UNSETTLED)
-        found.listings[rel] = listing
-        if listing.flags & HAS_RESULTS:
-            found.run_dirs.append(path)
-            found.rels.append(rel)
-            found.done.append(bool(listing.flags & HAS_DONE))
-        prefix = rel + "/" if rel else ""
-        stack.extend((os.path.join(path, name), prefix + name)
-                     for name in reversed(listing.children))
-    if seen_known != len(known):
-        found.changed[0] = True
-    return found
+        if not S_ISDIR(st.st_mode):
+            continue
+        key = [st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+        at = get(rel)
+        if at is not None and known.keys[at] == key:
+            flags, children = known.flags[at], known.children[at]
+            seen_known += 1
+        else:
+            flags, children = _list(path)
+            if at is None or known.flags[at] != flags or known.children[at] != children:
+                changed = True
+            seen_known += at is not None
+        found.rels.append(rel)
+        found.keys.append(key if key[0] <= settled and key[1] <= settled else UNSETTLED)
+        found.flags.append(flags)
+        found.children.append(children)
+        if flags & HAS_RESULTS:
+            run_dirs.append(path)
+            rels.append(rel)
+            done.append(bool(flags & HAS_DONE))
+        if children:
+            base = path if path.endswith("/") else path + "/"
+            prefix = rel + "/" if rel else ""
+            for name in reversed(children.split("/")):
+                push((base + name, prefix + name))
+    return Walk(run_dirs, rels, done, found, changed or seen_known != len(known.rels))

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from domainbed.results.discovery import Listing
+from domainbed.results.discovery import Listings
 from domainbed.results.index_checks import (
     CorruptIndex,
     check_header,
@@ -96,7 +96,7 @@ class Stored(NamedTuple):
     matrices: list[np.ndarray]
     values: list[list[Any]]
     texts: list[list[str]]
-    listings: dict[str, Listing]
+    listings: Listings
 
 
 class RecordIndex:
@@ -157,15 +157,15 @@ def _blob(texts: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
 
 def encode(runs: dict[str, Any], blocks: dict[str, Any], layouts: list[Any],
            matrices: list[np.ndarray], texts: list[list[str]],
-           listings: dict[str, Listing]) -> bytes:
+           listings: Listings) -> bytes:
     """The bytes of an index file. runs: {"paths", "stats" (n x 5), "block_counts",
     "notes" ({run: notes})}; blocks: {"layout", "offset", "rows", "key_codes", "args",
     "hparams" (JSON bytes each), "kept" ({block: records without run_dir})}."""
     paths = "\0".join(runs["paths"]).encode("utf-8", "surrogateescape")
     args_blob, args_ends = _blob(blocks["args"])
     hparams_blob, hparams_ends = _blob(blocks["hparams"])
-    dir_names = list(listings)
-    dir_children = ["/".join(listings[d].children) for d in dir_names]
+    dir_names = listings.rels
+    dir_children = listings.children
     arrays = {
         "run_paths": np.frombuffer(paths, dtype=np.uint8),
         "run_stats": np.asarray(runs["stats"], dtype=np.int64).reshape(-1, 5),
@@ -178,9 +178,8 @@ def encode(runs: dict[str, Any], blocks: dict[str, Any], layouts: list[Any],
                                    dtype=np.uint8),
         "dir_children": np.frombuffer("\0".join(dir_children).encode(
             "utf-8", "surrogateescape"), dtype=np.uint8),
-        "dir_keys": np.array([listings[d].key for d in dir_names],
-                             dtype=np.int64).reshape(-1, 4),
-        "dir_flags": np.array([listings[d].flags for d in dir_names], dtype=np.int64),
+        "dir_keys": np.array(listings.keys, dtype=np.int64).reshape(-1, 4),
+        "dir_flags": np.array(listings.flags, dtype=np.int64),
         **{f"matrix{i}": m for i, m in enumerate(matrices)}}
     described, at = {}, 0
     for name, array in arrays.items():
@@ -313,14 +312,16 @@ def _texts(blob: np.ndarray, ends: np.ndarray, count: int, what: str) -> list[by
     return [data[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
-def _listings(arrays: dict[str, np.ndarray], n_dirs: int) -> dict[str, Listing]:
+def _listings(arrays: dict[str, np.ndarray], n_dirs: int) -> Listings:
     names = _strings(arrays["dir_paths"], n_dirs, "directories")
     kids = _strings(arrays["dir_children"], n_dirs, "directory listings")
     keys, flags = arrays["dir_keys"], arrays["dir_flags"]
     if keys.shape != (n_dirs, 4) or flags.shape != (n_dirs,):
         raise CorruptIndex("its directories do not fit together")
-    return {name: Listing(tuple(key), flag, tuple(kid.split("/")) if kid else ())
-            for name, key, flag, kid in zip(names, keys.tolist(), flags.tolist(), kids)}
+    for kid in filter(None, kids):     # names a walk joins to a path: never "", ".", ".."
+        if {"", ".", ".."} & set(kid.split("/")):
+            raise CorruptIndex("a directory listing names no child directory")
+    return Listings(names, keys.tolist(), flags.tolist(), kids)
 
 
 def index_cap(sizes: Sequence[int]) -> int:

@@ -38,6 +38,7 @@ Record = dict[str, Any]
 RESULTS_FILE = discovery.RESULTS_FILE
 WHOLE_FILE_BYTES = 16 << 20   # a results.jsonl up to this size is parsed at once
 _NO_KEY = (-1, -1, -1, -1, -1)
+_RESULTS_AFTER = os.sep + RESULTS_FILE   # a walk's run paths never end with a separator
 
 
 def read_run(run_dir: str, notes: list[str] | None = None,
@@ -122,7 +123,7 @@ class SweepReader:
                                                        walked.done)
                 if done or not self.require_done]
         self.skipped_runs += len(walked.run_dirs) - len(runs)
-        stats = [_lstat(os.path.join(path, RESULTS_FILE)) for path, _ in runs]
+        stats = [_lstat(path + _RESULTS_AFTER) for path, _ in runs]
         keys = [stat_key(st) if st is not None and is_regular(st) else _NO_KEY
                 for st in stats]
         if stored is not None and index.size > index_cap([k[0] for k in keys]):
@@ -148,7 +149,7 @@ class SweepReader:
         if top_info is not None:
             top_info.changed = stored is None or bool(misses) or \
                 len(stored.paths) != int((hits >= 0).sum()) or \
-                walked.changed[0]
+                walked.changed
 
     def _serve(self, stored: Stored, top: _Top | None, runs: np.ndarray,
                paths: list[tuple[str, str]], keys: list[tuple[int, ...]]) -> None:
