@@ -292,7 +292,8 @@ def test_a_tampered_args_text_sends_the_records_api_back_to_the_files(sweep, cap
     header, base = _header(data)
     at = base + header["arrays"]["args_blob"][2]
     assert data[at:].startswith(b'{"algorithm"')
-    start = data.index(b'"dataset": "', at) + len(b'"dataset": "')
+    start = data.index(b'"dataset":', at) + len(b'"dataset":')
+    start = data.index(b'"', start) + 1
     wrong = b"PACS" if data[start:start + 4] != b"PACS" else b"VLCS"
     index.write_bytes(data[:start] + wrong + data[start + 4:])    # same length, same header
     loaded = _load(sweep)

@@ -146,3 +146,17 @@ def test_worker_processes_read_what_one_process_reads(tmp_path, monkeypatch):
     assert one.skipped_runs == 1 and one.skipped_lines == 1 and len(one.notes) == 2
     assert many.notes == one.notes and many.skipped_runs == one.skipped_runs
     assert many.run_dirs == one.run_dirs
+
+
+def test_long_digit_runs_in_strings_do_not_decline_a_file_but_long_integers_do():
+    data = _files()[0].read_bytes()
+    digits = "1234567890" * 3
+    in_a_string = data.replace(b'"data_dir": "', f'"data_dir": "{digits}'.encode())
+    assert in_a_string != data
+    part = whole_file_part(in_a_string, TABLE_FIELDS)
+    assert part is not None and part.args["data_dir"].startswith(digits)
+    long_integer = data.replace(b'"step": ', f'"big": {digits}, "step": '.encode())
+    assert long_integer != data
+    assert whole_file_part(long_integer, None) is None     # orjson would make it a float
+    records = _by_lines(long_integer)
+    assert records[0]["big"] == int(digits) and type(records[0]["big"]) is int

@@ -9,6 +9,7 @@ elsewhere; each record is held to ``domainbed.results.schema``.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from operator import itemgetter
 from typing import Any
@@ -183,7 +184,7 @@ def whole_file_coded(data: bytes, fields: Sequence[str] | None = None
         return None
     part, args_text, hparams_text = found
     return part._replace(args=args_text, hparams=hparams_text), \
-        key_texts(part.args, part.hparams)
+        key_texts(part.args, part.hparams, hparams_text)
 
 
 def parse_json_value(text: bytes) -> Any:
@@ -193,30 +194,39 @@ def parse_json_value(text: bytes) -> Any:
 
 def _whole_file(data: bytes, fields: Sequence[str] | None
                 ) -> tuple[Part, bytes, bytes] | None:
-    found = _parse_shared(data)
-    if found is None or not found[0] or type(found[0][0]) is not dict:
+    """(part, args JSON, hparams JSON) of a file whose lines all parse in one orjson call
+    as json would parse each, with the same keys in the same order, values of the same
+    types, args and hparams objects that serialize alike (so the line reader shares them
+    too), numbers a float64 holds, fitting the schema; else None."""
+    if _orjson is None or not data.startswith(b"{") or len(data) >= MAX_LINE_BYTES or \
+            data.endswith(b"\n\n") or _needs_json(data):
         return None
-    parsed, args, hparams, args_text, hparams_text = found
-    first = parsed[0]
-    keys = tuple(first)
-    kinds = tuple(map(type, first.values()))
-    stand_in = _STAND_IN_VALUE
-    if not all(type(r) is dict and tuple(r) == keys and tuple(map(type, r.values())) ==
-               kinds and r["args"] == stand_in and r.get("hparams") == stand_in
-               for r in parsed) or list in kinds or dict in kinds:
+    try:
+        parsed = _orjson.loads(b"[" + data.rstrip(b"\n").replace(b"\n", b",") + b"]")
+    except _orjson.JSONDecodeError:
+        return None
+    first = parsed[0] if parsed else None
+    if type(first) is not dict or type(first.get("args")) is not dict or \
+            type(first.get("hparams")) is not dict:
+        return None
+    keys, kinds = tuple(first), tuple(map(type, first.values()))
+    args, hparams = first["args"], first["hparams"]
+    dumps = _orjson.dumps
+    args_text, hparams_text = dumps(args), dumps(hparams)
+    if list in kinds or kinds.count(dict) != 2 or not all(
+            type(r) is dict and tuple(r) == keys and tuple(map(type, r.values())) == kinds
+            and dumps(r["args"]) == args_text and dumps(r["hparams"]) == hparams_text
+            for r in parsed):
         return None
     kept = [k for k in keys if k in fields or k.startswith("env")] if fields else list(keys)
     kind_of = dict(zip(keys, kinds))
     numeric = [k for k in kept if k not in ("args", "hparams")]
-    if type(hparams) is not dict or type(args) is not dict or \
-            any(kind_of[k] not in (float, int) for k in numeric):
+    if any(kind_of[k] not in (float, int) for k in numeric):
         return None
     ints = [k for k in numeric if kind_of[k] is int]
     if any(not -_EXACT_INT <= r[k] <= _EXACT_INT for k in ints for r in parsed):
         return None
-    record = {k: args if k == "args" else hparams if k == "hparams" else v
-              for k, v in first.items()}
-    if record_problem(record) is not None or \
+    if record_problem(first) is not None or \
             ("step" in ints and min(r["step"] for r in parsed) < 0):
         return None
     types = "".join("a" if k == "args" else "h" if k == "hparams" else
@@ -228,6 +238,21 @@ def _whole_file(data: bytes, fields: Sequence[str] | None
                           dtype=np.float64)
         values[:, [kept.index(k) for k in numeric]] = picked
     return Part((tuple(kept), types), args, hparams, values, None), args_text, hparams_text
+
+
+def _needs_json(data: bytes) -> bool:
+    """Whether some line of `data` is one orjson would read otherwise than json (an
+    integer of 19 digits or more) or could not read (nested thousands deep)."""
+    if data.count(b"[") + data.count(b"{") > _MAX_FAST_BRACKETS and \
+            any(line.count(b"[") + line.count(b"{") > _MAX_FAST_BRACKETS
+                for line in data.split(b"\n")):
+        return True
+    if _LONG_INTEGER not in data.translate(_NUMBER_SHAPE):
+        return False     # (digits in strings, such as a run folder's hash, can look long:)
+    return _LONG_INTEGER in _STRING.sub(b'""', data).translate(_NUMBER_SHAPE)
+
+
+_STRING = re.compile(rb'"(?:[^"\\\n]|\\.)*"')   # a JSON string on one line
 
 
 def _parse_shared(data: bytes) -> tuple[list[Any], Any, Any, bytes, bytes] | None:

@@ -35,9 +35,42 @@ def key_values(args: Any, hparams: Any) -> tuple[Any, ...]:
             [str(get("hparams_seed")), json.dumps(hparams, sort_keys=True, default=str)])
 
 
-def key_texts(args: Any, hparams: Any) -> tuple[str, ...]:
-    """The JSON texts of `key_values` (what a worker process sends back for a run)."""
-    return tuple(map(_dumps, key_values(args, hparams)))
+_HPARAMS_JSON: dict[bytes, str] = {}    # hparams JSON bytes -> their sorted json.dumps
+
+
+def key_texts(args: Any, hparams: Any, hparams_text: bytes | None = None
+              ) -> tuple[str, ...]:
+    """The JSON texts of `key_values` (what a worker process sends back for a run);
+    hparams_text: the hparams' JSON bytes, when known (the sorted dump is made once per
+    distinct text)."""
+    if hparams_text is None:
+        return tuple(map(_dumps, key_values(args, hparams)))
+    sorted_json = _HPARAMS_JSON.get(hparams_text)
+    if sorted_json is None:
+        sorted_json = json.dumps(hparams, sort_keys=True, default=str)
+        if len(_HPARAMS_JSON) < 65536:
+            _HPARAMS_JSON[hparams_text] = sorted_json
+    get = args.get
+    seed = get("hparams_seed")
+    data = [get(k) for k in DATA_KEYS]
+    return (_text(get("dataset")), _text(get("algorithm")), _text(get("trial_seed")),
+            _text(seed), _text(get("test_envs")), _text(get("env_names")),
+            _NO_DATA_TEXT if data == _NO_DATA else _dumps(data),
+            _dumps([str(seed), sorted_json]))
+
+
+_NO_DATA = [None] * len(DATA_KEYS)
+_NO_DATA_TEXT = _dumps(_NO_DATA)
+
+
+def _text(value: Any) -> str:
+    """`value`'s JSON text, as json writes it (strings, ints and lists of them quickly)."""
+    kind = type(value)
+    if kind is str or kind is int:
+        return _dumps(value) if kind is str else str(value)
+    if value is None:
+        return "null"
+    return _dumps(value)
 
 
 class RunKeys:

@@ -32,7 +32,7 @@ from domainbed.results.record_index import (
     stat_key,
 )
 from domainbed.results.run_keys import KEY_FIELDS, KeysBuilder, key_texts
-from oodutils.untrusted import open_regular, read_lines
+from oodutils.untrusted import open_regular, read_head, read_lines
 
 Record = dict[str, Any]
 RESULTS_FILE = discovery.RESULTS_FILE
@@ -65,8 +65,7 @@ def read_run_parts(run_dir: str, notes: list[str] | None = None,
     """([(part, key texts)], skipped_lines) of one run directory, as `read_run` reads it,
     column-wise: a file of the usual shape straight into one Part whose args and hparams
     are their JSON bytes (no record dicts), with its ``run_keys.key_texts``."""
-    with open_regular(os.path.join(run_dir, RESULTS_FILE)) as f:
-        data = f.read(WHOLE_FILE_BYTES + 1)
+    data = read_head(os.path.join(run_dir, RESULTS_FILE), WHOLE_FILE_BYTES)
     found = whole_file_coded(data, fields) if len(data) <= WHOLE_FILE_BYTES else None
     if found is not None:
         return [found], 0
