@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from domainbed.results.run_keys import KeysBuilder, RunKeys
+from oodutils.errors import UserError
 
 Record = dict[str, Any]
 Layout = tuple[tuple[str, ...], str]     # (keys, types)
@@ -194,6 +195,7 @@ class ColumnTable:
             store, layout, start, offset, rows
         self.run_dirs, self.args, self.hparams, self.kept = run_dirs, args, hparams, kept
         self.decode = decode
+        self.before_records: Callable[[ColumnTable], None] | None = None   # run once
         self._keys = keys
         self.cache: dict[Any, Any] = {}    # what selection works out once per table
         self._records: list[Record] | None = None
@@ -247,7 +249,20 @@ class ColumnTable:
                             self.offset[picked], self.rows[picked],
                             [self.run_dirs[i] for i in index], args, hparams, kept,
                             self.keys.subset(picked), self.decode)
+        if self.before_records is not None:
+            table.before_records = self._check_for_subset
         return table
+
+    def _check_for_subset(self, subset: ColumnTable) -> None:
+        """A subset's records need this table's check; a table it replaced leaves the
+        subset stale."""
+        hook, self.before_records = self.before_records, None
+        if hook is not None:
+            store = self.store
+            hook(self)
+            if self.store is not store:
+                raise UserError("the records index did not match its records and was "
+                                "rebuilt from the files: run the command again")
 
     @property
     def blocks(self) -> BlockList:
@@ -282,7 +297,11 @@ class ColumnTable:
 
     @property
     def records(self) -> list[Record]:
-        """Every record dict, in reading order (built once, on first use)."""
+        """Every record dict, in reading order (built once, on first use, after the
+        `before_records` hook: a reader's check of what it decodes)."""
+        hook, self.before_records = self.before_records, None
+        if hook is not None:
+            hook(self)
         if self._records is None:
             self._records = [r for b in self.blocks for r in self.block_records(b)]
         return self._records

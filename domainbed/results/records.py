@@ -28,6 +28,7 @@ import numpy as np
 from domainbed.results import discovery
 from domainbed.results.columns import ColumnTable
 from domainbed.results.lines import MAX_LINE_BYTES  # noqa: F401 - also this module's API
+from domainbed.results.record_index import RecordIndex
 from domainbed.results.run_keys import KEY_FIELDS, key_texts
 from domainbed.results.schema import record_problem
 from domainbed.results.sweep_reader import (  # noqa: F401 - also this module's API
@@ -82,28 +83,13 @@ class Records:
         self.skipped_runs = int(skipped_runs)
         self.run_dirs = list(run_dirs)
         self.input_dirs = list(input_dirs)
-        self.reread: Callable[[], Records] | None = None   # the same read, without index
 
     @property
     def records(self) -> list[Record]:
-        """The record dicts (built from the column table on first use). Where the table
-        came from a records index, each block's args and hparams are held to the schema
-        and to the key values the tables used; a block that fails sends the read back to
-        the files, with a warning."""
+        """The record dicts (built from the column table on first use; see
+        `load_records` for a table read through a records index)."""
         if self._records is None:
-            table = self.table
-            problem = _index_problem(table) if table.cache.get("unchecked") else None
-            if problem is not None and self.reread is not None:
-                note = (f"warning: ignored the records index of {', '.join(self.input_dirs)}"
-                        f" ({problem}); read the files")
-                logger.warning(note)
-                fresh = self.reread()
-                self._table, self.notes = fresh.table, fresh.notes + [note]
-                self.run_dirs = fresh.run_dirs
-                self.skipped_lines, self.skipped_runs = fresh.skipped_lines, \
-                    fresh.skipped_runs
-                table = self._table
-            self._records = table.records
+            self._records = self.table.records
         return self._records
 
     @records.setter
@@ -209,14 +195,43 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
         reader.read_tree(top)
     result = Records(None, reader.skipped_lines, reader.skipped_runs, reader.kept_dirs, dirs,
                      reader.notes, table=reader.finish())
-    if reader.served:   # args decoded from an index are checked when asked for: else, cold
-        result.reread = lambda: load_records(dirs, require_done, True, fields, False)
+    if reader.served:    # args decoded from an index are checked when dicts are built
+        result.table.before_records = lambda table: _check_or_reread(
+            result, table, lambda: _reread(dirs, require_done, fields))
     logger.debug(f"read {len(result)} records from {len(reader.kept_dirs)} run(s) "
                  f"under {', '.join(map(str, dirs))}")
     message = result.warning()
     if message and not quiet:
         logger.warning(message)
     return result
+
+
+def _reread(dirs: list[str], require_done: bool, fields: Sequence[str] | None) -> Records:
+    """The same read from the files, the indexes of `dirs` removed (and so rebuilt)."""
+    for top in dirs:
+        try:
+            os.remove(RecordIndex(top).path)
+        except OSError:
+            pass
+    return load_records(dirs, require_done, True, fields, True)
+
+
+def _check_or_reread(result: Records, table: ColumnTable, reread: Callable[[], Records]
+                     ) -> None:
+    """Before a table read through a records index gives record dicts: each block's
+    args and hparams checked (`_index_problem`); where one fails, the read is done again
+    from the files and replaces the table's (and the Records') contents, with a warning."""
+    problem = _index_problem(table)
+    if problem is None:
+        return
+    note = (f"warning: ignored the records index of {', '.join(result.input_dirs)} "
+            f"({problem}); read the files")
+    logger.warning(note)
+    fresh = reread()
+    table.__dict__.update(fresh.table.__dict__)
+    result.notes = fresh.notes + [note]
+    result.run_dirs = fresh.run_dirs
+    result.skipped_lines, result.skipped_runs = fresh.skipped_lines, fresh.skipped_runs
 
 
 def _index_problem(table: ColumnTable) -> str | None:

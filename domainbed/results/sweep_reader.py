@@ -221,8 +221,6 @@ class SweepReader:
 
     def finish(self) -> ColumnTable:
         table = self.builder.finish()
-        if self.served:
-            table.cache["unchecked"] = True     # decoded args are checked when asked for
         for top in self._tops:
             if top.changed or not all(top.keep):
                 top.index.save(_encode_top(table, top))

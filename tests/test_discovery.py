@@ -1,0 +1,90 @@
+"""The walk that finds run directories (domainbed.results.discovery): the same run
+directories in the same order as os.walk (nested runs, `predictions` folders and
+symlinked folders not entered, a `done` that is a folder), and with a previous walk's
+listings, only changed folders listed again, their changes seen."""
+import os
+
+from domainbed.results import discovery
+
+
+def _os_walk_runs(top):
+    found = []
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames.sort()
+        dirnames[:] = [d for d in dirnames if d != "predictions"]
+        if "results.jsonl" in filenames:
+            found.append((dirpath, os.path.exists(os.path.join(dirpath, "done"))))
+    return found
+
+
+def _run(path, done=True):
+    path.mkdir(parents=True)
+    (path / "results.jsonl").write_text("{}\n")
+    if done:
+        (path / "done").write_text("")
+
+
+def _tree(tmp_path):
+    top = tmp_path / "sweep"
+    _run(top / "b_run")
+    _run(top / "a_run", done=False)
+    _run(top / "a_run" / "nested")                 # a run inside a run
+    _run(top / "c" / "d" / "deep")
+    _run(top / "a_run" / "predictions" / "not_a_run")
+    (top / "e_run").mkdir()
+    (top / "e_run" / "results.jsonl").write_text("{}\n")
+    (top / "e_run" / "done").mkdir()               # a folder named done counts, as before
+    (tmp_path / "elsewhere").mkdir()
+    _run(tmp_path / "elsewhere" / "outside")
+    (top / "link").symlink_to(tmp_path / "elsewhere")
+    return top
+
+
+def test_the_walk_finds_what_os_walk_finds_in_its_order(tmp_path):
+    top = _tree(tmp_path)
+    walked = discovery.walk(str(top))
+    assert list(zip(walked.run_dirs, walked.done)) == _os_walk_runs(str(top))
+    assert walked.rels == ["a_run", "a_run/nested", "b_run", "c/d/deep", "e_run"]
+    assert walked.changed
+
+
+def test_known_listings_are_reused_and_changes_are_seen(tmp_path, monkeypatch):
+    top = _tree(tmp_path)
+    monkeypatch.setattr(discovery, "SETTLE_NS", 0)   # settled at once (ctime is now)
+    first = discovery.walk(str(top))
+    listed = []
+    real = discovery._list
+    monkeypatch.setattr(discovery, "_list", lambda path: listed.append(path) or real(path))
+    again = discovery.walk(str(top), first.listings)
+    assert listed == [] and not again.changed and again.run_dirs == first.run_dirs
+    _run(top / "c" / "d" / "new_run")              # changes c/d's mtime only
+    (top / "b_run" / "done").unlink()
+    walked = discovery.walk(str(top), again.listings)
+    assert sorted(listed) == sorted([str(top / "b_run"), str(top / "c" / "d"),
+                                     str(top / "c" / "d" / "new_run")])
+    assert walked.changed
+    assert list(zip(walked.run_dirs, walked.done)) == _os_walk_runs(str(top))
+
+
+def test_an_unsettled_folder_is_listed_again_every_time(tmp_path, monkeypatch):
+    top = tmp_path / "sweep"
+    _run(top / "run")                               # modified just now: not settled
+    first = discovery.walk(str(top))
+    assert first.listings.keys[0] == discovery.UNSETTLED
+    listed = []
+    real = discovery._list
+    monkeypatch.setattr(discovery, "_list", lambda path: listed.append(path) or real(path))
+    again = discovery.walk(str(top), first.listings)
+    assert str(top) in listed and not again.changed     # listed again, found the same
+
+
+def test_a_listing_never_leads_through_a_symlink(tmp_path, monkeypatch):
+    top = _tree(tmp_path)
+    monkeypatch.setattr(discovery, "SETTLE_NS", 0)
+    first = discovery.walk(str(top))
+    at = first.listings.rels.index("")
+    children = first.listings.children[at].split("/")
+    first.listings.children[at] = "/".join(sorted(children + ["link"]))   # crafted
+    first.listings.keys[at] = list(first.listings.keys[at])
+    walked = discovery.walk(str(top), first.listings)
+    assert not any("outside" in d for d in walked.run_dirs)
