@@ -38,6 +38,8 @@ from domainbed.results.run_keys import (
     TEST_ENVS,
     TRIAL_SEED,
     RunKeys,
+    distinct_rows,
+    first_seen,
 )
 
 Row = dict[str, Any]
@@ -104,13 +106,7 @@ class Candidates:
 def _first_seen_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(codes, firsts): each value's number among the distinct values, numbered in order
     of first appearance, and where each number first appears."""
-    if len(values) == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    _, first, inverse = np.unique(values, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    rank = np.empty(len(first), dtype=np.int64)
-    rank[order] = np.arange(len(first))
-    return rank[inverse.reshape(-1)], first[order]
+    return first_seen(values)
 
 
 def _exclusive_cumsum(sizes: np.ndarray) -> np.ndarray:
@@ -149,10 +145,8 @@ def block_env_counts(table: ColumnTable) -> np.ndarray:
 
 
 def _distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    if len(rows) == 0:
-        return rows, np.zeros(0, dtype=np.int64)
-    combos, inverse = np.unique(rows, axis=0, return_inverse=True)
-    return combos, inverse.reshape(-1)
+    combos, inverse, _ = distinct_rows(rows)
+    return combos, inverse
 
 
 def _num_envs(names: Any, keys: tuple[str, ...]) -> int:

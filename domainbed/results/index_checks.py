@@ -19,6 +19,7 @@ from domainbed.results.run_keys import (
     KEY_FIELDS,
     TEST_ENVS,
     TRIAL_SEED,
+    distinct_rows,
 )
 from domainbed.results.schema import record_problem
 
@@ -181,8 +182,8 @@ def check_keys(texts: Any, codes: np.ndarray, layouts: list[Layout], layout: np.
     for field in (DATA_KEY, HPARAMS_KEY):
         values[field] = [tuple(v) for v in values[field]]
     if len(codes):
-        shapes = np.unique(np.stack([layout, codes[:, TEST_ENVS], codes[:, ENV_NAMES]],
-                                    axis=1), axis=0)
+        shapes, _, _ = distinct_rows(np.stack([layout, codes[:, TEST_ENVS],
+                                               codes[:, ENV_NAMES]], axis=1))
         for layout_id, test_envs, env_names in shapes.tolist():
             _check_shape(layouts[layout_id], values[TEST_ENVS][test_envs],
                          values[ENV_NAMES][env_names])

@@ -2,9 +2,9 @@
 parsed by worker processes, chunk by chunk, in order. Only worth its start-up where
 thousands of files are to be read and the machine has more than one core.
 
-A worker reads with the function it is given (a module-level one, found by name in the
-worker) and sends back, per run, (parts, notes) or the OSError's text; what crosses
-between the processes is never stored.
+A worker reads a chunk with the function it is given (a module-level one, found by name
+in the worker) and sends back what it returns (``chunk_read.Chunk``: arrays, no object per
+run); what crosses between the processes is never stored.
 """
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ from typing import Any
 MIN_FILES = 4000      # fewer: one process reads them sooner than workers start
 CHUNK = 500
 
-Reader = Callable[[str, list[str], Any], tuple[Any, int]]
-Result = tuple[Any, list[str], str | None]     # (parts, notes, error)
+ChunkReader = Callable[[Any, Sequence[str], Any], Any]
 
 
 def workers() -> int:
@@ -29,30 +28,23 @@ def workers() -> int:
     return min(cores, 8)
 
 
-def _read_each(reader: Reader, run_dirs: Sequence[str], fields: Any) -> Iterator[Result]:
-    for run_dir in run_dirs:
-        notes: list[str] = []
-        try:
-            parts, _ = reader(run_dir, notes, fields)
-        except OSError as e:
-            yield None, [], e.strerror or str(e)
-            continue
-        yield parts, notes, None
+def _read_chunk(job: tuple[ChunkReader, Any, Sequence[str], Any]) -> Any:
+    chunk_reader, reader, run_dirs, fields = job
+    return chunk_reader(reader, run_dirs, fields)
 
 
-def _read_chunk(job: tuple[Reader, Sequence[str], Any]) -> list[Result]:
-    return list(_read_each(*job))
-
-
-def read_all(reader: Reader, run_dirs: Sequence[str], fields: Any) -> Iterator[Result]:
-    """reader(run_dir, notes, fields)'s (parts, notes, error) for each run dir, in order:
-    in worker processes when there are many, else here."""
+def read_chunks(chunk_reader: ChunkReader, reader: Any, run_dirs: Sequence[str],
+                fields: Any) -> Iterator[tuple[int, Any]]:
+    """(first run's index, chunk_reader(reader, chunk, fields)) for each chunk of
+    `run_dirs`, in order: in worker processes when there are many, else here."""
+    jobs = [(chunk_reader, reader, run_dirs[i:i + CHUNK], fields)
+            for i in range(0, len(run_dirs), CHUNK)]
     count = workers()
     if count < 2 or len(run_dirs) < MIN_FILES or "fork" not in \
             multiprocessing.get_all_start_methods():
-        yield from _read_each(reader, run_dirs, fields)
+        for i, job in enumerate(jobs):
+            yield i * CHUNK, _read_chunk(job)
         return
-    jobs = [(reader, run_dirs[i:i + CHUNK], fields) for i in range(0, len(run_dirs), CHUNK)]
     with multiprocessing.get_context("fork").Pool(count) as pool:
-        for result in pool.imap(_read_chunk, jobs):
-            yield from result
+        for i, result in enumerate(pool.imap(_read_chunk, jobs)):
+            yield i * CHUNK, result

@@ -13,7 +13,14 @@ from domainbed.registry import DATASETS, get_dataset_class
 from domainbed.results import column_selection, model_selection
 from domainbed.results import tables as reporting
 from domainbed.results.columns import ColumnTable
-from domainbed.results.run_keys import ALGORITHM, DATASET, ENV_NAMES, TEST_ENVS
+from domainbed.results.run_keys import (
+    ALGORITHM,
+    DATASET,
+    ENV_NAMES,
+    TEST_ENVS,
+    distinct_rows,
+    first_seen,
+)
 from oodutils.errors import UserError
 from oodutils.log import get_logger
 
@@ -130,8 +137,8 @@ def table_infos(table: ColumnTable, labels: dict) -> dict[str, DatasetInfo]:
             continue
         blocks = np.flatnonzero(label_codes == code)
         env_codes = keys.column(ENV_NAMES)[blocks]
-        distinct, first = np.unique(env_codes, return_index=True)
-        env_values = [keys.values[ENV_NAMES][c] for c in distinct[np.argsort(first)]]
+        _, first = first_seen(env_codes)
+        env_values = [keys.values[ENV_NAMES][c] for c in env_codes[first]]
         infos[label] = DatasetInfo.of(label, keys.value(DATASET, int(blocks[0])),
                                       int(n_envs[blocks].max()),
                                       bool(wga_layouts[table.layout[blocks]].any()),
@@ -148,8 +155,8 @@ def table_split_notes(table: ColumnTable, methods: Sequence[type[SelectionMethod
                       axis=1) if table.n_blocks else np.zeros((0, 3), dtype=np.int64)
     if not len(shapes):
         return []
-    combos, inverse = np.unique(shapes, axis=0, return_inverse=True)
-    weights = np.bincount(inverse.reshape(-1), weights=table.rows, minlength=len(combos))
+    combos, inverse, _ = distinct_rows(shapes)
+    weights = np.bincount(inverse, weights=table.rows, minlength=len(combos))
     stand_ins = []
     for test_envs, env_names, layout in combos.tolist():
         record = dict.fromkeys(table.store.layouts[layout][0])

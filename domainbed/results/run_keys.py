@@ -110,16 +110,49 @@ class RunKeys:
         """(combos, inverse): the distinct code combinations of `fields` over the blocks
         (rows, in order of first appearance) and each block's combination number."""
         codes = self.codes if blocks is None else self.codes[blocks]
-        if len(codes) == 0:
-            return np.zeros((0, len(fields)), dtype=np.int64), np.zeros(0, dtype=np.int64)
-        picked = codes[:, list(fields)]
-        _, first, inverse = np.unique(picked, axis=0, return_index=True,
-                                      return_inverse=True)
-        inverse = inverse.reshape(-1)
+        combos, inverse, _ = distinct_rows(codes[:, list(fields)])
+        return combos, inverse
+
+
+def first_seen(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, firsts): each value's number among the distinct values, numbered in order
+    of first appearance (a hash table, no sort), and where each first appears."""
+    import pandas as pd
+    if len(values) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    codes, uniques = pd.factorize(values)
+    codes = codes.astype(np.int64, copy=False)
+    firsts = np.full(len(uniques), len(values), dtype=np.int64)
+    np.minimum.at(firsts, codes, np.arange(len(values), dtype=np.int64))
+    return codes, firsts
+
+
+def distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(combos, inverse, firsts) of the rows of an integer matrix: the distinct rows in
+    order of first appearance, each row's number among them, where each first appears.
+    Rows become one integer (mixed radix) where their ranges allow."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if rows.ndim != 2 or len(rows) == 0:
+        width = rows.shape[1] if rows.ndim == 2 else 0
+        empty = np.zeros(0, dtype=np.int64)
+        return np.zeros((0, width), dtype=np.int64), empty, empty
+    low = rows.min(axis=0)
+    spans = (rows.max(axis=0) - low + 1).tolist()
+    size = 1
+    for span in spans:
+        size *= span
+    if size < 2 ** 62:
+        key = np.zeros(len(rows), dtype=np.int64)
+        for j, span in enumerate(spans):
+            key = key * span + (rows[:, j] - low[j])
+        inverse, firsts = first_seen(key)
+    else:
+        _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
         order = np.argsort(first, kind="stable")
         rank = np.empty(len(order), dtype=np.int64)
         rank[order] = np.arange(len(order))
-        return picked[first[order]], rank[inverse]
+        inverse, firsts = rank[inverse.reshape(-1)], first[order]
+    return rows[firsts], inverse, firsts
 
 
 class KeysBuilder:
@@ -149,12 +182,13 @@ class KeysBuilder:
         return tuple(codes)
 
     def code_text(self, field: int, text: str, value: Any) -> int:
-        """The code of one field's value (its JSON text `text`), added when new."""
+        """The code of one field's value (its JSON text `text`; `value`: None to decode
+        it from the text), added when new."""
         code = self._codes_of[field].get(text)
         if code is None:
             code = self._codes_of[field][text] = len(self.texts[field])
             self.texts[field].append(text)
-            self.values[field].append(value)
+            self.values[field].append(json.loads(text) if value is None else value)
         return code
 
     def add_texts(self, texts: Sequence[str]) -> None:

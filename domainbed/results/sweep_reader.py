@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from domainbed.results import discovery, parallel_read
+from domainbed.results.chunk_read import Chunk, read_chunk
 from domainbed.results.columns import ColumnTable, Part, TableBuilder, concat_ranges, file_parts
 from domainbed.results.lines import (
     MAX_LINE_BYTES,
@@ -135,16 +136,19 @@ class SweepReader:
             top_info = _Top(index, walked, len(self.builder.run_dirs))
             self._tops.append(top_info)
         misses = [path for (path, _), hit in zip(runs, hits) if hit < 0]
-        read = parallel_read.read_all(read_run_parts, misses, self.fields)
+        chunks = _ChunkStream(parallel_read.read_chunks(read_chunk, read_run_parts, misses,
+                                                        self.fields))
         settled = time.time_ns() - SETTLE_NS
         for start, stop in _segments(hits):
             if hits[start] >= 0:
                 self._serve(stored, top_info, hits[start:stop], runs[start:stop],
                             keys[start:stop])
                 continue
-            for (path, rel), key in zip(runs[start:stop], keys[start:stop]):
-                self._read_one(path, rel, key, next(read), top_info,
-                               key != _NO_KEY and key[1] <= settled)
+            at = start
+            for chunk, lo, hi in chunks.take(stop - start):
+                self._add_read(chunk, lo, hi, runs[at:at + hi - lo],
+                               keys[at:at + hi - lo], top_info, settled)
+                at += hi - lo
         if top_info is not None:
             top_info.changed = stored is None or bool(misses) or \
                 len(stored.paths) != int((hits >= 0).sum()) or \
@@ -197,27 +201,55 @@ class SweepReader:
             remapped[:, field] = lookup[codes[:, field]]
         return remapped
 
-    def _read_one(self, path: str, rel: str, key: tuple[int, ...], read: Any,
-                  top: _Top | None, storable: bool) -> None:
-        parts, notes, error = read
-        results = os.path.join(path, RESULTS_FILE)
-        if error is not None:
-            self.skipped_runs += 1
-            self.notes.append(f"{results}: unreadable ({error})")
-            return
-        line_notes = [note[len(results) + 1:] for note in notes]
-        self.notes += [f"{results} {note}" for note in line_notes]
-        self.skipped_lines += len(line_notes)
-        for part, texts in parts:
-            self.builder.add_part(path, part, texts)
-        self.kept_dirs.append(path)
-        if top is not None:
+    def _add_read(self, chunk: Chunk, lo: int, hi: int, runs: list[tuple[str, str]],
+                  keys: list[tuple[int, ...]], top: _Top | None, settled: int) -> None:
+        """Add runs lo .. hi of a chunk read from their files (`runs`: their paths)."""
+        counts = chunk.block_counts[lo:hi]
+        first = sum(chunk.block_counts[:lo])
+        last = first + sum(counts)
+        kept_runs = []
+        for (path, rel), key, error, notes, count in zip(
+                runs, keys, chunk.errors[lo:hi], chunk.notes[lo:hi], counts):
+            results = path + _RESULTS_AFTER
+            if error is not None:
+                self.skipped_runs += 1
+                self.notes.append(f"{results}: unreadable ({error})")
+                continue
+            kept_runs.append(path)
+            line_notes = [note[len(results) + 1:] for note in notes]
             if line_notes:
-                top.notes[len(top.rels)] = line_notes
-            top.rels.append(rel)
-            top.stats.append(key)
-            top.block_counts.append(len(parts))
-            top.keep.append(storable)
+                self.notes += [f"{results} {note}" for note in line_notes]
+                self.skipped_lines += len(line_notes)
+            if top is not None:
+                if line_notes:
+                    top.notes[len(top.rels)] = line_notes
+                top.rels.append(rel)
+                top.stats.append(key)
+                top.block_counts.append(count)
+                top.keep.append(key != _NO_KEY and key[1] <= settled)
+        self.kept_dirs += kept_runs
+        run_dirs = [path for (path, _), count in zip(runs, counts) for _ in range(count)]
+        kept = {}
+        for block, records in chunk.kept.items():
+            if first <= block < last:
+                for record in records:
+                    record["run_dir"] = run_dirs[block - first]
+                kept[block - first] = records
+        self.builder.add_blocks(chunk.layouts, chunk.matrices, chunk.layout[first:last],
+                                chunk.offset[first:last], chunk.rows[first:last], run_dirs,
+                                chunk.args[first:last], chunk.hparams[first:last],
+                                self._chunk_codes(chunk, first, last), kept)
+
+    def _chunk_codes(self, chunk: Chunk, first: int, last: int) -> np.ndarray:
+        """A chunk's key codes of blocks first .. last, as codes of this reader's tables."""
+        codes = chunk.codes[first:last]
+        remapped = np.empty_like(codes)
+        keys = self.builder.keys
+        for field, texts in enumerate(chunk.texts):
+            lookup = np.array([keys.code_text(field, text, None)  # type: ignore[union-attr]
+                               for text in texts], dtype=np.int64)
+            remapped[:, field] = lookup[codes[:, field]] if len(codes) else codes[:, field]
+        return remapped
 
     def finish(self) -> ColumnTable:
         table = self.builder.finish()
@@ -225,6 +257,25 @@ class SweepReader:
             if top.changed or not all(top.keep):
                 top.index.save(_encode_top(table, top))
         return table
+
+
+class _ChunkStream:
+    """The chunks read from files, taken run by run as the walk's order needs them."""
+
+    def __init__(self, chunks: Any) -> None:
+        self.chunks, self.chunk, self.at = chunks, None, 0
+
+    def take(self, count: int) -> list[tuple[Chunk, int, int]]:
+        """(chunk, first run, end run) pieces holding the next `count` runs."""
+        pieces = []
+        while count > 0:
+            if self.chunk is None or self.at == len(self.chunk.errors):
+                self.chunk, self.at = next(self.chunks)[1], 0
+            end = min(self.at + count, len(self.chunk.errors))
+            pieces.append((self.chunk, self.at, end))
+            count -= end - self.at
+            self.at = end
+        return pieces
 
 
 def _lstat(path: str) -> os.stat_result | None:
