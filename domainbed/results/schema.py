@@ -181,4 +181,5 @@ def record_problem(record: object, checked: Mapping[str, Any] | None = None) -> 
     if problem:
         return problem
     names = args.get("env_names")
-    return _metrics_problem(record, len(names) if names else MAX_ENVS)
+    n_envs = len(names) if names else MAX_ENVS
+    return None if _metrics_fit(record, n_envs) else _metrics_problem(record, n_envs)
