@@ -470,6 +470,14 @@ def select(records: Sequence[Record] | Records | ColumnTable, method: type[Selec
     accuracy), step, run_dir, hparams_seed, n_candidates."""
     import pandas as pd
 
+    rows, columns = select_rows(records, method, labels)
+    return pd.DataFrame(rows, columns=columns)
+
+
+def select_rows(records: Sequence[Record] | Records | ColumnTable,
+                method: type[SelectionMethod], labels: Labels | None = None
+                ) -> tuple[list[dict[str, Any]], list[str]]:
+    """`select`'s rows (dicts) and columns, without pandas (what the report reads)."""
     table = table_of(records)
     if labels is None:
         labels = column_selection.table_labels(table)
@@ -479,7 +487,7 @@ def select(records: Sequence[Record] | Records | ColumnTable, method: type[Selec
         rows, extra = _select_records(table.records, method, labels)
     columns = list(GroupKey._fields) + ["val_acc", "test_acc", "step", "run_dir",
                                         "hparams_seed", "n_candidates"] + extra
-    return pd.DataFrame(rows, columns=columns)
+    return rows, columns
 
 
 def _select_records(record_list: Sequence[Record], method: type[SelectionMethod],

@@ -174,14 +174,19 @@ def build_section(records: list[Record] | ColumnTable, method: type[SelectionMet
     """One Section: a table per dataset in `infos`, then the averages table.
     `selected`: model_selection.select's frame for these records, when already computed.
     `metric`: report that metric of the selected checkpoints instead of accuracy."""
-    if selected is None:
-        selected = model_selection.select(records, method, labels)
+    if selected is None and metric is None:
+        rows, _ = model_selection.select_rows(records, method, labels)
+        selected_rows: Iterable[Any] = [_Chosen(r) for r in rows]
+    else:
+        if selected is None:
+            selected = model_selection.select(records, method, labels)
+        if metric is not None:
+            listed = records.records if isinstance(records, ColumnTable) else records
+            selected = with_metric(selected, listed, metric)
+        selected_rows = selected.itertuples(index=False)
     what = method.name if metric is None else f"{method.name}, metric: {metric} (x100)"
-    if metric is not None:
-        listed = records.records if isinstance(records, ColumnTable) else records
-        selected = with_metric(selected, listed, metric)
     accs = collections.defaultdict(list)       # (dataset, algorithm, test_env) -> accs
-    for row in selected.itertuples(index=False):
+    for row in selected_rows:
         accs[(row.dataset, row.algorithm, row.test_env)].append((row.trial_seed,
                                                                   row.test_acc))
     tables = []
@@ -211,6 +216,15 @@ def build_section(records: list[Record] | ColumnTable, method: type[SelectionMet
         columns=list(infos), rows=list(algorithms), cells=avg_cells,
         avg=[reporting.row_average(c) for c in avg_cells], colwidth=25))
     return reporting.Section(method.name, tables, method.key)
+
+
+class _Chosen:
+    """A selected row's values as attributes (as DataFrame.itertuples gives them)."""
+    __slots__ = ("dataset", "algorithm", "test_env", "trial_seed", "test_acc")
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        for name in self.__slots__:
+            setattr(self, name, row[name])
 
 
 def build_val_worst_group_section(records: RecordsOrTable, infos: dict[str, DatasetInfo],

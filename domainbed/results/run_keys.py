@@ -115,16 +115,27 @@ class RunKeys:
 
 
 def first_seen(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(codes, firsts): each value's number among the distinct values, numbered in order
-    of first appearance (a hash table, no sort), and where each first appears."""
-    import pandas as pd
-    if len(values) == 0:
+    """(codes, firsts): each value's number among the distinct values of an integer
+    array, numbered in order of first appearance, and where each first appears (small
+    non-negative values by their first positions, no sort of the values)."""
+    values = np.asarray(values, dtype=np.int64)
+    n = len(values)
+    if n == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    codes, uniques = pd.factorize(values)
-    codes = codes.astype(np.int64, copy=False)
-    firsts = np.full(len(uniques), len(values), dtype=np.int64)
-    np.minimum.at(firsts, codes, np.arange(len(values), dtype=np.int64))
-    return codes, firsts
+    low, high = int(values.min()), int(values.max())
+    if high - low <= 4 * n + 1024:
+        first = np.full(high - low + 1, n, dtype=np.int64)
+        np.minimum.at(first, values - low, np.arange(n, dtype=np.int64))
+        present = np.flatnonzero(first < n)
+        order = np.argsort(first[present], kind="stable")
+        rank = np.empty(len(first), dtype=np.int64)
+        rank[present[order]] = np.arange(len(present))
+        return rank[values - low], first[present[order]]
+    _, first_at, inverse = np.unique(values, return_index=True, return_inverse=True)
+    order = np.argsort(first_at, kind="stable")
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return rank[inverse.reshape(-1)], first_at[order]
 
 
 def distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
