@@ -300,3 +300,18 @@ def test_a_tampered_args_text_sends_the_records_api_back_to_the_files(sweep, cap
     assert loaded.records == from_files.records      # checked when the dicts are built
     assert any("ignored the records index" in n for n in loaded.notes)
     assert "key values differ" in capsys.readouterr().err
+
+
+def test_runs_read_again_between_served_ones_keep_their_order_in_workers(sweep, monkeypatch):
+    from domainbed.results import parallel_read
+    _load(sweep)
+    runs = sorted(p.parent for p in sweep.glob("*/results.jsonl"))
+    for run in (runs[3], runs[4], runs[20], runs[-1]):       # read again: four misses
+        os.utime(run / "results.jsonl", ns=(PAST_NS + 10**9, PAST_NS + 10**9))
+    monkeypatch.setattr(parallel_read, "MIN_FILES", 2)
+    monkeypatch.setattr(parallel_read, "CHUNK", 3)           # chunks cut across segments
+    monkeypatch.setattr(parallel_read, "workers", lambda: 2)
+    mixed = _load(sweep)
+    cold = rec.load_records(sweep, quiet=True, fields=rec.TABLE_FIELDS, use_index=False)
+    assert mixed.run_dirs == cold.run_dirs and mixed.records == cold.records
+    assert [list(r) for r in mixed.records] == [list(r) for r in cold.records]
