@@ -159,18 +159,35 @@ class ColumnStore:
         self.layouts, self.matrices, self.rows_of = layouts, matrices, rows_of
         self.n_rows = n_rows
         self._columns: dict[str, np.ndarray] = {}
+        self._only: int | None = None
 
     def column(self, key: str) -> np.ndarray:
         """The value of `key` in every global row: NaN where a row has no number there."""
         found = self._columns.get(key)
         if found is None:
-            found = np.full(self.n_rows, np.nan)
-            for (keys, _), matrix, rows in zip(self.layouts, self.matrices, self.rows_of):
-                if key in keys:
-                    found[rows] = matrix[:, keys.index(key)]
+            only = self._only_layout()
+            if only is not None and key in self.layouts[only][0]:
+                found = self.matrices[only][:, self.layouts[only][0].index(key)]  # a view
+            else:
+                found = np.full(self.n_rows, np.nan)
+                for (keys, _), matrix, rows in zip(self.layouts, self.matrices,
+                                                   self.rows_of):
+                    if key in keys:
+                        found[rows] = matrix[:, keys.index(key)]
             if len(self._columns) < 256:
                 self._columns[key] = found
         return found
+
+    def _only_layout(self) -> int | None:
+        """The layout holding every row in row order, if one does (then a column is a
+        view of its matrix)."""
+        if self._only is None:
+            self._only = -1
+            for i, rows in enumerate(self.rows_of):
+                if len(rows) == self.n_rows and np.array_equal(
+                        rows, np.arange(self.n_rows)):
+                    self._only = i
+        return self._only if self._only >= 0 else None
 
     def has_key(self, layout: int, key: str) -> bool:
         return key in self.layouts[layout][0]
