@@ -311,6 +311,8 @@ def test_runs_read_again_between_served_ones_keep_their_order_in_workers(sweep, 
     monkeypatch.setattr(parallel_read, "MIN_FILES", 2)
     monkeypatch.setattr(parallel_read, "CHUNK", 3)           # chunks cut across segments
     monkeypatch.setattr(parallel_read, "workers", lambda: 2)
+    (runs[7] / "results.jsonl").unlink()                   # gone: no stat, no run
+    runs[9].rename(sweep / "zzz_moved")                     # moved: read again
     mixed = _load(sweep)
     cold = rec.load_records(sweep, quiet=True, fields=rec.TABLE_FIELDS, use_index=False)
     assert mixed.run_dirs == cold.run_dirs and mixed.records == cold.records
