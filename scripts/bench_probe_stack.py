@@ -131,6 +131,7 @@ def main():
     opts.work = tempfile.mkdtemp(prefix="bench_probe_stack_")
     os.environ["DOMAINBED_FEATURE_CACHE"] = opts.cache or os.path.join(opts.work, "cache")
     from domainbed.launch import probe_stack, zoo
+    from domainbed.training import probe_stack as stacking
     freq = max(1, opts.steps // (opts.checkpoints - 1)) if opts.checkpoints > 1 else opts.steps
     runs = zoo.draw_probe_zoo(opts.dataset, opts.heads + 1, opts.data_dir, opts.steps, freq,
                               ["all"], opts.backbone, test_envs=[0])
@@ -142,7 +143,7 @@ def main():
         for head in heads:
             head.restore()
             head.saves_resume_state = False
-        stack = probe_stack.ProbeStack(sorted(heads, key=lambda m: m.hparams["batch_size"]),
+        stack = stacking.ProbeStack(sorted(heads, key=lambda m: m.hparams["batch_size"]),
                                        threads=opts.threads)
         n = min(opts.timed_steps, opts.steps)
         _, step_cpu, step_wall = timed(lambda: [stack.train_step(s) for s in range(n)])

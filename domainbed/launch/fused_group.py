@@ -144,7 +144,8 @@ class GroupRunner:
     def _train(self, members, start):
         from domainbed.launch import probe_stack
         from domainbed.launch.fused_training import train_group
-        probes = all(probe_stack.why_not(m.run) is None for m in members)
+        from domainbed.training.probe_stack import why_not
+        probes = all(why_not(m.run) is None for m in members)
         train = probe_stack.train_probe_group if probes else train_group
         # a probe stack draws from no global generator; each head's arithmetic is its own
         extra = {} if probes else {"arithmetic": self.arithmetic,

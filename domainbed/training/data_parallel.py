@@ -151,6 +151,7 @@ class DataParallelRun(TrainingRun):
     """A TrainingRun in one process of a data-parallel group (the process group is
     initialised): its slice of every batch, averaged gradients, sharded evaluation; rank 0
     alone writes the run directory."""
+    stacks_as_probe = False
 
     def __init__(self, config: RunConfig, hparams: dict, algorithm_cls: type,
                  dataset_cls: type, log=None):

@@ -102,9 +102,12 @@ class TrainingRun:
     """One run's state between set-up and `done`. Build it, `restore()`, then call
     `train_step(step)` for each step and `checkpoint(step)` where `is_checkpoint(step)`;
     `finish()` writes model.pkl and `done`. `saves_resume_state` false: checkpoints
-    write no resume state (a stack of probes, whose killed runs restart from step 0)."""
+    write no resume state (a stack of probes, whose killed runs restart from step 0).
+    A linear probe on cached features that `probe_stack.why_not` accepts trains as a
+    probe stack of one: the arithmetic of its heads in a stack of any size."""
     is_main = True   # writes the run directory (a data-parallel run's rank 0 only)
     saves_resume_state = True
+    stacks_as_probe = True   # one process: its steps may run as a probe stack
 
     def __init__(self, config: RunConfig, hparams: dict, algorithm_cls: type,
                  dataset_cls: type, log=None, data=None):
@@ -138,6 +141,7 @@ class TrainingRun:
             self.train_envs) if config.early_stopping else None
         self.stopped = False   # early stopping ended the run at its last checkpoint
         self.trackers = None   # opened by restore(), closed by finish() / close()
+        self.probe = None      # its probe stack of one once training starts, False if none
 
     def _build_data(self, data=None):
         config, hparams = self.config, self.hparams
@@ -242,6 +246,10 @@ class TrainingRun:
         gradient accumulation, `grad_accum_steps` updates on slices of the step's
         batches); its values are averaged into the next record."""
         step_start = time.time()
+        if self._probe_stack():
+            step_vals = {"loss": self.probe.train_step(step)[0]}
+            self.accumulate(step, step_vals, time.time() - step_start)
+            return step_vals
         balanced_hook = getattr(self.algorithm, "group_balanced_batches", None)
         balanced = bool(balanced_hook(step)) if balanced_hook else False
         batches = self.minibatches.batches(step, group_balanced=balanced)
@@ -267,6 +275,21 @@ class TrainingRun:
         self.accumulate(step, step_vals, time.time() - step_start)
         return step_vals
 
+    def _probe_stack(self):
+        """The probe stack of one this run trains as (built at its first step, after
+        restore(): it starts from the restored head and Adam state), or None."""
+        if self.probe is None:
+            from domainbed.training import probe_stack
+            self.probe = self.uses_feature_cache and probe_stack.why_not(self) is None and \
+                probe_stack.ProbeStack([self])
+        return self.probe or None
+
+    def _sync_probe(self):
+        """The probe stack's head and Adam state into the algorithm (what a checkpoint
+        evaluates and saves); None without a probe stack."""
+        if self.probe:
+            self.probe.write_back()
+
     def accumulate(self, step, step_vals, seconds):
         """Add one step's update() values to the next record's averages; a NaN or infinite
         value stops the run (TrainingDiverged) before any record holds it."""
@@ -286,6 +309,9 @@ class TrainingRun:
         """Evaluate, append the record, save predictions and the resume state.
         `logits`: {split name: logits} already computed (the fused launcher's evaluation
         pass), else the algorithm predicts each split here."""
+        if logits is None and self.probe:   # the stack's evaluation, as in a larger stack
+            self._sync_probe()
+            logits = {name: split[0] for name, split in self.probe.predict().items()}
         results = {"step": step, "epoch": step / self.steps_per_epoch}
         for key, values in self.accumulators.items():
             results[key] = float(np.mean(values))
@@ -346,6 +372,7 @@ class TrainingRun:
 
     def finish(self):
         """model.pkl, then `done` last; the resume state is no longer needed."""
+        self._sync_probe()
         if not self.config.skip_model_save:
             self.save_model("model.pkl")
         self.run_dir.write_text("done", "done\n", durable=True)
