@@ -302,3 +302,16 @@ def test_load_errors_never_advise_unsafe_loading(tmp_path):
     # the global as torch names it: "print" (newer torch) or "builtins.print" (torch 2.4)
     assert re.search(r"\((builtins\.)?print\)", load_error_reason(errors[0]))
     assert load_error_reason(ValueError("truncated\nmore")) == "truncated"
+
+
+def test_npz_at_a_zlib_level_reads_back_as_numpys_own():
+    """npz_bytes(level=1) (checkpoint predictions): the arrays np.savez_compressed keeps,
+    dtypes and shapes too, read by np.load."""
+    from oodutils import fileio
+    arrays = {"pred": np.arange(500) % 3, "correct": np.ones(500, np.uint8),
+              "logits": np.linspace(-2, 2, 1000, dtype=np.float16).reshape(500, 2)}
+    fast = np.load(io.BytesIO(fileio.npz_bytes(level=1, **arrays)))
+    numpys = np.load(io.BytesIO(fileio.npz_bytes(**arrays)))
+    assert sorted(fast.files) == sorted(numpys.files) == sorted(arrays)
+    for name, array in arrays.items():
+        assert fast[name].dtype == array.dtype and np.array_equal(fast[name], numpys[name])

@@ -411,7 +411,7 @@ def write_checkpoint(run_dir, step, table, confusion, records):
     """One checkpoint's files: predictions, confusion matrices (rows: true class, one
     array per split) where computed, then results.jsonl holding `records` (JSON lines)."""
     with run_dir.subdir("predictions") as predictions:
-        predictions.write_bytes(f"step_{step:07d}.npz", fileio.npz_bytes(**table))
+        predictions.write_bytes(f"step_{step:07d}.npz", fileio.npz_bytes(level=1, **table))
     if confusion:
         with run_dir.subdir("confusion") as confusion_dir:
             confusion_dir.write_bytes(f"step_{step:07d}.npz", fileio.npz_bytes(**confusion))

@@ -283,6 +283,8 @@ class ProbeStack:
     @torch.no_grad()
     def predict(self):
         """{split name: logits [heads, n, classes]} of every evaluated split."""
+        if self.kernel is not None:
+            return self._kernel_predict()
         first = self.members[0]
         out = {}
         for name, _, _, split in first.named_splits:
@@ -297,6 +299,25 @@ class ProbeStack:
             out[name] = torch.cat(parts, dim=1) if parts else torch.empty(
                 len(self.members), 0, self.weight.shape[1])
         return out
+
+    def _kernel_predict(self):
+        """predict() by the kernel (each head's logits as its training step computes
+        them), the heads in `threads` parts."""
+        first, heads = self.members[0], len(self.members)
+        bounds = [heads * t // self.threads for t in range(self.threads + 1)]
+        parts = list(zip(bounds, bounds[1:]))
+        out = {}
+        with ThreadPoolExecutor(self.threads) as pool:
+            for name, _, _, split in first.named_splits:
+                x = split.x if split.x is not None else torch.cat(list(
+                    iterate_split(split, first.ctx.eval_batch_size, first.ctx.n_workers)))
+                out[name] = torch.cat(list(pool.map(
+                    functools.partial(self._kernel_logits, x), parts)))
+        return out
+
+    def _kernel_logits(self, x, heads):
+        start, end = heads
+        return probe_kernel.logits(self.kernel, x, self.weight[start:end], self.bias[start:end])
 
     @torch.no_grad()
     def write_back(self):
