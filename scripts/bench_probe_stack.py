@@ -10,18 +10,20 @@ all on test environment 0, so they form one stack; runs of `--steps` steps with 
 checkpoints, every split evaluated. Timed in this process, wall seconds and CPU seconds
 (every thread's; what a shared, loaded machine inflates least): the first run (it extracts
 the features on a cache miss; an earlier run's `--cache` hits), building the heads'
-TrainingRuns, `--timed_steps` stacked steps (`--threads` threads), one checkpoint (every
-head's evaluation, record and predictions), and `finish`; the whole run is set-up +
+TrainingRuns, compiling the probe kernel (into a fresh cache: what a first run pays),
+`--timed_steps` stacked steps (`--threads` threads), one checkpoint (every head's
+evaluation, record and predictions), and `finish`; the whole run is set-up + kernel +
 steps x step + 5 x checkpoint + finish, extrapolated from the timed steps where
 `--timed_steps` is less than `--steps`. The load average (1 minute) is printed at the
 start and the end: on a loaded machine the wall time is an upper bound.
 
-The limit: every head-step gathers its minibatch rows (float32 from a table of every
-training row: read + write) and two matmuls read them (logits, weight gradient); every
-checkpoint reads each evaluated row once per head. Bytes over the bandwidth of a numpy
+The limit: every head-step reads its minibatch rows once (the cached features' float16,
+2 bytes a feature) for its logits and weight gradient; every checkpoint reads each
+evaluated row once and every head's weights once. Bytes over the bandwidth of a numpy
 copy measured here in CPU time (main memory, and an 8 MB copy that stays in the L3 cache),
-flops over the measured single-thread sgemm rate; `--cores` cores (2). The limit leaves
-out what each head writes at a checkpoint (its record and predictions file).
+flops (logits and weight gradient, 4 per feature, class and row) over the measured
+single-thread sgemm rate; `--cores` cores (2). The limit leaves out what each head
+writes at a checkpoint (its record and predictions file).
 """
 import json
 import os
@@ -66,18 +68,19 @@ def sgemm_rate(n=1024, repeats=3):
     return 2 * n ** 3 / best / 1e9
 
 
-def workload(runs, n_features, n_classes, env_sizes, n_checkpoints):
-    """Bytes moved and flops of training and evaluating `runs` (their train arguments)."""
+def workload(runs, n_features, n_classes, env_sizes, n_checkpoints, feature_bytes=2):
+    """Bytes that must move and flops of training and evaluating `runs` (their train
+    arguments) on features of `feature_bytes` bytes each."""
     n_envs = len(env_sizes)
     step_bytes = step_flops = 0.0
     for run in runs:
         rows = json.loads(run["hparams"])["batch_size"] * (n_envs - 1)
-        # gather float32 rows (read + write), read them again in two matmuls
-        step_bytes += rows * n_features * (4 + 4 + 4 + 4)
+        step_bytes += rows * n_features * feature_bytes   # each row read once
         step_flops += 2 * 2 * rows * n_features * n_classes
     steps = runs[0]["steps"]
     eval_rows = sum(env_sizes)   # every split: each example once
-    eval_bytes = n_checkpoints * eval_rows * n_features * 4 * len(runs)
+    eval_bytes = n_checkpoints * (eval_rows * n_features * feature_bytes
+                                  + len(runs) * n_classes * n_features * 4)
     eval_flops = n_checkpoints * 2 * eval_rows * n_features * n_classes * len(runs)
     return steps * step_bytes + eval_bytes, steps * step_flops + eval_flops
 
@@ -102,10 +105,16 @@ def build_heads(opts, runs):
     return built
 
 
+def cpu_seconds():
+    """This process's CPU time and its finished children's (the kernel's compiler)."""
+    times = os.times()
+    return time.process_time() + times.children_user + times.children_system
+
+
 def timed(fn):
-    cpu, wall = time.process_time(), time.perf_counter()
+    cpu, wall = cpu_seconds(), time.perf_counter()
     out = fn()
-    return out, time.process_time() - cpu, time.perf_counter() - wall
+    return out, cpu_seconds() - cpu, time.perf_counter() - wall
 
 
 def main():
@@ -130,6 +139,7 @@ def main():
     load_start = os.getloadavg()[0]
     opts.work = tempfile.mkdtemp(prefix="bench_probe_stack_")
     os.environ["DOMAINBED_FEATURE_CACHE"] = opts.cache or os.path.join(opts.work, "cache")
+    os.environ["XDG_CACHE_HOME"] = os.path.join(opts.work, "xdg")   # the kernel compiled anew
     from domainbed.launch import probe_stack, zoo
     from domainbed.training import probe_stack as stacking
     freq = max(1, opts.steps // (opts.checkpoints - 1)) if opts.checkpoints > 1 else opts.steps
@@ -143,6 +153,8 @@ def main():
         for head in heads:
             head.restore()
             head.saves_resume_state = False
+        from domainbed.training import probe_kernel
+        kernel, kernel_cpu, kernel_wall = timed(probe_kernel.load)
         stack = stacking.ProbeStack(sorted(heads, key=lambda m: m.hparams["batch_size"]),
                                        threads=opts.threads)
         n = min(opts.timed_steps, opts.steps)
@@ -154,13 +166,17 @@ def main():
         example = heads[0]
         n_features, n_classes = example.algorithm.classifier.weight.shape[::-1]
         env_sizes = [len(env) for env in example.dataset]
+        feature_bytes = stack.table.element_size()
         ok = sum(os.path.exists(os.path.join(h.out, "done")) for h in heads)
     finally:
         shutil.rmtree(opts.work, ignore_errors=True)
     scale = opts.steps / n
-    total_cpu = setup_cpu + scale * step_cpu + opts.checkpoints * ckpt_cpu + finish_cpu
-    total_wall = setup_wall + scale * step_wall + opts.checkpoints * ckpt_wall + finish_wall
-    n_bytes, n_flops = workload(runs[1:], n_features, n_classes, env_sizes, opts.checkpoints)
+    total_cpu = setup_cpu + kernel_cpu + scale * step_cpu + opts.checkpoints * ckpt_cpu + \
+        finish_cpu
+    total_wall = setup_wall + kernel_wall + scale * step_wall + opts.checkpoints * ckpt_wall + \
+        finish_wall
+    n_bytes, n_flops = workload(runs[1:], n_features, n_classes, env_sizes, opts.checkpoints,
+                                feature_bytes)
     dram, l3, gflops = copy_bandwidth(512 << 20), copy_bandwidth(8 << 20, 50), sgemm_rate()
     limit_dram = n_bytes / (dram * 1e9 * opts.cores)
     limit_l3 = n_bytes / (l3 * 1e9 * opts.cores)
@@ -174,6 +190,8 @@ def main():
         "first_run_extracted_features": extracted,
         "first_run_cpu_s": round(extract_cpu, 1), "first_run_wall_s": round(extract_wall, 1),
         "setup_cpu_s": round(setup_cpu, 1), "setup_wall_s": round(setup_wall, 1),
+        "kernel": "compiled C" if kernel is not None else "torch operations (no C compiler)",
+        "kernel_build_cpu_s": round(kernel_cpu, 2), "kernel_build_wall_s": round(kernel_wall, 2),
         "step_cpu_s": round(step_cpu / n, 4), "step_wall_s": round(step_wall / n, 4),
         "checkpoint_cpu_s": round(ckpt_cpu, 1), "checkpoint_wall_s": round(ckpt_wall, 1),
         "finish_cpu_s": round(finish_cpu, 1), "finish_wall_s": round(finish_wall, 1),
