@@ -9,6 +9,7 @@ with the same records as an uninterrupted run: batch indices are a pure function
 launcher share: set-up (device, data, identity, model), `restore`, `train_step`,
 `checkpoint` and `finish`; `run` strings them together.
 """
+import itertools
 import json
 import math
 import os
@@ -98,6 +99,20 @@ def pick_memory_format(choice, device, precision):
 
 
 
+def already_placed(module, device, memory_format=None):
+    """Whether `module.to(device)` (then `.to(memory_format=...)`) would give back every
+    parameter and buffer as it is: then skipping them changes nothing, and a process
+    building hundreds of runs around one shared frozen backbone (a probe stack) does not
+    walk it through Module._apply each time."""
+    for tensor in itertools.chain(module.parameters(), module.buffers()):
+        moved = tensor.to(device)
+        if memory_format is not None and moved.dim() in (4, 5):
+            moved = moved.to(memory_format=memory_format)
+        if moved is not tensor:
+            return False
+    return True
+
+
 class TrainingRun:
     """One run's state between set-up and `done`. Build it, `restore()`, then call
     `train_step(step)` for each step and `checkpoint(step)` where `is_checkpoint(step)`;
@@ -178,9 +193,12 @@ class TrainingRun:
         dataset = self.dataset
         self.algorithm = self.algorithm_cls(
             dataset.input_shape, dataset.num_classes, len(self.train_envs),
-            self.hparams).to(self.device)
-        if len(dataset.input_shape) == 3:
-            self.algorithm = self.algorithm.to(memory_format=self.memory_format)
+            self.hparams)
+        memory_format = self.memory_format if len(dataset.input_shape) == 3 else None
+        if not already_placed(self.algorithm, self.device, memory_format):
+            self.algorithm = self.algorithm.to(self.device)
+            if memory_format is not None:
+                self.algorithm = self.algorithm.to(memory_format=memory_format)
         from domainbed.networks import feature_cache
         self.uses_feature_cache = feature_cache.attach(self)  # linear probes: cached features
         self._prepare_algorithm()
