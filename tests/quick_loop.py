@@ -115,6 +115,8 @@ TESTS = {
     "tests/test_own_data.py::test_train_cli_bad_csv_is_one_line",
     "tests/test_plugins.py::test_nan_loss_stops_run_with_recorded_error",
     "tests/test_plugins.py::test_registry_lists_plugins_and_builtins",
+    "tests/test_probe_stack.py::test_stacked_heads_leave_the_records_of_each_probe_alone"
+    "[torch-eight_heads]",
     "tests/test_requirements.py::test_a_pytest_run_reports_the_skip_or_fails",
     "tests/test_results_stats.py::test_collect_results_stats_on_domainbeds_test_sweep",
     "tests/test_spawrious_generate.py::test_settings_mismatch_and_bad_input",

@@ -107,7 +107,8 @@ def arithmetic(request, monkeypatch):
     return request.param
 
 
-@pytest.mark.parametrize("others, chunk", [([], 1), (OTHERS, 3)])
+@pytest.mark.parametrize("others, chunk", [([], 1), (OTHERS, 3)],
+                         ids=["three_heads", "eight_heads"])
 def test_stacked_heads_leave_the_records_of_each_probe_alone(tmp_path, monkeypatch, arithmetic,
                                                              others, chunk):
     """Each probe trained alone (a stack of one) and in a stack of 3 heads, one head a
