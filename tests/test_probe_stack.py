@@ -308,3 +308,34 @@ def test_two_colour_digits_become_red_and_green_photographs_at_224_px():
     assert takes_two_colours((2, 28, 28), {"pretrained": True})
     assert not takes_two_colours((2, 28, 28), {"pretrained": False})
     assert not takes_two_colours((3, 224, 224), {"pretrained": True})
+
+
+def test_a_probe_alone_resumes_from_its_checkpoint_as_if_never_stopped(tmp_path):
+    """A single cached probe (a stack of one) stopped after its step-3 checkpoint and
+    built again resumes from the resume state it wrote: the records, head and Adam state
+    of the run that never stopped."""
+    seed, lr, wd, b = HEADS[1]
+
+    def run(name):
+        return training.TrainingRun(_config(tmp_path, name, seed), _hparams(lr, wd, batch_size=b),
+                                    ERM, Tiny32, log=lambda m: None)
+    whole = run("whole")
+    training.train_loop(whole)
+    stopped = run("resumed")
+    assert stopped.restore() == 0
+    for step in range(4):
+        stopped.train_step(step)
+        if stopped.is_checkpoint(step):
+            stopped.checkpoint(step)
+    assert stopped.probe   # it trained as a stack of one
+    resumed = run("resumed")
+    training.train_loop(resumed)
+    assert resumed.probe.adam_steps == [7]
+    assert _records(tmp_path / "whole") == _records(tmp_path / "resumed")
+    for name in ("weight", "bias"):
+        mine = getattr(whole.algorithm.classifier, name)
+        theirs = getattr(resumed.algorithm.classifier, name)
+        assert torch.equal(mine, theirs)
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(whole.algorithm.optimizer.state[mine][key],
+                               resumed.algorithm.optimizer.state[theirs][key])
