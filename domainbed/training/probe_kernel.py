@@ -25,6 +25,9 @@ import tempfile
 
 import torch
 
+from oodutils.log import get_logger
+
+LOG = get_logger(__name__)
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe_kernel.c")
 BASE_FLAGS = ["-O3", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared"]
 _INT, _PTR = ctypes.c_int64, ctypes.c_void_p
@@ -78,7 +81,11 @@ def load():
         return None
     try:
         lib = ctypes.CDLL(_compile(compiler, BASE_FLAGS + _cpu_flags()))
-    except (OSError, subprocess.SubprocessError):
+    except (OSError, subprocess.SubprocessError) as e:
+        detail = getattr(e, "stderr", None) or b""
+        detail = detail.decode(errors="replace").strip().splitlines()[:1] or [str(e)]
+        LOG.warning(f"warning: the probe kernel was not built ({detail[0]}); linear probes "
+                    f"train with torch's operations")
         return None
     lib.probe_gradients.argtypes = [_INT] * 4 + [_PTR, ctypes.c_int] + [_PTR] * 7
     lib.probe_train.argtypes = [_INT] * 4 + [_PTR, ctypes.c_int] + [_PTR] * 12 + \
@@ -89,6 +96,15 @@ def load():
 
 def _ptr(tensor):
     return ctypes.c_void_p(tensor.data_ptr())
+
+
+def _rows(table, rows, labels):
+    """The table (float16 or float32), rows and labels (int64) as the kernel reads them:
+    contiguous, held by the caller for the call."""
+    if table.dtype not in (torch.float16, torch.float32):
+        table = table.float()
+    return (table.contiguous(), rows.to(torch.int64).contiguous(),
+            labels.to(torch.int64).contiguous())
 
 
 def _check(status):
@@ -106,8 +122,8 @@ def gradients(lib, table, rows, labels, weight, bias):
     loss = torch.empty(K)
     grad_weight, grad_bias = torch.empty(K, C, F), torch.empty(K, 1, C)
     # contiguous copies held here: the pointers must outlive the call
-    rows, labels = rows.contiguous(), labels.contiguous()
-    weight, bias = weight.contiguous(), bias.contiguous()
+    table, rows, labels = _rows(table, rows, labels)
+    weight, bias = weight.float().contiguous(), bias.float().contiguous()
     _check(lib.probe_gradients(K, rows.shape[1], F, C, _ptr(table),
                                table.dtype == torch.float16, _ptr(rows), _ptr(labels),
                                _ptr(weight), _ptr(bias), _ptr(loss), _ptr(grad_weight),
@@ -126,7 +142,7 @@ def train(lib, table, rows, labels, params, moments, factors, betas, eps):
             raise ValueError("the probe kernel updates contiguous float32 tensors in place")
     K, C, F = weight.shape
     loss = torch.empty(K)
-    rows, labels = rows.contiguous(), labels.contiguous()
+    table, rows, labels = _rows(table, rows, labels)
     _check(lib.probe_train(K, rows.shape[1], F, C, _ptr(table), table.dtype == torch.float16,
                            _ptr(rows), _ptr(labels), _ptr(weight), _ptr(bias), _ptr(loss),
                            *map(_ptr, moments["weight"] + moments["bias"]),
