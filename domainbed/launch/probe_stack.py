@@ -30,7 +30,6 @@ def why_not_job(config, hparams):
     return None
 
 
-
 def train_probe_group(members, start_step, on_checkpoint, on_failure, threads=1):
     """Train `members` (all at `start_step`) to the end as one stack (`threads`: see
     ProbeStack.train_step); the same callbacks as fused_training.train_group. Returns the

@@ -304,7 +304,7 @@ class TrainingRun:
 
     def _sync_probe(self):
         """The probe stack's head and Adam state into the algorithm (what a checkpoint
-        evaluates and saves); None without a probe stack."""
+        evaluates and saves); nothing to do without a probe stack."""
         if self.probe:
             self.probe.write_back()
 
