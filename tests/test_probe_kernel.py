@@ -97,8 +97,8 @@ def test_adam_steps_follow_torch_optim_adam(lib):
 
 
 def test_a_heads_bits_do_not_depend_on_the_other_heads(lib):
-    """One head trained alone, third of five and seventeenth of forty (the others
-    random): the same loss, parameters and moments, bit for bit."""
+    """One head trained alone, third of five and 322nd of 500 (the others random): the
+    same loss, parameters and moments, bit for bit."""
     table = torch.randn(60, 40, generator=torch.Generator().manual_seed(4)).half()
     mine_w, mine_b = _heads(1, 3, 40, seed=10)
     mine_rows, mine_labels = _batch(1, 11, 60, 3, seed=11)
@@ -120,7 +120,7 @@ def test_a_heads_bits_do_not_depend_on_the_other_heads(lib):
                                                     for m in v), torch.stack(losses)]
 
     alone = train(1, 0)
-    for K, position in ((5, 2), (40, 16)):
+    for K, position in ((5, 2), (500, 321)):
         for got, expected in zip(train(K, position), alone, strict=True):
             assert torch.equal(got, expected)
 
