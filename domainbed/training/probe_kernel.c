@@ -14,8 +14,9 @@
    - log-sum-exp: m = the largest logit, lse = m + log(sum over classes of exp(logit - m));
    - per row: loss term lse - logit[label], gradient (exp(logit - lse) - [c == label]) / R;
    - sums over the R rows (loss, weight and bias gradients) in row order.
-   Compiled with -ffp-contract=off: no fused multiply-add, the same numbers on every x86
-   build (AVX2 or not). */
+   Compiled with -ffp-contract=off: no fused multiply-add, so AVX2 or not, a build gives
+   the same numbers (exp and log are the C library's: another libm may round them
+   differently). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
