@@ -88,3 +88,14 @@ def need_ray():
     """Ray's Python package and its `ray` command."""
     need_package("ray")
     need_commands(("ray",), "pip install 'ray[default]'")
+
+
+def need_probe_kernel():
+    """The compiled probe kernel (domainbed.training.probe_kernel), or skip/fail: it needs a
+    C compiler (`cc`, or $CC)."""
+    from domainbed.training import probe_kernel
+    kernel = probe_kernel.load()
+    if kernel is None:
+        missing("the probe kernel was not built: no working C compiler (`cc` or $CC; Debian: "
+                "apt-get install gcc; .ci/run installs it)")
+    return kernel
