@@ -2,6 +2,9 @@
 its losses, gradients, Adam steps and logits against float64 autograd and torch.optim.Adam,
 a head's bits independent of the other heads of a call, and torch's operations where no
 kernel can be built."""
+import os
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -140,3 +143,25 @@ def test_without_a_compiler_or_on_request_torch_operations_train(monkeypatch, ca
         assert "warning: the probe kernel was not built" in capsys.readouterr().err
     finally:
         probe_kernel.load.cache_clear()
+
+
+def test_a_library_others_can_write_is_never_loaded(tmp_path, monkeypatch):
+    """A cache folder or a cached library writable by another user is not trusted: the
+    kernel is built afresh (a private temporary folder, or over the planted file)."""
+    need_probe_kernel()
+    compiler = probe_kernel.shutil.which("cc")
+    kernels = tmp_path / "oodbed" / "kernels"
+    kernels.mkdir(parents=True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    built = probe_kernel._compile(compiler, probe_kernel.BASE_FLAGS)
+    assert os.path.dirname(built) == str(kernels)
+    planted = b"not a library"
+    Path(built).write_bytes(planted)
+    os.chmod(built, 0o666)           # another user could have written it
+    again = probe_kernel._compile(compiler, probe_kernel.BASE_FLAGS)
+    assert again == built and Path(again).read_bytes() != planted
+    assert oct(os.stat(again).st_mode & 0o777) == oct(0o700)
+    os.chmod(kernels, 0o777)         # a folder anyone can write
+    elsewhere = probe_kernel._compile(compiler, probe_kernel.BASE_FLAGS)
+    assert os.path.dirname(elsewhere) != str(kernels)
+    assert probe_kernel._private(elsewhere)

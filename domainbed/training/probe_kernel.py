@@ -20,6 +20,7 @@ import hashlib
 import os
 import platform
 import shutil
+import stat
 import subprocess
 import tempfile
 
@@ -51,6 +52,31 @@ def _cache_dir():
     return os.path.join(base, "oodbed", "kernels")
 
 
+def _private(path):
+    """Whether `path` is ours, no link, and writable by no one else: a library we load,
+    and the folder it sits in, must be (another user could otherwise plant code)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return (not stat.S_ISLNK(st.st_mode) and st.st_uid == os.geteuid()
+            and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+def _kernel_dir():
+    """The cache folder when it is private, else a new private temporary folder."""
+    directory = _cache_dir()
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    except OSError:
+        pass
+    if _private(directory):
+        return directory
+    LOG.warning(f"warning: {directory} is not private to this user; the probe kernel is "
+                f"built in a temporary folder instead")
+    return tempfile.mkdtemp(prefix="oodbed-kernel-")
+
+
 def _compile(compiler, flags):
     """The shared library's path, compiled into the cache unless it is there already
     (keyed by the source, the flags and the compiler's version; written whole or not)."""
@@ -58,14 +84,15 @@ def _compile(compiler, flags):
         source = f.read()
     version = subprocess.run([compiler, "--version"], capture_output=True, timeout=60).stdout
     key = hashlib.sha256(source + " ".join(flags).encode() + version).hexdigest()[:16]
-    target = os.path.join(_cache_dir(), f"probe_kernel-{key}.so")
-    if os.path.exists(target):
+    directory = _kernel_dir()
+    target = os.path.join(directory, f"probe_kernel-{key}.so")
+    if _private(target):
         return target
-    os.makedirs(_cache_dir(), exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=_cache_dir()) as tmp:
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
         built = os.path.join(tmp, "probe_kernel.so")
         subprocess.run([compiler, *flags, "-o", built, SOURCE, "-lm"], check=True,
                        capture_output=True, timeout=300)
+        os.chmod(built, 0o700)
         os.replace(built, target)
     return target
 
