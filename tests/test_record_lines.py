@@ -160,3 +160,36 @@ def test_long_digit_runs_in_strings_do_not_decline_a_file_but_long_integers_do()
     assert whole_file_part(long_integer, None) is None     # orjson would make it a float
     records = _by_lines(long_integer)
     assert records[0]["big"] == int(digits) and type(records[0]["big"]) is int
+
+
+@pytest.mark.parametrize("where", ["args", "args list", "hparams", "kept metric",
+                                   "unkept metric", "huge float"])
+def test_a_long_integer_anywhere_reads_as_json_reads_it(where):
+    """orjson makes an integer literal beyond 64 bits a float (json keeps an int): a file
+    holding one, or a float as huge, is declined to the line reader wherever a kept value
+    could differ, and what is read straight into columns equals the line reader's."""
+    data = _files()[0].read_bytes()
+    digits = "1234567890" * 3
+    edits = {"args": (b'"seed": ', f'"seed": {digits}, "x": '),
+             "args list": (b'"test_envs": [', f'"test_envs": [{digits}, '),
+             "hparams": (b'"hparams": {', f'"hparams": {{"big": -{digits}, '),
+             "kept metric": (b'"step": ', f'"env0_out_acc_big": {digits}, "step": '),
+             "unkept metric": (b'"step": ', f'"loss_big": {digits}, "step": '),
+             "huge float": (b'"seed": ', '"seed": 1e19, "x": ')}
+    old, new = edits[where]
+    changed = data.replace(old, new.encode())
+    assert changed != data
+    by_lines = _by_lines(changed, TABLE_FIELDS)
+    part = whole_file_part(changed, TABLE_FIELDS)
+    if where == "unkept metric":
+        assert part is not None     # the dropped key cannot change what is kept
+    elif where == "args list":
+        assert by_lines == []       # a test env beyond the environments: every line skipped
+    else:
+        assert part is None and by_lines, where
+    if part is not None:
+        _same_parts([part], file_parts(by_lines))
+    if where in ("args", "hparams"):
+        value = by_lines[0]["args"]["seed"] if where == "args" else \
+            by_lines[0]["hparams"]["big"]
+        assert abs(value) == int(digits) and type(value) is int

@@ -9,10 +9,9 @@ elsewhere; each record is held to ``domainbed.results.schema``.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -197,62 +196,120 @@ def _whole_file(data: bytes, fields: Sequence[str] | None
     """(part, args JSON, hparams JSON) of a file whose lines all parse in one orjson call
     as json would parse each, with the same keys in the same order, values of the same
     types, args and hparams objects that serialize alike (so the line reader shares them
-    too), numbers a float64 holds, fitting the schema; else None."""
+    too), numbers a float64 holds, fitting the schema; else None. Checked key by key
+    (one column of values per key), not line by line."""
     if _orjson is None or not data.startswith(b"{") or len(data) >= MAX_LINE_BYTES or \
-            data.endswith(b"\n\n") or _needs_json(data):
+            data.endswith(b"\n\n") or _too_nested(data):
         return None
     try:
         parsed = _orjson.loads(b"[" + data.rstrip(b"\n").replace(b"\n", b",") + b"]")
     except _orjson.JSONDecodeError:
         return None
-    first = parsed[0] if parsed else None
-    if type(first) is not dict or type(first.get("args")) is not dict or \
-            type(first.get("hparams")) is not dict:
+    if not parsed or set(map(type, parsed)) != {dict}:
         return None
-    keys, kinds = tuple(first), tuple(map(type, first.values()))
-    args, hparams = first["args"], first["hparams"]
+    keys = tuple(parsed[0])
+    if len(set(map(tuple, parsed))) != 1 or "args" not in keys or "hparams" not in keys:
+        return None
+    column_of = dict(zip(keys, zip(*map(itemgetter(*keys), parsed))))
+    kind_sets = [set(map(type, column)) for column in column_of.values()]
+    if any(len(kinds) != 1 for kinds in kind_sets):
+        return None
+    kind_of = dict(zip(keys, (kinds.pop() for kinds in kind_sets)))
+    kinds = list(kind_of.values())
+    if list in kinds or kinds.count(dict) != 2 or kind_of["args"] is not dict or \
+            kind_of["hparams"] is not dict:
+        return None
+    first = parsed[0]
     dumps = _orjson.dumps
-    args_text, hparams_text = dumps(args), dumps(hparams)
-    if list in kinds or kinds.count(dict) != 2 or not all(
-            type(r) is dict and tuple(r) == keys and tuple(map(type, r.values())) == kinds
-            and dumps(r["args"]) == args_text and dumps(r["hparams"]) == hparams_text
-            for r in parsed):
+    args_text, hparams_text = dumps(first["args"]), dumps(first["hparams"])
+    if set(map(dumps, column_of["args"])) != {args_text} or \
+            set(map(dumps, column_of["hparams"])) != {hparams_text}:
         return None
-    kept = [k for k in keys if k in fields or k.startswith("env")] if fields else list(keys)
-    kind_of = dict(zip(keys, kinds))
+    if _holds_huge_float(first["args"]) or _holds_huge_float(first["hparams"]):
+        return None   # perhaps an integer of 19 digits or more that orjson made a float
+    return _layout_part(first, kind_of, column_of, fields, args_text, hparams_text)
+
+
+_HUGE = 1e18   # an integer literal orjson reads otherwise than json is a float beyond it
+
+
+def _holds_huge_float(value: Any) -> bool:
+    """Whether `value` holds a float of magnitude 1e18 or more (or NaN) anywhere within."""
+    kind = type(value)
+    if kind is float:
+        return not -_HUGE < value < _HUGE
+    if kind is dict:
+        return any(map(_holds_huge_float, value.values()))
+    if kind is list:
+        return any(map(_holds_huge_float, value))
+    return False
+
+
+class _Shape(NamedTuple):
+    """What a layout of keys and types keeps: `kept` keys, their `types` string, the
+    `numeric` ones among them, the `ints`, and where the numeric ones go (`at`)."""
+    kept: tuple[str, ...]
+    types: str
+    numeric: tuple[str, ...]
+    ints: tuple[str, ...]
+    at: list[int]
+
+
+_SHAPES: dict[tuple[Any, ...], _Shape | None] = {}   # (keys, kinds, fields) -> shape
+
+
+def _shape(kind_of: dict[str, type], fields: Sequence[str] | None) -> _Shape | None:
+    """The _Shape of a layout (worked out once per layout), or None where a kept key is
+    neither a number nor args / hparams."""
+    cache_key = (tuple(kind_of), tuple(kind_of.values()),
+                 tuple(fields) if fields else None)
+    found = _SHAPES.get(cache_key, False)
+    if found is not False:
+        return found   # type: ignore[return-value]
+    keys = list(kind_of)
+    kept = [k for k in keys if k in fields or k.startswith("env")] if fields else keys
     numeric = [k for k in kept if k not in ("args", "hparams")]
-    if any(kind_of[k] not in (float, int) for k in numeric):
-        return None
-    ints = [k for k in numeric if kind_of[k] is int]
-    if any(not -_EXACT_INT <= r[k] <= _EXACT_INT for k in ints for r in parsed):
+    found = None
+    if all(kind_of[k] in (float, int) for k in numeric):
+        types = "".join("a" if k == "args" else "h" if k == "hparams" else
+                        "i" if kind_of[k] is int else "f" for k in kept)
+        found = _Shape(tuple(kept), types, tuple(numeric),
+                       tuple(k for k in numeric if kind_of[k] is int),
+                       [kept.index(k) for k in numeric])
+    if len(_SHAPES) < 1024 and sum(map(len, keys)) < 4096:
+        _SHAPES[cache_key] = found
+    return found
+
+
+def _layout_part(first: Record, kind_of: dict[str, type], column_of: dict[str, Any],
+                 fields: Sequence[str] | None, args_text: bytes, hparams_text: bytes
+                 ) -> tuple[Part, bytes, bytes] | None:
+    """The Part of lines of one layout (`kind_of` each key's type; `column_of` its values,
+    line by line) whose first line is `first`, when its numbers fit a float64 (and none
+    kept is a float an integer literal may have become) and the lines fit the schema (args
+    and hparams are checked once: every line has the same)."""
+    shape = _shape(kind_of, fields)
+    if shape is None or any(min(column_of[k]) < -_EXACT_INT or max(column_of[k]) > _EXACT_INT
+                            for k in shape.ints):
         return None
     if record_problem(first) is not None or \
-            ("step" in ints and min(r["step"] for r in parsed) < 0):
+            ("step" in shape.ints and min(column_of["step"]) < 0):
         return None
-    types = "".join("a" if k == "args" else "h" if k == "hparams" else
-                    "i" if kind_of[k] is int else "f" for k in kept)
-    values = np.full((len(parsed), len(kept)), np.nan)
-    if numeric:
-        rows = map(itemgetter(*numeric), parsed)
-        picked = np.array(list(rows) if len(numeric) > 1 else [[v] for v in rows],
-                          dtype=np.float64)
-        values[:, [kept.index(k) for k in numeric]] = picked
-    return Part((tuple(kept), types), args, hparams, values, None), args_text, hparams_text
+    values = np.full((len(column_of["args"]), len(shape.kept)), np.nan)
+    if shape.numeric:
+        picked = np.array([column_of[k] for k in shape.numeric], dtype=np.float64)
+        if not (np.abs(picked) < _HUGE).all():
+            return None
+        values[:, shape.at] = picked.T
+    return Part((shape.kept, shape.types), first["args"], first["hparams"], values, None), \
+        args_text, hparams_text
 
 
-def _needs_json(data: bytes) -> bool:
-    """Whether some line of `data` is one orjson would read otherwise than json (an
-    integer of 19 digits or more) or could not read (nested thousands deep)."""
-    if data.count(b"[") + data.count(b"{") > _MAX_FAST_BRACKETS and \
-            any(line.count(b"[") + line.count(b"{") > _MAX_FAST_BRACKETS
-                for line in data.split(b"\n")):
-        return True
-    if _LONG_INTEGER not in data.translate(_NUMBER_SHAPE):
-        return False     # (digits in strings, such as a run folder's hash, can look long:)
-    return _LONG_INTEGER in _STRING.sub(b'""', data).translate(_NUMBER_SHAPE)
-
-
-_STRING = re.compile(rb'"(?:[^"\\\n]|\\.)*"')   # a JSON string on one line
+def _too_nested(data: bytes) -> bool:
+    """Whether some line of `data` nests deeper than orjson reads safely (json reads it)."""
+    return data.count(b"[") + data.count(b"{") > _MAX_FAST_BRACKETS and \
+        any(line.count(b"[") + line.count(b"{") > _MAX_FAST_BRACKETS
+            for line in data.split(b"\n"))
 
 
 def _parse_shared(data: bytes) -> tuple[list[Any], Any, Any, bytes, bytes] | None:
@@ -263,9 +320,7 @@ def _parse_shared(data: bytes) -> tuple[list[Any], Any, Any, bytes, bytes] | Non
     if _orjson is None or not data.startswith(_ARGS_START) or \
             len(data) >= MAX_LINE_BYTES or data.endswith(b"\n\n"):
         return None
-    if data.count(b"[") + data.count(b"{") > _MAX_FAST_BRACKETS and \
-            any(line.count(b"[") + line.count(b"{") > _MAX_FAST_BRACKETS
-                for line in data.split(b"\n")):
+    if _too_nested(data):
         return None
     shared = _shared_bytes(data[:data.find(b"\n")] if b"\n" in data else data)
     if shared is None:
