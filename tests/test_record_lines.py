@@ -193,3 +193,24 @@ def test_a_long_integer_anywhere_reads_as_json_reads_it(where):
         value = by_lines[0]["args"]["seed"] if where == "args" else \
             by_lines[0]["hparams"]["big"]
         assert abs(value) == int(digits) and type(value) is int
+
+
+@pytest.mark.parametrize("depth", [40, 300, 2000])
+def test_deeply_nested_hparams_decline_a_file_to_the_line_reader(depth):
+    """Nesting beyond the schema's 32 levels (or orjson's 1024) is the line reader's to
+    skip, line by line, whatever the whole-file reader's orjson does with it."""
+    data = _files()[0].read_bytes()
+    nested = "[" * depth + "]" * depth
+    changed = data.replace(b'"hparams": {', f'"hparams": {{"deep": {nested}, '.encode())
+    assert changed != data
+    assert whole_file_part(changed, TABLE_FIELDS) is None
+    assert parse_whole_file(changed, TABLE_FIELDS) is None
+    notes = []
+    records, skipped = parse_run_lines("f", changed.splitlines(keepends=True), notes)
+    assert records == [] and skipped == len(data.splitlines()) and "nested" in notes[0]
+
+
+def test_the_orjson_version_reads_as_numbers():
+    from domainbed.results.lines import _version
+    assert _version("3.10.0") == (3, 10) > _version("3.9.15") == (3, 9)
+    assert _version("") == (0,) and _version("dev") == (0,)

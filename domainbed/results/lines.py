@@ -9,6 +9,7 @@ elsewhere; each record is held to ``domainbed.results.schema``.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -26,6 +27,17 @@ except ImportError:  # pragma: no cover - orjson is a dependency; kept optional 
     _orjson = None  # type: ignore[assignment]
 
 Record = dict[str, Any]
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """(major, minor) of a version string ((0,) where it does not start with numbers)."""
+    numbers = [int(n) for n in re.findall(r"\d+", text)[:2]]
+    return tuple(numbers) if re.match(r"\d", text) else (0,)
+
+
+# orjson 3.10 and later refuse to nest deeper than 1024 levels with an error (then the
+# line reader decides); older ones may crash on thousands: a whole file is counted first
+_DEPTH_SAFE = _orjson is not None and _version(getattr(_orjson, "__version__", "")) >= (3, 10)
 MAX_LINE_BYTES = 4 << 20  # a record is a few kB; a longer line is skipped, never held
 
 
@@ -199,8 +211,8 @@ def _whole_file(data: bytes, fields: Sequence[str] | None
     too), numbers a float64 holds, fitting the schema; else None. Checked key by key
     (one column of values per key), not line by line."""
     if _orjson is None or not data.startswith(b"{") or len(data) >= MAX_LINE_BYTES or \
-            data.endswith(b"\n\n") or _too_nested(data):
-        return None
+            data.endswith(b"\n\n") or (not _DEPTH_SAFE and _too_nested(data)):
+        return None   # (nesting within 1024 levels: the schema check of args / hparams)
     try:
         parsed = _orjson.loads(b"[" + data.rstrip(b"\n").replace(b"\n", b",") + b"]")
     except _orjson.JSONDecodeError:
@@ -220,6 +232,8 @@ def _whole_file(data: bytes, fields: Sequence[str] | None
             kind_of["hparams"] is not dict:
         return None
     first = parsed[0]
+    if record_problem(first) is not None:
+        return None   # (first: what follows recurses into args and hparams)
     dumps = _orjson.dumps
     args_text, hparams_text = dumps(first["args"]), dumps(first["hparams"])
     if set(map(dumps, column_of["args"])) != {args_text} or \
@@ -238,11 +252,17 @@ def _holds_huge_float(value: Any) -> bool:
     kind = type(value)
     if kind is float:
         return not -_HUGE < value < _HUGE
-    if kind is dict:
-        return any(map(_holds_huge_float, value.values()))
-    if kind is list:
-        return any(map(_holds_huge_float, value))
-    return False
+    if kind is not dict and kind is not list:
+        return False
+    items = value.values() if kind is dict else value
+    kinds = set(map(type, items))
+    if float in kinds and any(not -_HUGE < v < _HUGE for v in items if type(v) is float):
+        return True
+    return (dict in kinds or list in kinds) and \
+        any(map(_holds_huge_float, (v for v in items if type(v) in _CONTAINERS)))
+
+
+_CONTAINERS = (dict, list)
 
 
 class _Shape(NamedTuple):
@@ -285,15 +305,14 @@ def _layout_part(first: Record, kind_of: dict[str, type], column_of: dict[str, A
                  fields: Sequence[str] | None, args_text: bytes, hparams_text: bytes
                  ) -> tuple[Part, bytes, bytes] | None:
     """The Part of lines of one layout (`kind_of` each key's type; `column_of` its values,
-    line by line) whose first line is `first`, when its numbers fit a float64 (and none
-    kept is a float an integer literal may have become) and the lines fit the schema (args
-    and hparams are checked once: every line has the same)."""
+    line by line) whose first line is `first` (found to fit the schema: every line has
+    its args and hparams, and its keys of the same types), when its numbers fit a float64
+    (and none kept is a float an integer literal may have become) and every step is >= 0."""
     shape = _shape(kind_of, fields)
     if shape is None or any(min(column_of[k]) < -_EXACT_INT or max(column_of[k]) > _EXACT_INT
                             for k in shape.ints):
         return None
-    if record_problem(first) is not None or \
-            ("step" in shape.ints and min(column_of["step"]) < 0):
+    if "step" in shape.ints and min(column_of["step"]) < 0:
         return None
     values = np.full((len(column_of["args"]), len(shape.kept)), np.nan)
     if shape.numeric:
