@@ -236,8 +236,9 @@ def _whole_file(data: bytes, fields: Sequence[str] | None
         return None   # (first: what follows recurses into args and hparams)
     dumps = _orjson.dumps
     args_text, hparams_text = dumps(first["args"]), dumps(first["hparams"])
-    if set(map(dumps, column_of["args"])) != {args_text} or \
-            set(map(dumps, column_of["hparams"])) != {hparams_text}:
+    rows = len(parsed)    # (counted, not put in a set: a set would hash every text)
+    if list(map(dumps, column_of["args"])).count(args_text) != rows or \
+            list(map(dumps, column_of["hparams"])).count(hparams_text) != rows:
         return None
     if _holds_huge_float(first["args"]) or _holds_huge_float(first["hparams"]):
         return None   # perhaps an integer of 19 digits or more that orjson made a float
@@ -266,13 +267,11 @@ _CONTAINERS = (dict, list)
 
 
 class _Shape(NamedTuple):
-    """What a layout of keys and types keeps: `kept` keys, their `types` string, the
-    `numeric` ones among them, the `ints`, and where the numeric ones go (`at`)."""
+    """What a layout of keys and types keeps: `kept` keys, their `types` string, and the
+    `ints` among them."""
     kept: tuple[str, ...]
     types: str
-    numeric: tuple[str, ...]
     ints: tuple[str, ...]
-    at: list[int]
 
 
 _SHAPES: dict[tuple[Any, ...], _Shape | None] = {}   # (keys, kinds, fields) -> shape
@@ -293,9 +292,7 @@ def _shape(kind_of: dict[str, type], fields: Sequence[str] | None) -> _Shape | N
     if all(kind_of[k] in (float, int) for k in numeric):
         types = "".join("a" if k == "args" else "h" if k == "hparams" else
                         "i" if kind_of[k] is int else "f" for k in kept)
-        found = _Shape(tuple(kept), types, tuple(numeric),
-                       tuple(k for k in numeric if kind_of[k] is int),
-                       [kept.index(k) for k in numeric])
+        found = _Shape(tuple(kept), types, tuple(k for k in numeric if kind_of[k] is int))
     if len(_SHAPES) < 1024 and sum(map(len, keys)) < 4096:
         _SHAPES[cache_key] = found
     return found
@@ -314,12 +311,12 @@ def _layout_part(first: Record, kind_of: dict[str, type], column_of: dict[str, A
         return None
     if "step" in shape.ints and min(column_of["step"]) < 0:
         return None
-    values = np.full((len(column_of["args"]), len(shape.kept)), np.nan)
-    if shape.numeric:
-        picked = np.array([column_of[k] for k in shape.numeric], dtype=np.float64)
-        if not (np.abs(picked) < _HUGE).all():
-            return None
-        values[:, shape.at] = picked.T
+    no_number = (np.nan,) * len(column_of["args"])
+    by_key = np.array([no_number if t in "ah" else column_of[k]
+                       for k, t in zip(shape.kept, shape.types)], dtype=np.float64)
+    if (np.abs(by_key) >= _HUGE).any():    # (NaN is not)
+        return None
+    values = np.ascontiguousarray(by_key.T)
     return Part((shape.kept, shape.types), first["args"], first["hparams"], values, None), \
         args_text, hparams_text
 
