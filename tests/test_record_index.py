@@ -317,3 +317,20 @@ def test_runs_read_again_between_served_ones_keep_their_order_in_workers(sweep, 
     cold = rec.load_records(sweep, quiet=True, fields=rec.TABLE_FIELDS, use_index=False)
     assert mixed.run_dirs == cold.run_dirs and mixed.records == cold.records
     assert [list(r) for r in mixed.records] == [list(r) for r in cold.records]
+
+
+def test_done_is_a_file_or_a_link_to_one_never_a_broken_link(tmp_path):
+    """A run is done where its `done` exists as os.path.exists sees it: a file, or a link
+    to one; a broken link is not done (the walk follows only links to see that)."""
+    from domainbed.results import discovery
+    for name in ("file", "link", "broken", "none"):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "results.jsonl").write_text("{}\n")
+    (tmp_path / "file" / "done").write_text("")
+    (tmp_path / "target").write_text("")
+    os.symlink(tmp_path / "target", tmp_path / "link" / "done")
+    os.symlink(tmp_path / "missing", tmp_path / "broken" / "done")
+    walked = discovery.walk(str(tmp_path))
+    done = {os.path.basename(p): d for p, d in zip(walked.run_dirs, walked.done)}
+    assert done == {"file": True, "link": True, "broken": False, "none": False}

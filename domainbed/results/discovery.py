@@ -61,8 +61,9 @@ def _list(path: str) -> tuple[int, str]:
                     is_dir = entry.is_dir()
                 except OSError:
                     is_dir = False
-                if entry.name == DONE_FILE and os.path.exists(entry.path):
-                    flags |= HAS_DONE
+                if entry.name == DONE_FILE and (not entry.is_symlink() or
+                                                os.path.exists(entry.path)):
+                    flags |= HAS_DONE     # (only a link is followed to see it exists)
                 if is_dir:
                     if entry.name != PREDICTIONS_DIR and not entry.is_symlink():
                         children.append(entry.name)
