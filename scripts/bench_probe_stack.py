@@ -205,11 +205,12 @@ def main():
         "cpu_over_limit_cpu": round(total_cpu / (limit * opts.cores), 1),
     }
     print(json.dumps(report, indent=2))
+    limit_text = (f"{limit:.1f} s on {opts.cores} cores (flops {limit_flops:.1f} s; bytes "
+                  f"{limit_l3:.1f} s from L3, {limit_dram:.1f} s from DRAM)")
     print(f"{len(heads)} runs x {opts.steps} steps, {opts.checkpoints} checkpoints: "
           f"{total_wall:.0f} s wall, {total_cpu:.0f} CPU-s ({opts.threads} threads; load "
           f"{load_start:.1f} -> {os.getloadavg()[0]:.1f}); goal 120 s; machine limit "
-          f"{limit:.0f} s on {opts.cores} cores (features in L3; "
-          f"{max(limit_dram, limit_flops):.0f} s from DRAM): {total_wall / limit:.1f}x the "
+          f"{limit_text}: {total_wall / limit:.1f}x the "
           f"limit in wall time, {total_cpu / (limit * opts.cores):.1f}x in CPU time")
     if not opts.no_record:
         from benchfigures import record
@@ -222,8 +223,7 @@ def main():
                       f"{opts.cores} cores) "
                       + (f"after a {extract_cpu:.0f} CPU-s extraction" if extracted else
                          "on features cached beforehand")
-                      + f"; limit {limit:.0f} s ({opts.cores} cores, features in L3) to "
-                      f"{max(limit_dram, limit_flops):.0f} s (from DRAM)",
+                      + f"; machine limit {limit_text}",
                method=json.dumps(report))
 
 
