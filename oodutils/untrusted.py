@@ -35,17 +35,23 @@ class NotRegularFile(OSError):
     """The path is a symlink, FIFO, device, socket or directory, or is too large."""
 
 
-def open_regular(path: str | os.PathLike[str]) -> IO[bytes]:
-    """`path` opened for reading in binary, after checking (on the open descriptor, so
-    nothing can swap it in between) that it is a regular file."""
+def _open_unfollowed(path: str | os.PathLike[str]) -> int:
+    """A read-only descriptor of `path` opened without following a final symlink (one is
+    NotRegularFile) and without blocking on a FIFO."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) \
         | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags)
+        return os.open(path, flags)
     except OSError as e:
         if os.path.islink(path):
             raise NotRegularFile(f"{path} is a symlink") from None
         raise e
+
+
+def open_regular(path: str | os.PathLike[str]) -> IO[bytes]:
+    """`path` opened for reading in binary, after checking (on the open descriptor, so
+    nothing can swap it in between) that it is a regular file."""
+    fd = _open_unfollowed(path)
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
@@ -94,14 +100,7 @@ def read_head(path: str | os.PathLike[str], max_bytes: int) -> bytes:
     otherwise), read with as few calls and as small a buffer as its size allows: what
     reading thousands of small files at once needs (a file object asked for 16 MiB
     allocates them)."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) \
-        | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as e:
-        if os.path.islink(path):
-            raise NotRegularFile(f"{path} is a symlink") from None
-        raise e
+    fd = _open_unfollowed(path)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
