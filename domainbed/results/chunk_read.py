@@ -45,7 +45,12 @@ def read_chunk(reader: RunReader, run_dirs: Sequence[str], fields: Any) -> Chunk
     layout_ids: dict[Layout, int] = {}
     pieces: list[list[np.ndarray]] = []
     sizes: list[int] = []
-    layout, offset, rows, args, hparams, kept = [], [], [], [], [], {}
+    layout: list[Any] = []
+    offset: list[Any] = []
+    rows: list[Any] = []
+    args: list[Any] = []
+    hparams: list[Any] = []
+    kept: dict[Any, Any] = {}
     text_ids: list[dict[str, int]] = [{} for _ in KEY_FIELDS]
     codes: list[list[int]] = []
     for run_dir in run_dirs:

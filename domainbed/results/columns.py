@@ -343,7 +343,7 @@ class BlockList(Sequence[Block]):
     def __len__(self) -> int:
         return self.table.n_blocks
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):
             return [self.table.block(j) for j in range(*i.indices(len(self)))]
         if i < 0:
@@ -496,6 +496,6 @@ class TableBuilder:
                 concat_ranges(start[chosen], rows[chosen])
             rows_of.append(found)
         store = ColumnStore(self.layouts, matrices, rows_of, int(rows.sum()))
-        keys = self.keys.finish() if self.keys is not None else None
+        run_keys = self.keys.finish() if self.keys is not None else None
         return ColumnTable(store, layout, start, offset, rows, self.run_dirs, self.args,
-                           self.hparams, self.kept, keys, self.decode)
+                           self.hparams, self.kept, run_keys, self.decode)

@@ -93,8 +93,9 @@ def kept_parts(found: dict[str, Any], layouts: list[Layout], layout: np.ndarray,
             if "hparams" in record:
                 record["hparams"] = first["hparams"]
         kept[block] = records
-    for block in np.flatnonzero(np.array(["o" in t for _, t in layouts], dtype=bool)[layout]
-                                if len(layouts) and len(layout) else []):
+    for block in map(int, np.flatnonzero(np.array(["o" in t for _, t in layouts],
+                                                  dtype=bool)[layout]
+                                         if len(layouts) and len(layout) else [])):
         if int(block) not in kept:
             raise CorruptIndex("a block whose layout needs its records has none")
     return kept

@@ -181,7 +181,8 @@ def encode(runs: dict[str, Any], blocks: dict[str, Any], layouts: list[Any],
         "dir_keys": np.array(listings.keys, dtype=np.int64).reshape(-1, 4),
         "dir_flags": np.array(listings.flags, dtype=np.int64),
         **{f"matrix{i}": m for i, m in enumerate(matrices)}}
-    described, at = {}, 0
+    described: dict[str, list[Any]] = {}
+    at = 0
     for name, array in arrays.items():
         array = np.ascontiguousarray(array)
         arrays[name] = array
@@ -198,7 +199,7 @@ def encode(runs: dict[str, Any], blocks: dict[str, Any], layouts: list[Any],
     text += b" " * (-(len(MAGIC) + 8 + len(text)) % 8)
     body = bytearray(at)
     for name, array in arrays.items():
-        start = described[name][2]
+        start = int(described[name][2])
         body[start:start + array.nbytes] = array.tobytes()
     return MAGIC + len(text).to_bytes(8, "little") + text + bytes(body)
 
@@ -227,9 +228,10 @@ def decode(data: bytes) -> Stored:
             rows.shape != (n_blocks,) or codes.shape != (n_blocks, len(KEY_FIELDS)):
         raise CorruptIndex("its blocks do not fit together")
     layouts = check_layouts(header["layouts"])
-    matrices = [arrays.get(f"matrix{i}") for i in range(len(layouts))]
-    if any(m is None or m.ndim != 2 or m.shape[1] != len(keys)
-           for m, (keys, _) in zip(matrices, layouts)) or \
+    found = [arrays.get(f"matrix{i}") for i in range(len(layouts))]
+    matrices = [m for m in found if m is not None]
+    if len(matrices) != len(layouts) or any(m.ndim != 2 or m.shape[1] != len(keys)
+                                            for m, (keys, _) in zip(matrices, layouts)) or \
             len([k for k in arrays if k.startswith("matrix")]) != len(layouts):
         raise CorruptIndex("its matrices do not fit its layouts")
     if n_blocks and (layout.min() < 0 or layout.max() >= len(layouts)):

@@ -126,9 +126,9 @@ class SweepReader:
         stats = [_lstat(path + _RESULTS_AFTER) for path, _ in runs]
         keys = [stat_key(st) if st is not None and is_regular(st) else _NO_KEY
                 for st in stats]
-        if stored is not None and index.size > index_cap([k[0] for k in keys]):
-            stored = index.ignore(f"larger than {index_cap([k[0] for k in keys])} bytes"
-                                  ).stored
+        cap = index_cap([k[0] for k in keys])
+        if stored is not None and index is not None and index.size > cap:
+            stored = index.ignore(f"larger than {cap} bytes").stored
         self.notes += index.notes if index is not None else []
         hits = _hits(stored, [rel for _, rel in runs], keys)
         top_info = None
@@ -141,6 +141,7 @@ class SweepReader:
         settled = time.time_ns() - SETTLE_NS
         for start, stop in _segments(hits):
             if hits[start] >= 0:
+                assert stored is not None   # a hit is a run of the index
                 self._serve(stored, top_info, hits[start:stop], runs[start:stop],
                             keys[start:stop])
                 continue
@@ -155,7 +156,7 @@ class SweepReader:
                 walked.changed
 
     def _serve(self, stored: Stored, top: _Top | None, runs: np.ndarray,
-               paths: list[tuple[str, str]], keys: list[tuple[int, ...]]) -> None:
+               paths: list[tuple[str, str]], keys: Sequence[tuple[int, ...]]) -> None:
         """Add the blocks of these index runs, as arrays."""
         assert top is not None
         counts = stored.first_block[runs + 1] - stored.first_block[runs]
@@ -202,7 +203,7 @@ class SweepReader:
         return remapped
 
     def _add_read(self, chunk: Chunk, lo: int, hi: int, runs: list[tuple[str, str]],
-                  keys: list[tuple[int, ...]], top: _Top | None, settled: int) -> None:
+                  keys: Sequence[tuple[int, ...]], top: _Top | None, settled: int) -> None:
         """Add runs lo .. hi of a chunk read from their files (`runs`: their paths)."""
         counts = chunk.block_counts[lo:hi]
         first = sum(chunk.block_counts[:lo])
@@ -263,16 +264,19 @@ class _ChunkStream:
     """The chunks read from files, taken run by run as the walk's order needs them."""
 
     def __init__(self, chunks: Any) -> None:
-        self.chunks, self.chunk, self.at = chunks, None, 0
+        self.chunks, self.at = chunks, 0
+        self.chunk: Chunk | None = None
 
     def take(self, count: int) -> list[tuple[Chunk, int, int]]:
         """(chunk, first run, end run) pieces holding the next `count` runs."""
-        pieces = []
+        pieces: list[tuple[Chunk, int, int]] = []
         while count > 0:
             if self.chunk is None or self.at == len(self.chunk.errors):
                 self.chunk, self.at = next(self.chunks)[1], 0
-            end = min(self.at + count, len(self.chunk.errors))
-            pieces.append((self.chunk, self.at, end))
+            chunk = self.chunk
+            assert chunk is not None
+            end = min(self.at + count, len(chunk.errors))
+            pieces.append((chunk, self.at, end))
             count -= end - self.at
             self.at = end
         return pieces
@@ -285,7 +289,7 @@ def _lstat(path: str) -> os.stat_result | None:
         return None
 
 
-def _hits(stored: Stored | None, rels: list[str], keys: list[tuple[int, ...]]
+def _hits(stored: Stored | None, rels: list[str], keys: Sequence[tuple[int, ...]]
           ) -> np.ndarray:
     """For each run, its run number in the index when its stat key is the stored one,
     else -1."""
