@@ -69,6 +69,8 @@ def _variants(data):
         "bom": b"\xef\xbb\xbf" + data,
         "lone surrogate": data.replace(b'"ERM"', b'"\\ud800"'),
         "bad step": data.replace(b'"step": 0', b'"step": -1', 1),
+        "stand-in as a later args": data.replace(
+            b'"step": 0', b'"step": 0, "args": "\\u0000oodbed\\u0000"', 1),
     }
 
 
@@ -80,7 +82,8 @@ def test_a_file_read_at_once_reads_as_line_by_line_or_is_declined(name):
     if whole is not None:
         assert _typed(whole) == _typed(_by_lines(data, TABLE_FIELDS)), name
     if name in ("NaN value", "duplicate args", "big integer", "blank line", "bad line",
-                "other hparams", "args not first", "bom", "bad step"):
+                "other hparams", "args not first", "bom", "bad step",
+                "stand-in as a later args"):
         assert whole is None, name        # the line-by-line reader decides these
     if name in ("crlf", "no newline at the end"):
         assert whole is not None, name

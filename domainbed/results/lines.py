@@ -336,8 +336,8 @@ def _parse_shared(data: bytes) -> tuple[list[Any], Any, Any, bytes, bytes] | Non
     if _orjson is None or not data.startswith(_ARGS_START) or \
             len(data) >= MAX_LINE_BYTES or data.endswith(b"\n\n"):
         return None
-    if _too_nested(data):
-        return None
+    if _too_nested(data) or b"\\u0000" in data:
+        return None   # (a string decoding to the stand-in holds that escape: json's choice)
     shared = _shared_bytes(data[:data.find(b"\n")] if b"\n" in data else data)
     if shared is None:
         return None
