@@ -88,3 +88,31 @@ def test_a_listing_never_leads_through_a_symlink(tmp_path, monkeypatch):
     first.listings.keys[at] = list(first.listings.keys[at])
     walked = discovery.walk(str(top), first.listings)
     assert not any("outside" in d for d in walked.run_dirs)
+
+
+def test_a_tree_whose_listings_are_unchanged_is_statted_not_listed(tmp_path, monkeypatch):
+    """A file written into the top (as the records index is) changes the top's stat key
+    only: the top is listed again, found the same; every other folder is only statted.
+    A folder replaced by a file, or one more changed folder than the stat pass lists,
+    goes to the walk, which sees it."""
+    top = _tree(tmp_path)
+    monkeypatch.setattr(discovery, "SETTLE_NS", 0)
+    first = discovery.walk(str(top))
+    listed = []
+    real = discovery._list
+    monkeypatch.setattr(discovery, "_list", lambda path: listed.append(path) or real(path))
+    (top / "a_file").write_text("")
+    again = discovery.walk(str(top), first.listings)
+    assert listed == [str(top)] and not again.changed
+    assert list(zip(again.run_dirs, again.done)) == _os_walk_runs(str(top))
+    assert again.listings.keys[0] != first.listings.keys[0]     # the top's new key kept
+    listed.clear()
+    third = discovery.walk(str(top), again.listings)
+    assert listed == [] and not third.changed
+    (top / "b_run" / "results.jsonl").unlink()
+    (top / "b_run" / "done").unlink()
+    (top / "b_run").rmdir()
+    (top / "b_run").write_text("")                  # a file where a run was
+    monkeypatch.setattr(discovery, "MAX_RELISTED", 0)
+    gone = discovery.walk(str(top), third.listings)
+    assert gone.changed and list(zip(gone.run_dirs, gone.done)) == _os_walk_runs(str(top))

@@ -78,6 +78,9 @@ def walk(top: str, known: Listings | None = None) -> Walk:
     """The run directories under `top` (itself included) in os.walk's order, listing
     again only the directories whose stat key differs from the one in `known`."""
     known = known or Listings.empty()
+    same, fresh = _walk_if_unchanged(top, known)
+    if same is not None:
+        return same
     position = dict(zip(known.rels, range(len(known.rels))))
     found = Listings.empty()
     run_dirs: list[str] = []
@@ -102,7 +105,9 @@ def walk(top: str, known: Listings | None = None) -> Walk:
             flags, children = known.flags[at], known.children[at]
             seen_known += 1
         else:
-            flags, children = _list(path)
+            listed = fresh.get(rel)
+            flags, children = listed[1:] if listed is not None and listed[0] == key else \
+                _list(path)
             if at is None or known.flags[at] != flags or known.children[at] != children:
                 changed = True
             seen_known += at is not None
@@ -120,3 +125,45 @@ def walk(top: str, known: Listings | None = None) -> Walk:
             for name in reversed(children.split("/")):
                 push((base + name, prefix + name))
     return Walk(run_dirs, rels, done, found, changed or seen_known != len(known.rels))
+
+
+
+MAX_RELISTED = 64     # more changed directories: the walk lists them
+
+
+def _walk_if_unchanged(top: str, known: Listings
+                       ) -> tuple[Walk | None, dict[str, tuple[list[int], int, str]]]:
+    """(the walk of an unchanged tree, or None; {rel: (key, flags, children)} of the
+    directories listed again). One stat per known directory in one pass; a directory whose
+    stat key changed (the top's does whenever an index is written in it) is listed again.
+    None where a directory is gone, not one, or lists other entries: the walk decides."""
+    fresh: dict[str, tuple[list[int], int, str]] = {}
+    if not known.rels or known.rels[0] != "":
+        return None, fresh
+    settled = time.time_ns() - SETTLE_NS
+    base = top if top.endswith("/") else top + "/"
+    paths = [top, *[base + rel for rel in known.rels[1:]]]
+    lstat = os.lstat
+    try:
+        stats = [os.stat(top), *[lstat(path) for path in paths[1:]]]
+    except OSError:
+        return None, fresh
+    if not all([S_ISDIR(st.st_mode) for st in stats]):
+        return None, fresh
+    keys = [[st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev] for st in stats]
+    if keys != known.keys:
+        changed = [i for i, (new, old) in enumerate(zip(keys, known.keys)) if new != old]
+        if len(changed) > MAX_RELISTED:
+            return None, fresh
+        for i in changed:
+            fresh[known.rels[i]] = (keys[i], *_list(paths[i]))
+        if any(fresh[known.rels[i]][1:] != (known.flags[i], known.children[i])
+               for i in changed):
+            return None, fresh
+        for i in changed:
+            if keys[i][0] > settled or keys[i][1] > settled:
+                keys[i] = UNSETTLED
+    at = [i for i, flags in enumerate(known.flags) if flags & HAS_RESULTS]
+    listings = Listings(known.rels, keys, known.flags, known.children)
+    return Walk([paths[i] for i in at], [known.rels[i] for i in at],
+                [bool(known.flags[i] & HAS_DONE) for i in at], listings, False), fresh
