@@ -116,3 +116,20 @@ def test_a_tree_whose_listings_are_unchanged_is_statted_not_listed(tmp_path, mon
     monkeypatch.setattr(discovery, "MAX_RELISTED", 0)
     gone = discovery.walk(str(top), third.listings)
     assert gone.changed and list(zip(gone.run_dirs, gone.done)) == _os_walk_runs(str(top))
+
+
+def test_a_walk_split_at_the_top_joins_back_to_the_whole_walk(tmp_path):
+    """The top's own listing plus each child's subtree walked apart (as worker processes
+    walk them) is the whole walk: the same runs, order, done flags and listings."""
+    top = _tree(tmp_path)
+    whole = discovery.walk(str(top))
+    joined, children = discovery.split_walk(str(top))
+    assert children == ["a_run", "b_run", "c", "e_run"]      # no link, sorted
+    for name in children:
+        discovery.add_subtree(joined, name, discovery.walk(str(top / name), follow=False))
+    assert (joined.run_dirs, joined.rels, joined.done) == \
+        (whole.run_dirs, whole.rels, whole.done)
+    assert joined.listings == whole.listings
+    (tmp_path / "elsewhere" / "results.jsonl").write_text("{}\n")
+    assert discovery.walk(str(top / "link"), follow=False).run_dirs == []
+    assert discovery.walk(str(top / "link")).run_dirs != []

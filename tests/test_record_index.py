@@ -38,6 +38,18 @@ def _sweep_replica():
     return module
 
 
+@pytest.fixture(autouse=True, params=["one process", "worker processes"])
+def readers(request, monkeypatch):
+    """Every test with the files read in this process, and again by two worker processes
+    (an unindexed sweep's subtrees walked and read by them, three children a batch)."""
+    if request.param == "worker processes":
+        from domainbed.results import parallel_read
+        monkeypatch.setattr(parallel_read, "MIN_FILES", 2)
+        monkeypatch.setattr(parallel_read, "CHUNK", 3)
+        monkeypatch.setattr(parallel_read, "workers", lambda: 2)
+    return request.param
+
+
 @pytest.fixture
 def sweep(tmp_path):
     """A copy of DomainBed's test sweep (40 runs of 5 records), settled."""
@@ -47,14 +59,39 @@ def sweep(tmp_path):
     return copy
 
 
+class _Reads:
+    """The run directories read from their files, logged to a file so that reads in
+    worker processes count too (in no particular order between processes)."""
+
+    def __init__(self, log):
+        self.log = log
+        self.clear()
+
+    def clear(self):
+        self.log.write_text("")
+
+    def _names(self):
+        return self.log.read_text().split()
+
+    def __len__(self):
+        return len(self._names())
+
+    def __eq__(self, other):
+        return sorted(self._names()) == sorted(other)
+
+    def __repr__(self):
+        return repr(self._names())
+
+
 @pytest.fixture
-def reads(monkeypatch):
+def reads(monkeypatch, tmp_path):
     """The run directories whose results.jsonl was read from the file (not the index)."""
-    seen = []
+    seen = _Reads(tmp_path / "reads.log")
     real = sweep_reader.read_run_parts
 
     def counting(run_dir, notes=None, fields=None):
-        seen.append(os.path.basename(run_dir))
+        with open(seen.log, "a") as log:
+            log.write(os.path.basename(run_dir) + "\n")
         return real(run_dir, notes, fields)
 
     monkeypatch.setattr(sweep_reader, "read_run_parts", counting)

@@ -74,11 +74,12 @@ def _list(path: str) -> tuple[int, str]:
     return flags, "/".join(sorted(children))
 
 
-def walk(top: str, known: Listings | None = None) -> Walk:
+def walk(top: str, known: Listings | None = None, follow: bool = True) -> Walk:
     """The run directories under `top` (itself included) in os.walk's order, listing
-    again only the directories whose stat key differs from the one in `known`."""
+    again only the directories whose stat key differs from the one in `known`.
+    follow: whether a symlinked `top` is followed (below it, none is)."""
     known = known or Listings.empty()
-    same, fresh = _walk_if_unchanged(top, known)
+    same, fresh = _walk_if_unchanged(top, known) if follow else (None, {})
     if same is not None:
         return same
     position = dict(zip(known.rels, range(len(known.rels))))
@@ -94,7 +95,7 @@ def walk(top: str, known: Listings | None = None) -> Walk:
     while stack:
         path, rel = pop()
         try:     # below the top, never through a symlink (os.walk does not follow them)
-            st = lstat(path) if rel else os.stat(path)
+            st = lstat(path) if rel or not follow else os.stat(path)
         except OSError:
             continue
         if not S_ISDIR(st.st_mode):
@@ -112,7 +113,7 @@ def walk(top: str, known: Listings | None = None) -> Walk:
                 changed = True
             seen_known += at is not None
         found.rels.append(rel)
-        found.keys.append(key if key[0] <= settled and key[1] <= settled else UNSETTLED)
+        found.keys.append(_key(st, settled))
         found.flags.append(flags)
         found.children.append(children)
         if flags & HAS_RESULTS:
@@ -126,6 +127,49 @@ def walk(top: str, known: Listings | None = None) -> Walk:
                 push((base + name, prefix + name))
     return Walk(run_dirs, rels, done, found, changed or seen_known != len(known.rels))
 
+
+
+def _key(st: os.stat_result, settled: int) -> list[int]:
+    """A directory's stat key as a listing remembers it (UNSETTLED if changed lately)."""
+    if st.st_mtime_ns > settled or st.st_ctime_ns > settled:
+        return UNSETTLED
+    return [st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+def empty_walk() -> Walk:
+    return Walk([], [], [], Listings.empty(), True)
+
+
+def split_walk(top: str) -> tuple[Walk, list[str]]:
+    """(the walk of `top` not entering its children, their names in order): `walk(top)`
+    is that walk with ``add_subtree`` of each child's ``walk(path, follow=False)``, so
+    the subtrees can be walked apart (in worker processes)."""
+    settled = time.time_ns() - SETTLE_NS
+    try:
+        st = os.stat(top)
+    except OSError:
+        return empty_walk(), []
+    if not S_ISDIR(st.st_mode):
+        return empty_walk(), []
+    flags, children = _list(top)
+    runs = [top] if flags & HAS_RESULTS else []
+    walked = Walk(runs, [""] * len(runs), [bool(flags & HAS_DONE)] * len(runs),
+                  Listings([""], [_key(st, settled)], [flags], [children]), True)
+    return walked, children.split("/") if children else []
+
+
+def add_subtree(walked: Walk, name: str, subtree: Walk) -> None:
+    """Append the walk of the child directory `name` to `walked` (its rels prefixed;
+    none where `name` is "": a walk of rels already relative to the same top)."""
+    prefix = name + "/" if name else ""
+    walked.run_dirs.extend(subtree.run_dirs)
+    walked.rels.extend(prefix + rel if rel else name for rel in subtree.rels)
+    walked.done.extend(subtree.done)
+    listings = walked.listings
+    listings.rels.extend(prefix + rel if rel else name for rel in subtree.listings.rels)
+    listings.keys.extend(subtree.listings.keys)
+    listings.flags.extend(subtree.listings.flags)
+    listings.children.extend(subtree.listings.children)
 
 
 MAX_RELISTED = 64     # more changed directories: the walk lists them

@@ -5,11 +5,12 @@ which serves every run whose results.jsonl is unchanged as whole arrays.
 ``records.load_records`` is the entry point."""
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -93,11 +94,19 @@ class _Top:
                  ) -> None:
         self.index, self.walked, self.first_block = index, walked, first_block
         self.rels: list[str] = []
-        self.stats: list[tuple[int, ...]] = []
-        self.block_counts: list[int] = []
+        self.stats: list[np.ndarray] = []          # (runs x 5 stat keys) a stretch
+        self.block_counts: list[np.ndarray] = []
         self.notes: dict[int, list[str]] = {}
-        self.keep: list[bool] = []        # whether each run goes into the new index
+        self.keep: list[np.ndarray] = []   # whether each run goes into the new index
         self.changed = False
+
+    def add(self, rels: list[str], stats: np.ndarray, block_counts: Sequence[int],
+            keep: np.ndarray) -> None:
+        """The next stretch of runs."""
+        self.rels += rels
+        self.stats.append(stats)
+        self.block_counts.append(np.asarray(block_counts, dtype=np.int64))
+        self.keep.append(keep)
 
 
 class SweepReader:
@@ -118,15 +127,18 @@ class SweepReader:
         """Read the runs under `top`, through its index when indexed."""
         index = RecordIndex(top).load(_memory_cap()) if self.indexed else None
         stored = index.stored if index is not None else None
+        if stored is None:
+            own, children = discovery.split_walk(top)
+            if len(children) >= parallel_read.MIN_FILES:
+                self._read_unindexed(top, index, own, children)
+                return
         walked = discovery.walk(top, stored.listings if stored is not None else None)
         runs = [(path, rel) for path, rel, done in zip(walked.run_dirs, walked.rels,
                                                        walked.done)
                 if done or not self.require_done]
         self.skipped_runs += len(walked.run_dirs) - len(runs)
-        stats = [_lstat(path + _RESULTS_AFTER) for path, _ in runs]
-        keys = [stat_key(st) if st is not None and is_regular(st) else _NO_KEY
-                for st in stats]
-        cap = index_cap([k[0] for k in keys])
+        keys = _stat_keys([path + _RESULTS_AFTER for path, _ in runs])
+        cap = index_cap(keys[:, 0].tolist())
         if stored is not None and index is not None and index.size > cap:
             stored = index.ignore(f"larger than {cap} bytes").stored
         self.notes += index.notes if index is not None else []
@@ -155,8 +167,31 @@ class SweepReader:
                 len(stored.paths) != int((hits >= 0).sum()) or \
                 walked.changed
 
+    def _read_unindexed(self, top: str, index: RecordIndex | None, walked: discovery.Walk,
+                        children: list[str]) -> None:
+        """Read every run under `top` from its files, `top` listed (`walked`, with its
+        `children`): the children's subtrees walked and their runs read together, batch
+        by batch, in worker processes (``parallel_read``)."""
+        self.notes += index.notes if index is not None else []
+        top_info = None
+        if index is not None:
+            top_info = _Top(index, walked, len(self.builder.run_dirs))
+            top_info.changed = True
+            self._tops.append(top_info)
+        settled = time.time_ns() - SETTLE_NS
+        own = _walk_and_read((top, self.require_done, walked), [], self.fields)
+        batches = parallel_read.read_chunks(_walk_and_read, (top, self.require_done, None),
+                                            children, self.fields)
+        for batch in itertools.chain([(0, own)], batches):
+            subtrees = batch[1]
+            if subtrees.walked is not walked:
+                discovery.add_subtree(walked, "", subtrees.walked)
+            self.skipped_runs += subtrees.not_done
+            self._add_read(subtrees.chunk, 0, len(subtrees.runs), subtrees.runs,
+                           subtrees.keys, top_info, settled)
+
     def _serve(self, stored: Stored, top: _Top | None, runs: np.ndarray,
-               paths: list[tuple[str, str]], keys: Sequence[tuple[int, ...]]) -> None:
+               paths: list[tuple[str, str]], keys: np.ndarray) -> None:
         """Add the blocks of these index runs, as arrays."""
         assert top is not None
         counts = stored.first_block[runs + 1] - stored.first_block[runs]
@@ -176,16 +211,16 @@ class SweepReader:
                                 [stored.args[b] for b in block_list],
                                 [stored.hparams[b] for b in block_list],
                                 self._codes(stored, blocks), kept)
-        for run, (path, rel), key, count in zip(runs.tolist(), paths, keys, counts.tolist()):
-            notes = stored.notes.get(run)
-            if notes:
-                self.notes += [f"{os.path.join(path, RESULTS_FILE)} {n}" for n in notes]
-                self.skipped_lines += len(notes)
-                top.notes[len(top.rels)] = notes
-            top.rels.append(rel)
-            top.stats.append(key)
-            top.block_counts.append(count)
-            top.keep.append(True)
+        if stored.notes:
+            first = len(top.rels)
+            for i, run in enumerate(runs.tolist()):
+                notes = stored.notes.get(run)
+                if notes:
+                    path = paths[i][0]
+                    self.notes += [f"{os.path.join(path, RESULTS_FILE)} {n}" for n in notes]
+                    self.skipped_lines += len(notes)
+                    top.notes[first + i] = notes
+        top.add([rel for _, rel in paths], keys, counts, np.ones(len(paths), dtype=bool))
         self.kept_dirs += [path for path, _ in paths]
         self.served = True
 
@@ -203,32 +238,33 @@ class SweepReader:
         return remapped
 
     def _add_read(self, chunk: Chunk, lo: int, hi: int, runs: list[tuple[str, str]],
-                  keys: Sequence[tuple[int, ...]], top: _Top | None, settled: int) -> None:
+                  keys: np.ndarray, top: _Top | None, settled: int) -> None:
         """Add runs lo .. hi of a chunk read from their files (`runs`: their paths)."""
         counts = chunk.block_counts[lo:hi]
         first = sum(chunk.block_counts[:lo])
         last = first + sum(counts)
-        kept_runs = []
-        for (path, rel), key, error, notes, count in zip(
-                runs, keys, chunk.errors[lo:hi], chunk.notes[lo:hi], counts):
+        kept_runs: list[int] = []
+        first_run = len(top.rels) if top is not None else 0
+        for i, ((path, _), error, notes) in enumerate(zip(runs, chunk.errors[lo:hi],
+                                                          chunk.notes[lo:hi])):
             results = path + _RESULTS_AFTER
             if error is not None:
                 self.skipped_runs += 1
                 self.notes.append(f"{results}: unreadable ({error})")
                 continue
-            kept_runs.append(path)
+            kept_runs.append(i)
             line_notes = [note[len(results) + 1:] for note in notes]
             if line_notes:
                 self.notes += [f"{results} {note}" for note in line_notes]
                 self.skipped_lines += len(line_notes)
-            if top is not None:
-                if line_notes:
-                    top.notes[len(top.rels)] = line_notes
-                top.rels.append(rel)
-                top.stats.append(key)
-                top.block_counts.append(count)
-                top.keep.append(key != _NO_KEY and key[1] <= settled)
-        self.kept_dirs += kept_runs
+                if top is not None:
+                    top.notes[first_run + len(kept_runs) - 1] = line_notes
+        if top is not None:
+            kept_keys = keys[kept_runs]    # (a run's key: -1s where not a regular file)
+            top.add([runs[i][1] for i in kept_runs], kept_keys,
+                    [counts[i] for i in kept_runs],
+                    (kept_keys[:, 0] >= 0) & (kept_keys[:, 1] <= settled))
+        self.kept_dirs += [runs[i][0] for i in kept_runs]
         run_dirs = [path for (path, _), count in zip(runs, counts) for _ in range(count)]
         kept = {}
         for block, records in chunk.kept.items():
@@ -255,9 +291,37 @@ class SweepReader:
     def finish(self) -> ColumnTable:
         table = self.builder.finish()
         for top in self._tops:
-            if top.changed or not all(top.keep):
+            if top.changed or not all(keep.all() for keep in top.keep):
                 top.index.save(_encode_top(table, top))
         return table
+
+
+class _Subtrees(NamedTuple):
+    """What a worker sends back for a batch of subtrees: their walk (rels relative to the
+    top), how many runs lack ``done`` (when required), the runs read (path, rel), their
+    stat keys (taken before the files are read) and the chunk read from them."""
+    walked: discovery.Walk
+    not_done: int
+    runs: list[tuple[str, str]]
+    keys: np.ndarray
+    chunk: Chunk
+
+
+def _walk_and_read(where: tuple[str, bool, discovery.Walk | None], names: Sequence[str],
+                   fields: Sequence[str] | None) -> _Subtrees:
+    """Walk the children `names` of the top (or take `walked`: the top's own walk) and
+    read their runs."""
+    top, require_done, walked = where
+    if walked is None:
+        walked = discovery.empty_walk()
+        base = top if top.endswith("/") else top + "/"
+        for name in names:
+            discovery.add_subtree(walked, name, discovery.walk(base + name, follow=False))
+    runs = [(path, rel) for path, rel, done in zip(walked.run_dirs, walked.rels, walked.done)
+            if done or not require_done]
+    keys = _stat_keys([path + _RESULTS_AFTER for path, _ in runs])
+    chunk = read_chunk(read_run_parts, [path for path, _ in runs], fields)
+    return _Subtrees(walked, len(walked.run_dirs) - len(runs), runs, keys, chunk)
 
 
 class _ChunkStream:
@@ -289,15 +353,29 @@ def _lstat(path: str) -> os.stat_result | None:
         return None
 
 
-def _hits(stored: Stored | None, rels: list[str], keys: Sequence[tuple[int, ...]]
-          ) -> np.ndarray:
+def _stat_keys(paths: list[str]) -> np.ndarray:
+    """The stat key of each file (``stat_key``; -1s where it is missing or not a regular
+    file), as rows of an int64 array: one lstat each, in one pass."""
+    lstat = os.lstat
+    try:
+        stats: list[os.stat_result | None] = [lstat(path) for path in paths]
+    except OSError:
+        stats = [_lstat(path) for path in paths]
+    return np.array([stat_key(st) if st is not None and is_regular(st) else _NO_KEY
+                     for st in stats], dtype=np.int64).reshape(-1, 5)
+
+
+def _hits(stored: Stored | None, rels: list[str], keys: np.ndarray) -> np.ndarray:
     """For each run, its run number in the index when its stat key is the stored one,
     else -1."""
     if stored is None or not rels:
         return np.full(len(rels), -1, dtype=np.int64)
-    position = dict(zip(stored.paths, range(len(stored.paths))))
-    found = np.fromiter((position.get(rel, -1) for rel in rels), np.int64, len(rels))
-    current = np.array(keys, dtype=np.int64).reshape(-1, 5)
+    if rels == stored.paths:
+        found = np.arange(len(rels), dtype=np.int64)
+    else:
+        position = dict(zip(stored.paths, range(len(stored.paths))))
+        found = np.fromiter((position.get(rel, -1) for rel in rels), np.int64, len(rels))
+    current = keys
     same = (stored.stats[np.maximum(found, 0)] == current).all(axis=1) if \
         len(stored.paths) else np.zeros(len(rels), dtype=bool)
     return np.where((found >= 0) & same & (current[:, 0] >= 0), found, -1)
@@ -321,8 +399,8 @@ def _json_bytes(value: Any) -> bytes:
 def _encode_top(table: ColumnTable, top: _Top) -> bytes:
     """The new index of one input directory: its runs kept (settled, readable), their
     blocks' rows gathered per layout."""
-    counts = np.asarray(top.block_counts, dtype=np.int64)
-    keep = np.asarray(top.keep, dtype=bool)
+    counts = np.concatenate([np.zeros(0, dtype=np.int64), *top.block_counts])
+    keep = np.concatenate([np.zeros(0, dtype=bool), *top.keep])
     run_blocks = top.first_block + concat_ranges(
         np.concatenate(([0], np.cumsum(counts)[:-1])) if len(counts) else counts, counts)
     blocks = run_blocks[np.repeat(keep, counts)] if len(counts) else run_blocks
@@ -343,7 +421,7 @@ def _encode_top(table: ColumnTable, top: _Top) -> bytes:
     renumber = {old: new for new, old in enumerate(kept_runs)}
     return encode(
         {"paths": [top.rels[i] for i in kept_runs],
-         "stats": np.asarray(top.stats, dtype=np.int64).reshape(-1, 5)[keep],
+         "stats": np.concatenate([np.zeros((0, 5), dtype=np.int64), *top.stats])[keep],
          "block_counts": counts[keep],
          "notes": {renumber[r]: n for r, n in top.notes.items() if r in renumber}},
         {"layout": layout, "offset": new_offset, "rows": rows,
