@@ -125,11 +125,11 @@ def test_a_walk_split_at_the_top_joins_back_to_the_whole_walk(tmp_path):
     whole = discovery.walk(str(top))
     joined, children = discovery.split_walk(str(top))
     assert children == ["a_run", "b_run", "c", "e_run"]      # no link, sorted
-    for name in children:
-        discovery.add_subtree(joined, name, discovery.walk(str(top / name), follow=False))
+    discovery.extend(joined, discovery.walk_children(str(top), children[:1]))
+    discovery.extend(joined, discovery.walk_children(str(top), children[1:]))
     assert (joined.run_dirs, joined.rels, joined.done) == \
         (whole.run_dirs, whole.rels, whole.done)
     assert joined.listings == whole.listings
     (tmp_path / "elsewhere" / "results.jsonl").write_text("{}\n")
-    assert discovery.walk(str(top / "link"), follow=False).run_dirs == []
+    assert discovery.walk_children(str(top), ["link"]).run_dirs == []   # not followed
     assert discovery.walk(str(top / "link")).run_dirs != []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from stat import S_ISDIR
 from typing import NamedTuple
 
@@ -74,14 +75,28 @@ def _list(path: str) -> tuple[int, str]:
     return flags, "/".join(sorted(children))
 
 
-def walk(top: str, known: Listings | None = None, follow: bool = True) -> Walk:
+def walk(top: str, known: Listings | None = None) -> Walk:
     """The run directories under `top` (itself included) in os.walk's order, listing
-    again only the directories whose stat key differs from the one in `known`.
-    follow: whether a symlinked `top` is followed (below it, none is)."""
+    again only the directories whose stat key differs from the one in `known`."""
     known = known or Listings.empty()
-    same, fresh = _walk_if_unchanged(top, known) if follow else (None, {})
+    same, fresh = _walk_if_unchanged(top, known)
     if same is not None:
         return same
+    return _walk_from([(top, "")], known, fresh)
+
+
+def walk_children(top: str, names: Sequence[str]) -> Walk:
+    """The walk of the subtrees of these children of `top` (none followed where it is a
+    symlink), rels relative to `top`: with ``split_walk``'s, `walk(top)` in pieces."""
+    base = top if top.endswith("/") else top + "/"
+    return _walk_from([(base + name, name) for name in reversed(names)], Listings.empty(),
+                      {})
+
+
+def _walk_from(stack: list[tuple[str, str]], known: Listings,
+               fresh: dict[str, tuple[list[int], int, str]]) -> Walk:
+    """Walk depth first from the (path, rel) pairs on `stack` (the last first); rel ""
+    is the top (followed where it is a symlink)."""
     position = dict(zip(known.rels, range(len(known.rels))))
     found = Listings.empty()
     run_dirs: list[str] = []
@@ -89,13 +104,12 @@ def walk(top: str, known: Listings | None = None, follow: bool = True) -> Walk:
     done: list[bool] = []
     changed = False
     settled = time.time_ns() - SETTLE_NS
-    stack = [(top, "")]
     seen_known = 0
     lstat, get, pop, push = os.lstat, position.get, stack.pop, stack.append
     while stack:
         path, rel = pop()
         try:     # below the top, never through a symlink (os.walk does not follow them)
-            st = lstat(path) if rel or not follow else os.stat(path)
+            st = lstat(path) if rel else os.stat(path)
         except OSError:
             continue
         if not S_ISDIR(st.st_mode):
@@ -136,21 +150,21 @@ def _key(st: os.stat_result, settled: int) -> list[int]:
     return [st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
-def empty_walk() -> Walk:
+def _empty_walk() -> Walk:
     return Walk([], [], [], Listings.empty(), True)
 
 
 def split_walk(top: str) -> tuple[Walk, list[str]]:
     """(the walk of `top` not entering its children, their names in order): `walk(top)`
-    is that walk with ``add_subtree`` of each child's ``walk(path, follow=False)``, so
-    the subtrees can be walked apart (in worker processes)."""
+    is that walk extended (``extend``) by ``walk_children`` of consecutive runs of
+    the names, so the subtrees can be walked apart (in worker processes)."""
     settled = time.time_ns() - SETTLE_NS
     try:
         st = os.stat(top)
     except OSError:
-        return empty_walk(), []
+        return _empty_walk(), []
     if not S_ISDIR(st.st_mode):
-        return empty_walk(), []
+        return _empty_walk(), []
     flags, children = _list(top)
     runs = [top] if flags & HAS_RESULTS else []
     walked = Walk(runs, [""] * len(runs), [bool(flags & HAS_DONE)] * len(runs),
@@ -158,18 +172,13 @@ def split_walk(top: str) -> tuple[Walk, list[str]]:
     return walked, children.split("/") if children else []
 
 
-def add_subtree(walked: Walk, name: str, subtree: Walk) -> None:
-    """Append the walk of the child directory `name` to `walked` (its rels prefixed;
-    none where `name` is "": a walk of rels already relative to the same top)."""
-    prefix = name + "/" if name else ""
-    walked.run_dirs.extend(subtree.run_dirs)
-    walked.rels.extend(prefix + rel if rel else name for rel in subtree.rels)
-    walked.done.extend(subtree.done)
-    listings = walked.listings
-    listings.rels.extend(prefix + rel if rel else name for rel in subtree.listings.rels)
-    listings.keys.extend(subtree.listings.keys)
-    listings.flags.extend(subtree.listings.flags)
-    listings.children.extend(subtree.listings.children)
+def extend(walked: Walk, more: Walk) -> None:
+    """Append the walk `more` (of the next children of the same top) to `walked`."""
+    walked.run_dirs.extend(more.run_dirs)
+    walked.rels.extend(more.rels)
+    walked.done.extend(more.done)
+    for mine, theirs in zip(walked.listings, more.listings):
+        mine.extend(theirs)
 
 
 MAX_RELISTED = 64     # more changed directories: the walk lists them

@@ -185,7 +185,7 @@ class SweepReader:
         for batch in itertools.chain([(0, own)], batches):
             subtrees = batch[1]
             if subtrees.walked is not walked:
-                discovery.add_subtree(walked, "", subtrees.walked)
+                discovery.extend(walked, subtrees.walked)
             self.skipped_runs += subtrees.not_done
             self._add_read(subtrees.chunk, 0, len(subtrees.runs), subtrees.runs,
                            subtrees.keys, top_info, settled)
@@ -313,10 +313,7 @@ def _walk_and_read(where: tuple[str, bool, discovery.Walk | None], names: Sequen
     read their runs."""
     top, require_done, walked = where
     if walked is None:
-        walked = discovery.empty_walk()
-        base = top if top.endswith("/") else top + "/"
-        for name in names:
-            discovery.add_subtree(walked, name, discovery.walk(base + name, follow=False))
+        walked = discovery.walk_children(top, names)
     runs = [(path, rel) for path, rel, done in zip(walked.run_dirs, walked.rels, walked.done)
             if done or not require_done]
     keys = _stat_keys([path + _RESULTS_AFTER for path, _ in runs])
