@@ -177,8 +177,11 @@ def extend(walked: Walk, more: Walk) -> None:
     walked.run_dirs.extend(more.run_dirs)
     walked.rels.extend(more.rels)
     walked.done.extend(more.done)
-    for mine, theirs in zip(walked.listings, more.listings):
-        mine.extend(theirs)
+    mine, theirs = walked.listings, more.listings
+    mine.rels.extend(theirs.rels)
+    mine.keys.extend(theirs.keys)
+    mine.flags.extend(theirs.flags)
+    mine.children.extend(theirs.children)
 
 
 MAX_RELISTED = 64     # more changed directories: the walk lists them
