@@ -16,12 +16,13 @@ import json
 import math
 import os
 import zipfile
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from oodutils.errors import UserError
-from oodutils.pinned_dir import PinnedDir, current_umask  # noqa: F401  (re-exported)
+from oodutils.pinned_dir import Buffer, PinnedDir, current_umask  # noqa: F401  (re-exported)
 
 
 def fsync_directory(directory: str | os.PathLike[str]) -> None:
@@ -37,9 +38,11 @@ def fsync_directory(directory: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, durable: bool = False) -> None:
-    """Write `path` atomically (see `PinnedDir.write_bytes`); its folder is made when
-    missing and may itself be reached through symlinks (the caller chose it)."""
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes | Sequence[Buffer],
+                       durable: bool = False) -> None:
+    """Write `path` atomically (see `PinnedDir.write_bytes`; `data` may come in pieces);
+    its folder is made when missing and may itself be reached through symlinks (the
+    caller chose it)."""
     path = os.fspath(path)
     with PinnedDir.open(os.path.dirname(path) or ".", create=True, follow=True) as folder:
         folder.write_bytes(os.path.basename(path), data, durable=durable)

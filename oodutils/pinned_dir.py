@@ -19,9 +19,12 @@ import errno
 import os
 import secrets
 import stat
-from typing import IO
+from collections.abc import Sequence
+from typing import IO, Union
 
 from oodutils.errors import UserError
+
+Buffer = Union[bytes, memoryview]     # a piece of a file written in pieces
 
 
 class UnsafePath(UserError):
@@ -179,9 +182,11 @@ class PinnedDir:
         """A binary file object reading the regular file `name`."""
         return os.fdopen(self.open_file(name, os.O_RDONLY), "rb")
 
-    def write_bytes(self, name: str, data: bytes, durable: bool = False) -> None:
-        """Write `name` atomically: temp file, fsync, rename over `name`. `durable`:
-        fsync the folder too, so the new name survives a power cut."""
+    def write_bytes(self, name: str, data: bytes | Sequence[Buffer],
+                    durable: bool = False) -> None:
+        """Write `name` atomically: temp file, fsync, rename over `name`. `data`: bytes, or
+        pieces written one after another (no joined copy). `durable`: fsync the folder
+        too, so the new name survives a power cut."""
         tmp = f".tmp-{secrets.token_hex(8)}"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
@@ -198,7 +203,9 @@ class PinnedDir:
                 raise
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise NoSpaceLeft(self._no_space_message(name, len(data))) from None
+                size = len(data) if isinstance(data, bytes) else \
+                    sum(memoryview(piece).nbytes for piece in data)
+                raise NoSpaceLeft(self._no_space_message(name, size)) from None
             raise
         if durable:
             self.fsync()
@@ -245,7 +252,8 @@ class PinnedDir:
             pass  # some file systems cannot fsync a directory
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+def _write_all(fd: int, data: bytes | Sequence[Buffer]) -> None:
+    for piece in [data] if isinstance(data, bytes) else data:
+        view = memoryview(piece).cast("B")
+        while view:
+            view = view[os.write(fd, view):]

@@ -101,3 +101,14 @@ def test_full_disk_when_creating_the_temp_file_is_one_clear_error(tmp_path, monk
         fileio.atomic_write_text(tmp_path / "done", "done\n")
     monkeypatch.undo()
     assert os.listdir(tmp_path) == []
+
+
+def test_a_file_written_in_pieces_holds_them_in_order(tmp_path):
+    """The records index is written from its arrays' own memory, piece by piece."""
+    import numpy as np
+
+    from oodutils.fileio import atomic_write_bytes
+    matrix = np.arange(12, dtype=np.float64).reshape(3, 4)
+    pieces = [b"head", memoryview(matrix).cast("B"), b"", b"\0" * 3]
+    atomic_write_bytes(tmp_path / "f", pieces)
+    assert (tmp_path / "f").read_bytes() == b"head" + matrix.tobytes() + b"\0" * 3

@@ -43,7 +43,7 @@ from domainbed.results.index_checks import (
     kept_parts,
 )
 from domainbed.results.run_keys import KEY_FIELDS
-from oodutils.fileio import atomic_write_bytes
+from oodutils.fileio import Buffer, atomic_write_bytes
 from oodutils.log import get_logger
 from oodutils.untrusted import open_regular
 
@@ -138,8 +138,8 @@ class RecordIndex:
         self.stored = None
         return self
 
-    def save(self, data: bytes) -> None:
-        """Write the index (`encode`'s bytes); a failed write only costs the next reader
+    def save(self, data: Sequence[Buffer]) -> None:
+        """Write the index (`encode`'s pieces); a failed write only costs the next reader
         time."""
         for path in dict.fromkeys([self.path, cache_path(self.top)]):
             try:
@@ -157,10 +157,11 @@ def _blob(texts: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
 
 def encode(runs: dict[str, Any], blocks: dict[str, Any], layouts: list[Any],
            matrices: list[np.ndarray], texts: list[list[str]],
-           listings: Listings) -> bytes:
-    """The bytes of an index file. runs: {"paths", "stats" (n x 5), "block_counts",
-    "notes" ({run: notes})}; blocks: {"layout", "offset", "rows", "key_codes", "args",
-    "hparams" (JSON bytes each), "kept" ({block: records without run_dir})}."""
+           listings: Listings) -> list[Buffer]:
+    """The bytes of an index file, in pieces (the arrays' own memory, not copied).
+    runs: {"paths", "stats" (n x 5), "block_counts", "notes" ({run: notes})};
+    blocks: {"layout", "offset", "rows", "key_codes", "args", "hparams" (JSON bytes
+    each), "kept" ({block: records without run_dir})}."""
     paths = "\0".join(runs["paths"]).encode("utf-8", "surrogateescape")
     args_blob, args_ends = _blob(blocks["args"])
     hparams_blob, hparams_ends = _blob(blocks["hparams"])
@@ -197,11 +198,12 @@ def encode(runs: dict[str, Any], blocks: dict[str, Any], layouts: list[Any],
               "n_runs": len(runs["paths"]), "n_dirs": len(dir_names)}
     text = json.dumps(header).encode("utf-8")
     text += b" " * (-(len(MAGIC) + 8 + len(text)) % 8)
-    body = bytearray(at)
-    for name, array in arrays.items():
-        start = int(described[name][2])
-        body[start:start + array.nbytes] = array.tobytes()
-    return MAGIC + len(text).to_bytes(8, "little") + text + bytes(body)
+    pieces: list[Buffer] = [MAGIC + len(text).to_bytes(8, "little") + text]
+    for array in arrays.values():
+        if array.nbytes:
+            pieces.append(memoryview(array).cast("B"))
+        pieces.append(b"\0" * (-array.nbytes % 8))
+    return pieces
 
 
 def decode(data: bytes) -> Stored:

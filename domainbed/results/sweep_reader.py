@@ -26,6 +26,7 @@ from domainbed.results.lines import (
 )
 from domainbed.results.record_index import (
     SETTLE_NS,
+    Buffer,
     RecordIndex,
     Stored,
     encode,
@@ -393,7 +394,7 @@ def _json_bytes(value: Any) -> bytes:
     return value if type(value) is bytes else json.dumps(value).encode("utf-8")
 
 
-def _encode_top(table: ColumnTable, top: _Top) -> bytes:
+def _encode_top(table: ColumnTable, top: _Top) -> list[Buffer]:
     """The new index of one input directory: its runs kept (settled, readable), their
     blocks' rows gathered per layout."""
     counts = np.concatenate([np.zeros(0, dtype=np.int64), *top.block_counts])
