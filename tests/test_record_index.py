@@ -371,3 +371,27 @@ def test_done_is_a_file_or_a_link_to_one_never_a_broken_link(tmp_path):
     walked = discovery.walk(str(tmp_path))
     done = {os.path.basename(p): d for p, d in zip(walked.run_dirs, walked.done)}
     assert done == {"file": True, "link": True, "broken": False, "none": False}
+
+
+def test_an_index_written_in_the_background_is_waited_for_before_it_is_read(sweep, reads,
+                                                                            monkeypatch):
+    """collect_results writes the index in a thread while it reports: the next read in the
+    process waits for that write (and so is served), and the process's exit joins it."""
+    import threading
+    started = threading.Event()
+    real = record_index.RecordIndex._save_quietly
+
+    def slow(self, data):
+        started.set()
+        time.sleep(0.3)
+        real(self, data)
+    monkeypatch.setattr(record_index.RecordIndex, "_save_quietly", slow)
+    first = rec.load_records(sweep, quiet=True, fields=rec.TABLE_FIELDS,
+                             index_in_background=True)
+    assert started.wait(5) and len(reads) == 40
+    assert not (sweep / record_index.INDEX_FILE).exists()      # still being written
+    writer = [t for t in threading.enumerate() if t.name == "records-index-writer"]
+    assert writer and not writer[0].daemon                     # joined at exit
+    reads.clear()
+    again = _load(sweep)
+    assert reads == [] and again.records == first.records

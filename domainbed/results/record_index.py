@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import stat
+import threading
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -43,6 +44,7 @@ from domainbed.results.index_checks import (
     kept_parts,
 )
 from domainbed.results.run_keys import KEY_FIELDS
+from oodutils.errors import UserError
 from oodutils.fileio import Buffer, atomic_write_bytes
 from oodutils.log import get_logger
 from oodutils.untrusted import open_regular
@@ -111,7 +113,9 @@ class RecordIndex:
         self.size = 0
 
     def load(self, max_bytes: int) -> RecordIndex:
-        """Read the index file, if any (at most `max_bytes`); a bad one is noted, not used."""
+        """Read the index file, if any (at most `max_bytes`); a bad one is noted, not used.
+        A write of it this process has under way is waited for."""
+        _wait_for_write(self.path)
         try:
             with open_regular(self.path) as f:
                 data = f.read(max_bytes + 1)
@@ -138,15 +142,35 @@ class RecordIndex:
         self.stored = None
         return self
 
-    def save(self, data: Sequence[Buffer]) -> None:
+    def save(self, data: Sequence[Buffer], background: bool = False) -> None:
         """Write the index (`encode`'s pieces); a failed write only costs the next reader
-        time."""
+        time. background: in a thread (the write and its fsync wait on the disk, not on
+        this process), joined before this process reads the index again or exits."""
+        if background:
+            _wait_for_write(self.path)
+            writer = threading.Thread(target=self._save_quietly, args=(data,),
+                                      name="records-index-writer")
+            _WRITES[self.path] = writer
+            writer.start()
+            return
+        self._save_quietly(data)
+
+    def _save_quietly(self, data: Sequence[Buffer]) -> None:
         for path in dict.fromkeys([self.path, cache_path(self.top)]):
             try:
                 atomic_write_bytes(path, data)
                 return
-            except OSError as e:
+            except (OSError, UserError) as e:   # (UserError: the disk is full)
                 logger.debug(f"could not write the records index {path}: {e}")
+
+
+_WRITES: dict[str, threading.Thread] = {}     # index path -> its write under way
+
+
+def _wait_for_write(path: str) -> None:
+    writer = _WRITES.pop(path, None)
+    if writer is not None:
+        writer.join()
 
 
 def _blob(texts: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:

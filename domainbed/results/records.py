@@ -175,7 +175,7 @@ def _checked_dirs(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
 
 def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = True,
                  quiet: bool = False, fields: Sequence[str] | None = None,
-                 use_index: bool = True) -> Records:
+                 use_index: bool = True, index_in_background: bool = False) -> Records:
     """Read every run under `input_dir` (a path, or a list of paths) into a Records.
 
     require_done: skip runs without a ``done`` marker (still running, or killed).
@@ -186,6 +186,8 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
     have not changed since it was written. None keeps every key and reads every file.
     Lines that do not fit the records schema (``domainbed.results.schema``) and files that
     are not regular files are skipped, each with a note (``Records.notes``).
+    index_in_background: write the indexes in a thread (a command that reports next;
+    joined before the process exits or reads them again).
     Raises UserError when an input directory is missing.
     """
     dirs = _checked_dirs(input_dir)
@@ -194,7 +196,7 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
     for top in dirs:
         reader.read_tree(top)
     result = Records(None, reader.skipped_lines, reader.skipped_runs, reader.kept_dirs, dirs,
-                     reader.notes, table=reader.finish())
+                     reader.notes, table=reader.finish(index_in_background))
     if reader.served:    # args decoded from an index are checked when dicts are built
         result.table.before_records = lambda table: _check_or_reread(
             result, table, lambda: _reread(dirs, require_done, fields))

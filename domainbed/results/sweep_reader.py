@@ -289,11 +289,12 @@ class SweepReader:
             remapped[:, field] = lookup[codes[:, field]] if len(codes) else codes[:, field]
         return remapped
 
-    def finish(self) -> ColumnTable:
+    def finish(self, background: bool = False) -> ColumnTable:
+        """The table; each changed index written (in a thread where `background`)."""
         table = self.builder.finish()
         for top in self._tops:
             if top.changed or not all(keep.all() for keep in top.keep):
-                top.index.save(_encode_top(table, top))
+                top.index.save(_encode_top(table, top), background)
         return table
 
 

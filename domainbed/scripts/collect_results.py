@@ -100,7 +100,7 @@ def main(argv=None):
         methods = [model_selection.get_selection_method(n) for n in args.selection_methods]
 
     loaded = load_records(args.input_dir, require_done=not args.include_unfinished,
-                          quiet=True, fields=TABLE_FIELDS)
+                          quiet=True, fields=TABLE_FIELDS, index_in_background=True)
     where = ", ".join(args.input_dir)
     if not len(loaded):
         skipped = loaded.skip_summary()
