@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 from urllib.parse import urlsplit
 
-import jinja2
+if TYPE_CHECKING:
+    import jinja2
 
 TEMPLATE_FOLDER = "templates"
 EXTERNAL_SCHEMES = ("http", "https")
@@ -60,7 +61,9 @@ def source_href(url: Any) -> Optional[str]:
 @functools.lru_cache(maxsize=None)
 def environment(package: str) -> jinja2.Environment:
     """The Jinja2 environment of ``package`` (its ``templates/`` folder first, then this
-    package's as ``oodutils/...``); one per package, made once."""
+    package's as ``oodutils/...``); one per package, made once (jinja2 imported then:
+    the text and LaTeX tables never need it)."""
+    import jinja2
     shared = jinja2.PrefixLoader({__package__: jinja2.PackageLoader(__package__,
                                                                      TEMPLATE_FOLDER)})
     loader = jinja2.ChoiceLoader([jinja2.PackageLoader(package, TEMPLATE_FOLDER), shared])
