@@ -10,6 +10,7 @@ import json
 import os
 import time
 from collections.abc import Sequence
+from stat import S_ISREG
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -134,9 +135,9 @@ class SweepReader:
                 self._read_unindexed(top, index, own, children)
                 return
         walked = discovery.walk(top, stored.listings if stored is not None else None)
-        runs = [(path, rel) for path, rel, done in zip(walked.run_dirs, walked.rels,
-                                                       walked.done)
-                if done or not self.require_done]
+        runs = list(zip(walked.run_dirs, walked.rels)) if not self.require_done or \
+            all(walked.done) else [(path, rel) for path, rel, done in zip(
+                walked.run_dirs, walked.rels, walked.done) if done]
         self.skipped_runs += len(walked.run_dirs) - len(runs)
         keys = _stat_keys([path + _RESULTS_AFTER for path, _ in runs])
         cap = index_cap(keys[:, 0].tolist())
@@ -355,13 +356,15 @@ def _lstat(path: str) -> os.stat_result | None:
 def _stat_keys(paths: list[str]) -> np.ndarray:
     """The stat key of each file (``stat_key``; -1s where it is missing or not a regular
     file), as rows of an int64 array: one lstat each, in one pass."""
-    lstat = os.lstat
+    lstat, regular = os.lstat, S_ISREG
     try:
-        stats: list[os.stat_result | None] = [lstat(path) for path in paths]
+        found = [lstat(path) for path in paths]
     except OSError:
-        stats = [_lstat(path) for path in paths]
-    return np.array([stat_key(st) if st is not None and is_regular(st) else _NO_KEY
-                     for st in stats], dtype=np.int64).reshape(-1, 5)
+        return np.array([stat_key(st) if st is not None and is_regular(st) else _NO_KEY
+                         for st in map(_lstat, paths)], dtype=np.int64).reshape(-1, 5)
+    return np.array([(st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, st.st_ctime_ns)
+                     if regular(st.st_mode) else _NO_KEY for st in found],
+                    dtype=np.int64).reshape(-1, 5)
 
 
 def _hits(stored: Stored | None, rels: list[str], keys: np.ndarray) -> np.ndarray:
