@@ -133,3 +133,26 @@ def test_a_walk_split_at_the_top_joins_back_to_the_whole_walk(tmp_path):
     (tmp_path / "elsewhere" / "results.jsonl").write_text("{}\n")
     assert discovery.walk_children(str(top), ["link"]).run_dirs == []   # not followed
     assert discovery.walk(str(top / "link")).run_dirs != []
+
+
+def test_stats_taken_half_in_a_forked_child_equal_those_taken_here(tmp_path, monkeypatch):
+    from domainbed.results import parallel_read
+    top = _tree(tmp_path)
+    paths = [str(p) for p in sorted(top.rglob("*"))] + [str(top / "gone")]
+    here = parallel_read.lstat_rows(paths)
+    monkeypatch.setattr(parallel_read, "MIN_STATS", 2)
+    monkeypatch.setattr(parallel_read, "workers", lambda: 2)
+    forked = parallel_read.lstat_rows(paths)
+    assert (forked == here).all() and here.shape == (len(paths), 6)
+    assert (here[-1] == -1).all()                               # missing: -1s
+    link = paths.index(str(top / "link"))
+    assert here[link, 0] == os.lstat(top / "link").st_mode      # a link: not followed
+    assert here[link, 4] == os.lstat(top / "link").st_ino
+    real, parent = parallel_read._stat_rows, os.getpid()
+
+    def failing_in_the_child(some):
+        if os.getpid() != parent:
+            raise OSError("the child's stats failed")
+        return real(some)
+    monkeypatch.setattr(parallel_read, "_stat_rows", failing_in_the_child)
+    assert (parallel_read.lstat_rows(paths) == here).all()     # its half taken here

@@ -15,11 +15,14 @@ from collections.abc import Sequence
 from stat import S_ISDIR
 from typing import NamedTuple
 
+from domainbed.results.parallel_read import lstat_rows
+
 RESULTS_FILE = "results.jsonl"
 DONE_FILE = "done"
 PREDICTIONS_DIR = "predictions"
 SETTLE_NS = 2_000_000_000
 HAS_RESULTS, HAS_DONE = 1, 2
+_FILE_TYPE, _DIRECTORY = 0o170000, 0o040000     # stat.S_IFMT's mask, S_IFDIR
 
 UNSETTLED = [-1, -1, -1, -1]      # no directory's stat gives this key
 
@@ -199,14 +202,15 @@ def _walk_if_unchanged(top: str, known: Listings
     settled = time.time_ns() - SETTLE_NS
     base = top if top.endswith("/") else top + "/"
     paths = [top, *[base + rel for rel in known.rels[1:]]]
-    lstat = os.lstat
     try:
-        stats = [os.stat(top), *[lstat(path) for path in paths[1:]]]
+        st = os.stat(top)
     except OSError:
         return None, fresh
-    if not all([S_ISDIR(st.st_mode) for st in stats]):
+    rows = lstat_rows(paths[1:])
+    if not S_ISDIR(st.st_mode) or ((rows[:, 0] & _FILE_TYPE) != _DIRECTORY).any():
         return None, fresh
-    keys = [[st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev] for st in stats]
+    keys = [[st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev],
+            *rows[:, 2:].tolist()]     # (mtime ns, ctime ns, inode, device)
     if keys != known.keys:
         changed = [i for i, (new, old) in enumerate(zip(keys, known.keys)) if new != old]
         if len(changed) > MAX_RELISTED:

@@ -2,6 +2,9 @@
 parsed by worker processes, chunk by chunk, in order. Only worth its start-up where
 thousands of files are to be read and the machine has more than one core.
 
+The stats of a warm re-collect (one per directory and one per results.jsonl) are taken
+the same way, half in a forked child (``lstat_rows``).
+
 A worker reads a chunk with the function it is given (a module-level one, found by name
 in the worker) and sends back what it returns (``chunk_read.Chunk``: arrays, no object per
 run); what crosses between the processes is never stored.
@@ -12,6 +15,8 @@ import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
+
+import numpy as np
 
 MIN_FILES = 4000      # fewer: one process reads them sooner than workers start
 CHUNK = 500
@@ -48,3 +53,59 @@ def read_chunks(chunk_reader: ChunkReader, reader: Any, run_dirs: Sequence[str],
     with multiprocessing.get_context("fork").Pool(count) as pool:
         for i, result in enumerate(pool.imap(_read_chunk, jobs)):
             yield i * CHUNK, result
+
+
+STAT_FIELDS = ("st_mode", "st_size", "st_mtime_ns", "st_ctime_ns", "st_ino", "st_dev")
+MIN_STATS = 20000     # fewer: a forked helper costs more than the stats it takes over
+_MISSING = (-1,) * len(STAT_FIELDS)
+
+
+def lstat_rows(paths: Sequence[str]) -> np.ndarray:
+    """Each path's lstat as a row of STAT_FIELDS (-1s where it fails), int64. Where there
+    are many and a second core, a forked child takes the second half (a stat is a system
+    call: the two halves run at once; what it sends back is checked for its size, and a
+    failed child's half is statted here)."""
+    if len(paths) < MIN_STATS or workers() < 2 or not hasattr(os, "fork"):
+        return _stat_rows(paths)
+    half = len(paths) // 2
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:     # pragma: no cover - the child (coverage does not follow it)
+        status = 1
+        try:
+            os.close(read_end)
+            with os.fdopen(write_end, "wb") as out:
+                out.write(_stat_rows(paths[half:]).tobytes())
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    try:
+        first = _stat_rows(paths[:half])
+        with os.fdopen(read_end, "rb") as sent:
+            data = sent.read()
+    finally:
+        os.waitpid(pid, 0)
+    width = len(STAT_FIELDS) * 8
+    if len(data) != (len(paths) - half) * width:
+        return np.concatenate([first, _stat_rows(paths[half:])])
+    return np.concatenate([first, np.frombuffer(data, dtype=np.int64).reshape(
+        -1, len(STAT_FIELDS))])
+
+
+def _stat_rows(paths: Sequence[str]) -> np.ndarray:
+    lstat = os.lstat
+    try:
+        found: list[os.stat_result | None] = [lstat(path) for path in paths]
+    except OSError:
+        found = [_lstat(path) for path in paths]
+    return np.array([(st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
+                      st.st_dev) if st is not None else _MISSING for st in found],
+                    dtype=np.int64).reshape(-1, len(STAT_FIELDS))
+
+
+def _lstat(path: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except OSError:
+        return None

@@ -10,7 +10,6 @@ import json
 import os
 import time
 from collections.abc import Sequence
-from stat import S_ISREG
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -32,8 +31,6 @@ from domainbed.results.record_index import (
     Stored,
     encode,
     index_cap,
-    is_regular,
-    stat_key,
 )
 from domainbed.results.run_keys import KEY_FIELDS, KeysBuilder, key_texts
 from oodutils.untrusted import open_regular, read_head, read_lines
@@ -41,7 +38,7 @@ from oodutils.untrusted import open_regular, read_head, read_lines
 Record = dict[str, Any]
 RESULTS_FILE = discovery.RESULTS_FILE
 WHOLE_FILE_BYTES = 16 << 20   # a results.jsonl up to this size is parsed at once
-_NO_KEY = (-1, -1, -1, -1, -1)
+_FILE_TYPE, _REGULAR = 0o170000, 0o100000     # stat.S_IFMT's mask, S_IFREG
 _RESULTS_AFTER = os.sep + RESULTS_FILE   # a walk's run paths never end with a separator
 
 
@@ -346,25 +343,13 @@ class _ChunkStream:
         return pieces
 
 
-def _lstat(path: str) -> os.stat_result | None:
-    try:
-        return os.lstat(path)
-    except OSError:
-        return None
-
-
 def _stat_keys(paths: list[str]) -> np.ndarray:
-    """The stat key of each file (``stat_key``; -1s where it is missing or not a regular
-    file), as rows of an int64 array: one lstat each, in one pass."""
-    lstat, regular = os.lstat, S_ISREG
-    try:
-        found = [lstat(path) for path in paths]
-    except OSError:
-        return np.array([stat_key(st) if st is not None and is_regular(st) else _NO_KEY
-                         for st in map(_lstat, paths)], dtype=np.int64).reshape(-1, 5)
-    return np.array([(st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, st.st_ctime_ns)
-                     if regular(st.st_mode) else _NO_KEY for st in found],
-                    dtype=np.int64).reshape(-1, 5)
+    """The stat key of each file (``stat_key``: size, mtime ns, inode, device, ctime ns;
+    -1s where it is missing or not a regular file), as rows of an int64 array."""
+    rows = parallel_read.lstat_rows(paths)
+    keys = rows[:, [1, 2, 4, 5, 3]]
+    keys[(rows[:, 0] & _FILE_TYPE) != _REGULAR] = -1
+    return keys
 
 
 def _hits(stored: Stored | None, rels: list[str], keys: np.ndarray) -> np.ndarray:
