@@ -9,6 +9,7 @@ import random
 import numpy as np
 import pytest
 
+from domainbed.results import column_selection
 from domainbed.results import model_selection as ms
 from domainbed.results.columns import ColumnTable, TableBuilder, file_parts
 
@@ -128,3 +129,36 @@ def test_records_that_a_matrix_cannot_hold_keep_their_dicts():
     assert part.records == odd and part.records[0] is odd[0] and part.layout[1] == "aooo"
     assert np.isnan(part.values[0, :3]).all()     # no number selection may use ...
     assert part.values[0, 3] == float(2 ** 60)    # ... but a big int, as float() reads it
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("scale", [10 ** 9, 0.001])
+def test_leave_one_out_with_steps_no_dense_grid_holds(seed, scale):
+    """Steps too large for the dense (candidate, step) grid, or not ints, are grouped by
+    sorting: the cells are still the per-record method's."""
+    records = [dict(r, step=r["step"] * scale) for r in _sweep(seed)]
+    assert column_selection._step_codes(np.array([r["step"] for r in records])) is None
+    labels = ms.dataset_labels(records)
+    method = ms.LeaveOneOutSelectionMethod
+    by_record, _ = ms._select_records(records, method, labels)
+    assert by_record, "the sweep selects something"
+    import pandas as pd
+    expected = pd.DataFrame(by_record, columns=list(ms.GroupKey._fields) + [
+        "val_acc", "test_acc", "step", "run_dir", "hparams_seed", "n_candidates"])
+    _frames_equal(ms.select(records, method, labels), expected)
+
+
+@pytest.mark.parametrize("two_layouts", [False, True])
+def test_values_at_reads_each_row_s_own_key(two_layouts):
+    records = [{"args": {"dataset": "D", "test_envs": [0]}, "env0_in_acc": 0.1 * i,
+                "env1_in_acc": 1.0 + i, "step": i} for i in range(6)]
+    if two_layouts:
+        del records[2]["env1_in_acc"]
+    store = ColumnTable.from_records(records).store
+    assert (store._only_layout() is None) == two_layouts
+    rows = np.array([5, 0, 2, 3, 2])
+    which = np.array([1, 0, 1, -1, 0])
+    keys = ["env0_in_acc", "env1_in_acc"]
+    expected = [records[r].get(keys[w], math.nan) if w >= 0 else math.nan
+                for r, w in zip(rows, which)]
+    np.testing.assert_array_equal(store.values_at(rows, keys, which), expected)

@@ -183,72 +183,79 @@ def _first_per(keys: np.ndarray, *then: np.ndarray) -> np.ndarray:
 
 def _first_per_by_segments(keys: np.ndarray, primary: np.ndarray, secondary: np.ndarray
                            ) -> np.ndarray:
-    """`_first_per` without NaN: one stable sort by key, then per key the smallest
+    """`_first_per` without NaN: each run of equal consecutive keys reduced to its best
+    (a run's rows are one block's, as a rule), then one stable sort of those by key and
+    per key the smallest primary, among those the smallest secondary, among those the
+    first."""
+    runs = _best_per_run(keys, primary, secondary)
+    order = runs[np.argsort(keys[runs], kind="stable")]
+    return order[_best_per_run(keys[order], primary[order], secondary[order])]
+
+
+def _best_per_run(keys: np.ndarray, primary: np.ndarray, secondary: np.ndarray
+                  ) -> np.ndarray:
+    """Per run of equal consecutive keys, the position of its element with the smallest
     primary, among those the smallest secondary, among those the first."""
-    order = np.argsort(keys, kind="stable")
-    sorted_keys = keys[order]
-    new = np.ones(len(order), dtype=bool)
-    new[1:] = sorted_keys[1:] != sorted_keys[:-1]
+    new = np.ones(len(keys), dtype=bool)
+    new[1:] = keys[1:] != keys[:-1]
     starts = np.flatnonzero(new)
     segment = np.cumsum(new) - 1
-    first_key = primary[order]
-    tie = first_key == np.minimum.reduceat(first_key, starts)[segment]
-    second_key = np.where(tie, secondary[order].astype(np.float64), np.inf)
-    best = np.flatnonzero(tie & (second_key == np.minimum.reduceat(second_key,
-                                                                   starts)[segment]))
+    tie = primary == np.minimum.reduceat(primary, starts)[segment]
+    second = np.where(tie, secondary.astype(np.float64), np.inf)
+    best = np.flatnonzero(tie & (second == np.minimum.reduceat(second, starts)[segment]))
     keep = np.ones(len(best), dtype=bool)
     keep[1:] = segment[best][1:] != segment[best][:-1]
-    return order[best[keep]]
+    return best[keep]
 
 
 def _finite(values: np.ndarray) -> np.ndarray:
     return np.isfinite(values)
 
 
-def _per_row(table: ColumnTable, per_block: np.ndarray, fill: int = _NO) -> np.ndarray:
-    """A per-block array spread over the global rows (fill where a row is in no block)."""
-    blocks = table.block_of_rows()
-    out = np.where(blocks >= 0, per_block[np.maximum(blocks, 0)], fill) \
-        if len(per_block) else np.full(len(blocks), fill, dtype=np.int64)
-    return out
-
-
 def _values_at(table: ColumnTable, rows: np.ndarray, envs: np.ndarray, template: str
                ) -> np.ndarray:
     """The value of key `template.format(envs[i])` at global row `rows[i]` (NaN where
     envs[i] is -1 or the row has no number there)."""
-    out = np.full(len(rows), np.nan)
-    for env in np.unique(envs[envs >= 0]):
-        mask = envs == env
-        out[mask] = table.store.column(template.format(int(env)))[rows[mask]]
-    return out
+    count = int(envs.max(initial=-1)) + 1
+    return table.store.values_at(rows, [template.format(env) for env in range(count)], envs)
+
+
+class _SingleRows:
+    """The rows of the blocks with one test env and a candidate: their global `rows`, and
+    per row its block's `test_env`, `candidate` and `n_envs` (the rows the training-domain
+    and oracle methods choose among)."""
+
+    def __init__(self, table: ColumnTable, cands: Candidates) -> None:
+        blocks = np.flatnonzero(cands.single_candidate >= 0)
+        sizes = table.rows[blocks]
+        self.rows = concat_ranges(table.start[blocks], sizes)
+        self.test_env, self.candidate, self.n_envs = (
+            np.repeat(per_block[blocks], sizes)
+            for per_block in (cands.single_env, cands.single_candidate, cands.n_envs))
 
 
 def training_domain(table: ColumnTable, labels: Labels, val_suffix: str, test_suffix: str
                     ) -> list[Row]:
     """Training-domain validation (IIDAccuracySelectionMethod, WorstGroupSelectionMethod)."""
     cands = candidates_of(table, labels)
-    test_env = _per_row(table, cands.single_env)
-    candidate = _per_row(table, cands.single_candidate)
-    n_envs = _per_row(table, cands.n_envs, 0)
-    total = np.zeros(table.store.n_rows)
-    count = np.zeros(table.store.n_rows, dtype=np.int64)
-    max_envs = int(cands.n_envs.max()) if len(cands.n_envs) else 0
-    for env in range(max_envs):
-        value = table.store.column(f"env{env}_{val_suffix}")
+    single = _SingleRows(table, cands)
+    rows, test_env, n_envs = single.rows, single.test_env, single.n_envs
+    total = np.zeros(len(rows))
+    count = np.zeros(len(rows), dtype=np.int64)
+    for env in range(int(n_envs.max(initial=0))):
+        value = table.store.column(f"env{env}_{val_suffix}")[rows]
         use = (test_env != env) & (env < n_envs) & _finite(value)
-        total = total + np.where(use, value, 0.0)
+        total += np.where(use, value, 0.0)
         count += use
     val = np.divide(total, count, out=np.full(len(total), np.nan), where=count > 0)
-    all_rows = np.arange(table.store.n_rows)
-    test = _values_at(table, all_rows, test_env, "env{}_" + test_suffix)
-    valid = (candidate >= 0) & (count > 0) & _finite(test)
-    for row in np.flatnonzero(valid & (count >= 8)):   # np.mean adds 8 or more pairwise
-        val[row] = _np_mean(table, int(row), int(test_env[row]), int(n_envs[row]),
-                            val_suffix)
-    rows = np.flatnonzero(valid)
-    best = rows[_first_per(candidate[rows], -val[rows], rows)]
-    return _choose(table, cands, candidate[best], val[best], test[best], best)
+    test = _values_at(table, rows, test_env, "env{}_" + test_suffix)
+    valid = (count > 0) & _finite(test)
+    for at in np.flatnonzero(valid & (count >= 8)):   # np.mean adds 8 or more pairwise
+        val[at] = _np_mean(table, int(rows[at]), int(test_env[at]), int(n_envs[at]),
+                           val_suffix)
+    chosen = np.flatnonzero(valid)
+    best = chosen[_first_per(single.candidate[chosen], -val[chosen], rows[chosen])]
+    return _choose(table, cands, single.candidate[best], val[best], test[best], rows[best])
 
 
 def _np_mean(table: ColumnTable, row: int, test_env: int, n_envs: int, suffix: str
@@ -261,15 +268,16 @@ def _np_mean(table: ColumnTable, row: int, test_env: int, n_envs: int, suffix: s
 def oracle(table: ColumnTable, labels: Labels) -> list[Row]:
     """The test env's validation value at each setting's last checkpoint."""
     cands = candidates_of(table, labels)
-    test_env = _per_row(table, cands.single_env)
-    candidate = _per_row(table, cands.single_candidate)
-    step = table.store.column("step")
-    rows = np.flatnonzero(candidate >= 0)
-    last = rows[_first_per(candidate[rows], -step[rows], -rows)]
-    val = _values_at(table, last, test_env[last], "env{}_out_acc")
-    test = _values_at(table, last, test_env[last], "env{}_in_acc")
+    single = _SingleRows(table, cands)
+    rows = single.rows
+    step = table.store.column("step")[rows]
+    last = _first_per(single.candidate, -step, -rows)
+    test_env = single.test_env[last]
+    val = _values_at(table, rows[last], test_env, "env{}_out_acc")
+    test = _values_at(table, rows[last], test_env, "env{}_in_acc")
     keep = _finite(val) & _finite(test)
-    return _choose(table, cands, candidate[last][keep], val[keep], test[keep], last[keep])
+    return _choose(table, cands, single.candidate[last][keep], val[keep], test[keep],
+                   rows[last][keep])
 
 
 def leave_one_out(table: ColumnTable, labels: Labels) -> list[Row]:
@@ -279,29 +287,76 @@ def leave_one_out(table: ColumnTable, labels: Labels) -> list[Row]:
     if entries is None:
         return []
     row, candidate, kind, other = entries
-    step = table.store.column("step")[row]
-    order = _cell_order(row, step, candidate)
-    row, candidate, kind, other, step = (a[order] for a in (row, candidate, kind, other, step))
-    new_cell = np.ones(len(row), dtype=bool)
-    new_cell[1:] = (candidate[1:] != candidate[:-1]) | (step[1:] != step[:-1])
-    cell = np.cumsum(new_cell) - 1
-    starts = np.flatnonzero(new_cell)
-    cell_candidate, cell_first_row = candidate[starts], row[starts]
+    cell, cell_candidate, cell_first_row = _cells(
+        row, candidate, table.store.column("step")[row], len(cands.candidate_group_array))
+    n_cells = len(cell_candidate)
     group_test_env = np.asarray([g.test_env for g in cands.groups], dtype=np.int64)
     test_env = group_test_env[cands.candidate_group_array][cell_candidate]
-    blocks = table.block_of_rows()
-    n_envs = cands.n_envs[blocks[cell_first_row]]
-    singles = np.bincount(cell[kind == 0], minlength=len(starts))
-    single_row = np.zeros(len(starts), dtype=np.int64)
-    single_row[cell[kind == 0]] = row[kind == 0]
-    test = _values_at(table, single_row, np.where(singles == 1, test_env, _NO),
-                      "env{}_in_acc")
-    val = _held_out_mean(table, cell, row, kind, other, n_envs, test_env, len(starts))
+    n_envs = cands.n_envs[table.block_of_rows()[cell_first_row]]
+    single = kind == 0
+    single_cell = cell[single]
+    singles = np.bincount(single_cell, minlength=n_cells)
+    single_row = np.zeros(n_cells, dtype=np.int64)
+    single_row[single_cell] = row[single]
+    test = np.full(n_cells, np.nan)      # read in row order, where one single-env record is
+    test[single_cell] = _values_at(table, row[single], test_env[single_cell],
+                                   "env{}_in_acc")
+    test[singles != 1] = np.nan
+    val = _held_out_mean(table, cell, row, kind, other, n_envs, test_env, n_cells)
     valid = (n_envs >= 2) & (singles == 1) & _finite(val) & _finite(test)
     cells = np.flatnonzero(valid)
     best = cells[_first_per(cell_candidate[cells], -val[cells], cell_first_row[cells])]
     return _choose(table, cands, cell_candidate[best], val[best], test[best],
                    single_row[best])
+
+
+def _cells(row: np.ndarray, candidate: np.ndarray, step: np.ndarray, n_candidates: int
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(cell, cell_candidate, cell_first_row): each entry's cell, its (candidate, step),
+    cells numbered in (candidate, step) order (a NaN step: a cell of its own), and each
+    cell's candidate and first row. Small int steps: counted into a dense grid; else by
+    sorting."""
+    codes = _step_codes(step)
+    if codes is not None and n_candidates * codes[1] <= 2 * len(row) + 1024:
+        return _dense_cells(row, candidate * codes[1] + codes[0], codes[1],
+                            n_candidates * codes[1])
+    order = _cell_order(row, step, candidate)
+    ordered_candidate, ordered_step = candidate[order], step[order]
+    new_cell = np.ones(len(order), dtype=bool)
+    new_cell[1:] = (ordered_candidate[1:] != ordered_candidate[:-1]) | \
+        (ordered_step[1:] != ordered_step[:-1])
+    starts = np.flatnonzero(new_cell)
+    cell = np.empty(len(order), dtype=np.int64)
+    cell[order] = np.cumsum(new_cell) - 1
+    return cell, ordered_candidate[starts], row[order[starts]]
+
+
+def _step_codes(step: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """(codes, count): each step's number among the distinct steps in increasing order,
+    where every step is an int from 0 to a bound the table's size sets; else None."""
+    if not len(step) or not np.isfinite(step).all() or step.min() < 0 or \
+            step.max() > 4 * len(step) + 1024:
+        return None
+    whole = step.astype(np.int64)
+    if not (whole == step).all():
+        return None
+    used = np.zeros(int(whole.max()) + 1, dtype=bool)
+    used[whole] = True
+    number = np.cumsum(used) - 1
+    return number[whole], int(number[-1]) + 1
+
+
+def _dense_cells(row: np.ndarray, key: np.ndarray, n_codes: int, n_keys: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """_cells where each entry's (candidate, step) is `key` = candidate * n_codes + step
+    code, below `n_keys`: the first row per key without sorting."""
+    none = np.iinfo(np.int64).max
+    first = np.full(n_keys, none, dtype=np.int64)
+    np.minimum.at(first, key, row)
+    present = np.flatnonzero(first != none)
+    number = np.zeros(n_keys, dtype=np.int64)
+    number[present] = np.arange(len(present))
+    return number[key], present // n_codes, first[present]
 
 
 def _cell_order(row: np.ndarray, step: np.ndarray, candidate: np.ndarray) -> np.ndarray:
@@ -337,16 +392,17 @@ def _held_out_mean(table: ColumnTable, cell: np.ndarray, row: np.ndarray, kind: 
                    n_cells: int) -> np.ndarray:
     """Per cell, the mean over the other envs v of env{v}_in_acc in the last two-test-env
     record holding v out (NaN where one is missing)."""
-    pair = kind == 1
-    pair = pair & (other < n_envs[cell])
+    pair = (kind == 1) & (other < n_envs[cell])
     p_cell, p_row, p_other = cell[pair], row[pair], other[pair]
     max_envs = int(n_envs.max(initial=0))
-    last_row = np.full((n_cells, max(max_envs, 1)), -1, dtype=np.int64)
-    np.maximum.at(last_row, (p_cell, p_other), p_row)    # the last record per (cell, env)
-    values = np.full(last_row.shape, np.nan)
-    found = last_row >= 0
-    cells, envs = np.nonzero(found)
-    values[cells, envs] = _values_at(table, last_row[found], envs, "env{}_in_acc")
+    width = max(max_envs, 1)
+    slot = p_cell * width + p_other
+    last_row = np.full(n_cells * width, -1, dtype=np.int64)
+    np.maximum.at(last_row, slot, p_row)    # the last record per (cell, env)
+    last = p_row == last_row[slot]          # one entry per (cell, env): rows in order
+    flat = np.full(n_cells * width, np.nan)
+    flat[slot[last]] = _values_at(table, p_row[last], p_other[last], "env{}_in_acc")
+    values = flat.reshape(n_cells, width)
     total = np.zeros(n_cells)
     complete = np.ones(n_cells, dtype=bool)
     for env in range(max_envs):

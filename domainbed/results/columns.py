@@ -178,6 +178,25 @@ class ColumnStore:
                 self._columns[key] = found
         return found
 
+    def values_at(self, rows: np.ndarray, keys: Sequence[str], which: np.ndarray
+                  ) -> np.ndarray:
+        """The value of key ``keys[which[i]]`` at global row ``rows[i]`` (NaN where
+        which[i] < 0 or the row has no number there): one gather from the matrix where one
+        layout holds every row, else a column per key."""
+        only = self._only_layout()
+        if only is not None:
+            names = self.layouts[only][0]
+            places = np.array([names.index(k) if k in names else -1 for k in keys] + [-1],
+                              dtype=np.int64)[which]      # which = -1: the last, -1
+            out = self.matrices[only][rows, np.maximum(places, 0)]
+            out[places < 0] = np.nan
+            return out
+        out = np.full(len(rows), np.nan)
+        for i in np.unique(which[which >= 0]).tolist():
+            mask = which == i
+            out[mask] = self.column(keys[i])[rows[mask]]
+        return out
+
     def _only_layout(self) -> int | None:
         """The layout holding every row in row order, if one does (then a column is a
         view of its matrix)."""
