@@ -395,3 +395,21 @@ def test_an_index_written_in_the_background_is_waited_for_before_it_is_read(swee
     reads.clear()
     again = _load(sweep)
     assert reads == [] and again.records == first.records
+
+
+@pytest.mark.parametrize("edit", [b"//", b"./", b"../"], ids=["empty", "dot", "dotdot"])
+def test_a_listing_naming_an_empty_dot_or_dotdot_child_is_refused(sweep, edit, capsys):
+    """A listing's children are joined to paths: "", "." or ".." would walk elsewhere."""
+    _load(sweep)
+    index = sweep / record_index.INDEX_FILE
+    data = index.read_bytes()
+    header, base = _header(data)
+    at = base + header["arrays"]["dir_children"][2]     # the top's children come first
+    if edit == b"//":
+        at = data.index(b"/", at)
+    assert data[at:at + len(edit)] != edit
+    index.write_bytes(data[:at] + edit + data[at + len(edit):])
+    with pytest.raises(record_index.CorruptIndex, match="names no child directory"):
+        record_index.decode(index.read_bytes())
+    loaded = _load(sweep)
+    assert any("ignored the records index" in n for n in loaded.notes)

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from domainbed.results.block_values import Values, ValuesBuilder, take
 from domainbed.results.run_keys import KeysBuilder, RunKeys
 from oodutils.errors import UserError
 
@@ -220,12 +221,14 @@ class ColumnTable:
 
     Per block (arrays): `layout`, `start` (its first global row), `offset` (its first row
     in its layout's matrix), `rows`; lists: `run_dirs`, `args` and `hparams` (objects, or
-    the JSON bytes they are decoded from on first use by `decode`); `kept`: {block: its
-    record dicts} for blocks that keep them. `keys`: the blocks' ``run_keys.RunKeys``."""
+    the JSON bytes they are decoded from on first use by `decode`; a list, or a
+    ``block_values.BlockValues`` that cuts the bytes from a records index's blob on
+    access); `kept`: {block: its record dicts} for blocks that keep them. `keys`: the
+    blocks' ``run_keys.RunKeys``."""
 
     def __init__(self, store: ColumnStore, layout: np.ndarray, start: np.ndarray,
                  offset: np.ndarray, rows: np.ndarray, run_dirs: list[str | None],
-                 args: list[Any], hparams: list[Any], kept: dict[int, list[Record]],
+                 args: Values, hparams: Values, kept: dict[int, list[Record]],
                  keys: RunKeys | None = None, decode: Decoder | None = None) -> None:
         self.store, self.layout, self.start, self.offset, self.rows = \
             store, layout, start, offset, rows
@@ -279,8 +282,7 @@ class ColumnTable:
         index = picked.tolist()
         kept = {new: self.kept[old] for new, old in enumerate(index) if old in self.kept} \
             if self.kept else {}
-        args = [self.args[i] for i in index]
-        hparams = [self.hparams[i] for i in index]
+        args, hparams = take(self.args, picked), take(self.hparams, picked)
         table = ColumnTable(self.store, self.layout[picked], self.start[picked],
                             self.offset[picked], self.rows[picked],
                             [self.run_dirs[i] for i in index], args, hparams, kept,
@@ -407,8 +409,8 @@ class TableBuilder:
         self._segments: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._single: tuple[list[int], list[int], list[int]] = ([], [], [])
         self.run_dirs: list[str | None] = []
-        self.args: list[Any] = []
-        self.hparams: list[Any] = []
+        self.args = ValuesBuilder()
+        self.hparams = ValuesBuilder()
         self.kept: dict[int, list[Record]] = {}
         self.keys, self.decode = keys, decode
 
@@ -445,11 +447,12 @@ class TableBuilder:
 
     def add_blocks(self, layouts: list[Layout], matrices: list[np.ndarray],
                    layout: np.ndarray, offset: np.ndarray, rows: np.ndarray,
-                   run_dirs: list[str], args: list[Any], hparams: list[Any],
+                   run_dirs: list[str], args: Sequence[Any], hparams: Sequence[Any],
                    key_codes: np.ndarray, kept: dict[int, list[Record]]) -> None:
         """Many blocks at once: block i holds rows offset[i] .. offset[i] + rows[i] of
         matrices[layout[i]] (layouts: what those numbers mean); `key_codes` in the
-        KeysBuilder's tables; kept: {i: record dicts}."""
+        KeysBuilder's tables; kept: {i: record dicts}; `args` / `hparams`: lists, or
+        ``block_values.Texts`` (kept as they are: cut on access)."""
         self._flush()
         ids = np.array([self.layout_id(one) for one in layouts], dtype=np.int64)
         new_layout = ids[layout] if len(ids) else np.zeros(0, dtype=np.int64)
@@ -468,8 +471,8 @@ class TableBuilder:
         base = len(self.run_dirs)
         self.kept.update({base + i: records for i, records in kept.items()})
         self.run_dirs += run_dirs
-        self.args += args
-        self.hparams += hparams
+        self.args.extend(args)
+        self.hparams.extend(hparams)
         if self.keys is not None:
             self.keys.add_code_rows(key_codes)
 
@@ -516,5 +519,6 @@ class TableBuilder:
             rows_of.append(found)
         store = ColumnStore(self.layouts, matrices, rows_of, int(rows.sum()))
         run_keys = self.keys.finish() if self.keys is not None else None
-        return ColumnTable(store, layout, start, offset, rows, self.run_dirs, self.args,
-                           self.hparams, self.kept, run_keys, self.decode)
+        return ColumnTable(store, layout, start, offset, rows, self.run_dirs,
+                           self.args.finish(), self.hparams.finish(), self.kept, run_keys,
+                           self.decode)

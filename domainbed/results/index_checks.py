@@ -115,11 +115,11 @@ def check_tiling(layout: np.ndarray, offset: np.ndarray, rows: np.ndarray,
             raise CorruptIndex("its blocks' rows overlap or leave gaps")
 
 
-def check_matrix(layout: Layout, matrix: np.ndarray, offsets: np.ndarray,
-                 rows: np.ndarray, kept: dict[int, list[dict[str, Any]]],
-                 blocks: np.ndarray) -> None:
-    """The numbers of one layout: ints that are ints within 2^53, steps >= 0; a stored
-    block of records has its records' numbers."""
+def check_matrix(layout: Layout, matrix: np.ndarray,
+                 kept: list[tuple[int, int, list[dict[str, Any]]]]) -> None:
+    """The numbers of one layout: ints that are ints within 2^53, steps >= 0; each stored
+    block of records (kept: (offset, rows, records) of the layout's blocks that keep them)
+    has its records' numbers."""
     keys, types = layout
     ints = [j for j, t in enumerate(types) if t == "i"]
     values = matrix[:, ints]
@@ -130,11 +130,10 @@ def check_matrix(layout: Layout, matrix: np.ndarray, offsets: np.ndarray,
     if "step" in keys and types[keys.index("step")] == "i" and len(matrix) and \
             matrix[:, keys.index("step")].min() < 0:
         raise CorruptIndex("a layout holds a negative step")
-    for block, offset, count in zip(blocks.tolist(), offsets.tolist(), rows.tolist()):
-        if block in kept:
-            expected = numeric_block(layout, kept[block])
-            if not np.array_equal(expected, matrix[offset:offset + count], equal_nan=True):
-                raise CorruptIndex("a stored block's numbers are not its records'")
+    for offset, count, records in kept:
+        expected = numeric_block(layout, records)
+        if not np.array_equal(expected, matrix[offset:offset + count], equal_nan=True):
+            raise CorruptIndex("a stored block's numbers are not its records'")
 
 
 def _values(texts: Any) -> list[list[Any]]:

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from domainbed.results.block_values import Texts
 from domainbed.results.discovery import Listings
 from domainbed.results.index_checks import (
     CorruptIndex,
@@ -46,6 +47,7 @@ from domainbed.results.index_checks import (
 from domainbed.results.run_keys import KEY_FIELDS
 from oodutils.errors import UserError
 from oodutils.fileio import Buffer, atomic_write_bytes
+from oodutils.gc_pause import paused_gc
 from oodutils.log import get_logger
 from oodutils.untrusted import open_regular
 
@@ -81,8 +83,9 @@ def cache_path(top: str) -> str:
 class Stored(NamedTuple):
     """A decoded index: the runs (`paths`, `stats`: n x 5, `first_block`: n + 1 bounds
     into the blocks, `notes`), the blocks (`layout`, `offset`, `rows`, `key_codes`,
-    `args` / `hparams` JSON bytes, `kept`: {block: record dicts}), the `layouts` and their
-    `matrices`, the key `values` / `texts` tables and the directory `listings`."""
+    `args` / `hparams` JSON bytes, cut from the file's bytes when asked for: `take` the
+    blocks served, `kept`: {block: record dicts}), the `layouts` and their `matrices`,
+    the key `values` / `texts` tables and the directory `listings`."""
     paths: list[str]
     stats: np.ndarray
     first_block: np.ndarray
@@ -91,8 +94,8 @@ class Stored(NamedTuple):
     offset: np.ndarray
     rows: np.ndarray
     key_codes: np.ndarray
-    args: list[bytes]
-    hparams: list[bytes]
+    args: Texts
+    hparams: Texts
     kept: dict[int, list[dict[str, Any]]]
     layouts: list[tuple[tuple[str, ...], str]]
     matrices: list[np.ndarray]
@@ -130,7 +133,8 @@ class RecordIndex:
             logger.debug(f"rebuilding the records index {self.path} (an older format)")
             return self
         try:
-            self.stored = decode(data)
+            with paused_gc():     # its listings are 4 lists per directory
+                self.stored = decode(data)
         except CorruptIndex as e:
             return self.ignore(str(e))
         return self
@@ -265,14 +269,16 @@ def decode(data: bytes) -> Stored:
     kept = kept_parts(header["kept"], layouts, layout, rows)
     check_tiling(layout, offset, rows, [len(m) for m in matrices])
     for i, matrix in enumerate(matrices):
-        chosen = np.flatnonzero(layout == i)
-        check_matrix(layouts[i], matrix, offset[chosen], rows[chosen], kept, chosen)
+        check_matrix(layouts[i], matrix, [(int(offset[b]), int(rows[b]), records)
+                                          for b, records in kept.items() if layout[b] == i])
     values = check_keys(header["values"], codes, layouts, layout)
     notes = {int(k): v for k, v in header["notes"].items() if k.isdigit()}
     if len(notes) != len(header["notes"]) or any(not 0 <= k < n_runs for k in notes):
         raise CorruptIndex("a note names no run")
-    args = _texts(arrays["args_blob"], arrays["args_ends"], n_blocks, "args")
-    hparams = _texts(arrays["hparams_blob"], arrays["hparams_ends"], n_blocks, "hparams")
+    at = start + length
+    args, hparams = (_texts(data, at + header["arrays"][f"{what}_blob"][2],
+                            arrays[f"{what}_blob"], arrays[f"{what}_ends"], n_blocks, what)
+                     for what in ("args", "hparams"))
     return Stored(paths, stats, first_block, notes, layout, offset, rows, codes, args,
                   hparams, kept, layouts, matrices, values, header["values"],
                   _listings(arrays, n_dirs))
@@ -331,13 +337,14 @@ def _strings(blob: np.ndarray, count: int, what: str) -> list[str]:
     return found
 
 
-def _texts(blob: np.ndarray, ends: np.ndarray, count: int, what: str) -> list[bytes]:
+def _texts(data: bytes, at: int, blob: np.ndarray, ends: np.ndarray, count: int, what: str
+           ) -> Texts:
+    """The `count` texts of `blob` (the bytes of `data` from offset `at`), each ending at
+    its `ends` offset: cut from `data` when asked for."""
     if ends.shape != (count,) or (count and (ends[-1] != blob.size or ends.min() < 0 or
                                              (np.diff(ends) < 0).any())):
         raise CorruptIndex(f"its {what} texts do not fit together")
-    data = blob.tobytes()
-    bounds = [0, *ends.tolist()]
-    return [data[a:b] for a, b in zip(bounds, bounds[1:])]
+    return Texts.from_ends(data, ends, at)
 
 
 def _listings(arrays: dict[str, np.ndarray], n_dirs: int) -> Listings:
@@ -347,7 +354,8 @@ def _listings(arrays: dict[str, np.ndarray], n_dirs: int) -> Listings:
     if keys.shape != (n_dirs, 4) or flags.shape != (n_dirs,):
         raise CorruptIndex("its directories do not fit together")
     for kid in filter(None, kids):     # names a walk joins to a path: never "", ".", ".."
-        if {"", ".", ".."} & set(kid.split("/")):
+        bounded = f"/{kid}/"
+        if "//" in bounded or "/./" in bounded or "/../" in bounded:
             raise CorruptIndex("a directory listing names no child directory")
     return Listings(names, keys.tolist(), flags.tolist(), kids)
 
