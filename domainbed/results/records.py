@@ -38,6 +38,7 @@ from domainbed.results.sweep_reader import (  # noqa: F401 - also this module's 
     read_run_parts,
 )
 from oodutils.errors import UserError, load_error_reason
+from oodutils.gc_pause import paused_gc
 from oodutils.log import get_logger
 from oodutils.untrusted import open_regular
 
@@ -193,10 +194,12 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
     dirs = _checked_dirs(input_dir)
     reader = SweepReader(fields, use_index and fields is not None and
                          tuple(fields) == TABLE_FIELDS, require_done)
-    for top in dirs:
-        reader.read_tree(top)
+    with paused_gc():         # lists of lists per run and directory: no full collections
+        for top in dirs:
+            reader.read_tree(top)
+        table = reader.finish(index_in_background)
     result = Records(None, reader.skipped_lines, reader.skipped_runs, reader.kept_dirs, dirs,
-                     reader.notes, table=reader.finish(index_in_background))
+                     reader.notes, table=table)
     if reader.served:    # args decoded from an index are checked when dicts are built
         result.table.before_records = lambda table: _check_or_reread(
             result, table, lambda: _reread(dirs, require_done, fields))
