@@ -189,7 +189,11 @@ class ColumnStore:
             names = self.layouts[only][0]
             places = np.array([names.index(k) if k in names else -1 for k in keys] + [-1],
                               dtype=np.int64)[which]      # which = -1: the last, -1
-            out = self.matrices[only][rows, np.maximum(places, 0)]
+            matrix = self.matrices[only]
+            if matrix.flags.c_contiguous:     # one flat gather: a third of a 2-d one's time
+                out = matrix.reshape(-1)[rows * len(names) + np.maximum(places, 0)]
+            else:
+                out = matrix[rows, np.maximum(places, 0)]
             out[places < 0] = np.nan
             return out
         out = np.full(len(rows), np.nan)
