@@ -13,9 +13,10 @@ argument once per process, and the class is registered under the full name as gi
 """
 from __future__ import annotations
 
+import collections
 import importlib
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from typing import Any, TypeVar
 
@@ -182,11 +183,31 @@ def _declared_attributes(package: str, kind: str, attribute: str) -> dict[str, A
             source = f.read()
         if decorator not in source:
             continue
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.ClassDef):
-                found.update(_literal_declarations(node, decorator, attribute))
+        for node in _class_defs(ast.parse(source)):
+            found.update(_literal_declarations(node, decorator, attribute))
     _DECLARED[key] = found
     return found
+
+
+_STATEMENT_LISTS = ("body", "handlers", "orelse", "finalbody", "cases")
+
+
+def _class_defs(tree: Any) -> Iterator[Any]:
+    """The class definitions of a module, in ast.walk's order, found by walking only the
+    statement lists (a class is a statement; expressions, most of the tree, never hold
+    one)."""
+    import ast
+
+    todo = collections.deque([tree])
+    while todo:
+        node = todo.popleft()
+        if isinstance(node, ast.ClassDef):
+            yield node
+        for field in node._fields:
+            if field in _STATEMENT_LISTS:
+                value = getattr(node, field)
+                if isinstance(value, list):
+                    todo.extend(value)
 
 
 def _literal_declarations(node: Any, decorator: str, attribute: str) -> dict[str, Any]:

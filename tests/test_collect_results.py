@@ -311,3 +311,38 @@ def test_collecting_domainbed_datasets_imports_no_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert "Dataset: VLCS" in out and out.rstrip().endswith("False")
+
+
+def test_the_class_walk_finds_ast_walk_s_classes_in_its_order():
+    """The registry finds classes walking statement lists only: the same classes, in the
+    same order, as ast.walk over the whole tree, wherever a class may stand."""
+    import ast
+
+    from domainbed import registry
+    source = '''
+class A:
+    class Inner: pass
+if x:
+    class B: pass
+else:
+    class C: pass
+try:
+    class D: pass
+except E:
+    class F: pass
+finally:
+    class G: pass
+def f():
+    for i in y:
+        class H: pass
+    with z:
+        class I: pass
+match v:
+    case 1:
+        class J: pass
+class K: pass
+'''
+    tree = ast.parse(source)
+    expected = [n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    assert len(expected) == 11
+    assert [n.name for n in registry._class_defs(tree)] == expected
