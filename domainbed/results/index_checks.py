@@ -122,13 +122,11 @@ def check_matrix(layout: Layout, matrix: np.ndarray,
     has its records' numbers."""
     keys, types = layout
     ints = [j for j, t in enumerate(types) if t == "i"]
-    values = matrix[:, ints]
-    if values.size and not (np.isfinite(values).all() and
-                            (np.abs(values) <= _EXACT_INT).all() and
-                            (values == np.round(values)).all()):
-        raise CorruptIndex("a layout holds an integer that is not one")
-    if "step" in keys and types[keys.index("step")] == "i" and len(matrix) and \
-            matrix[:, keys.index("step")].min() < 0:
+    values = matrix[:, ints]          # one pass over the matrix, then over these columns
+    if not ((np.abs(values) <= _EXACT_INT).all() and (values == np.rint(values)).all()):
+        raise CorruptIndex("a layout holds an integer that is not one")   # NaN, inf: > 2^53
+    step = keys.index("step") if "step" in keys else -1
+    if step in ints and len(values) and values[:, ints.index(step)].min() < 0:
         raise CorruptIndex("a layout holds a negative step")
     for offset, count, records in kept:
         expected = numeric_block(layout, records)
