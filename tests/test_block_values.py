@@ -73,3 +73,16 @@ def test_a_table_of_blocks_given_as_texts_decodes_them_on_use():
     assert table.subset([2, 0]).records == [expected[3], expected[4], expected[5],
                                             expected[0]]
     assert table.records == expected
+
+
+def test_a_values_list_in_one_pass_equals_the_values_one_by_one():
+    import numpy as np
+
+    from domainbed.results.block_values import BlockValues, Texts, as_list
+    texts = Texts.from_ends(b"xxabcdef", np.array([1, 3, 6]), at=2)
+    values = BlockValues([["first"], texts, [{"a": 1}]])
+    values[2] = {"decoded": True}
+    assert as_list(values) == [values[i] for i in range(len(values))] == \
+        ["first", b"a", {"decoded": True}, b"def", {"a": 1}]
+    plain = [1, 2]
+    assert as_list(plain) is plain

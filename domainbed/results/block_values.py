@@ -43,6 +43,10 @@ class Texts(Sequence[bytes]):
         """These items (numbers into this sequence), cut from the same blob."""
         return Texts(self.blob, self.starts[index], self.ends[index])
 
+    def tolist(self) -> list[bytes]:
+        blob = self.blob
+        return [blob[a:b] for a, b in zip(self.starts.tolist(), self.ends.tolist())]
+
 
 _UNSET = object()
 
@@ -72,6 +76,15 @@ class BlockValues(Sequence[Any]):
         piece = bisect_right(self.firsts, i) - 1
         return self.pieces[piece][i - self.firsts[piece]]
 
+    def tolist(self) -> list[Any]:
+        """Every value, in one pass over the pieces (not one lookup each)."""
+        values: list[Any] = []
+        for piece in self.pieces:
+            values += piece.tolist() if isinstance(piece, Texts) else piece
+        for i, value in self.replaced.items():
+            values[i] = value
+        return values
+
     def __setitem__(self, i: int, value: Any) -> None:
         if i < 0:
             i += len(self)
@@ -81,6 +94,10 @@ class BlockValues(Sequence[Any]):
 
 
 Values = Union[list[Any], BlockValues]
+
+
+def as_list(values: Values) -> list[Any]:
+    return values.tolist() if isinstance(values, BlockValues) else values
 
 
 def take(values: Values, index: np.ndarray) -> Values:

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from domainbed.results import discovery, parallel_read
+from domainbed.results.block_values import as_list
 from domainbed.results.chunk_read import Chunk, read_chunk
 from domainbed.results.columns import ColumnTable, Part, TableBuilder, concat_ranges, file_parts
 from domainbed.results.lines import (
@@ -204,11 +205,9 @@ class SweepReader:
                     kept[i] = stored.kept[block]
                     for record in kept[i]:
                         record["run_dir"] = run_dirs[i]
-        block_list = blocks.tolist()
         self.builder.add_blocks(stored.layouts, stored.matrices, stored.layout[blocks],
                                 stored.offset[blocks], stored.rows[blocks], run_dirs,
-                                [stored.args[b] for b in block_list],
-                                [stored.hparams[b] for b in block_list],
+                                stored.args.take(blocks), stored.hparams.take(blocks),
                                 self._codes(stored, blocks), kept)
         if stored.notes:
             first = len(top.rels)
@@ -402,6 +401,7 @@ def _encode_top(table: ColumnTable, top: _Top) -> list[Buffer]:
         if len(chosen):
             new_offset[chosen] = np.concatenate(([0], np.cumsum(rows[chosen])[:-1]))
     block_list = blocks.tolist()
+    args, hparams = as_list(table.args), as_list(table.hparams)
     kept = {i: [{k: v for k, v in r.items() if k != "run_dir"} for r in table.kept[b]]
             for i, b in enumerate(block_list) if b in table.kept}
     kept_runs = np.flatnonzero(keep).tolist()
@@ -413,6 +413,6 @@ def _encode_top(table: ColumnTable, top: _Top) -> list[Buffer]:
          "notes": {renumber[r]: n for r, n in top.notes.items() if r in renumber}},
         {"layout": layout, "offset": new_offset, "rows": rows,
          "key_codes": table.keys.codes[blocks],
-         "args": [_json_bytes(table.args[b]) for b in block_list],
-         "hparams": [_json_bytes(table.hparams[b]) for b in block_list], "kept": kept},
+         "args": [_json_bytes(args[b]) for b in block_list],
+         "hparams": [_json_bytes(hparams[b]) for b in block_list], "kept": kept},
         table.store.layouts, matrices, table.keys.texts, top.walked.listings)
