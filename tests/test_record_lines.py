@@ -71,7 +71,21 @@ def _variants(data):
         "bad step": data.replace(b'"step": 0', b'"step": -1', 1),
         "stand-in as a later args": data.replace(
             b'"step": 0', b'"step": 0, "args": "\\u0000oodbed\\u0000"', 1),
+        "a line left open inside args": _split_inside(lines, '"uda_holdout_fraction"'),
+        "a line left open inside a list": _open_list(lines),
     }
+
+
+def _split_inside(lines, key):
+    """The first line cut in two before `key` (two bad lines) and the second line put
+    after the first's end: joined into one array they would parse as the two records."""
+    at = lines[0].index(", " + key)
+    return "\n".join([lines[0][:at], lines[0][at + 2:] + ", " + lines[1]] + lines[2:]).encode()
+
+
+def _open_list(lines):
+    """A first line left open in a list that the (then bad) second line closes."""
+    return "\n".join([lines[0][:-1] + ', "m": [1', lines[1] + "]}"] + lines[2:]).encode()
 
 
 @pytest.mark.parametrize("name", list(_variants(_files()[0].read_bytes())))
@@ -83,7 +97,8 @@ def test_a_file_read_at_once_reads_as_line_by_line_or_is_declined(name):
         assert _typed(whole) == _typed(_by_lines(data, TABLE_FIELDS)), name
     if name in ("NaN value", "duplicate args", "big integer", "blank line", "bad line",
                 "other hparams", "args not first", "bom", "bad step",
-                "stand-in as a later args"):
+                "stand-in as a later args", "a line left open inside args",
+                "a line left open inside a list"):
         assert whole is None, name        # the line-by-line reader decides these
     if name in ("crlf", "no newline at the end"):
         assert whole is not None, name

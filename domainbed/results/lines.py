@@ -213,8 +213,8 @@ def _whole_file(data: bytes, fields: Sequence[str] | None
     if _orjson is None or not data.startswith(b"{") or len(data) >= MAX_LINE_BYTES or \
             data.endswith(b"\n\n") or (not _DEPTH_SAFE and _too_nested(data)):
         return None   # (nesting within 1024 levels: the schema check of args / hparams)
-    try:
-        parsed = _orjson.loads(b"[" + data.rstrip(b"\n").replace(b"\n", b",") + b"]")
+    try:   # line by line: lines joined into one array could parse where each does not
+        parsed = list(map(_orjson.loads, data.rstrip(b"\n").split(b"\n")))
     except _orjson.JSONDecodeError:
         return None
     if not parsed or set(map(type, parsed)) != {dict}:
@@ -353,6 +353,8 @@ def _parse_shared(data: bytes) -> tuple[list[Any], Any, Any, bytes, bytes] | Non
         parsed = _orjson.loads(b"[" + body[1:] + b"]")
     except _orjson.JSONDecodeError:
         return None
+    if len(parsed) != lines:
+        return None   # (one line left open, the next closing it: one record of two bad lines)
     args_text, hparams_text = prefix[len(_ARGS_START):], hparams_bytes[len(_HPARAMS_AT) - 1:]
     args, hparams = _loads(args_text), _loads(hparams_text)
     if type(args) is not dict or type(hparams) is not dict:
