@@ -73,7 +73,50 @@ def _variants(data):
             b'"step": 0', b'"step": 0, "args": "\\u0000oodbed\\u0000"', 1),
         "a line left open inside args": _split_inside(lines, '"uda_holdout_fraction"'),
         "a line left open inside a list": _open_list(lines),
+        "args under another name": data.replace(b'{"args": ', b'{"argz": '),
+        "args closed twice": data.replace(b'}, "env0_in_acc"', b'}}, "env0_in_acc"'),
+        "stand-in as a later hparams": data.replace(
+            b'"step": 0', b'"step": 0, "hparams": "\\u0000oodbed\\u0000"', 1),
+        "a later hparams string": data.replace(b'"step": ', b'"hparams": "x", "step": '),
+        "other args on a later line": _edited(   # (of the same length)
+            lines, lambda r: r["args"].update(seed=r["args"]["seed"] + 1)),
+        "other hparams on a later line": _edited(
+            lines, lambda r: r["hparams"].update(batch_size=r["hparams"]["batch_size"] + 1)),
+        "keys in another order on a later line": _edited(
+            lines, lambda r: _swap(r, "env0_in_acc", "env0_out_acc")),
+        "a null accuracy on every line": b"\n".join(
+            _edited(lines, lambda r: r.update(env0_in_acc=None), at).splitlines()[at]
+            for at in range(len(lines))),
+        "a number after a line's object": data.replace(b"}\n", b"}, 5\n", 1),
+        "an int accuracy on a later line": _edited(lines, lambda r: r.update(env0_in_acc=1)),
+        "bad step on a later line": _edited(lines, lambda r: r.update(step=-r["step"])),
+        "a string left open at a line's end": _open_string(lines),
     }
+
+
+def _edited(lines, edit, at=2):
+    """The file with line `at` changed by edit(record) (the others as they are)."""
+    record = json.loads(lines[at])
+    edit(record)
+    return "\n".join(lines[:at] + [json.dumps(record)] + lines[at + 1:]).encode()
+
+
+def _swap(record, a, b):
+    """Keys `a` and `b` of `record` in each other's places."""
+    items = [(b if k == a else a if k == b else k, record[b] if k == a else
+              record[a] if k == b else v) for k, v in record.items()]
+    record.clear()
+    record.update(items)
+
+
+def _open_string(lines):
+    """Each line with a first key "x,{" after args, the first line's object followed by
+    a string left open (`, {"x`) that the (then bad) second line closes: with a comma
+    for the newline they would read as two records with the same keys."""
+    cut = lines[0].index('}, "env0_in_acc"') + 3
+    head, rests = lines[0][:cut], [line[cut:] for line in lines]
+    opened = [head + '"x,{": 1, ' + rests[0] + ', {"x', head + '": 1, ' + rests[1]]
+    return "\n".join(opened + [head + '"x,{": 1, ' + rest for rest in rests[2:]]).encode()
 
 
 def _split_inside(lines, key):
@@ -98,7 +141,9 @@ def test_a_file_read_at_once_reads_as_line_by_line_or_is_declined(name):
     if name in ("NaN value", "duplicate args", "big integer", "blank line", "bad line",
                 "other hparams", "args not first", "bom", "bad step",
                 "stand-in as a later args", "a line left open inside args",
-                "a line left open inside a list"):
+                "a line left open inside a list", "args under another name",
+                "args closed twice", "stand-in as a later hparams", "a later hparams string",
+                "a string left open at a line's end", "a number after a line's object"):
         assert whole is None, name        # the line-by-line reader decides these
     if name in ("crlf", "no newline at the end"):
         assert whole is not None, name
@@ -184,8 +229,9 @@ def test_long_digit_runs_in_strings_do_not_decline_a_file_but_long_integers_do()
                                    "unkept metric", "huge float"])
 def test_a_long_integer_anywhere_reads_as_json_reads_it(where):
     """orjson makes an integer literal beyond 64 bits a float (json keeps an int): a file
-    holding one, or a float as huge, is declined to the line reader wherever a kept value
-    could differ, and what is read straight into columns equals the line reader's."""
+    holding one in a kept number is declined to the line reader, args and hparams (parsed
+    once) are read as json reads them, and what is read straight into columns equals the
+    line reader's."""
     data = _files()[0].read_bytes()
     digits = "1234567890" * 3
     edits = {"args": (b'"seed": ', f'"seed": {digits}, "x": '),
@@ -199,7 +245,7 @@ def test_a_long_integer_anywhere_reads_as_json_reads_it(where):
     assert changed != data
     by_lines = _by_lines(changed, TABLE_FIELDS)
     part = whole_file_part(changed, TABLE_FIELDS)
-    if where == "unkept metric":
+    if where in ("unkept metric", "args", "hparams", "huge float"):
         assert part is not None     # the dropped key cannot change what is kept
     elif where == "args list":
         assert by_lines == []       # a test env beyond the environments: every line skipped
@@ -208,9 +254,10 @@ def test_a_long_integer_anywhere_reads_as_json_reads_it(where):
     if part is not None:
         _same_parts([part], file_parts(by_lines))
     if where in ("args", "hparams"):
-        value = by_lines[0]["args"]["seed"] if where == "args" else \
-            by_lines[0]["hparams"]["big"]
-        assert abs(value) == int(digits) and type(value) is int
+        for args, hparams in ((by_lines[0]["args"], by_lines[0]["hparams"]),
+                              (part.args, part.hparams)):
+            value = args["seed"] if where == "args" else hparams["big"]
+            assert abs(value) == int(digits) and type(value) is int
 
 
 @pytest.mark.parametrize("depth", [40, 300, 2000])
@@ -232,3 +279,17 @@ def test_the_orjson_version_reads_as_numbers():
     from domainbed.results.lines import _version
     assert _version("3.10.0") == (3, 10) > _version("3.9.15") == (3, 9)
     assert _version("") == (0,) and _version("dev") == (0,)
+
+
+def test_a_file_with_a_line_over_the_cap_is_left_to_the_line_reader(monkeypatch):
+    """The line reader skips a line longer than MAX_LINE_BYTES: a file holding one (so
+    at least as long) is not read at once."""
+    from domainbed.results import lines
+    data = _files()[0].read_bytes()
+    monkeypatch.setattr(lines, "MAX_LINE_BYTES", min(map(len, data.splitlines())) - 1)
+    capped = [line if len(line) <= lines.MAX_LINE_BYTES else None
+              for line in data.splitlines(keepends=True)]
+    records, skipped = parse_run_lines("f", capped, [], TABLE_FIELDS)
+    assert records == [] and skipped == len(capped)
+    assert whole_file_part(data, TABLE_FIELDS) is None
+    assert parse_whole_file(data, TABLE_FIELDS) is None

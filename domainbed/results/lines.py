@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
+from itertools import chain
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -205,11 +206,19 @@ def parse_json_value(text: bytes) -> Any:
 
 def _whole_file(data: bytes, fields: Sequence[str] | None
                 ) -> tuple[Part, bytes, bytes] | None:
-    """(part, args JSON, hparams JSON) of a file whose lines all parse in one orjson call
-    as json would parse each, with the same keys in the same order, values of the same
-    types, args and hparams objects that serialize alike (so the line reader shares them
-    too), numbers a float64 holds, fitting the schema; else None. Checked key by key
-    (one column of values per key), not line by line."""
+    """(part, args JSON, hparams JSON) of a file whose lines all parse as json would
+    parse each, with the same keys in the same order, values of the same types, args and
+    hparams objects that serialize alike (so the line reader shares them too), numbers a
+    float64 holds, fitting the schema; else None. Files of the usual shape take the
+    quick way (`_shared_file`), others have every line parsed whole (`_parsed_file`)."""
+    found = _shared_file(data, fields)
+    return found if found is not None else _parsed_file(data, fields)
+
+
+def _parsed_file(data: bytes, fields: Sequence[str] | None
+                 ) -> tuple[Part, bytes, bytes] | None:
+    """`_whole_file` with every line parsed whole, checked key by key (one column of
+    values per key), not line by line."""
     if _orjson is None or not data.startswith(b"{") or len(data) >= MAX_LINE_BYTES or \
             data.endswith(b"\n\n") or (not _DEPTH_SAFE and _too_nested(data)):
         return None   # (nesting within 1024 levels: the schema check of args / hparams)
@@ -393,3 +402,170 @@ def _shared_records(parsed: Any, args: Any, hparams: Any, fields: Sequence[str] 
         checked = record
         records.append(_kept(record, fields))
     return records
+
+
+_ARGS_OBJECT = _ARGS_START + b"{"
+_HPARAMS_KEY = b'"hparams": '
+_ROW_SEPARATOR = b"\n,{"   # (a raw newline: no string of one line runs on into the next)
+_DICTS = {dict}
+
+
+def _shared_file(data: bytes, fields: Sequence[str] | None
+                 ) -> tuple[Part, bytes, bytes] | None:
+    """`_whole_file`'s answer for a file of the usual shape, with its args and hparams
+    parsed once, not once a line: every line starts with the first line's
+    ``{"args": {...}, `` bytes, which are left out, and holds its ``"hparams": {...}``
+    bytes, which become a stand-in; what is left of every line (numbers only) parses in
+    one orjson call. None where the file has another shape (then `_parsed_file` reads
+    it): each check below keeps what is read equal to what the line reader reads."""
+    if not data.startswith(_ARGS_OBJECT) or len(data) >= MAX_LINE_BYTES or \
+            (b"\\" in data and b"\\u0000" in data) or (not _DEPTH_SAFE and _too_nested(data)):
+        return None   # (a string decoding to the stand-in holds that escape)
+    shared = _first_line_objects(data)
+    if shared is None:
+        return None
+    head, args_text, args, hparams_text, hparams = shared
+    found = _stand_in_rows(data, len(head), hparams_text)
+    if found is None:
+        return None
+    try:
+        parsed = _orjson.loads(found[0])
+    except _orjson.JSONDecodeError:
+        return None
+    rows = found[1]
+    if set(map(type, parsed)) != _DICTS:
+        return None
+    keys = list(parsed[0])
+    width = len(keys)
+    if list(chain.from_iterable(parsed)) != keys * rows:
+        return None   # (so each of the `rows` objects has these keys in this order)
+    values = list(chain.from_iterable(map(dict.values, parsed)))
+    kinds = list(map(type, values[:width]))
+    if list(map(type, values)) != kinds * rows:
+        return None
+    shape = _take_shape(keys, kinds, fields)
+    if shape is None:
+        return None
+    at = shape.hparams
+    if values[at::width].count(_STAND_IN_VALUE) != rows or \
+            min(values[shape.step::width]) < 0:
+        return None   # (no later "hparams" key replaced the stand-in)
+    first = {"args": args, **parsed[0]}
+    first["hparams"] = hparams
+    if record_problem(first) is not None:
+        return None
+    values[at::width] = (0.0,) * rows
+    numbers = np.array(values, dtype=np.float64)
+    if np.abs(numbers).max() >= _EXACT_INT:
+        return None   # (an int a float64 may not hold, or what orjson made of one)
+    numbers[at] = np.nan
+    return Part(shape.layout, args, hparams, numbers.take(shape.taken(rows)), None), \
+        args_text, hparams_text
+
+
+def _first_line_objects(data: bytes) -> tuple[bytes, bytes, Any, bytes, Any] | None:
+    """(head, args JSON, args, hparams JSON, hparams) of the first line: its
+    ``{"args": {...}, `` bytes, and its first ``"hparams": `` key's object."""
+    stop = data.find(b"\n")
+    stop = len(data) if stop < 0 else stop
+    found = _object_at(data, len(_ARGS_START), stop)
+    if found is None:
+        return None
+    args_text, args = found
+    cut = len(_ARGS_START) + len(args_text)
+    if not data.startswith(b", ", cut):
+        return None
+    at = data.find(_HPARAMS_KEY, cut + 2, stop)
+    hparams = _object_at(data, at + len(_HPARAMS_KEY), stop) if at >= 0 else None
+    if hparams is None:
+        return None
+    return data[:cut + 2], args_text, args, hparams[0], hparams[1]
+
+
+def _object_at(data: bytes, start: int, stop: int) -> tuple[bytes, Any] | None:
+    """(JSON bytes, value) of the object that starts at data[start], within `stop`, as
+    json reads it; None where none does. Tried first up to the next "}" (an object
+    holding no object)."""
+    end = data.find(b"}", start, stop) + 1
+    if end > 0:
+        value = _loads(data[start:end])
+        if type(value) is dict:
+            return data[start:end], value
+    try:
+        text = data[start:stop].decode("utf-8")
+        value, end = _DECODER.raw_decode(text)
+    except (ValueError, RecursionError):
+        return None
+    return (text[:end].encode("utf-8"), value) if type(value) is dict else None
+
+
+def _stand_in_rows(data: bytes, cut: int, hparams_text: bytes) -> tuple[bytes, int] | None:
+    """(a JSON array of every line's object without its first `cut` bytes, with the
+    stand-in for the first ``"hparams": `` key's object, lines)."""
+    head, size, total = data[:cut], len(hparams_text), len(data)
+    find, starts = data.find, data.startswith
+    pieces = [b"[{"]
+    start = 0
+    while start < total:
+        end = find(b"\n", start)
+        end = total if end < 0 else end
+        at = find(_HPARAMS_KEY, start + cut, end) + len(_HPARAMS_KEY)
+        if not starts(head, start) or at < len(_HPARAMS_KEY) or not starts(hparams_text, at):
+            return None
+        pieces += (data[start + cut:at], _STAND_IN, data[at + size:end], _ROW_SEPARATOR)
+        start = end + 1
+    pieces[-1] = b"]"
+    return b"".join(pieces), len(pieces) // 4
+
+
+class _TakeShape(NamedTuple):
+    """What a layout of keys and kinds keeps: its `layout` (kept keys, kinds), where its
+    `hparams` and `step` are among a line's `width` values, and `columns`, where each
+    kept one is (args: the hparams stand-in's place)."""
+    layout: tuple[tuple[str, ...], str]
+    hparams: int
+    step: int
+    width: int
+    columns: np.ndarray
+    takes: dict[int, np.ndarray]
+
+    def taken(self, rows: int) -> np.ndarray:
+        """Indices into `rows` lines' values, one line a row (the first line's hparams
+        stand-in where it keeps args / hparams)."""
+        found = self.takes.get(rows)
+        if found is None:
+            found = np.arange(rows)[:, None] * self.width + self.columns
+            found[:, self.columns == self.hparams] = self.hparams
+            if len(self.takes) < 64:
+                self.takes[rows] = found
+        return found
+
+
+_TAKE_SHAPES: dict[tuple[Any, ...], _TakeShape | None] = {}
+
+
+def _take_shape(keys: list[str], kinds: list[type], fields: Sequence[str] | None
+                ) -> _TakeShape | None:
+    """The _TakeShape of lines of these keys and kinds (worked out once), or None where
+    a key other than hparams is not a number (a later args key is the first line's
+    args: `record_problem` sees it)."""
+    cache_key = (tuple(keys), tuple(kinds), tuple(fields) if fields else None)
+    found = _TAKE_SHAPES.get(cache_key, False)
+    if found is not False:
+        return found   # type: ignore[return-value]
+    found = None
+    numbers = [k for k, kind in zip(keys, kinds) if kind is int or kind is float]
+    if "hparams" in keys and "step" in keys and len(numbers) == len(keys) - 1:
+        everything = ["args", *keys]
+        kept = [k for k in everything if k in fields or k.startswith("env")] if fields \
+            else everything
+        at = keys.index("hparams")
+        kind_of = dict(zip(keys, kinds))
+        types = "".join("a" if k == "args" else "h" if k == "hparams" else
+                        "i" if kind_of[k] is int else "f" for k in kept)
+        columns = [at if k == "args" else keys.index(k) for k in kept]
+        found = _TakeShape((tuple(kept), types), at, keys.index("step"), len(keys),
+                           np.array(columns, dtype=np.int64), {})
+    if len(_TAKE_SHAPES) < 1024 and sum(map(len, keys)) < 4096:
+        _TAKE_SHAPES[cache_key] = found
+    return found
