@@ -100,6 +100,13 @@ def read_head(path: str | os.PathLike[str], max_bytes: int) -> bytes:
     otherwise), read with as few calls and as small a buffer as its size allows: what
     reading thousands of small files at once needs (a file object asked for 16 MiB
     allocates them)."""
+    return read_head_stat(path, max_bytes)[0]
+
+
+def read_head_stat(path: str | os.PathLike[str], max_bytes: int
+                   ) -> tuple[bytes, os.stat_result]:
+    """`read_head`'s bytes and the file's stat, taken on the open descriptor before it is
+    read (what a cache keys the bytes by: a later change shows in a later stat)."""
     fd = _open_unfollowed(path)
     try:
         st = os.fstat(fd)
@@ -113,7 +120,7 @@ def read_head(path: str | os.PathLike[str], max_bytes: int) -> bytes:
                 break
             pieces.append(piece)
             want -= len(piece)
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces), st
     finally:
         os.close(fd)
 

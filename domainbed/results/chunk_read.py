@@ -14,17 +14,22 @@ from domainbed.results.columns import Layout, Part
 from domainbed.results.run_keys import KEY_FIELDS
 
 Record = dict[str, Any]
-RunReader = Callable[[str, list[str], Any], tuple[list[tuple[Part, tuple[str, ...]]], int]]
+RunReader = Callable[[str, list[str], Any],
+                     tuple[list[tuple[Part, tuple[str, ...]]], tuple[int, ...]]]
+NO_KEY = (-1, -1, -1, -1, -1)
 
 
 class Chunk(NamedTuple):
     """The runs of a chunk, in order: `errors` (None, or why the file is unreadable),
-    `notes` (skipped lines, named by path), `block_counts`; their blocks: `layouts` /
+    `notes` (skipped lines, named by path), `block_counts`, `keys` (runs x 5: each
+    results.jsonl's stat key, taken before it was read; -1s where unreadable); their
+    blocks: `layouts` /
     `matrices` (chunk-local), `layout`, `offset`, `rows`, `args`, `hparams`, `codes`
     (blocks x KEY_FIELDS) into `texts` (per field), `kept` ({block: record dicts})."""
     errors: list[str | None]
     notes: list[list[str]]
     block_counts: list[int]
+    keys: np.ndarray
     layouts: list[Layout]
     matrices: list[np.ndarray]
     layout: np.ndarray
@@ -38,10 +43,12 @@ class Chunk(NamedTuple):
 
 
 def read_chunk(reader: RunReader, run_dirs: Sequence[str], fields: Any) -> Chunk:
-    """reader(run_dir, notes, fields) of each run directory, bundled."""
+    """reader(run_dir, notes, fields) -> (parts, stat key) of each run directory,
+    bundled."""
     errors: list[str | None] = []
     notes_of: list[list[str]] = []
     counts: list[int] = []
+    keys: list[tuple[int, ...]] = []
     layout_ids: dict[Layout, int] = {}
     pieces: list[list[np.ndarray]] = []
     sizes: list[int] = []
@@ -56,13 +63,15 @@ def read_chunk(reader: RunReader, run_dirs: Sequence[str], fields: Any) -> Chunk
     for run_dir in run_dirs:
         notes: list[str] = []
         try:
-            parts, _ = reader(run_dir, notes, fields)
+            parts, key = reader(run_dir, notes, fields)
         except OSError as e:
             errors.append(e.strerror or str(e))
             notes_of.append([])
             counts.append(0)
+            keys.append(NO_KEY)
             continue
         errors.append(None)
+        keys.append(key)
         notes_of.append(notes)
         counts.append(len(parts))
         for part, texts in parts:
@@ -81,7 +90,8 @@ def read_chunk(reader: RunReader, run_dirs: Sequence[str], fields: Any) -> Chunk
             hparams.append(part.hparams)
             codes.append([ids.setdefault(text, len(ids))
                           for ids, text in zip(text_ids, texts)])
-    return Chunk(errors, notes_of, counts, list(layout_ids),
+    return Chunk(errors, notes_of, counts,
+                 np.array(keys, dtype=np.int64).reshape(-1, len(NO_KEY)), list(layout_ids),
                  [np.concatenate(p) if len(p) > 1 else p[0] for p in pieces],
                  np.asarray(layout, dtype=np.int64), np.asarray(offset, dtype=np.int64),
                  np.asarray(rows, dtype=np.int64), args, hparams,

@@ -29,12 +29,14 @@ from domainbed.results.record_index import (
     SETTLE_NS,
     Buffer,
     RecordIndex,
+    StatKey,
     Stored,
     encode,
     index_cap,
+    stat_key,
 )
 from domainbed.results.run_keys import KEY_FIELDS, KeysBuilder, key_texts
-from oodutils.untrusted import open_regular, read_head, read_lines
+from oodutils.untrusted import open_regular, read_head_stat, read_lines
 
 Record = dict[str, Any]
 RESULTS_FILE = discovery.RESULTS_FILE
@@ -63,19 +65,20 @@ def read_run(run_dir: str, notes: list[str] | None = None,
 
 def read_run_parts(run_dir: str, notes: list[str] | None = None,
                    fields: Sequence[str] | None = None
-                   ) -> tuple[list[tuple[Part, tuple[str, ...]]], int]:
-    """([(part, key texts)], skipped_lines) of one run directory, as `read_run` reads it,
-    column-wise: a file of the usual shape straight into one Part whose args and hparams
-    are their JSON bytes (no record dicts), with its ``run_keys.key_texts``."""
-    data = read_head(os.path.join(run_dir, RESULTS_FILE), WHOLE_FILE_BYTES)
+                   ) -> tuple[list[tuple[Part, tuple[str, ...]]], StatKey]:
+    """([(part, key texts)], the results.jsonl's stat key taken before it was read) of
+    one run directory, as `read_run` reads it, column-wise: a file of the usual shape
+    straight into one Part whose args and hparams are their JSON bytes (no record
+    dicts), with its ``run_keys.key_texts``."""
+    data, st = read_head_stat(os.path.join(run_dir, RESULTS_FILE), WHOLE_FILE_BYTES)
     found = whole_file_coded(data, fields) if len(data) <= WHOLE_FILE_BYTES else None
     if found is not None:
-        return [found], 0
-    records, skipped = read_run(run_dir, notes, fields)
+        return [found], stat_key(st)
+    records, _ = read_run(run_dir, notes, fields)
     for record in records:
         del record["run_dir"]    # a block's run_dir is the block's, not a key
     return [(part, key_texts(part.args, part.hparams)) for part in file_parts(records)], \
-        skipped
+        stat_key(st)
 
 
 def _memory_cap() -> int:
@@ -315,9 +318,8 @@ def _walk_and_read(where: tuple[str, bool, discovery.Walk | None], names: Sequen
         walked = discovery.walk_children(top, names)
     runs = [(path, rel) for path, rel, done in zip(walked.run_dirs, walked.rels, walked.done)
             if done or not require_done]
-    keys = _stat_keys([path + _RESULTS_AFTER for path, _ in runs])
     chunk = read_chunk(read_run_parts, [path for path, _ in runs], fields)
-    return _Subtrees(walked, len(walked.run_dirs) - len(runs), runs, keys, chunk)
+    return _Subtrees(walked, len(walked.run_dirs) - len(runs), runs, chunk.keys, chunk)
 
 
 class _ChunkStream:
