@@ -275,6 +275,23 @@ def test_deeply_nested_hparams_decline_a_file_to_the_line_reader(depth):
     assert records == [] and skipped == len(data.splitlines()) and "nested" in notes[0]
 
 
+@pytest.mark.parametrize("where", ['"hparams": {', '"args": {'])
+@pytest.mark.parametrize("depth", [30, 31])
+def test_nesting_at_the_schemas_limit_reads_as_line_by_line(depth, where):
+    """A record nests one level deeper than its args or hparams: 30 levels in a list in
+    them (32 in all) fit the schema, 31 do not, whichever reader reads them."""
+    data = _files()[0].read_bytes()
+    nested = "[" * depth + "]" * depth
+    changed = data.replace(where.encode(), f'{where}"deep": {nested}, '.encode())
+    assert changed != data
+    by_lines = _by_lines(changed, TABLE_FIELDS)
+    assert (by_lines != []) == (depth == 30)
+    part = whole_file_part(changed, TABLE_FIELDS)
+    assert (part is not None) == (depth == 30)
+    if part is not None:
+        _same_parts([part], file_parts(by_lines))
+
+
 def test_the_orjson_version_reads_as_numbers():
     from domainbed.results.lines import _version
     assert _version("3.10.0") == (3, 10) > _version("3.9.15") == (3, 9)

@@ -19,7 +19,7 @@ import numpy as np
 
 from domainbed.results.columns import Part
 from domainbed.results.run_keys import key_texts
-from domainbed.results.schema import record_problem
+from domainbed.results.schema import MAX_DEPTH, record_problem, shallow_record_problem
 from oodutils.untrusted import parse_json
 
 try:  # parses records about three times faster than json; json where it is absent
@@ -195,7 +195,7 @@ def whole_file_coded(data: bytes, fields: Sequence[str] | None = None
     if found is None:
         return None
     part, args_text, hparams_text = found
-    return part._replace(args=args_text, hparams=hparams_text), \
+    return Part(part.layout, args_text, hparams_text, part.values, part.records), \
         key_texts(part.args, part.hparams, hparams_text)
 
 
@@ -425,6 +425,8 @@ def _shared_file(data: bytes, fields: Sequence[str] | None
     if shared is None:
         return None
     head, args_text, args, hparams_text, hparams = shared
+    if _brackets(args_text) >= MAX_DEPTH or _brackets(hparams_text) >= MAX_DEPTH:
+        return None   # (then a line of them and numbers may nest too deep: see below)
     found = _stand_in_rows(data, len(head), hparams_text)
     if found is None:
         return None
@@ -451,8 +453,8 @@ def _shared_file(data: bytes, fields: Sequence[str] | None
             min(values[shape.step::width]) < 0:
         return None   # (no later "hparams" key replaced the stand-in)
     first = {"args": args, **parsed[0]}
-    first["hparams"] = hparams
-    if record_problem(first) is not None:
+    first["hparams"] = hparams     # (nesting one level deeper than args or hparams)
+    if shallow_record_problem(first) is not None:
         return None
     values[at::width] = (0.0,) * rows
     numbers = np.array(values, dtype=np.float64)
@@ -461,6 +463,11 @@ def _shared_file(data: bytes, fields: Sequence[str] | None
     numbers[at] = np.nan
     return Part(shape.layout, args, hparams, numbers.take(shape.taken(rows)), None), \
         args_text, hparams_text
+
+
+def _brackets(text: bytes) -> int:
+    """How many "[" and "{" a JSON text holds: no fewer than the levels it nests."""
+    return text.count(b"[") + text.count(b"{")
 
 
 def _first_line_objects(data: bytes) -> tuple[bytes, bytes, Any, bytes, Any] | None:

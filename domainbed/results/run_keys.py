@@ -35,7 +35,8 @@ def key_values(args: Any, hparams: Any) -> tuple[Any, ...]:
             [str(get("hparams_seed")), json.dumps(hparams, sort_keys=True, default=str)])
 
 
-_HPARAMS_JSON: dict[bytes, str] = {}    # hparams JSON bytes -> their sorted json.dumps
+_HPARAMS_JSON: dict[bytes, str] = {}    # hparams JSON bytes -> their sorted dump, as JSON
+_encode_string = json.encoder.encode_basestring_ascii   # (what json writes a str as)
 
 
 def key_texts(args: Any, hparams: Any, hparams_text: bytes | None = None
@@ -45,31 +46,36 @@ def key_texts(args: Any, hparams: Any, hparams_text: bytes | None = None
     distinct text)."""
     if hparams_text is None:
         return tuple(map(_dumps, key_values(args, hparams)))
-    sorted_json = _HPARAMS_JSON.get(hparams_text)
-    if sorted_json is None:
-        sorted_json = json.dumps(hparams, sort_keys=True, default=str)
+    sorted_text = _HPARAMS_JSON.get(hparams_text)
+    if sorted_text is None:
+        sorted_text = _encode_string(json.dumps(hparams, sort_keys=True, default=str))
         if len(_HPARAMS_JSON) < 65536:
-            _HPARAMS_JSON[hparams_text] = sorted_json
+            _HPARAMS_JSON[hparams_text] = sorted_text
     get = args.get
     seed = get("hparams_seed")
-    data = [get(k) for k in DATA_KEYS]
+    data = list(map(get, DATA_KEYS))
     return (_text(get("dataset")), _text(get("algorithm")), _text(get("trial_seed")),
             _text(seed), _text(get("test_envs")), _text(get("env_names")),
             _NO_DATA_TEXT if data == _NO_DATA else _dumps(data),
-            _dumps([str(seed), sorted_json]))
+            f"[{_encode_string(str(seed))}, {sorted_text}]")   # (json's list of two str)
 
 
 _NO_DATA = [None] * len(DATA_KEYS)
 _NO_DATA_TEXT = _dumps(_NO_DATA)
+_INTS = {int}
 
 
 def _text(value: Any) -> str:
-    """`value`'s JSON text, as json writes it (strings, ints and lists of them quickly)."""
+    """`value`'s JSON text, as json writes it (strings, ints and lists of ints quickly)."""
     kind = type(value)
-    if kind is str or kind is int:
-        return _dumps(value) if kind is str else str(value)
+    if kind is str:
+        return _encode_string(value)
+    if kind is int:
+        return str(value)
     if value is None:
         return "null"
+    if kind is list and set(map(type, value)) <= _INTS:
+        return f"[{', '.join(map(str, value))}]"
     return _dumps(value)
 
 

@@ -42,16 +42,20 @@ def _is_scalar(value: object) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
 
 
+_SCALAR_CLASSES = (str, int, float, bool)    # (with None: what _is_scalar accepts)
+
+
 def _args_problem(args: Mapping[str, Any]) -> str | None:
+    get = args.get
     for key in ("dataset", "algorithm"):
-        if not isinstance(args.get(key), str):
+        if not isinstance(get(key), str):
             return f"args.{key} is not a string"
-    names = args.get("env_names")
+    names = get("env_names")
     if names is not None and not (isinstance(names, list) and
                                   all(isinstance(n, str) for n in names)):
         return "args.env_names is not a list of strings"
     n_envs = len(names) if names else MAX_ENVS
-    test_envs = args.get("test_envs")
+    test_envs = get("test_envs")
     if not (isinstance(test_envs, list) and all(_is_int(e) and 0 <= e < n_envs
                                                 for e in test_envs)):
         return f"args.test_envs is not a list of environment indices below {n_envs}"
@@ -59,7 +63,8 @@ def _args_problem(args: Mapping[str, Any]) -> str | None:
         if key in args and not _is_int(args[key]):
             return f"args.{key} is not an int"
     for key in SCALAR_ARGS:
-        if not _is_scalar(args.get(key)):
+        value = get(key)
+        if value is not None and not isinstance(value, _SCALAR_CLASSES):
             return f"args.{key} is not a plain value"
     return None
 
@@ -172,6 +177,12 @@ def record_problem(record: object, checked: Mapping[str, Any] | None = None) -> 
         return _metrics_problem(record, n_envs)
     if _nesting_depth_exceeds(record, MAX_DEPTH):
         return f"nested deeper than {MAX_DEPTH} levels"
+    return shallow_record_problem(record)
+
+
+def shallow_record_problem(record: dict[str, Any]) -> str | None:
+    """`record_problem(record)` for a dict its caller knows to nest at most MAX_DEPTH
+    levels (a reader that bounds the nesting from the bytes it parsed)."""
     args = record.get("args")
     if not isinstance(args, dict):
         return "no args object"
