@@ -5,8 +5,8 @@ never hang it, exhaust its memory or make it read or publish something else.
 
 * ``open_regular(path)``: a binary file object, or ``NotRegularFile`` (an OSError) for a
   symlink, FIFO, device, socket or directory.
-* ``read_head(path, max_bytes)``: up to ``max_bytes`` + 1 bytes of a regular file, in one
-  small read where the file is small.
+* ``read_head_stat(path, max_bytes)``: up to ``max_bytes`` + 1 bytes of a regular file, in
+  one small read where the file is small, and its stat taken before the read.
 * ``read_lines(path, max_line_bytes)``: the lines of a regular file; a line longer than the
   cap is yielded as ``None`` (its bytes are skipped, never held).
 * ``parse_json(text)``: ``json.loads`` that answers ``None`` for anything it cannot parse,
@@ -95,31 +95,30 @@ def read_regular_bytes(path: str | os.PathLike[str], max_bytes: int) -> bytes:
     return data
 
 
-def read_head(path: str | os.PathLike[str], max_bytes: int) -> bytes:
-    """At most `max_bytes` + 1 bytes of the regular file `path` (NotRegularFile
-    otherwise), read with as few calls and as small a buffer as its size allows: what
-    reading thousands of small files at once needs (a file object asked for 16 MiB
-    allocates them)."""
-    return read_head_stat(path, max_bytes)[0]
-
-
 def read_head_stat(path: str | os.PathLike[str], max_bytes: int
                    ) -> tuple[bytes, os.stat_result]:
-    """`read_head`'s bytes and the file's stat, taken on the open descriptor before it is
-    read (what a cache keys the bytes by: a later change shows in a later stat)."""
+    """(at most `max_bytes` + 1 bytes of the regular file `path` (NotRegularFile
+    otherwise), its stat taken on the open descriptor before the read): read with as few
+    calls and as small a buffer as its size allows, what reading thousands of small files
+    at once needs (a file object asked for 16 MiB allocates them). The read stops once it
+    has the size the stat gave (a file that grew after it shows in a later stat, which is
+    what a cache keys the bytes by)."""
     fd = _open_unfollowed(path)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise NotRegularFile(f"{path} is not a regular file")
-        want = min(st.st_size, max_bytes) + 1     # one more: a file that grew shows it
-        pieces = []
+        want = min(st.st_size, max_bytes) + 1     # one more: a file too large shows it
+        pieces, got = [], 0
         while want > 0:
             piece = os.read(fd, want)
             if not piece:
                 break
             pieces.append(piece)
             want -= len(piece)
+            got += len(piece)
+            if got == st.st_size:
+                break       # (no read to see the end: what the stat holds is all there)
         return pieces[0] if len(pieces) == 1 else b"".join(pieces), st
     finally:
         os.close(fd)

@@ -315,3 +315,26 @@ def test_npz_at_a_zlib_level_reads_back_as_numpys_own():
     assert sorted(fast.files) == sorted(numpys.files) == sorted(arrays)
     for name, array in arrays.items():
         assert fast[name].dtype == array.dtype and np.array_equal(fast[name], numpys[name])
+
+
+def test_read_head_stat_reads_a_small_file_whole_and_caps_a_large_one(tmp_path):
+    import os
+
+    import pytest
+
+    from oodutils.untrusted import NotRegularFile, read_head_stat
+    small, large = tmp_path / "small", tmp_path / "large"
+    small.write_bytes(b"x" * 1000)
+    large.write_bytes(b"y" * 5000)
+    data, st = read_head_stat(small, 4096)
+    assert data == b"x" * 1000 and st.st_size == 1000 and st.st_ino == os.stat(small).st_ino
+    data, st = read_head_stat(large, 4096)
+    assert data == b"y" * 4097 and st.st_size == 5000     # one byte past the cap: too large
+    (tmp_path / "empty").write_bytes(b"")
+    assert read_head_stat(tmp_path / "empty", 4096)[0] == b""
+    (tmp_path / "link").symlink_to(small)
+    with pytest.raises(NotRegularFile):
+        read_head_stat(tmp_path / "link", 4096)
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(NotRegularFile):
+        read_head_stat(tmp_path / "fifo", 4096)             # never blocks on a FIFO
