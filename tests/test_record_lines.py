@@ -69,6 +69,9 @@ def _variants(data):
         "bom": b"\xef\xbb\xbf" + data,
         "lone surrogate": data.replace(b'"ERM"', b'"\\ud800"'),
         "bad step": data.replace(b'"step": 0', b'"step": -1', 1),
+        "escaped later args": data.replace(
+            b'"step": 300', b'"step": 300, "\\u0061rgs": ' + json.dumps(
+                dict(first["args"], trial_seed=99)).encode(), 1),
         "stand-in as a later args": data.replace(
             b'"step": 0', b'"step": 0, "args": "\\u0000oodbed\\u0000"', 1),
         "a line left open inside args": _split_inside(lines, '"uda_holdout_fraction"'),
@@ -310,3 +313,14 @@ def test_a_file_with_a_line_over_the_cap_is_left_to_the_line_reader(monkeypatch)
     assert records == [] and skipped == len(capped)
     assert whole_file_part(data, TABLE_FIELDS) is None
     assert parse_whole_file(data, TABLE_FIELDS) is None
+
+
+def test_a_later_args_key_spelled_with_an_escape_is_read_as_json_reads_it():
+    """A line that starts with the previous line's args bytes but holds a later key
+    decoding to "args" has that key's args (json keeps the last), not the shared ones."""
+    data = _variants(_files()[0].read_bytes())["escaped later args"]
+    expected = [json.loads(line) for line in data.splitlines()]
+    assert [e["args"]["trial_seed"] for e in expected][:3] == [0, 99, 0]
+    assert [r["args"] for r in _by_lines(data)] == [e["args"] for e in expected]
+    whole = parse_whole_file(data, TABLE_FIELDS)
+    assert whole is None or [r["args"] for r in whole] == [e["args"] for e in expected]

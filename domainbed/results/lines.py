@@ -97,7 +97,7 @@ def parse_run_lines(path: str, lines: Iterable[bytes | None], notes: list[str] |
             else:
                 if checked is not None and isinstance(record, dict):
                     same_bytes = bool(args_prefix) and raw.startswith(args_prefix) and \
-                        raw.count(b'"args"') == 1   # no later "args" key overrides
+                        _leading_args_rule(raw, args_prefix)
                     _share(record, checked, same_bytes)
                 problem = record_problem(record, checked)
         if problem is not None:
@@ -107,9 +107,17 @@ def parse_run_lines(path: str, lines: Iterable[bytes | None], notes: list[str] |
             continue
         if checked is None or record["args"] is not checked["args"]:
             args_prefix = _args_prefix(raw)  # type: ignore[arg-type]
+            if not _leading_args_rule(raw, args_prefix):  # type: ignore[arg-type]
+                args_prefix = b""
         checked = record
         records.append(_kept(record, fields))
     return records, skipped
+
+
+def _leading_args_rule(raw: bytes, prefix: bytes) -> bool:
+    """Whether the args a line starts with (`prefix`) are the line's args: no later key
+    reads as "args", spelled out or with an escape (json keeps the last)."""
+    return raw.count(b'"args"') == 1 and b"\\" not in raw[len(prefix):]
 
 
 _ARGS_START = b'{"args": '
