@@ -324,3 +324,12 @@ def test_a_later_args_key_spelled_with_an_escape_is_read_as_json_reads_it():
     assert [r["args"] for r in _by_lines(data)] == [e["args"] for e in expected]
     whole = parse_whole_file(data, TABLE_FIELDS)
     assert whole is None or [r["args"] for r in whole] == [e["args"] for e in expected]
+
+
+def test_a_negative_step_on_a_later_line_is_skipped_even_where_step_is_not_kept():
+    data = _files()[0].read_bytes().replace(b'"step": 300', b'"step": -300', 1)
+    fields = ("args", "hparams", "epoch")
+    by_lines = _by_lines(data, fields)
+    assert len(by_lines) == len(data.splitlines()) - 1          # the line reader skips it
+    part = whole_file_part(data, fields)
+    assert part is None or len(part.values) == len(by_lines)

@@ -326,8 +326,8 @@ def _layout_part(first: Record, kind_of: dict[str, type], column_of: dict[str, A
     if shape is None or any(min(column_of[k]) < -_EXACT_INT or max(column_of[k]) > _EXACT_INT
                             for k in shape.ints):
         return None
-    if "step" in shape.ints and min(column_of["step"]) < 0:
-        return None
+    if "step" in column_of and min(column_of["step"]) < 0:
+        return None   # (kept or not: every line's step is checked, as the line reader does)
     no_number = (np.nan,) * len(column_of["args"])
     by_key = np.array([no_number if t in "ah" else column_of[k]
                        for k, t in zip(shape.kept, shape.types)], dtype=np.float64)
