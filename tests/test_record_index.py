@@ -378,12 +378,12 @@ def test_an_index_written_in_the_background_is_waited_for_before_it_is_read(swee
     """collect_results writes the index in a thread while it reports: the next read in the
     process waits for that write (and so is served), and the process's exit joins it."""
     import threading
-    started = threading.Event()
+    started, release = threading.Event(), threading.Event()
     real = record_index.RecordIndex._save_quietly
 
     def slow(self, data):
         started.set()
-        time.sleep(0.3)
+        release.wait(30)
         real(self, data)
     monkeypatch.setattr(record_index.RecordIndex, "_save_quietly", slow)
     first = rec.load_records(sweep, quiet=True, fields=rec.TABLE_FIELDS,
@@ -392,6 +392,7 @@ def test_an_index_written_in_the_background_is_waited_for_before_it_is_read(swee
     assert not (sweep / record_index.INDEX_FILE).exists()      # still being written
     writer = [t for t in threading.enumerate() if t.name == "records-index-writer"]
     assert writer and not writer[0].daemon                     # joined at exit
+    release.set()                  # the read below waits for the write it lets finish
     reads.clear()
     again = _load(sweep)
     assert reads == [] and again.records == first.records
