@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from stat import S_ISDIR
 from typing import NamedTuple
 
-from domainbed.results.parallel_read import lstat_rows
+from domainbed.results.parallel_read import lstat_rows, stat_columns
 
 RESULTS_FILE = "results.jsonl"
 DONE_FILE = "done"
@@ -23,6 +23,7 @@ PREDICTIONS_DIR = "predictions"
 SETTLE_NS = 2_000_000_000
 HAS_RESULTS, HAS_DONE = 1, 2
 _FILE_TYPE, _DIRECTORY = 0o170000, 0o040000     # stat.S_IFMT's mask, S_IFDIR
+_DIRECTORY_KEY = stat_columns("st_mtime_ns", "st_ctime_ns", "st_ino", "st_dev")
 
 UNSETTLED = [-1, -1, -1, -1]      # no directory's stat gives this key
 
@@ -145,7 +146,6 @@ def _walk_from(stack: list[tuple[str, str]], known: Listings,
     return Walk(run_dirs, rels, done, found, changed or seen_known != len(known.rels))
 
 
-
 def _key(st: os.stat_result, settled: int) -> list[int]:
     """A directory's stat key as a listing remembers it (UNSETTLED if changed lately)."""
     if st.st_mtime_ns > settled or st.st_ctime_ns > settled:
@@ -210,7 +210,7 @@ def _walk_if_unchanged(top: str, known: Listings
     if not S_ISDIR(st.st_mode) or ((rows[:, 0] & _FILE_TYPE) != _DIRECTORY).any():
         return None, fresh
     keys = [[st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev],
-            *rows[:, 2:].tolist()]     # (mtime ns, ctime ns, inode, device)
+            *rows[:, _DIRECTORY_KEY].tolist()]
     if keys != known.keys:
         changed = [i for i, (new, old) in enumerate(zip(keys, known.keys)) if new != old]
         if len(changed) > MAX_RELISTED:
@@ -220,7 +220,7 @@ def _walk_if_unchanged(top: str, known: Listings
         if any(fresh[known.rels[i]][1:] != (known.flags[i], known.children[i])
                for i in changed):
             return None, fresh
-        for i in changed:
+        for i in changed:     # (as `_key` remembers a key)
             if keys[i][0] > settled or keys[i][1] > settled:
                 keys[i] = UNSETTLED
     at = [i for i, flags in enumerate(known.flags) if flags & HAS_RESULTS]

@@ -60,6 +60,11 @@ MIN_STATS = 20000     # fewer: a forked helper costs more than the stats it take
 _MISSING = (-1,) * len(STAT_FIELDS)
 
 
+def stat_columns(*fields: str) -> list[int]:
+    """Where these STAT_FIELDS are in `lstat_rows`' rows."""
+    return [STAT_FIELDS.index(field) for field in fields]
+
+
 def lstat_rows(paths: Sequence[str]) -> np.ndarray:
     """Each path's lstat as a row of STAT_FIELDS (-1s where it fails), int64. Where there
     are many and a second core, a forked child takes the second half (a stat is a system

@@ -42,6 +42,8 @@ Record = dict[str, Any]
 RESULTS_FILE = discovery.RESULTS_FILE
 WHOLE_FILE_BYTES = 16 << 20   # a results.jsonl up to this size is parsed at once
 _FILE_TYPE, _REGULAR = 0o170000, 0o100000     # stat.S_IFMT's mask, S_IFREG
+_FILE_KEY = parallel_read.stat_columns("st_size", "st_mtime_ns", "st_ino", "st_dev",
+                                       "st_ctime_ns")       # record_index.stat_key's order
 _RESULTS_AFTER = os.sep + RESULTS_FILE   # a walk's run paths never end with a separator
 
 
@@ -348,7 +350,7 @@ def _stat_keys(paths: list[str]) -> np.ndarray:
     """The stat key of each file (``stat_key``: size, mtime ns, inode, device, ctime ns;
     -1s where it is missing or not a regular file), as rows of an int64 array."""
     rows = parallel_read.lstat_rows(paths)
-    keys = rows[:, [1, 2, 4, 5, 3]]
+    keys = rows[:, _FILE_KEY]
     keys[(rows[:, 0] & _FILE_TYPE) != _REGULAR] = -1
     return keys
 
