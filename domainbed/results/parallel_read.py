@@ -7,7 +7,8 @@ the same way, half in a forked child (``lstat_rows``).
 
 A worker reads a chunk with the function it is given (a module-level one, found by name
 in the worker) and sends back what it returns (``chunk_read.Chunk``: arrays, no object per
-run); what crosses between the processes is never stored.
+run); what crosses between the processes is never stored. Each worker keeps the memory
+it frees for its next chunk (``oodutils.heap``).
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
+
+from oodutils.heap import keep_freed_memory
 
 MIN_FILES = 4000      # fewer: one process reads them sooner than workers start
 CHUNK = 500
@@ -50,7 +53,7 @@ def read_chunks(chunk_reader: ChunkReader, reader: Any, run_dirs: Sequence[str],
         for i, job in enumerate(jobs):
             yield i * CHUNK, _read_chunk(job)
         return
-    with multiprocessing.get_context("fork").Pool(count) as pool:
+    with multiprocessing.get_context("fork").Pool(count, keep_freed_memory) as pool:
         for i, result in enumerate(pool.imap(_read_chunk, jobs)):
             yield i * CHUNK, result
 
