@@ -94,7 +94,27 @@ def _variants(data):
         "an int accuracy on a later line": _edited(lines, lambda r: r.update(env0_in_acc=1)),
         "bad step on a later line": _edited(lines, lambda r: r.update(step=-r["step"])),
         "a string left open at a line's end": _open_string(lines),
+        "another hparams key before a later line's": _before_hparams(lines, "5"),
+        "the shared hparams twice on a later line": _before_hparams(
+            lines, _hparams_text(lines)),
+        "a later line without hparams": _edited(lines, lambda r: r.pop("hparams")),
     }
+
+
+def _before_hparams(lines, value, at=2):
+    """Line `at` with another "hparams" key holding `value` just before its own (json
+    keeps the last: the line reads as it did)."""
+    cut = lines[at].index('}, "env0_in_acc"')
+    edited = lines[at][:cut] + lines[at][cut:].replace(
+        '"hparams": ', f'"hparams": {value}, "hparams": ', 1)
+    return "\n".join(lines[:at] + [edited] + lines[at + 1:]).encode()
+
+
+def _hparams_text(lines):
+    """The first line's hparams object (not args' "hparams" key), as written."""
+    rest = lines[0][lines[0].index('}, "env0_in_acc"'):]
+    at = rest.index('"hparams": ') + len('"hparams": ')
+    return rest[at:rest.index("}", at) + 1]
 
 
 def _edited(lines, edit, at=2):
@@ -333,3 +353,4 @@ def test_a_negative_step_on_a_later_line_is_skipped_even_where_step_is_not_kept(
     assert len(by_lines) == len(data.splitlines()) - 1          # the line reader skips it
     part = whole_file_part(data, fields)
     assert part is None or len(part.values) == len(by_lines)
+
