@@ -16,6 +16,7 @@ for byte (ours cold = ours warm = the older checkout's; DomainBed's text).
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,7 +49,7 @@ def timed(command, cwd):
 
 
 def read_through(sweep):
-    """Read every file of the sweep once, so that each command finds it in the page
+    """Read every file of the sweep, so that the next command finds it in the page
     cache ("cold" is without the records index, not from the disk; this VM's memory
     monitor reclaims idle cache pages, which otherwise adds seconds of disk reads at
     random)."""
@@ -80,21 +81,28 @@ def domainbed_checkout(path, workdir):
     return out
 
 
-def measure(sweep, domainbed, old):
-    """{name: (output, wall, cpu, peak MB)} of each collect_results run on `sweep`."""
+def measure(sweep, domainbed, old, repeats):
+    """{name: [(output, wall, cpu, peak MB, load), ...]} of each collect_results run on
+    `sweep` (ours `repeats` times cold then warm), each after the sweep is read through."""
     ours = [sys.executable, "-m", "domainbed.scripts.collect_results", "--input_dir", sweep,
             "--no_save"]
     index = os.path.join(sweep, INDEX_FILE)
-    if os.path.exists(index):
-        os.remove(index)
-    results = {"ours cold": timed(ours, ROOT), "ours warm (index)": timed(ours, ROOT)}
+    results = {"ours cold": [], "ours warm (index)": []}
+    for _ in range(repeats):
+        if os.path.exists(index):
+            os.remove(index)
+        for name in results:
+            read_through(sweep)
+            results[name].append(timed(ours, ROOT))
     if old:
+        read_through(sweep)
         results["ours before (" + os.path.basename(os.path.normpath(old)) + ")"] = \
-            timed(ours, old)
+            [timed(ours, old)]
     if domainbed:
-        results["DomainBed"] = timed([sys.executable, "-m",
-                                      "domainbed.scripts.collect_results", "--input_dir",
-                                      sweep], domainbed)
+        read_through(sweep)
+        results["DomainBed"] = [timed([sys.executable, "-m",
+                                       "domainbed.scripts.collect_results", "--input_dir",
+                                       sweep], domainbed)]
     return results
 
 
@@ -109,6 +117,9 @@ def main(argv=None):
     parser.add_argument("--no_domainbed", action="store_true",
                         help="leave DomainBed's collect_results out (it takes longest)")
     parser.add_argument("--old", default=None, help="an older checkout of this project")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="time ours cold and warm this many times (the median is "
+                             "reported, with every run's wall time)")
     parser.add_argument("--record", action="store_true",
                         help="write the figure to docs/benchmarks (benchfigures.record)")
     args = parser.parse_args(argv)
@@ -125,8 +136,7 @@ def main(argv=None):
         domainbed = None if args.no_domainbed else domainbed_checkout(args.domainbed, workdir)
         for checkout in filter(None, (ROOT, domainbed, args.old)):
             compile_bytecode(checkout)
-        read_through(sweep)
-        results = measure(sweep, domainbed, args.old)
+        results = measure(sweep, domainbed, args.old, max(args.repeats, 1))
         report(results, runs, args, domainbed)
     finally:
         if not args.keep:
@@ -137,15 +147,20 @@ def main(argv=None):
 
 
 def report(results, runs, args, domainbed):
-    outputs = {name: r[0] for name, r in results.items()}
-    cold = outputs["ours cold"]
-    same = {name: out == cold for name, out in outputs.items()}
+    cold = results["ours cold"][0][0]
     lines = []
-    for name, (_, wall, cpu, peak, load) in results.items():
-        compared = "" if name == "ours cold" else \
-            f", output {'identical' if same[name] else 'DIFFERENT'}"
-        lines.append(f"{name}: {wall:.1f} s wall, {cpu:.1f} s CPU, {peak:.0f} MB peak "
-                     f"(load {load:.1f}){compared}")
+    for name, timings in results.items():
+        same = all(output == cold for output, *_ in timings)
+        compared = "" if name == "ours cold" and same else \
+            f", output {'identical' if same else 'DIFFERENT'}"
+        walls = [wall for _, wall, *_ in timings]
+        spread = "" if len(walls) == 1 else \
+            f" (median of {len(walls)}: {', '.join(f'{w:.1f}' for w in walls)})"
+        cpu = statistics.median(cpu for _, _, cpu, _, _ in timings)
+        peak = max(peak for *_, peak, _ in timings)
+        load = timings[0][4]
+        lines.append(f"{name}: {statistics.median(walls):.1f} s wall{spread}, {cpu:.1f} s "
+                     f"CPU, {peak:.0f} MB peak (load {load:.1f}){compared}")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
     print(f"{runs} runs, {cores} cores; wall and CPU seconds (user + system, worker "
           f"processes included), peak resident memory, the 1-minute load average before "
@@ -160,15 +175,18 @@ def report(results, runs, args, domainbed):
                what=f"collect_results on a DomainBed-format sweep of {runs:,} runs "
                     f"({args.checkpoints} checkpoints a run, built from DomainBed's test "
                     f"sweep)",
-               command=f"python scripts/bench_collect.py --runs {args.runs} --record"
+               command=f"python scripts/bench_collect.py --runs {args.runs} --repeats "
+                       f"{args.repeats} --record"
                        + (" --no_domainbed" if args.no_domainbed else "")
                        + (" --old CHECKOUT" if args.old else ""),
                result="; ".join(lines),
                method="each command in its own process under /usr/bin/time (user + system "
                       "CPU, peak resident memory), bytecode compiled beforehand as an "
-                      "installed package has it, the sweep's files read once before (in "
-                      "the page cache); cold: no index; warm: the records index "
-                      "written by the cold run; outputs compared byte for byte with ours "
+                      "installed package has it, the sweep's files read through before "
+                      "each command (in the page cache: this VM's memory monitor pages out "
+                      "idle cache); cold: no index; warm: the records index written by "
+                      "the cold run before it; ours cold and warm run --repeats times, "
+                      "the median reported; outputs compared byte for byte with ours "
                       "cold")
 
 
