@@ -54,7 +54,8 @@ def test_known_listings_are_reused_and_changes_are_seen(tmp_path, monkeypatch):
     first = discovery.walk(str(top))
     listed = []
     real = discovery._list
-    monkeypatch.setattr(discovery, "_list", lambda path: listed.append(path) or real(path))
+    monkeypatch.setattr(discovery, "_list",
+                        lambda path, *st: listed.append(path) or real(path, *st))
     again = discovery.walk(str(top), first.listings)
     assert listed == [] and not again.changed and again.run_dirs == first.run_dirs
     _run(top / "c" / "d" / "new_run")              # changes c/d's mtime only
@@ -73,7 +74,8 @@ def test_an_unsettled_folder_is_listed_again_every_time(tmp_path, monkeypatch):
     assert first.listings.keys[0] == discovery.UNSETTLED
     listed = []
     real = discovery._list
-    monkeypatch.setattr(discovery, "_list", lambda path: listed.append(path) or real(path))
+    monkeypatch.setattr(discovery, "_list",
+                        lambda path, *st: listed.append(path) or real(path, *st))
     again = discovery.walk(str(top), first.listings)
     assert str(top) in listed and not again.changed     # listed again, found the same
 
@@ -100,7 +102,8 @@ def test_a_tree_whose_listings_are_unchanged_is_statted_not_listed(tmp_path, mon
     first = discovery.walk(str(top))
     listed = []
     real = discovery._list
-    monkeypatch.setattr(discovery, "_list", lambda path: listed.append(path) or real(path))
+    monkeypatch.setattr(discovery, "_list",
+                        lambda path, *st: listed.append(path) or real(path, *st))
     (top / "a_file").write_text("")
     again = discovery.walk(str(top), first.listings)
     assert listed == [str(top)] and not again.changed
@@ -156,3 +159,75 @@ def test_stats_taken_half_in_a_forked_child_equal_those_taken_here(tmp_path, mon
         return real(some)
     monkeypatch.setattr(parallel_read, "_stat_rows", failing_in_the_child)
     assert (parallel_read.lstat_rows(paths) == here).all()     # its half taken here
+
+
+def _leaves(tmp_path):
+    """Folders without subfolders, one of each kind of entry the listing tells apart."""
+    (tmp_path / "target_dir").mkdir()
+    (tmp_path / "target_file").write_text("")
+    kinds = {
+        "run": {"results.jsonl": "file", "done": "file"},
+        "unfinished": {"results.jsonl": "file"},
+        "no results": {"done": "file", "out.txt": "file"},
+        "empty": {},
+        "results to nothing": {"results.jsonl": "dangling"},
+        "results to a folder": {"results.jsonl": "to_dir", "done": "file"},
+        "results to a file": {"results.jsonl": "to_file"},
+        "done to nothing": {"results.jsonl": "file", "done": "dangling"},
+        "done to a file": {"results.jsonl": "file", "done": "to_file"},
+        "done to a folder": {"results.jsonl": "file", "done": "to_dir"},
+    }
+    made = {}
+    for name, entries in kinds.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        for entry, kind in entries.items():
+            path = folder / entry
+            if kind == "file":
+                path.write_text("{}\n")
+            else:
+                path.symlink_to(tmp_path / {"dangling": "nothing", "to_dir": "target_dir",
+                                            "to_file": "target_file"}[kind])
+        made[name] = str(folder)
+    return made
+
+
+def test_a_folder_without_subfolders_reads_from_two_stats_as_its_listing(tmp_path,
+                                                                          monkeypatch):
+    """Where the link count says a folder has no subfolder (on a file system that counts
+    them), its flags come from a stat of results.jsonl and of done: the listing's, for
+    files, links to files, links to folders and links to nothing."""
+    monkeypatch.setattr(discovery, "_LINK_COUNTING", {})
+    monkeypatch.setattr(discovery, "_file_system", lambda device: "ext4")
+    for name, folder in _leaves(tmp_path).items():
+        st = os.lstat(folder)
+        assert discovery._is_leaf(st), name      # (no folder here has a subfolder)
+        listed = discovery._list(folder)
+        assert discovery._leaf_flags(folder) == listed[0], name
+        assert discovery._list(folder, st) == listed, name
+
+
+def test_a_folder_is_listed_where_the_link_count_cannot_be_trusted(tmp_path, monkeypatch):
+    """Other file systems (CIFS gives every folder 2 links), and a folder with
+    subfolders, are listed: a nested run is found."""
+    _run(tmp_path / "sweep" / "inner" / "run")
+    monkeypatch.setattr(discovery, "_LINK_COUNTING", {})
+    monkeypatch.setattr(discovery, "_file_system", lambda device: "cifs")
+    st = os.lstat(tmp_path / "sweep")
+    assert not discovery._is_leaf(os.stat_result((st.st_mode, st.st_ino, st.st_dev, 2,
+                                                  *st[4:])))
+    assert discovery.walk(str(tmp_path / "sweep")).rels == ["inner/run"]
+    monkeypatch.setattr(discovery, "_LINK_COUNTING", {})
+    monkeypatch.setattr(discovery, "_file_system", lambda device: "ext4")
+    assert not discovery._is_leaf(st)             # (inner: a subfolder)
+    assert discovery.walk(str(tmp_path / "sweep")).rels == ["inner/run"]
+
+
+def test_the_file_system_of_a_device_is_read_from_mountinfo(tmp_path):
+    if not os.path.exists("/proc/self/mountinfo"):
+        assert discovery._file_system(os.stat(tmp_path).st_dev) is None
+        return
+    with open("/proc/self/mountinfo") as f:
+        types = {line.split(" - ")[1].split()[0] for line in f if " - " in line}
+    assert discovery._file_system(os.stat(tmp_path).st_dev) in types
+    assert discovery._file_system(os.makedev(4095, 1048575)) is None

@@ -5,7 +5,10 @@ directory where a previous walk is known: a directory whose stat key (mtime ns, 
 inode, device) is the stored one has the same entries, so its stored listing stands (a
 file rewritten inside it does not change the directory's key, but the records index stats
 every results.jsonl anyway). A directory changed in the last ``SETTLE_NS`` is not
-remembered (a change in the same clock tick could leave its key unchanged).
+remembered (a change in the same clock tick could leave its key unchanged). A directory
+whose link count shows it holds no subdirectory (on ext2/3/4, xfs and tmpfs, which count
+them) is not listed: a stat of its ``results.jsonl`` and of its ``done`` tell what the
+listing would (a run directory: two system calls where a listing takes four).
 """
 from __future__ import annotations
 
@@ -55,9 +58,14 @@ class Walk(NamedTuple):
     changed: bool
 
 
-def _list(path: str) -> tuple[int, str]:
+def _list(path: str, st: os.stat_result | None = None) -> tuple[int, str]:
     """A directory's listing, read from the directory (an unreadable one lists nothing,
-    as os.walk skips it)."""
+    as os.walk skips it). `st`: its lstat, where known: one that holds no subdirectory
+    (`_is_leaf`) has its flags read from a stat of each of the two names instead."""
+    if st is not None and _is_leaf(st):
+        flags = _leaf_flags(path)
+        if flags is not None:
+            return flags, ""
     children, flags = [], 0
     try:
         with os.scandir(path) as entries:
@@ -77,6 +85,70 @@ def _list(path: str) -> tuple[int, str]:
     except OSError:
         return 0, ""
     return flags, "/".join(sorted(children))
+
+
+def _leaf_flags(path: str) -> int | None:
+    """`_list`'s flags of a directory holding no subdirectory, from a stat of
+    ``results.jsonl`` and of ``done`` (each following a link, as the listing does: a link
+    to a directory is no results file, a link to nothing is one); None where a stat fails
+    otherwise than for a missing name (then the listing decides)."""
+    base = path if path.endswith("/") else path + "/"
+    flags = 0
+    try:
+        if not S_ISDIR(os.stat(base + RESULTS_FILE).st_mode):
+            flags = HAS_RESULTS
+    except FileNotFoundError:
+        try:
+            os.lstat(base + RESULTS_FILE)
+            flags = HAS_RESULTS
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return None
+    except OSError:
+        return None
+    try:
+        os.stat(base + DONE_FILE)
+        flags |= HAS_DONE
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return None
+    return flags
+
+
+# File systems whose directories have one link per subdirectory (2 + subdirectories),
+# which GNU find's leaf optimisation trusts too; others (btrfs, overlayfs, NFS, CIFS ...)
+# give other counts, and their directories are listed
+_SUBDIRECTORY_LINKS = frozenset(("ext2", "ext3", "ext4", "xfs", "tmpfs"))
+_LINK_COUNTING: dict[int, bool] = {}     # device -> on such a file system
+
+
+def _is_leaf(st: os.stat_result) -> bool:
+    """Whether the directory of this lstat holds no subdirectory, by its link count."""
+    if st.st_nlink != 2:
+        return False
+    counting = _LINK_COUNTING.get(st.st_dev)
+    if counting is None:
+        counting = _LINK_COUNTING[st.st_dev] = \
+            _file_system(st.st_dev) in _SUBDIRECTORY_LINKS
+    return counting
+
+
+def _file_system(device: int) -> str | None:
+    """The type of the file system mounted from `device` (/proc/self/mountinfo), or None
+    where it is not found (not Linux)."""
+    wanted = f"{os.major(device)}:{os.minor(device)}"
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 7 and fields[2] == wanted and "-" in fields[6:]:
+                    at = fields.index("-", 6) + 1
+                    return fields[at] if at < len(fields) else None
+    except OSError:
+        return None
+    return None
 
 
 def walk(top: str, known: Listings | None = None) -> Walk:
@@ -126,7 +198,7 @@ def _walk_from(stack: list[tuple[str, str]], known: Listings,
         else:
             listed = fresh.get(rel)
             flags, children = listed[1:] if listed is not None and listed[0] == key else \
-                _list(path)
+                _list(path, st)
             if at is None or known.flags[at] != flags or known.children[at] != children:
                 changed = True
             seen_known += at is not None
