@@ -138,15 +138,15 @@ def _is_leaf(st: os.stat_result) -> bool:
 def _file_system(device: int) -> str | None:
     """The type of the file system mounted from `device` (/proc/self/mountinfo), or None
     where it is not found (not Linux)."""
-    wanted = f"{os.major(device)}:{os.minor(device)}"
     try:
+        wanted = f"{os.major(device)}:{os.minor(device)}"
         with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
                 fields = line.split()
                 if len(fields) > 7 and fields[2] == wanted and "-" in fields[6:]:
                     at = fields.index("-", 6) + 1
                     return fields[at] if at < len(fields) else None
-    except OSError:
+    except (OSError, AttributeError):    # (AttributeError: no os.major, as on Windows)
         return None
     return None
 
