@@ -248,8 +248,11 @@ class SweepReader:
         last = first + sum(counts)
         kept_runs: list[int] = []
         first_run = len(top.rels) if top is not None else 0
-        for i, ((path, _), error, notes) in enumerate(zip(runs, chunk.errors[lo:hi],
-                                                          chunk.notes[lo:hi])):
+        errors, notes_of = chunk.errors[lo:hi], chunk.notes[lo:hi]
+        if not any(errors) and not any(notes_of):    # (every run read, no line skipped)
+            kept_runs = list(range(len(runs)))
+            errors = notes_of = []
+        for i, ((path, _), error, notes) in enumerate(zip(runs, errors, notes_of)):
             results = path + _RESULTS_AFTER
             if error is not None:
                 self.skipped_runs += 1
@@ -263,7 +266,8 @@ class SweepReader:
                 if top is not None:
                     top.notes[first_run + len(kept_runs) - 1] = line_notes
         if top is not None:
-            kept_keys = keys[kept_runs]    # (a run's key: -1s where not a regular file)
+            kept_keys = keys if len(kept_runs) == len(runs) else keys[kept_runs]
+            # (a run's key: -1s where not a regular file)
             top.add([runs[i][1] for i in kept_runs], kept_keys,
                     [counts[i] for i in kept_runs],
                     (kept_keys[:, 0] >= 0) & (kept_keys[:, 1] <= settled))
