@@ -22,7 +22,8 @@ import numpy as np
 from oodutils.heap import keep_freed_memory
 
 MIN_FILES = 4000      # fewer: one process reads them sooner than workers start
-CHUNK = 500
+CHUNK = 2000          # the most run directories in one chunk ...
+MIN_CHUNK = 250       # ... and the fewest: chunks shrink toward the end (`_bounds`)
 
 ChunkReader = Callable[[Any, Sequence[str], Any], Any]
 
@@ -45,17 +46,31 @@ def read_chunks(chunk_reader: ChunkReader, reader: Any, run_dirs: Sequence[str],
                 fields: Any) -> Iterator[tuple[int, Any]]:
     """(first run's index, chunk_reader(reader, chunk, fields)) for each chunk of
     `run_dirs`, in order: in worker processes when there are many, else here."""
-    jobs = [(chunk_reader, reader, run_dirs[i:i + CHUNK], fields)
-            for i in range(0, len(run_dirs), CHUNK)]
     count = workers()
+    bounds = _bounds(len(run_dirs), count)
+    jobs = [(chunk_reader, reader, run_dirs[start:stop], fields) for start, stop in bounds]
+    starts = [start for start, _ in bounds]
     if count < 2 or len(run_dirs) < MIN_FILES or "fork" not in \
             multiprocessing.get_all_start_methods():
-        for i, job in enumerate(jobs):
-            yield i * CHUNK, _read_chunk(job)
+        for start, job in zip(starts, jobs):
+            yield start, _read_chunk(job)
         return
     with multiprocessing.get_context("fork").Pool(count, keep_freed_memory) as pool:
-        for i, result in enumerate(pool.imap(_read_chunk, jobs)):
-            yield i * CHUNK, result
+        yield from zip(starts, pool.imap(_read_chunk, jobs))
+
+
+def _bounds(total: int, count: int) -> list[tuple[int, int]]:
+    """(start, stop) of each chunk of `total` run directories for `count` workers:
+    guided, each a 1 / (2 count) share of what is left, between MIN_CHUNK and CHUNK
+    (few chunks, so little is paid per chunk, and small ones last, so the workers end
+    together)."""
+    bounds: list[tuple[int, int]] = []
+    smallest, start = min(MIN_CHUNK, CHUNK), 0
+    while start < total:
+        size = max(smallest, min(CHUNK, (total - start) // (2 * count)))
+        bounds.append((start, min(start + size, total)))
+        start += size
+    return bounds
 
 
 STAT_FIELDS = ("st_mode", "st_size", "st_mtime_ns", "st_ctime_ns", "st_ino", "st_dev")
