@@ -251,7 +251,7 @@ class SweepReader:
         errors, notes_of = chunk.errors[lo:hi], chunk.notes[lo:hi]
         if not any(errors) and not any(notes_of):    # (every run read, no line skipped)
             kept_runs = list(range(len(runs)))
-            errors = notes_of = []
+            errors, notes_of = [], []
         for i, ((path, _), error, notes) in enumerate(zip(runs, errors, notes_of)):
             results = path + _RESULTS_AFTER
             if error is not None:
