@@ -392,6 +392,20 @@ def concat_ranges(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) + offsets
 
 
+def _matrix_rows(of_layout: np.ndarray, offset: np.ndarray, start: np.ndarray,
+                 rows: np.ndarray, size: int) -> np.ndarray:
+    """The table row of each row of a layout's matrix (`size` rows; its blocks: where
+    `of_layout`): where every block is of the layout and its rows are in table order
+    (a single-layout sweep read in order), each row's own number."""
+    if of_layout.all() and np.array_equal(offset, start):
+        return np.arange(size, dtype=np.int64)
+    chosen = np.flatnonzero(of_layout)
+    found = np.zeros(size, dtype=np.int64)
+    found[concat_ranges(offset[chosen], rows[chosen])] = \
+        concat_ranges(start[chosen], rows[chosen])
+    return found
+
+
 def _exclusive_cumsum(sizes: np.ndarray) -> np.ndarray:
     out = np.zeros(len(sizes), dtype=np.int64)
     if len(sizes) > 1:
@@ -516,11 +530,8 @@ class TableBuilder:
         for layout_id, ((keys, _), chunks) in enumerate(zip(self.layouts, self._chunks)):
             matrices.append(chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
                             if chunks else np.zeros((0, len(keys))))
-            chosen = np.flatnonzero(layout == layout_id)
-            found = np.zeros(self._sizes[layout_id], dtype=np.int64)
-            found[concat_ranges(offset[chosen], rows[chosen])] = \
-                concat_ranges(start[chosen], rows[chosen])
-            rows_of.append(found)
+            rows_of.append(_matrix_rows(layout == layout_id, offset, start, rows,
+                                        self._sizes[layout_id]))
         store = ColumnStore(self.layouts, matrices, rows_of, int(rows.sum()))
         run_keys = self.keys.finish() if self.keys is not None else None
         return ColumnTable(store, layout, start, offset, rows, self.run_dirs,

@@ -403,11 +403,13 @@ def _encode_top(table: ColumnTable, top: _Top) -> list[Buffer]:
     matrices = []
     for i, matrix in enumerate(table.store.matrices):
         chosen = np.flatnonzero(layout == i)
-        taken = concat_ranges(offset[chosen], rows[chosen])
-        whole = len(taken) == len(matrix) and np.array_equal(taken, np.arange(len(matrix)))
-        matrices.append(matrix if whole else matrix[taken])
-        if len(chosen):
-            new_offset[chosen] = np.concatenate(([0], np.cumsum(rows[chosen])[:-1]))
+        starts = np.concatenate(([0], np.cumsum(rows[chosen])[:-1])) if len(chosen) else \
+            np.zeros(0, dtype=np.int64)
+        whole = int(rows[chosen].sum()) == len(matrix) and np.array_equal(offset[chosen],
+                                                                         starts)
+        matrices.append(matrix if whole else matrix[concat_ranges(offset[chosen],
+                                                                  rows[chosen])])
+        new_offset[chosen] = starts
     block_list = blocks.tolist()
     args, hparams = as_list(table.args), as_list(table.hparams)
     kept = {i: [{k: v for k, v in r.items() if k != "run_dir"} for r in table.kept[b]]
