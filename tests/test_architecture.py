@@ -159,10 +159,20 @@ def _top_level_imports(tree):
     return list(walk(tree.body))
 
 
+def _lazy_export_nodes(tree, path):
+    """The imports inside a package's module-level `__getattr__` (PEP 562)."""
+    if path.name != "__init__.py":
+        return set()
+    return {id(n) for node in tree.body if isinstance(node, ast.FunctionDef) and
+            node.name == "__getattr__" for n in ast.walk(node)}
+
+
 def test_imports_inside_functions_are_for_heavy_or_optional_modules():
     """A function imports a project module only when that module's own top-level imports
-    pull in a heavy or optional package (commands answer --help before them); every other
-    project import is at the top of the module, where a reader sees the dependency."""
+    pull in a heavy or optional package (commands answer --help before them), or where
+    it is a package's `__getattr__` (PEP 562: its lazy exports, named in its `__all__`);
+    every other project import is at the top of the module, where a reader sees the
+    dependency."""
     modules = project_modules()
     trees = {name: ast.parse(path.read_text()) for name, path in modules.items()}
     heavy_cache = {}
@@ -178,7 +188,8 @@ def test_imports_inside_functions_are_for_heavy_or_optional_modules():
 
     light = []
     for name, tree in trees.items():
-        skip = {id(n) for n in _top_level_imports(tree)} | _type_checking_nodes(tree)
+        skip = {id(n) for n in _top_level_imports(tree)} | _type_checking_nodes(tree) | \
+            _lazy_export_nodes(tree, modules[name])
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in skip:
                 light += [(name, t) for t in _targets(node, name, modules[name], modules)
