@@ -24,6 +24,16 @@ def _run(path, done=True):
         (path / "done").write_text("")
 
 
+def _spy_reads(monkeypatch):
+    """The directories read again from the disk (listed, or their names read), in order."""
+    read = []
+    for name in ("_list", "_relist"):
+        real = getattr(discovery, name)
+        monkeypatch.setattr(discovery, name, lambda path, *more, real=real:
+                            read.append(path) or real(path, *more))
+    return read
+
+
 def _tree(tmp_path):
     top = tmp_path / "sweep"
     _run(top / "b_run")
@@ -52,10 +62,7 @@ def test_known_listings_are_reused_and_changes_are_seen(tmp_path, monkeypatch):
     top = _tree(tmp_path)
     monkeypatch.setattr(discovery, "SETTLE_NS", 0)   # settled at once (ctime is now)
     first = discovery.walk(str(top))
-    listed = []
-    real = discovery._list
-    monkeypatch.setattr(discovery, "_list",
-                        lambda path, *st: listed.append(path) or real(path, *st))
+    listed = _spy_reads(monkeypatch)
     again = discovery.walk(str(top), first.listings)
     assert listed == [] and not again.changed and again.run_dirs == first.run_dirs
     _run(top / "c" / "d" / "new_run")              # changes c/d's mtime only
@@ -72,10 +79,7 @@ def test_an_unsettled_folder_is_listed_again_every_time(tmp_path, monkeypatch):
     _run(top / "run")                               # modified just now: not settled
     first = discovery.walk(str(top))
     assert first.listings.keys[0] == discovery.UNSETTLED
-    listed = []
-    real = discovery._list
-    monkeypatch.setattr(discovery, "_list",
-                        lambda path, *st: listed.append(path) or real(path, *st))
+    listed = _spy_reads(monkeypatch)
     again = discovery.walk(str(top), first.listings)
     assert str(top) in listed and not again.changed     # listed again, found the same
 
@@ -100,10 +104,7 @@ def test_a_tree_whose_listings_are_unchanged_is_statted_not_listed(tmp_path, mon
     top = _tree(tmp_path)
     monkeypatch.setattr(discovery, "SETTLE_NS", 0)
     first = discovery.walk(str(top))
-    listed = []
-    real = discovery._list
-    monkeypatch.setattr(discovery, "_list",
-                        lambda path, *st: listed.append(path) or real(path, *st))
+    listed = _spy_reads(monkeypatch)
     (top / "a_file").write_text("")
     again = discovery.walk(str(top), first.listings)
     assert listed == [str(top)] and not again.changed
@@ -231,3 +232,35 @@ def test_the_file_system_of_a_device_is_read_from_mountinfo(tmp_path):
         types = {line.split(" - ")[1].split()[0] for line in f if " - " in line}
     assert discovery._file_system(os.stat(tmp_path).st_dev) in types
     assert discovery._file_system(os.makedev(4095, 1048575)) is None
+
+
+def test_a_folder_read_again_by_its_names_lists_as_its_listing(tmp_path):
+    """A changed folder is read again from its names (only the names that were not
+    subfolders statted): the listing's flags and subfolders, whether the known
+    subfolders are current, one is gone or new ones came (a link to a folder and a
+    predictions folder are no subfolders; results.jsonl and done as files, links and
+    folders)."""
+    top = tmp_path / "top"
+    for name in ("a", "b", "c", "predictions"):
+        (top / name).mkdir(parents=True)
+    (tmp_path / "away").mkdir()
+    (top / "link").symlink_to(tmp_path / "away")
+    (top / "results.txt").write_text("")
+    known = discovery._list(str(top))[1]
+    assert known == "a/b/c"
+    states = [lambda: None,
+              lambda: (top / "results.jsonl").write_text("{}\n"),
+              lambda: (top / "done").symlink_to(tmp_path / "nothing"),
+              lambda: (top / "b").rmdir(),
+              lambda: (top / "new").mkdir(),
+              lambda: (top / "done").unlink() or (top / "done").mkdir(),
+              lambda: (top / "results.jsonl").unlink() or
+              (top / "results.jsonl").symlink_to(tmp_path / "away"),
+              lambda: (top / "0_first").mkdir()]
+    seen = set()
+    for change in states:
+        change()
+        listing = discovery._list(str(top))
+        assert discovery._relist(str(top), known) == listing
+        seen.add(listing)
+    assert len(seen) > 5

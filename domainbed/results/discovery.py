@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from stat import S_ISDIR
+from stat import S_ISDIR, S_ISLNK
 from typing import NamedTuple
 
 from domainbed.results.parallel_read import lstat_rows, stat_columns
@@ -85,6 +85,55 @@ def _list(path: str, st: os.stat_result | None = None) -> tuple[int, str]:
     except OSError:
         return 0, ""
     return flags, "/".join(sorted(children))
+
+
+def _relist(path: str, known_children: str) -> tuple[int, str]:
+    """`_list(path)` of a directory whose subdirectories were `known_children`, each
+    just found to be one still (`_walk_if_unchanged` lstats them all): its names read
+    in one call, only those not known lstatted (the top of a 100,000-run sweep, listed
+    again after every index write: 0.28 -> 0.06 s)."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return 0, ""
+    known = set(known_children.split("/")) if known_children else set()
+    base = path if path.endswith("/") else path + "/"
+    others = set(names).difference(known)
+    found = [name for name in others if name != PREDICTIONS_DIR and
+             _real_directory(base + name)]
+    if found or len(names) - len(others) != len(known):
+        children = "/".join(sorted(known.intersection(names).union(found)))
+    else:
+        children = known_children
+    flags = _name_flags(base, RESULTS_FILE in others, DONE_FILE in names)
+    return flags, children
+
+
+def _real_directory(path: str) -> bool:
+    try:
+        return S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _name_flags(base: str, has_results: bool, has_done: bool) -> int:
+    """`_list`'s flags for a results.jsonl entry that is not a known subdirectory (one
+    that is not a directory, through a link) and a done entry (one that exists, through
+    a link)."""
+    flags = 0
+    if has_results:
+        try:
+            flags = 0 if S_ISDIR(os.stat(base + RESULTS_FILE).st_mode) else HAS_RESULTS
+        except OSError:
+            flags = HAS_RESULTS
+    if has_done:
+        try:
+            linked = S_ISLNK(os.lstat(base + DONE_FILE).st_mode)
+        except OSError:
+            linked = False     # (gone since: as a listing that saw it)
+        if not linked or os.path.exists(base + DONE_FILE):
+            flags |= HAS_DONE
+    return flags
 
 
 def _leaf_flags(path: str) -> int | None:
@@ -288,7 +337,7 @@ def _walk_if_unchanged(top: str, known: Listings
         if len(changed) > MAX_RELISTED:
             return None, fresh
         for i in changed:
-            fresh[known.rels[i]] = (keys[i], *_list(paths[i]))
+            fresh[known.rels[i]] = (keys[i], *_relist(paths[i], known.children[i]))
         if any(fresh[known.rels[i]][1:] != (known.flags[i], known.children[i])
                for i in changed):
             return None, fresh
