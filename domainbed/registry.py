@@ -145,7 +145,7 @@ class Registry:
         since may override a built-in: ask `get`)."""
         if self._loaded:
             raise LookupError(f"the {self.kind} registry is loaded: ask it")
-        found = _declared_attributes(self.builtin_module, self.kind, attribute)
+        found = _declared_attributes(self.builtin_module, self.kind, attribute, name)
         if name not in found:
             raise LookupError(f"no literal {attribute} declared for {self.kind} {name!r}")
         return found[name]
@@ -160,33 +160,53 @@ class Registry:
         return name in self._classes
 
 
-_DECLARED: dict[tuple[str, str], dict[str, Any]] = {}
+_SOURCES: dict[tuple[str, str], list[tuple[str, str]]] = {}    # -> [(path, source)]
+_FILE_DECLARED: dict[tuple[str, str, str], dict[str, Any]] = {}
 
 
-def _declared_attributes(package: str, kind: str, attribute: str) -> dict[str, Any]:
+def _declared_attributes(package: str, kind: str, attribute: str,
+                         name: str | None = None) -> dict[str, Any]:
     """{registered name: literal value of `attribute`} over the classes of `package`'s
-    modules decorated with ``register_<kind>("NAME")`` (parsed once per process)."""
-    import ast
+    modules decorated with ``register_<kind>("NAME")`` (each module parsed once per
+    process). name: stop at the first module that declares it, the modules whose source
+    mentions it tried first (most lookups parse one module, not all)."""
+    decorator = f"register_{kind}"
+    modules = _registering_modules(package, decorator)
+    if name is not None:
+        modules = sorted(modules, key=lambda module: name not in module[1])
+    found: dict[str, Any] = {}
+    for path, source in modules:
+        key = (path, decorator, attribute)
+        if key not in _FILE_DECLARED:
+            import ast
+            _FILE_DECLARED[key] = {}
+            for node in _class_defs(ast.parse(source)):
+                _FILE_DECLARED[key].update(_literal_declarations(node, decorator, attribute))
+        found.update(_FILE_DECLARED[key])
+        if name is not None and name in found:
+            break
+    return found
+
+
+def _registering_modules(package: str, decorator: str) -> list[tuple[str, str]]:
+    """(path, source) of `package`'s modules that hold `decorator`, in path order."""
     import glob
     import os
     from importlib import util
 
-    key = (package, attribute)
-    if key in _DECLARED:
-        return _DECLARED[key]
-    found: dict[str, Any] = {}
-    spec = util.find_spec(package)
-    folders = list(spec.submodule_search_locations or []) if spec else []
-    decorator = f"register_{kind}"
-    for path in sorted(p for folder in folders for p in glob.glob(os.path.join(folder, "*.py"))):
-        with open(path, encoding="utf-8") as f:
-            source = f.read()
-        if decorator not in source:
-            continue
-        for node in _class_defs(ast.parse(source)):
-            found.update(_literal_declarations(node, decorator, attribute))
-    _DECLARED[key] = found
-    return found
+    key = (package, decorator)
+    if key not in _SOURCES:
+        spec = util.find_spec(package)
+        folders = list(spec.submodule_search_locations or []) if spec else []
+        found = []
+        for path in sorted(p for folder in folders
+                           for p in glob.glob(os.path.join(folder, "*.py"))):
+            with open(path, encoding="utf-8") as f:
+                source = f.read()
+            if decorator in source:
+                found.append((path, source))
+        _SOURCES[key] = found
+    return _SOURCES[key]
 
 
 _STATEMENT_LISTS = ("body", "handlers", "orelse", "finalbody", "cases")

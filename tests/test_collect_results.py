@@ -299,6 +299,21 @@ def test_declared_environments_are_the_registered_classes_ones():
         assert list(registry.get_dataset_class(name).ENVIRONMENTS) == environments, name
 
 
+def test_one_name_is_read_from_the_module_that_declares_it(monkeypatch):
+    """A lookup by name parses the module whose source names it (one, for a DomainBed
+    dataset), and gives what the whole scan gives."""
+    from domainbed import registry
+    monkeypatch.setattr(registry, "_FILE_DECLARED", {})
+    assert registry.DATASETS.declared("VLCS", "ENVIRONMENTS") == ["C", "L", "S", "V"]
+    assert len(registry._FILE_DECLARED) == 1
+    everything = registry._declared_attributes("domainbed.datasets", "dataset",
+                                               "ENVIRONMENTS")
+    for name, environments in everything.items():
+        monkeypatch.setattr(registry, "_FILE_DECLARED", {})
+        assert registry._declared_attributes("domainbed.datasets", "dataset",
+                                             "ENVIRONMENTS", name)[name] == environments
+
+
 def test_collecting_domainbed_datasets_imports_no_torch(tmp_path):
     """A results table of VLCS runs reads its column names without importing torch
     (seconds of a 100,000-run collect)."""
