@@ -264,3 +264,20 @@ def test_a_folder_read_again_by_its_names_lists_as_its_listing(tmp_path):
         assert discovery._relist(str(top), known) == listing
         seen.add(listing)
     assert len(seen) > 5
+
+
+def test_a_stored_walk_that_skipped_a_child_is_not_trusted(tmp_path, monkeypatch):
+    """Listings that name a child the stored walk holds nothing of (it was gone while
+    walked, or someone else wrote them) are walked again, not taken as the tree: the
+    child's runs are found."""
+    top = _tree(tmp_path)
+    monkeypatch.setattr(discovery, "SETTLE_NS", 0)
+    first = discovery.walk(str(top))
+    assert discovery._complete(first.listings)
+    keep = [i for i, rel in enumerate(first.listings.rels) if not rel.startswith("c")]
+    skipped = discovery.Listings(*([column[i] for i in keep] for column in first.listings))
+    assert "c" in skipped.children[0].split("/") and not discovery._complete(skipped)
+    again = discovery.walk(str(top), skipped)
+    assert again.changed and "c/d/deep" in again.rels
+    assert list(zip(again.run_dirs, again.done)) == _os_walk_runs(str(top))
+    assert discovery._complete(again.listings)

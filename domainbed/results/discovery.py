@@ -311,6 +311,24 @@ def extend(walked: Walk, more: Walk) -> None:
 MAX_RELISTED = 64     # more changed directories: the walk lists them
 
 
+def _complete(known: Listings) -> bool:
+    """Whether the stored listings are a whole walk: every child a listing names is the
+    next directory of the walk's order (depth first, children in their listed order), and
+    no other. A stored walk that skipped a child (gone while it was walked, or an index
+    written by someone else) would hide that child's runs from every re-collect."""
+    pending: list[str] = []
+    rels, children = known.rels, known.children
+    for at in range(1, len(rels)):
+        kids = children[at - 1]
+        if kids:
+            prefix = rels[at - 1] + "/" if rels[at - 1] else ""
+            pending.extend(reversed([prefix + name for name in kids.split("/")]) if prefix
+                           else reversed(kids.split("/")))
+        if not pending or pending.pop() != rels[at]:
+            return False
+    return not pending and not children[-1]
+
+
 def _walk_if_unchanged(top: str, known: Listings
                        ) -> tuple[Walk | None, dict[str, tuple[list[int], int, str]]]:
     """(the walk of an unchanged tree, or None; {rel: (key, flags, children)} of the
@@ -318,7 +336,7 @@ def _walk_if_unchanged(top: str, known: Listings
     stat key changed (the top's does whenever an index is written in it) is listed again.
     None where a directory is gone, not one, or lists other entries: the walk decides."""
     fresh: dict[str, tuple[list[int], int, str]] = {}
-    if not known.rels or known.rels[0] != "":
+    if not known.rels or known.rels[0] != "" or not _complete(known):
         return None, fresh
     settled = time.time_ns() - SETTLE_NS
     base = top if top.endswith("/") else top + "/"
