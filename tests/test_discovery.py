@@ -281,3 +281,26 @@ def test_a_stored_walk_that_skipped_a_child_is_not_trusted(tmp_path, monkeypatch
     assert again.changed and "c/d/deep" in again.rels
     assert list(zip(again.run_dirs, again.done)) == _os_walk_runs(str(top))
     assert discovery._complete(again.listings)
+
+
+def test_a_child_gone_while_walked_leaves_its_parent_to_be_listed_again(tmp_path,
+                                                                        monkeypatch):
+    """A child directory listed but gone by the time the walk enters it is dropped from
+    its parent's stored listing, which is unsettled: the next walk lists the parent
+    again and finds the child's runs once it is back."""
+    top = _tree(tmp_path)
+    monkeypatch.setattr(discovery, "SETTLE_NS", 0)
+    real = os.lstat
+
+    def lstat_while_c_is_gone(path, *args, **kwargs):
+        if str(path) == str(top / "c"):
+            raise FileNotFoundError(path)
+        return real(path, *args, **kwargs)
+    monkeypatch.setattr(os, "lstat", lstat_while_c_is_gone)
+    raced = discovery.walk(str(top))
+    monkeypatch.setattr(os, "lstat", real)
+    assert "c" not in raced.listings.children[0].split("/")
+    assert raced.listings.keys[0] == discovery.UNSETTLED
+    assert discovery._complete(raced.listings) and "c/d/deep" not in raced.rels
+    again = discovery.walk(str(top), raced.listings)
+    assert list(zip(again.run_dirs, again.done)) == _os_walk_runs(str(top))

@@ -207,21 +207,23 @@ def walk(top: str, known: Listings | None = None) -> Walk:
     same, fresh = _walk_if_unchanged(top, known)
     if same is not None:
         return same
-    return _walk_from([(top, "")], known, fresh)
+    return _walk_from([(top, "", -1)], known, fresh)
 
 
 def walk_children(top: str, names: Sequence[str]) -> Walk:
     """The walk of the subtrees of these children of `top` (none followed where it is a
     symlink), rels relative to `top`: with ``split_walk``'s, `walk(top)` in pieces."""
     base = top if top.endswith("/") else top + "/"
-    return _walk_from([(base + name, name) for name in reversed(names)], Listings.empty(),
-                      {})
+    return _walk_from([(base + name, name, -1) for name in reversed(names)],
+                      Listings.empty(), {})
 
 
-def _walk_from(stack: list[tuple[str, str]], known: Listings,
+def _walk_from(stack: list[tuple[str, str, int]], known: Listings,
                fresh: dict[str, tuple[list[int], int, str]]) -> Walk:
-    """Walk depth first from the (path, rel) pairs on `stack` (the last first); rel ""
-    is the top (followed where it is a symlink)."""
+    """Walk depth first from the (path, rel, -1) on `stack` (the last first); rel "" is
+    the top (followed where it is a symlink). A listed child that is gone, or no longer
+    a directory, when it is entered is dropped from its parent's listing, whose key is
+    then unsettled (listed again next time)."""
     position = dict(zip(known.rels, range(len(known.rels))))
     found = Listings.empty()
     run_dirs: list[str] = []
@@ -232,12 +234,15 @@ def _walk_from(stack: list[tuple[str, str]], known: Listings,
     seen_known = 0
     lstat, get, pop, push = os.lstat, position.get, stack.pop, stack.append
     while stack:
-        path, rel = pop()
+        path, rel, parent = pop()
         try:     # below the top, never through a symlink (os.walk does not follow them)
             st = lstat(path) if rel else os.stat(path)
         except OSError:
-            continue
-        if not S_ISDIR(st.st_mode):
+            st = None
+        if st is None or not S_ISDIR(st.st_mode):
+            if parent >= 0:
+                _drop_child(found, parent, rel.rpartition("/")[2])
+                changed = True
             continue
         key = [st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
         at = get(rel)
@@ -262,9 +267,17 @@ def _walk_from(stack: list[tuple[str, str]], known: Listings,
         if children:
             base = path if path.endswith("/") else path + "/"
             prefix = rel + "/" if rel else ""
+            here = len(found.rels) - 1
             for name in reversed(children.split("/")):
-                push((base + name, prefix + name))
+                push((base + name, prefix + name, here))
     return Walk(run_dirs, rels, done, found, changed or seen_known != len(known.rels))
+
+
+def _drop_child(found: Listings, at: int, name: str) -> None:
+    """Take `name` out of listing `at` (it could not be entered), and unsettle its key."""
+    found.children[at] = "/".join(child for child in found.children[at].split("/")
+                                  if child != name)
+    found.keys[at] = UNSETTLED
 
 
 def _key(st: os.stat_result, settled: int) -> list[int]:
