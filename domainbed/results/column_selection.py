@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from domainbed.results.columns import ColumnTable, concat_ranges
+from domainbed.results.columns import ColumnTable, concat_ranges, exclusive_cumsum
 from domainbed.results.grouping import (
     GroupKey,
     Labels,
@@ -79,9 +79,9 @@ class Candidates:
             combo_single.append(len(envs) == 1 and bool(found))
         sizes = np.asarray(combo_sizes, dtype=np.int64)[combo_of] if len(combos) else \
             np.zeros(table.n_blocks, dtype=np.int64)
-        entry_first = _exclusive_cumsum(sizes)
+        entry_first = exclusive_cumsum(sizes)
         self.entry_block = np.repeat(np.arange(table.n_blocks), sizes)
-        combo_start = _exclusive_cumsum(np.asarray(combo_sizes, dtype=np.int64))
+        combo_start = exclusive_cumsum(np.asarray(combo_sizes, dtype=np.int64))
         flat_at = (combo_start[combo_of][self.entry_block] if len(self.entry_block) else
                    np.zeros(0, dtype=np.int64)) + \
             np.arange(len(self.entry_block)) - np.repeat(entry_first, sizes)
@@ -107,13 +107,6 @@ def _first_seen_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(codes, firsts): each value's number among the distinct values, numbered in order
     of first appearance, and where each number first appears."""
     return first_seen(values)
-
-
-def _exclusive_cumsum(sizes: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(sizes), dtype=np.int64)
-    if len(sizes) > 1:
-        np.cumsum(sizes[:-1], out=out[1:])
-    return out
 
 
 def _setting_ranks(keys: RunKeys, setting_first: np.ndarray) -> np.ndarray:

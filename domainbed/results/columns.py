@@ -387,8 +387,7 @@ def concat_ranges(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     total = int(sizes.sum())
     if total == 0:
         return np.zeros(0, dtype=np.int64)
-    offsets = np.repeat(np.asarray(starts, dtype=np.int64) -
-                        np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes)
+    offsets = np.repeat(np.asarray(starts, dtype=np.int64) - exclusive_cumsum(sizes), sizes)
     return np.arange(total, dtype=np.int64) + offsets
 
 
@@ -406,7 +405,8 @@ def _matrix_rows(of_layout: np.ndarray, offset: np.ndarray, start: np.ndarray,
     return found
 
 
-def _exclusive_cumsum(sizes: np.ndarray) -> np.ndarray:
+def exclusive_cumsum(sizes: np.ndarray) -> np.ndarray:
+    """Where each of consecutive pieces of these sizes starts (0 first), int64."""
     out = np.zeros(len(sizes), dtype=np.int64)
     if len(sizes) > 1:
         np.cumsum(sizes[:-1], out=out[1:])
@@ -482,7 +482,7 @@ class TableBuilder:
             matrix = matrices[source]
             whole = len(taken) == len(matrix) and np.array_equal(
                 taken, np.arange(len(matrix)))
-            new_offset[chosen] = self._sizes[target] + _exclusive_cumsum(rows[chosen])
+            new_offset[chosen] = self._sizes[target] + exclusive_cumsum(rows[chosen])
             self._chunks[target].append(matrix if whole else matrix[taken])
             self._sizes[target] += len(taken)
         self._segments.append((new_layout, new_offset, np.asarray(rows, dtype=np.int64)))
@@ -525,7 +525,7 @@ class TableBuilder:
         empty = np.zeros(0, dtype=np.int64)
         layout, offset, rows = (np.concatenate([s[i] for s in self._segments])
                                 if self._segments else empty for i in range(3))
-        start = _exclusive_cumsum(rows)
+        start = exclusive_cumsum(rows)
         matrices, rows_of = [], []
         for layout_id, ((keys, _), chunks) in enumerate(zip(self.layouts, self._chunks)):
             matrices.append(chunks[0] if len(chunks) == 1 else np.concatenate(chunks)

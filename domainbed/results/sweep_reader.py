@@ -17,7 +17,14 @@ import numpy as np
 from domainbed.results import discovery, parallel_read
 from domainbed.results.block_values import as_list
 from domainbed.results.chunk_read import Chunk, read_chunk
-from domainbed.results.columns import ColumnTable, Part, TableBuilder, concat_ranges, file_parts
+from domainbed.results.columns import (
+    ColumnTable,
+    Part,
+    TableBuilder,
+    concat_ranges,
+    exclusive_cumsum,
+    file_parts,
+)
 from domainbed.results.lines import (
     MAX_LINE_BYTES,
     parse_json_value,
@@ -395,16 +402,14 @@ def _encode_top(table: ColumnTable, top: _Top) -> list[Buffer]:
     blocks' rows gathered per layout."""
     counts = np.concatenate([np.zeros(0, dtype=np.int64), *top.block_counts])
     keep = np.concatenate([np.zeros(0, dtype=bool), *top.keep])
-    run_blocks = top.first_block + concat_ranges(
-        np.concatenate(([0], np.cumsum(counts)[:-1])) if len(counts) else counts, counts)
+    run_blocks = top.first_block + concat_ranges(exclusive_cumsum(counts), counts)
     blocks = run_blocks[np.repeat(keep, counts)] if len(counts) else run_blocks
     layout, offset, rows = table.layout[blocks], table.offset[blocks], table.rows[blocks]
     new_offset = np.zeros(len(blocks), dtype=np.int64)
     matrices = []
     for i, matrix in enumerate(table.store.matrices):
         chosen = np.flatnonzero(layout == i)
-        starts = np.concatenate(([0], np.cumsum(rows[chosen])[:-1])) if len(chosen) else \
-            np.zeros(0, dtype=np.int64)
+        starts = exclusive_cumsum(rows[chosen])
         whole = int(rows[chosen].sum()) == len(matrix) and np.array_equal(offset[chosen],
                                                                          starts)
         matrices.append(matrix if whole else matrix[concat_ranges(offset[chosen],
