@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from domainbed.training.resume import RESUME_FILE
 from tests.hardening_util import comparable, records, wait_for
 from tests.requirements import need_ray
 
@@ -50,12 +51,13 @@ def test_a_node_lost_mid_sweep_and_a_relaunch_finish_every_job_once(tmp_path):
                        "--ray_address", cluster.address),
             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
-            # one job on each node, each past its first checkpoint: stop the second node
+            # one job on each node, each past its first checkpoint (its resume state
+            # written: results.jsonl is written before it): stop the second node
             on_worker = set(session_pids(worker.proc.pid))
             def lost_job():
                 on_worker.update(session_pids(worker.proc.pid))
                 return [run for run, pid in job_pids(out).items() if pid in on_worker
-                        and (run / "results.jsonl").exists()]
+                        and (run / RESUME_FILE).exists()]
             lost = wait_for(lost_job, "a job with a checkpoint on the second node")[0]
             cluster.fail_node(worker)
             printed, _ = launch.communicate(timeout=600)
