@@ -99,3 +99,14 @@ def need_probe_kernel():
         missing("the probe kernel was not built: no working C compiler (`cc` or $CC; Debian: "
                 "apt-get install gcc; .ci/run installs it)")
     return kernel
+
+
+def need_records_kernel():
+    """The compiled reader of results files (domainbed.results.rows_kernel), or skip/fail:
+    it needs a C compiler (`cc`, or $CC)."""
+    from domainbed.results import rows_kernel
+    kernel = rows_kernel.load()
+    if kernel is None:
+        missing("the records kernel was not built: no working C compiler (`cc` or $CC; "
+                "Debian: apt-get install gcc; .ci/run installs it)")
+    return kernel

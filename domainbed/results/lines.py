@@ -13,11 +13,13 @@ import re
 from collections.abc import Iterable, Sequence
 from itertools import chain
 from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
+from domainbed.results import rows_kernel
 from domainbed.results.columns import Part
+from domainbed.results.layouts import layout_shape, take_shape
 from domainbed.results.run_keys import key_texts
 from domainbed.results.schema import MAX_DEPTH, record_problem, shallow_record_problem
 from oodutils.untrusted import parse_json
@@ -283,38 +285,6 @@ def _holds_huge_float(value: Any) -> bool:
 _CONTAINERS = (dict, list)
 
 
-class _Shape(NamedTuple):
-    """What a layout of keys and types keeps: `kept` keys, their `types` string, and the
-    `ints` among them."""
-    kept: tuple[str, ...]
-    types: str
-    ints: tuple[str, ...]
-
-
-_SHAPES: dict[tuple[Any, ...], _Shape | None] = {}   # (keys, kinds, fields) -> shape
-
-
-def _shape(kind_of: dict[str, type], fields: Sequence[str] | None) -> _Shape | None:
-    """The _Shape of a layout (worked out once per layout), or None where a kept key is
-    neither a number nor args / hparams."""
-    cache_key = (tuple(kind_of), tuple(kind_of.values()),
-                 tuple(fields) if fields else None)
-    found = _SHAPES.get(cache_key, False)
-    if found is not False:
-        return found   # type: ignore[return-value]
-    keys = list(kind_of)
-    kept = [k for k in keys if k in fields or k.startswith("env")] if fields else keys
-    numeric = [k for k in kept if k not in ("args", "hparams")]
-    found = None
-    if all(kind_of[k] in (float, int) for k in numeric):
-        types = "".join("a" if k == "args" else "h" if k == "hparams" else
-                        "i" if kind_of[k] is int else "f" for k in kept)
-        found = _Shape(tuple(kept), types, tuple(k for k in numeric if kind_of[k] is int))
-    if len(_SHAPES) < 1024 and sum(map(len, keys)) < 4096:
-        _SHAPES[cache_key] = found
-    return found
-
-
 def _layout_part(first: Record, kind_of: dict[str, type], column_of: dict[str, Any],
                  fields: Sequence[str] | None, args_text: bytes, hparams_text: bytes
                  ) -> tuple[Part, bytes, bytes] | None:
@@ -322,7 +292,7 @@ def _layout_part(first: Record, kind_of: dict[str, type], column_of: dict[str, A
     line by line) whose first line is `first` (found to fit the schema: every line has
     its args and hparams, and its keys of the same types), when its numbers fit a float64
     (and none kept is a float an integer literal may have become) and every step is >= 0."""
-    shape = _shape(kind_of, fields)
+    shape = layout_shape(kind_of, fields)
     if shape is None or any(min(column_of[k]) < -_EXACT_INT or max(column_of[k]) > _EXACT_INT
                             for k in shape.ints):
         return None
@@ -423,9 +393,10 @@ def _shared_file(data: bytes, fields: Sequence[str] | None
     """`_whole_file`'s answer for a file of the usual shape, with its args and hparams
     parsed once, not once a line: every line starts with the first line's
     ``{"args": {...}, `` bytes, which are left out, and holds its ``"hparams": {...}``
-    bytes, which become a stand-in; what is left of every line (numbers only) parses in
-    one orjson call. None where the file has another shape (then `_parsed_file` reads
-    it): each check below keeps what is read equal to what the line reader reads."""
+    bytes; what is left of every line (numbers only) is read by the compiled reader
+    (`rows_kernel`) or, where it declines or is not built, in one orjson call
+    (`_spliced_numbers`). None where the file has another shape (then `_parsed_file`
+    reads it): each check keeps what is read equal to what the line reader reads."""
     if not data.startswith(_ARGS_OBJECT) or len(data) >= MAX_LINE_BYTES or \
             (b"\\" in data and b"\\u0000" in data) or (not _DEPTH_SAFE and _too_nested(data)):
         return None   # (a string decoding to the stand-in holds that escape)
@@ -435,7 +406,49 @@ def _shared_file(data: bytes, fields: Sequence[str] | None
     head, args_text, args, hparams_text, hparams = shared
     if _brackets(args_text) >= MAX_DEPTH or _brackets(hparams_text) >= MAX_DEPTH:
         return None   # (then a line of them and numbers may nest too deep: see below)
-    found = _stand_in_rows(data, len(head), hparams_text)
+    read = rows_kernel.load()
+    found = None if read is None else _kernel_numbers(read, data, len(head), hparams_text)
+    if found is None:
+        found = _spliced_numbers(data, len(head), hparams_text)
+        if found is None:
+            return None
+    keys, kinds, numbers, first_row = found
+    shape = take_shape(keys, kinds, fields)
+    if shape is None:
+        return None
+    first = {"args": args, **first_row}
+    first["hparams"] = hparams     # (nesting one level deeper than args or hparams)
+    if shallow_record_problem(first) is not None:
+        return None
+    numbers[shape.hparams] = np.nan
+    return Part(shape.layout, args, hparams,
+                numbers.take(shape.taken(len(numbers) // shape.width)), None), \
+        args_text, hparams_text
+
+
+_Numbers = tuple[list[str], list[type], np.ndarray, Record]
+
+
+def _kernel_numbers(read: Any, data: bytes, cut: int, hparams_text: bytes) -> _Numbers | None:
+    """(keys of a line, their kinds (str: hparams), every line's numbers one after the
+    other (0 for hparams), the first line's record without args) from the compiled
+    reader, which checks what `_spliced_numbers` checks; None where it declines."""
+    found = rows_kernel.read_rows(read, data, cut, hparams_text)
+    if found is None:
+        return None
+    keys, kinds, numbers = found
+    first_row = dict(zip(keys, [int(value) if kind is int else value
+                                for kind, value in zip(kinds, numbers[0].tolist())]))
+    return keys, kinds, numbers.reshape(-1), first_row
+
+
+def _spliced_numbers(data: bytes, cut: int, hparams_text: bytes) -> _Numbers | None:
+    """`_kernel_numbers`'s answer in Python: each line without its first `cut` bytes and
+    with a stand-in for the first ``"hparams": `` key's object, spliced into a JSON array
+    parsed in one orjson call; None unless every line has the first line's keys in its
+    order, of the same kinds, numbers but for hparams (the stand-in, no later "hparams"
+    key replacing it), a float64 holding every number and "step" >= 0."""
+    found = _stand_in_rows(data, cut, hparams_text)
     if found is None:
         return None
     try:
@@ -451,26 +464,20 @@ def _shared_file(data: bytes, fields: Sequence[str] | None
         return None   # (so each of the `rows` objects has these keys in this order)
     values = list(chain.from_iterable(map(dict.values, parsed)))
     kinds = list(map(type, values[:width]))
-    if list(map(type, values)) != kinds * rows:
+    if list(map(type, values)) != kinds * rows or "hparams" not in keys or \
+            "step" not in keys:
         return None
-    shape = _take_shape(keys, kinds, fields)
-    if shape is None:
-        return None
-    at = shape.hparams
+    at = keys.index("hparams")
     if values[at::width].count(_STAND_IN_VALUE) != rows or \
-            min(values[shape.step::width]) < 0:
-        return None   # (no later "hparams" key replaced the stand-in)
-    first = {"args": args, **parsed[0]}
-    first["hparams"] = hparams     # (nesting one level deeper than args or hparams)
-    if shallow_record_problem(first) is not None:
+            any(kind is not int and kind is not float for kind in kinds[:at] + kinds[at + 1:]):
         return None
     values[at::width] = (0.0,) * rows
+    if min(values[keys.index("step")::width]) < 0:
+        return None
     numbers = np.array(values, dtype=np.float64)
     if np.abs(numbers).max() >= _EXACT_INT:
         return None   # (an int a float64 may not hold, or what orjson made of one)
-    numbers[at] = np.nan
-    return Part(shape.layout, args, hparams, numbers.take(shape.taken(rows)), None), \
-        args_text, hparams_text
+    return keys, kinds, numbers, parsed[0]
 
 
 def _brackets(text: bytes) -> int:
@@ -531,56 +538,3 @@ def _stand_in_rows(data: bytes, cut: int, hparams_text: bytes) -> tuple[bytes, i
         start = end + 1
     pieces[-1] = b"]"
     return b"".join(pieces), len(pieces) // 4
-
-
-class _TakeShape(NamedTuple):
-    """What a layout of keys and kinds keeps: its `layout` (kept keys, kinds), where its
-    `hparams` and `step` are among a line's `width` values, and `columns`, where each
-    kept one is (args: the hparams stand-in's place)."""
-    layout: tuple[tuple[str, ...], str]
-    hparams: int
-    step: int
-    width: int
-    columns: np.ndarray
-    takes: dict[int, np.ndarray]
-
-    def taken(self, rows: int) -> np.ndarray:
-        """Indices into `rows` lines' values, one line a row (the first line's hparams
-        stand-in where it keeps args / hparams)."""
-        found = self.takes.get(rows)
-        if found is None:
-            found = np.arange(rows)[:, None] * self.width + self.columns
-            found[:, self.columns == self.hparams] = self.hparams
-            if len(self.takes) < 64:
-                self.takes[rows] = found
-        return found
-
-
-_TAKE_SHAPES: dict[tuple[Any, ...], _TakeShape | None] = {}
-
-
-def _take_shape(keys: list[str], kinds: list[type], fields: Sequence[str] | None
-                ) -> _TakeShape | None:
-    """The _TakeShape of lines of these keys and kinds (worked out once), or None where
-    a key other than hparams is not a number (a later args key is the first line's
-    args: `record_problem` sees it)."""
-    cache_key = (tuple(keys), tuple(kinds), tuple(fields) if fields else None)
-    found = _TAKE_SHAPES.get(cache_key, False)
-    if found is not False:
-        return found   # type: ignore[return-value]
-    found = None
-    numbers = [k for k, kind in zip(keys, kinds) if kind is int or kind is float]
-    if "hparams" in keys and "step" in keys and len(numbers) == len(keys) - 1:
-        everything = ["args", *keys]
-        kept = [k for k in everything if k in fields or k.startswith("env")] if fields \
-            else everything
-        at = keys.index("hparams")
-        kind_of = dict(zip(keys, kinds))
-        types = "".join("a" if k == "args" else "h" if k == "hparams" else
-                        "i" if kind_of[k] is int else "f" for k in kept)
-        columns = [at if k == "args" else keys.index(k) for k in kept]
-        found = _TakeShape((tuple(kept), types), at, keys.index("step"), len(keys),
-                           np.array(columns, dtype=np.int64), {})
-    if len(_TAKE_SHAPES) < 1024 and sum(map(len, keys)) < 4096:
-        _TAKE_SHAPES[cache_key] = found
-    return found

@@ -16,85 +16,22 @@ instead (the same choice for a single run and a stack in one process).
 """
 import ctypes
 import functools
-import hashlib
 import os
-import platform
-import shutil
-import stat
-import subprocess
-import tempfile
+import shutil  # noqa: F401 - tests find the compiler as probe_kernel.shutil.which
 
 import torch
 
-from oodutils.log import get_logger
+from oodutils import c_kernel
 
-LOG = get_logger(__name__)
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe_kernel.c")
 BASE_FLAGS = ["-O3", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared"]
 _INT, _PTR = ctypes.c_int64, ctypes.c_void_p
-
-
-def _cpu_flags():
-    """-mavx2 -mf16c where this x86 CPU has them (the numbers are the same without)."""
-    if platform.machine() not in ("x86_64", "AMD64"):
-        return []
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f
-                          if line.startswith("flags")), [])
-    except OSError:
-        return []
-    return [f"-m{name}" for name in ("avx2", "f16c") if name in flags]
-
-
-def _cache_dir():
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "oodbed", "kernels")
-
-
-def _private(path):
-    """Whether `path` is ours, no link, and writable by no one else: a library we load,
-    and the folder it sits in, must be (another user could otherwise plant code)."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return (not stat.S_ISLNK(st.st_mode) and st.st_uid == os.geteuid()
-            and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
-
-
-def _kernel_dir():
-    """The cache folder when it is private, else a new private temporary folder."""
-    directory = _cache_dir()
-    try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-    except OSError:
-        pass
-    if _private(directory):
-        return directory
-    LOG.warning(f"warning: {directory} is not private to this user; the probe kernel is "
-                f"built in a temporary folder instead")
-    return tempfile.mkdtemp(prefix="oodbed-kernel-")
+_private = c_kernel.private
 
 
 def _compile(compiler, flags):
-    """The shared library's path, compiled into the cache unless it is there already
-    (keyed by the source, the flags and the compiler's version; written whole or not)."""
-    with open(SOURCE, "rb") as f:
-        source = f.read()
-    version = subprocess.run([compiler, "--version"], capture_output=True, timeout=60).stdout
-    key = hashlib.sha256(source + " ".join(flags).encode() + version).hexdigest()[:16]
-    directory = _kernel_dir()
-    target = os.path.join(directory, f"probe_kernel-{key}.so")
-    if _private(target):
-        return target
-    with tempfile.TemporaryDirectory(dir=directory) as tmp:
-        built = os.path.join(tmp, "probe_kernel.so")
-        subprocess.run([compiler, *flags, "-o", built, SOURCE, "-lm"], check=True,
-                       capture_output=True, timeout=300)
-        os.chmod(built, 0o700)
-        os.replace(built, target)
-    return target
+    """The kernel's shared library, compiled into the cache unless it is there already."""
+    return c_kernel.compile_source(compiler, SOURCE, flags)
 
 
 @functools.lru_cache(maxsize=None)
@@ -103,16 +40,9 @@ def load():
     DOMAINBED_PROBE_KERNEL=torch asks for torch's operations."""
     if os.environ.get("DOMAINBED_PROBE_KERNEL", "c") == "torch":
         return None
-    compiler = shutil.which(os.environ.get("CC", "cc"))
-    if compiler is None:
-        return None
-    try:
-        lib = ctypes.CDLL(_compile(compiler, BASE_FLAGS + _cpu_flags()))
-    except (OSError, subprocess.SubprocessError) as e:
-        detail = getattr(e, "stderr", None) or b""
-        detail = detail.decode(errors="replace").strip().splitlines()[:1] or [str(e)]
-        LOG.warning(f"warning: the probe kernel was not built ({detail[0]}); linear probes "
-                    f"train with torch's operations")
+    lib = c_kernel.build(SOURCE, BASE_FLAGS + c_kernel.cpu_flags(), "probe kernel",
+                         "linear probes train with torch's operations")
+    if lib is None:
         return None
     lib.probe_gradients.argtypes = [_INT] * 4 + [_PTR, ctypes.c_int] + [_PTR] * 7
     lib.probe_train.argtypes = [_INT] * 4 + [_PTR, ctypes.c_int] + [_PTR] * 12 + \

@@ -1,0 +1,103 @@
+"""The numbers of a results.jsonl of the usual shape read by compiled code (`rows_kernel.c`).
+
+What the whole-file reader (`lines.py`) otherwise does in Python for every file of the
+usual shape (every line the first line's args bytes, then keys with numbers and the first
+line's hparams bytes): splice each line into a JSON array, parse it, check every line's
+keys and kinds against the first line's and turn the numbers into float64, about 60% of
+reading a 100,000-run sweep. The C reader reads only what it knows json reads the same
+way (see its header) and declines any other file whole, which the Python reader then
+reads as before, so what it returns is what the Python reader returns, not a second
+opinion (tests compare the two on every variant of the usual shape).
+
+Compiled once per machine (`oodutils.c_kernel`); without a C compiler, or with
+DOMAINBED_RECORDS_KERNEL=python, `load()` is None and the Python reader reads every file.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+from oodutils import c_kernel
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rows_kernel.c")
+FLAGS = ["-O2", "-fPIC", "-shared"]
+MAX_KEYS = 512            # keys a line may hold (a record has a few dozen)
+_KINDS: dict[int, type] = {1: int, 2: float, 3: str}   # (str: hparams, as the stand-in)
+_KEY_NAMES: dict[bytes, str] = {}    # a key's bytes -> its str, for the keys seen so far
+
+
+@functools.lru_cache(maxsize=None)
+def load() -> Any:
+    """The compiled reader (ctypes function), or None: no compiler, a failed build, or
+    DOMAINBED_RECORDS_KERNEL=python."""
+    if os.environ.get("DOMAINBED_RECORDS_KERNEL", "c") == "python":
+        return None
+    lib = c_kernel.build(SOURCE, FLAGS, "records kernel",
+                         "results files are read by the Python reader")
+    if lib is None:
+        return None
+    read = lib.results_rows
+    pointer, size = ctypes.c_void_p, ctypes.c_int64
+    read.argtypes = [ctypes.c_char_p, size, size, ctypes.c_char_p, size, size, size,
+                     pointer, pointer, pointer, pointer]
+    read.restype = size
+    return read
+
+
+def read_rows(read: Any, data: bytes, cut: int, hparams_text: bytes
+              ) -> tuple[list[str], list[type], np.ndarray] | None:
+    """(the keys of a line, their kinds (int, float, str for hparams), a (lines, keys)
+    float64 array of their numbers (0 for hparams)) of `data`, whose first line starts
+    with `cut` bytes of args and holds the hparams object `hparams_text`; None where the
+    compiled reader declines the file."""
+    max_rows = len(data) // max(cut, 1) + 1    # (each line holds the `cut` bytes)
+    buffers = _buffers(max_rows)
+    rows = read(data, len(data), cut, hparams_text, len(hparams_text), max_rows, MAX_KEYS,
+                *buffers.pointers)
+    if rows <= 0:
+        return None
+    count = buffers.width.value
+    bounds = buffers.spans[:2 * count].tolist()
+    keys = [_key_name(data[at:at + size]) for at, size in zip(bounds[::2], bounds[1::2])]
+    return keys, [_KINDS[k] for k in buffers.kinds[:count].tolist()], \
+        buffers.values[:rows * count].reshape(rows, count).copy()
+
+
+class _Buffers:
+    """One thread's output arrays of the reader, and their addresses as it takes them."""
+
+    def __init__(self, rows: int):
+        self.rows = rows
+        self.values = np.empty(rows * MAX_KEYS, dtype=np.float64)
+        self.spans = np.empty(2 * MAX_KEYS, dtype=np.int64)
+        self.kinds = np.empty(MAX_KEYS, dtype=np.uint8)
+        self.width = ctypes.c_int64(0)
+        self.pointers = (ctypes.byref(self.width), self.spans.ctypes.data,
+                         self.kinds.ctypes.data, self.values.ctypes.data)
+
+
+_THREAD = threading.local()
+
+
+def _buffers(rows: int) -> _Buffers:
+    """This thread's buffers, for at least `rows` lines (allocated once, grown as needed:
+    a fresh 200 kB a file costs more than reading it)."""
+    found = getattr(_THREAD, "buffers", None)
+    if found is None or found.rows < rows:
+        found = _THREAD.buffers = _Buffers(max(rows, 64))
+    return found
+
+
+def _key_name(raw: bytes) -> str:
+    """The str of a key's (printable ASCII) bytes, remembered for the keys seen so far."""
+    name = _KEY_NAMES.get(raw)
+    if name is None:
+        name = raw.decode("ascii")
+        if len(_KEY_NAMES) < 4096 and len(raw) <= 64:
+            _KEY_NAMES[raw] = name
+    return name
