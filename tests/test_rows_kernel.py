@@ -88,10 +88,10 @@ def test_numbers_of_every_form_read_exactly_as_json_reads_them(kernel, token, mo
     found = _kernel_rows(kernel, data)
     assert (found is not None) == NUMBERS[token], token
     if found is not None:
-        keys, kinds, numbers = found
-        column = keys.index("env0_x_acc")
+        layout, numbers = found
+        column = layout.keys.index("env0_x_acc")
         value = json.loads(token)
-        assert kinds[column] is type(value)
+        assert layout.kinds[column] is type(value)
         assert {np.float64(value).tobytes()} == {v.tobytes() for v in numbers[:, column]}
     answer = _same_answer(data, None, monkeypatch)
     assert (answer is not None) == (abs(json.loads(token)) < 2 ** 53)
@@ -163,3 +163,48 @@ def test_without_a_compiler_the_python_reader_reads_every_file(monkeypatch, tmp_
         assert part is not None and len(part.values) == len(_by_lines(data))
     finally:
         rows_kernel.load.cache_clear()
+
+
+def _random_tokens(rng, count):
+    """Float literals as writers print them (shortest repr, 17 digits, other exponents)
+    and as people write them (long fractions, exponents of every size)."""
+    tokens = []
+    for _ in range(count):
+        kind = rng.randrange(5)
+        if kind == 0:
+            tokens.append(repr(rng.random()))
+        elif kind == 1:
+            tokens.append(f"{rng.random():.17g}")
+        elif kind == 2:
+            tokens.append(repr(rng.uniform(-1e6, 1e6) * 10.0 ** rng.randint(-30, 8)))
+        elif kind == 3:
+            digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 21)))
+            tokens.append(f"{rng.choice(['', '-'])}0.{digits}e{rng.randint(-25, 14)}")
+        else:
+            whole = str(rng.randint(1, 10 ** rng.randint(1, 15)))
+            tokens.append(f"{whole}.{rng.randint(0, 10 ** 6)}")
+    return tokens
+
+
+def test_random_floats_read_to_the_same_bits_as_pythons_float(kernel):
+    """50,000 float literals in files of 400 keys a line: every value the kernel reads is
+    float(token), bit for bit (its integer rounding of long significands included)."""
+    rng = random.Random(1)
+    head = b'{"args": {"algorithm": "ERM", "dataset": "D", "test_envs": [0]}, '
+    read = 0
+    for _ in range(125):
+        tokens = _random_tokens(rng, 400)
+        keys = [f"env0_m{i}_acc" for i in range(len(tokens))]
+        pairs = ", ".join(f'"{k}": {t}' for k, t in zip(keys, tokens))
+        line = head + f'{pairs}, "hparams": {{"lr": 0.1}}, "step": 0}}'.encode()
+        found = rows_kernel.read_rows(kernel, line, len(head), b'{"lr": 0.1}')
+        if found is None:
+            # declined: a value beyond 2^53, or beyond the kernel (underflow, 64+ bytes)
+            assert any(abs(float(t)) >= 2 ** 53 or 0 < abs(float(t)) < 1e-300 or
+                       len(t) > 63 for t in tokens)
+            continue
+        read += 1
+        numbers = found[1][0]
+        expected = np.array([float(t) for t in tokens])
+        assert numbers[:len(tokens)].tobytes() == expected.tobytes()
+    assert read > 100

@@ -436,10 +436,11 @@ def _kernel_numbers(read: Any, data: bytes, cut: int, hparams_text: bytes) -> _N
     found = rows_kernel.read_rows(read, data, cut, hparams_text)
     if found is None:
         return None
-    keys, kinds, numbers = found
-    first_row = dict(zip(keys, [int(value) if kind is int else value
-                                for kind, value in zip(kinds, numbers[0].tolist())]))
-    return keys, kinds, numbers.reshape(-1), first_row
+    layout, numbers = found
+    first_row = dict(zip(layout.keys, numbers[0].tolist()))
+    for key in layout.int_keys:
+        first_row[key] = int(first_row[key])
+    return layout.keys, layout.kinds, numbers.reshape(-1), first_row
 
 
 def _spliced_numbers(data: bytes, cut: int, hparams_text: bytes) -> _Numbers | None:

@@ -11,6 +11,7 @@
    Every read stays within the `n` bytes given and the output sizes given. */
 #include <errno.h>
 #include <float.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,53 @@ static double strtod_value(const char *s, int64_t len, int *ok) {
     *ok = 1;
     return value;
 }
+
+#ifdef __SIZEOF_INT128__
+typedef unsigned __int128 wide;
+
+static int bit_length(wide x) {
+    uint64_t high = (uint64_t)(x >> 64);
+    return high ? 128 - __builtin_clzll(high) : x ? 64 - __builtin_clzll((uint64_t)x) : 0;
+}
+
+/* significand * 10^power (power within +-22) rounded to the nearest double, ties to even,
+   with integers alone: for a significand of more than 53 bits, where the fast path above
+   would round twice. The quotient (or product) is taken with 54 bits or more and what lies
+   beyond 53 decides the rounding; *ok = 0 where the numbers do not fit 128 bits. */
+static double scaled_exactly(uint64_t significand, int power, int *ok) {
+    wide ten_power = 1, quotient, rest = 0;
+    int shift = 0;
+    for (int i = 0; i < (power < 0 ? -power : power); i++) ten_power *= 10;
+    int bits = bit_length(significand), ten_bits = bit_length(ten_power);
+    *ok = 0;
+    if (power < 0) {
+        shift = 54 + ten_bits - bits;   /* (so the quotient has 54 bits or more) */
+        if (shift < 0) shift = 0;
+        if (bits + shift > 128) return 0.0;
+        wide numerator = (wide)significand << shift;
+        quotient = numerator / ten_power;
+        rest = numerator % ten_power;
+    } else {
+        if (bits + ten_bits > 127) return 0.0;
+        quotient = (wide)significand * ten_power;
+    }
+    int drop = bit_length(quotient) - 53;
+    if (drop <= 0) {   /* (a product of 53 bits or fewer: exact) */
+        *ok = 1;
+        return ldexp((double)(uint64_t)quotient, -shift);
+    }
+    uint64_t mantissa = (uint64_t)(quotient >> drop);
+    wide dropped = quotient & (((wide)1 << drop) - 1), half = (wide)1 << (drop - 1);
+    if (dropped > half || (dropped == half && (rest != 0 || (mantissa & 1)))) {
+        if (++mantissa == (1ULL << 53)) {
+            mantissa >>= 1;
+            drop++;
+        }
+    }
+    *ok = 1;
+    return ldexp((double)mantissa, drop - shift);
+}
+#endif
 
 /* Reads the JSON number at p (within end) in one pass: its kind (KIND_INT, KIND_FLOAT),
    *stop after it and *value, or 0 where no JSON number starts there or it is not read
@@ -99,6 +147,12 @@ static int read_number(const char *p, const char *end, const char **stop, double
             if (negative) result = -result;
         } else
 #endif
+#ifdef __SIZEOF_INT128__
+        if (digits <= 19 && significand > 0 && power >= -22 && power <= 22 &&
+                (result = scaled_exactly(significand, power, &ok), ok)) {
+            if (negative) result = -result;
+        } else
+#endif
             result = strtod_value(start, p - start, &ok);
         if (!ok) return 0;
     }
@@ -113,14 +167,16 @@ static int same_key(const char *a, int64_t a_len, const char *b, int64_t b_len) 
 
 /* Rows read (>= 1), or 0: the file is declined. data[0:n] the file; cut: the length of the
    first line's leading {"args": {...}, bytes; hp[0:hp_len]: its hparams object's bytes.
-   Out: width (keys a line holds), key_spans[2 k], [2 k + 1] (offset in data and length of
-   the first line's key k, quotes left out), kinds[k] (KIND_*), values[row * width + k]
-   (0 for hparams), max_rows * max_keys of them at most. At most max_rows rows and
-   max_keys keys, else 0. */
+   Out: sizes[0] the keys a line holds (width), sizes[1] the length of `layout`: the first
+   line's keys, each followed by a '"', then their kinds (one KIND_* byte each), at most
+   max_layout bytes; key_spans[2 k], [2 k + 1] (offset in data and length of the first
+   line's key k, quotes left out), kinds[k] (KIND_*), values[row * width + k] (0 for
+   hparams), max_rows * max_keys of them at most. At most max_rows rows and max_keys keys,
+   else 0. */
 int64_t results_rows(const char *data, int64_t n, int64_t cut, const char *hp, int64_t hp_len,
-                     int64_t max_rows, int64_t max_keys, int64_t *width_out,
-                     int64_t *key_spans, unsigned char *kinds, double *values) {
-    int64_t rows = 0, width = -1, step_key = -1, start = 0;
+                     int64_t max_rows, int64_t max_keys, int64_t max_layout, int64_t *sizes,
+                     char *layout, int64_t *key_spans, unsigned char *kinds, double *values) {
+    int64_t rows = 0, width = -1, step_key = -1, start = 0, used = 0;
     if (n <= 0 || cut <= 0 || hp_len <= 0) return 0;
     while (start < n) {
         const char *line = data + start;
@@ -146,6 +202,10 @@ int64_t results_rows(const char *data, int64_t n, int64_t cut, const char *hp, i
                     if (same_key(key, key_len, data + key_spans[2 * j], key_spans[2 * j + 1]))
                         return 0;   /* a repeated key: json keeps the last */
                 if (same_key(key, key_len, "args", 4)) return 0;
+                if (used + key_len + 1 + k + 1 > max_layout) return 0;   /* (+ k + 1 kinds) */
+                memcpy(layout + used, key, (size_t)key_len);
+                used += key_len;
+                layout[used++] = '"';
                 key_spans[2 * k] = key - data;
                 key_spans[2 * k + 1] = key_len;
                 kinds[k] = same_key(key, key_len, "hparams", 7) ? KIND_HPARAMS : 0;
@@ -171,11 +231,17 @@ int64_t results_rows(const char *data, int64_t n, int64_t cut, const char *hp, i
             if (end - p < 2 || p[0] != ',' || p[1] != ' ') return 0;
             p += 2;
         }
-        if (rows == 0) width = k;
-        else if (k != width) return 0;
+        if (rows == 0) {
+            width = k;
+            memcpy(layout + used, kinds, (size_t)k);   /* (room kept above) */
+            used += k;
+        } else if (k != width) {
+            return 0;
+        }
         rows++;
         start = end - data + 1;
     }
-    *width_out = width;
+    sizes[0] = width;
+    sizes[1] = used;
     return rows;
 }

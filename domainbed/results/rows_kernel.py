@@ -18,7 +18,7 @@ import ctypes
 import functools
 import os
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -27,8 +27,8 @@ from oodutils import c_kernel
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rows_kernel.c")
 FLAGS = ["-O2", "-fPIC", "-shared"]
 MAX_KEYS = 512            # keys a line may hold (a record has a few dozen)
+LAYOUT_BYTES = 32768      # their names and kinds
 _KINDS: dict[int, type] = {1: int, 2: float, 3: str}   # (str: hparams, as the stand-in)
-_KEY_NAMES: dict[bytes, str] = {}    # a key's bytes -> its str, for the keys seen so far
 
 
 @functools.lru_cache(maxsize=None)
@@ -43,29 +43,51 @@ def load() -> Any:
         return None
     read = lib.results_rows
     pointer, size = ctypes.c_void_p, ctypes.c_int64
-    read.argtypes = [ctypes.c_char_p, size, size, ctypes.c_char_p, size, size, size,
-                     pointer, pointer, pointer, pointer]
+    read.argtypes = [ctypes.c_char_p, size, size, ctypes.c_char_p, size, size, size, size,
+                     pointer, pointer, pointer, pointer, pointer]
     read.restype = size
     return read
 
 
+class RowLayout(NamedTuple):
+    """The keys of a file's lines, their kinds (int, float, str for hparams) and the keys
+    whose numbers are ints."""
+    keys: list[str]
+    kinds: list[type]
+    int_keys: tuple[str, ...]
+
+
+_LAYOUTS: dict[bytes, RowLayout] = {}   # the kernel's layout text -> its RowLayout
+
+
 def read_rows(read: Any, data: bytes, cut: int, hparams_text: bytes
-              ) -> tuple[list[str], list[type], np.ndarray] | None:
-    """(the keys of a line, their kinds (int, float, str for hparams), a (lines, keys)
-    float64 array of their numbers (0 for hparams)) of `data`, whose first line starts
-    with `cut` bytes of args and holds the hparams object `hparams_text`; None where the
-    compiled reader declines the file."""
+              ) -> tuple[RowLayout, np.ndarray] | None:
+    """(the RowLayout of the lines, a (lines, keys) float64 array of their numbers (0 for
+    hparams)) of `data`, whose first line starts with `cut` bytes of args and holds the
+    hparams object `hparams_text`; None where the compiled reader declines the file."""
     max_rows = len(data) // max(cut, 1) + 1    # (each line holds the `cut` bytes)
     buffers = _buffers(max_rows)
     rows = read(data, len(data), cut, hparams_text, len(hparams_text), max_rows, MAX_KEYS,
-                *buffers.pointers)
+                LAYOUT_BYTES, *buffers.pointers)
     if rows <= 0:
         return None
-    count = buffers.width.value
-    bounds = buffers.spans[:2 * count].tolist()
-    keys = [_key_name(data[at:at + size]) for at, size in zip(bounds[::2], bounds[1::2])]
-    return keys, [_KINDS[k] for k in buffers.kinds[:count].tolist()], \
-        buffers.values[:rows * count].reshape(rows, count).copy()
+    width, used = buffers.sizes
+    text = ctypes.string_at(buffers.layout_address, used)
+    layout = _LAYOUTS.get(text)
+    if layout is None:
+        layout = _row_layout(text, width)
+    return layout, buffers.values[:rows * width].reshape(rows, width).copy()
+
+
+def _row_layout(text: bytes, width: int) -> RowLayout:
+    """The RowLayout of the kernel's layout text (each key and a '"', then a kind byte a
+    key), remembered for the layouts seen so far."""
+    keys = [name.decode("ascii") for name in text[:-width].split(b'"')[:-1]]
+    kinds = [_KINDS[kind] for kind in text[-width:]]
+    layout = RowLayout(keys, kinds, tuple(k for k, kind in zip(keys, kinds) if kind is int))
+    if len(_LAYOUTS) < 1024 and len(text) <= 4096:
+        _LAYOUTS[text] = layout
+    return layout
 
 
 class _Buffers:
@@ -76,8 +98,10 @@ class _Buffers:
         self.values = np.empty(rows * MAX_KEYS, dtype=np.float64)
         self.spans = np.empty(2 * MAX_KEYS, dtype=np.int64)
         self.kinds = np.empty(MAX_KEYS, dtype=np.uint8)
-        self.width = ctypes.c_int64(0)
-        self.pointers = (ctypes.byref(self.width), self.spans.ctypes.data,
+        self.layout = ctypes.create_string_buffer(LAYOUT_BYTES)
+        self.layout_address = ctypes.addressof(self.layout)
+        self.sizes = (ctypes.c_int64 * 2)()
+        self.pointers = (self.sizes, self.layout, self.spans.ctypes.data,
                          self.kinds.ctypes.data, self.values.ctypes.data)
 
 
@@ -91,13 +115,3 @@ def _buffers(rows: int) -> _Buffers:
     if found is None or found.rows < rows:
         found = _THREAD.buffers = _Buffers(max(rows, 64))
     return found
-
-
-def _key_name(raw: bytes) -> str:
-    """The str of a key's (printable ASCII) bytes, remembered for the keys seen so far."""
-    name = _KEY_NAMES.get(raw)
-    if name is None:
-        name = raw.decode("ascii")
-        if len(_KEY_NAMES) < 4096 and len(raw) <= 64:
-            _KEY_NAMES[raw] = name
-    return name
