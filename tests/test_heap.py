@@ -1,12 +1,14 @@
 """oodutils.heap: a process that asked glibc to keep its freed memory keeps a freed
-block resident for its next allocation; one that did not hands it back."""
+block resident for its next allocation; one that did not hands it back. One that asked
+numpy for small pages has numpy's huge-page advice off."""
+import os
 import platform
 import subprocess
 import sys
 
 import pytest
 
-from oodutils.heap import keep_freed_memory
+from oodutils.heap import keep_freed_memory, tune_for_tables
 
 _GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
@@ -38,3 +40,26 @@ def test_a_freed_block_stays_resident_only_where_asked():
 
 def test_asking_is_harmless_anywhere():
     assert keep_freed_memory() in (True, False)
+
+
+_ADVICE = """
+import sys
+try:
+    from numpy._core.multiarray import _set_madvise_hugepage
+except ImportError:
+    from numpy.core.multiarray import _set_madvise_hugepage
+from oodutils.heap import tune_for_tables
+if sys.argv[1] == "tune":
+    tune_for_tables()
+print(_set_madvise_hugepage(False))   # (the setting it had)
+"""
+
+
+def test_tuned_processes_have_numpys_huge_page_advice_off():
+    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    def advice(mode):
+        return subprocess.run([sys.executable, "-c", _ADVICE, mode], capture_output=True,
+                              text=True, check=True, env=env).stdout.strip()
+    assert advice("tune") == "False"
+    assert advice("as is") in ("True", "False")    # (True on Linux 4.6 and later)
+    tune_for_tables()    # harmless here too

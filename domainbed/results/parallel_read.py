@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from oodutils.heap import keep_freed_memory
+from oodutils.heap import tune_for_tables
 
 MIN_FILES = 4000      # fewer: one process reads them sooner than workers start
 CHUNK = 2000          # the most run directories in one chunk ...
@@ -55,7 +55,7 @@ def read_chunks(chunk_reader: ChunkReader, reader: Any, run_dirs: Sequence[str],
         for start, job in zip(starts, jobs):
             yield start, _read_chunk(job)
         return
-    with multiprocessing.get_context("fork").Pool(count, keep_freed_memory) as pool:
+    with multiprocessing.get_context("fork").Pool(count, tune_for_tables) as pool:
         yield from zip(starts, pool.imap(_read_chunk, jobs))
 
 

@@ -23,7 +23,7 @@ import sys
 from domainbed.results import model_selection
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
 from oodutils.errors import UserError, epilog_example, run_cli
-from oodutils.heap import keep_freed_memory
+from oodutils.heap import tune_for_tables
 from oodutils.log import get_logger
 from oodutils.tables import FORMATS
 
@@ -100,7 +100,7 @@ def main(argv=None):
     if args.selection_methods:
         methods = [model_selection.get_selection_method(n) for n in args.selection_methods]
 
-    keep_freed_memory()   # (the tables are built, then reported, in freed memory)
+    tune_for_tables()   # (the tables are built, then reported, in freed memory)
     loaded = load_records(args.input_dir, require_done=not args.include_unfinished,
                           quiet=True, fields=TABLE_FIELDS, index_in_background=True)
     where = ", ".join(args.input_dir)
