@@ -364,7 +364,10 @@ def _walk_if_unchanged(top: str, known: Listings
     keys = [[st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev],
             *rows[:, _DIRECTORY_KEY].tolist()]
     if keys != known.keys:
-        changed = [i for i, (new, old) in enumerate(zip(keys, known.keys)) if new != old]
+        changed = [0] if keys[0] != known.keys[0] else []   # (the top: after an index write)
+        if keys[1:] != known.keys[1:]:
+            changed += [i for i, (new, old) in enumerate(zip(keys, known.keys))
+                        if new != old and i > 0]
         if len(changed) > MAX_RELISTED:
             return None, fresh
         for i in changed:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -122,9 +123,10 @@ def _stat_rows(paths: Sequence[str]) -> np.ndarray:
         found: list[os.stat_result | None] = [lstat(path) for path in paths]
     except OSError:
         found = [_lstat(path) for path in paths]
-    return np.array([(st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
-                      st.st_dev) if st is not None else _MISSING for st in found],
-                    dtype=np.int64).reshape(-1, len(STAT_FIELDS))
+    return np.fromiter(chain.from_iterable(   # (flat: no nested sequences to discover)
+        (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+        if st is not None else _MISSING for st in found), dtype=np.int64,
+        count=len(found) * len(STAT_FIELDS)).reshape(-1, len(STAT_FIELDS))
 
 
 def _lstat(path: str) -> os.stat_result | None:

@@ -159,7 +159,8 @@ class SweepReader:
         if index is not None:
             top_info = _Top(index, walked, len(self.builder.run_dirs))
             self._tops.append(top_info)
-        misses = [path for (path, _), hit in zip(runs, hits) if hit < 0]
+        misses = [] if (np.asarray(hits) >= 0).all() else \
+            [path for (path, _), hit in zip(runs, hits) if hit < 0]
         chunks = _ChunkStream(parallel_read.read_chunks(read_chunk, read_run_parts, misses,
                                                         self.fields))
         settled = time.time_ns() - SETTLE_NS
@@ -208,8 +209,8 @@ class SweepReader:
         assert top is not None
         counts = stored.first_block[runs + 1] - stored.first_block[runs]
         blocks = concat_ranges(stored.first_block[runs], counts)
-        run_dirs = [path for (path, _), count in zip(paths, counts.tolist())
-                    for _ in range(count)]
+        run_dirs = [path for path, _ in paths] if (counts == 1).all() else \
+            [path for (path, _), count in zip(paths, counts.tolist()) for _ in range(count)]
         kept = {}
         if stored.kept:
             for i, block in enumerate(blocks.tolist()):
