@@ -51,12 +51,15 @@ def private(path: str) -> bool:
 
 
 def _kernel_dir() -> str:
-    """The cache folder when it is private, else a new private temporary folder."""
+    """The cache folder when it is private, else a new private temporary folder (with a
+    warning where the folder exists but others could write it)."""
     directory = _cache_dir()
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)
-    except OSError:
-        pass
+    except OSError as e:   # (a read-only home): nothing to warn about
+        LOG.debug(f"{directory} could not be made ({e.strerror or e}); a compiled kernel "
+                  f"is built in a temporary folder")
+        return tempfile.mkdtemp(prefix="oodbed-kernel-")
     if private(directory):
         return directory
     LOG.warning(f"warning: {directory} is not private to this user; a compiled kernel is "
@@ -92,7 +95,11 @@ def build(source: str, flags: list[str], what: str, otherwise: str) -> ctypes.CD
     if compiler is None:
         return None
     try:
-        return ctypes.CDLL(compile_source(compiler, source, flags))
+        path = compile_source(compiler, source, flags)
+        library = ctypes.CDLL(path)
+        if os.path.dirname(path) != _cache_dir():   # a temporary folder: not kept once
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)   # (loaded: mapped)
+        return library
     except (OSError, subprocess.SubprocessError) as e:
         detail = getattr(e, "stderr", None) or b""
         detail = detail.decode(errors="replace").strip().splitlines()[:1] or [str(e)]

@@ -4,6 +4,7 @@ the variants of tests/test_record_lines.py, on numbers of every form JSON allows
 thousands of random edits; without a compiler the Python reader reads every file."""
 import json
 import random
+import tempfile
 
 import numpy as np
 import pytest
@@ -207,3 +208,25 @@ def test_random_floats_read_to_the_same_bits_as_pythons_float(kernel):
         expected = np.array([float(t) for t in tokens])
         assert numbers[:len(tokens)].tobytes() == expected.tobytes()
     assert read > 100
+
+
+def test_an_unwritable_cache_builds_the_kernel_in_a_temporary_folder(tmp_path, monkeypatch,
+                                                                     capsys):
+    """A cache that cannot be made (a read-only home) is no warning: the kernel is built
+    in a private temporary folder and reads as the cached one does."""
+    need_records_kernel()
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    rows_kernel.load.cache_clear()
+    try:
+        temporary = tmp_path / "tmp"
+        temporary.mkdir()
+        monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+        read = rows_kernel.load()
+        assert read is not None and "warning" not in capsys.readouterr().err
+        assert list(temporary.iterdir()) == []    # (its folder removed once it is loaded)
+        data = _files()[0].read_bytes()
+        assert _kernel_rows(read, data) is not None
+    finally:
+        rows_kernel.load.cache_clear()
