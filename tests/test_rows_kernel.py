@@ -5,6 +5,7 @@ thousands of random edits; without a compiler the Python reader reads every file
 import json
 import random
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -223,8 +224,13 @@ def test_an_unwritable_cache_builds_the_kernel_in_a_temporary_folder(tmp_path, m
         temporary = tmp_path / "tmp"
         temporary.mkdir()
         monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+        built = []
+        compile_source = rows_kernel.c_kernel.compile_source
+        monkeypatch.setattr(rows_kernel.c_kernel, "compile_source",
+                            lambda *args: built.append(compile_source(*args)) or built[-1])
         read = rows_kernel.load()
         assert read is not None and "warning" not in capsys.readouterr().err
+        assert Path(built[0]).parent.parent == temporary
         assert list(temporary.iterdir()) == []    # (its folder removed once it is loaded)
         data = _files()[0].read_bytes()
         assert _kernel_rows(read, data) is not None
