@@ -3,6 +3,7 @@ its losses, gradients, Adam steps and logits against float64 autograd and torch.
 a head's bits independent of the other heads of a call, and torch's operations where no
 kernel can be built."""
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -149,7 +150,7 @@ def test_a_library_others_can_write_is_never_loaded(tmp_path, monkeypatch):
     """A cache folder or a cached library writable by another user is not trusted: the
     kernel is built afresh (a private temporary folder, or over the planted file)."""
     need_probe_kernel()
-    compiler = probe_kernel.shutil.which("cc")
+    compiler = shutil.which("cc")
     kernels = tmp_path / "oodbed" / "kernels"
     kernels.mkdir(parents=True)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

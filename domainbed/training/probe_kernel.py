@@ -17,7 +17,6 @@ instead (the same choice for a single run and a stack in one process).
 import ctypes
 import functools
 import os
-import shutil  # noqa: F401 - tests find the compiler as probe_kernel.shutil.which
 
 import torch
 
