@@ -115,6 +115,8 @@ def test_what_is_not_a_json_number_is_declined(kernel, token, monkeypatch):
     lambda d: d.replace(b'"step": 0', b'"step": -1', 1),          # a step below 0
     lambda d: d.replace(b"}\n", b"} \n", 1),                      # a space after the object
     lambda d: d + b"\n",                                          # a blank last line
+    lambda d: d.replace(b'"step": ', b"".join(                    # more keys than it holds
+        b'"m%d": 1, ' % i for i in range(rows_kernel.MAX_KEYS)) + b'"step": '),
 ])
 def test_anything_outside_the_usual_shape_is_declined_to_python(kernel, edit, monkeypatch):
     data = edit(_files()[0].read_bytes())

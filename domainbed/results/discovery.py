@@ -365,9 +365,8 @@ def _walk_if_unchanged(top: str, known: Listings
             *rows[:, _DIRECTORY_KEY].tolist()]
     if keys != known.keys:
         changed = [0] if keys[0] != known.keys[0] else []   # (the top: after an index write)
-        if keys[1:] != known.keys[1:]:
-            changed += [i for i, (new, old) in enumerate(zip(keys, known.keys))
-                        if new != old and i > 0]
+        if keys[1:] != known.keys[1:]:      # (compared whole first: usually equal)
+            changed += [i for i in range(1, len(keys)) if keys[i] != known.keys[i]]
         if len(changed) > MAX_RELISTED:
             return None, fresh
         for i in changed:

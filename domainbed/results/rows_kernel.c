@@ -20,6 +20,7 @@
 #define KIND_INT 1
 #define KIND_FLOAT 2
 #define KIND_HPARAMS 3
+#define KEY_LIMIT 512                    /* keys a line may hold at most */
 #define MAX_TOKEN 63                     /* a longer number token declines the file */
 
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
@@ -169,15 +170,15 @@ static int same_key(const char *a, int64_t a_len, const char *b, int64_t b_len) 
    first line's leading {"args": {...}, bytes; hp[0:hp_len]: its hparams object's bytes.
    Out: sizes[0] the keys a line holds (width), sizes[1] the length of `layout`: the first
    line's keys, each followed by a '"', then their kinds (one KIND_* byte each), at most
-   max_layout bytes; key_spans[2 k], [2 k + 1] (offset in data and length of the first
-   line's key k, quotes left out), kinds[k] (KIND_*), values[row * width + k] (0 for
-   hparams), max_rows * max_keys of them at most. At most max_rows rows and max_keys keys,
-   else 0. */
+   max_layout bytes; values[row * width + k] (0 for hparams), max_rows * max_keys of them
+   at most. At most max_rows rows and max_keys (<= KEY_LIMIT) keys, else 0. */
 int64_t results_rows(const char *data, int64_t n, int64_t cut, const char *hp, int64_t hp_len,
                      int64_t max_rows, int64_t max_keys, int64_t max_layout, int64_t *sizes,
-                     char *layout, int64_t *key_spans, unsigned char *kinds, double *values) {
+                     char *layout, double *values) {
+    int64_t key_spans[2 * KEY_LIMIT];   /* the first line's keys: offset in data, length */
+    unsigned char kinds[KEY_LIMIT];     /* and their KIND_* */
     int64_t rows = 0, width = -1, step_key = -1, start = 0, used = 0;
-    if (n <= 0 || cut <= 0 || hp_len <= 0) return 0;
+    if (n <= 0 || cut <= 0 || hp_len <= 0 || max_keys > KEY_LIMIT) return 0;
     while (start < n) {
         const char *line = data + start;
         const char *nl = memchr(line, '\n', (size_t)(n - start));

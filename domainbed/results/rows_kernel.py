@@ -26,7 +26,7 @@ from oodutils import c_kernel
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rows_kernel.c")
 FLAGS = ["-O2", "-fPIC", "-shared"]
-MAX_KEYS = 512            # keys a line may hold (a record has a few dozen)
+MAX_KEYS = 512            # keys a line may hold (a record has a few dozen; KEY_LIMIT in C)
 LAYOUT_BYTES = 32768      # their names and kinds
 _KINDS: dict[int, type] = {1: int, 2: float, 3: str}   # (str: hparams, as the stand-in)
 
@@ -44,7 +44,7 @@ def load() -> Any:
     read = lib.results_rows
     pointer, size = ctypes.c_void_p, ctypes.c_int64
     read.argtypes = [ctypes.c_char_p, size, size, ctypes.c_char_p, size, size, size, size,
-                     pointer, pointer, pointer, pointer, pointer]
+                     pointer, pointer, pointer]
     read.restype = size
     return read
 
@@ -96,13 +96,10 @@ class _Buffers:
     def __init__(self, rows: int):
         self.rows = rows
         self.values = np.empty(rows * MAX_KEYS, dtype=np.float64)
-        self.spans = np.empty(2 * MAX_KEYS, dtype=np.int64)
-        self.kinds = np.empty(MAX_KEYS, dtype=np.uint8)
         self.layout = ctypes.create_string_buffer(LAYOUT_BYTES)
         self.layout_address = ctypes.addressof(self.layout)
         self.sizes = (ctypes.c_int64 * 2)()
-        self.pointers = (self.sizes, self.layout, self.spans.ctypes.data,
-                         self.kinds.ctypes.data, self.values.ctypes.data)
+        self.pointers = (self.sizes, self.layout, self.values.ctypes.data)
 
 
 _THREAD = threading.local()
