@@ -91,22 +91,26 @@ def need_ray():
 
 
 def need_probe_kernel():
-    """The compiled probe kernel (domainbed.training.probe_kernel), or skip/fail: it needs a
-    C compiler (`cc`, or $CC)."""
+    """The compiled probe kernel (domainbed.training.probe_kernel), or skip/fail."""
     from domainbed.training import probe_kernel
-    kernel = probe_kernel.load()
-    if kernel is None:
-        missing("the probe kernel was not built: no working C compiler (`cc` or $CC; Debian: "
-                "apt-get install gcc; .ci/run installs it)")
-    return kernel
+    return _compiled(probe_kernel.load(), "probe kernel")
 
 
 def need_records_kernel():
-    """The compiled reader of results files (domainbed.results.rows_kernel), or skip/fail:
-    it needs a C compiler (`cc`, or $CC)."""
+    """The compiled reader of results files (domainbed.results.rows_kernel), or skip/fail."""
     from domainbed.results import rows_kernel
-    kernel = rows_kernel.load()
+    return _compiled(rows_kernel.load(), "records kernel")
+
+
+def need_stat_kernel():
+    """The compiled stats of many paths (domainbed.results.parallel_read), or skip/fail."""
+    from domainbed.results import parallel_read
+    return _compiled(parallel_read._stat_kernel(), "stat kernel")
+
+
+def _compiled(kernel, what):
+    """`kernel`, or skip/fail where it was not built: each needs a C compiler."""
     if kernel is None:
-        missing("the records kernel was not built: no working C compiler (`cc` or $CC; "
-                "Debian: apt-get install gcc; .ci/run installs it)")
+        missing(f"the {what} was not built: no working C compiler (`cc` or $CC; Debian: "
+                f"apt-get install gcc; .ci/run installs it)")
     return kernel

@@ -4,7 +4,10 @@ symlinked folders not entered, a `done` that is a folder), and with a previous w
 listings, only changed folders listed again, their changes seen."""
 import os
 
+import pytest
+
 from domainbed.results import discovery
+from tests.requirements import need_stat_kernel
 
 
 def _os_walk_runs(top):
@@ -143,7 +146,9 @@ def test_stats_taken_half_in_a_forked_child_equal_those_taken_here(tmp_path, mon
     from domainbed.results import parallel_read
     top = _tree(tmp_path)
     paths = [str(p) for p in sorted(top.rglob("*"))] + [str(top / "gone")]
+    monkeypatch.setattr(parallel_read, "_stat_kernel", lambda: None)
     here = parallel_read.lstat_rows(paths)
+    assert (here == parallel_read._stat_rows(paths)).all()
     monkeypatch.setattr(parallel_read, "MIN_STATS", 2)
     monkeypatch.setattr(parallel_read, "workers", lambda: 2)
     forked = parallel_read.lstat_rows(paths)
@@ -160,6 +165,28 @@ def test_stats_taken_half_in_a_forked_child_equal_those_taken_here(tmp_path, mon
         return real(some)
     monkeypatch.setattr(parallel_read, "_stat_rows", failing_in_the_child)
     assert (parallel_read.lstat_rows(paths) == here).all()     # its half taken here
+
+
+def test_stats_taken_by_the_stat_kernel_in_threads_equal_python_s(tmp_path, monkeypatch):
+    from domainbed.results import parallel_read
+    need_stat_kernel()
+    top = _tree(tmp_path)
+    (top / "caf\u00e9").mkdir()
+    odd = os.fsdecode(b"not-utf8-\xff")       # a name held as a surrogate escape
+    (top / odd).write_text("")
+    paths = [str(p) for p in sorted(top.rglob("*"))] + [str(top / "gone"), "",
+                                                         str(top / ("x" * 5000))]
+    expected = parallel_read._stat_rows(paths)
+    assert (expected[-3:] == -1).all() and (expected[:-3] != -1).all()
+    assert (parallel_read.lstat_rows(paths) == expected).all()       # one thread
+    monkeypatch.setattr(parallel_read, "MIN_THREADED_STATS", 2)
+    monkeypatch.setattr(parallel_read, "workers", lambda: 3)
+    threaded = parallel_read.lstat_rows(paths)
+    assert (threaded == expected).all() and threaded.shape == (len(paths), 6)
+    assert parallel_read.lstat_rows([]).shape == (0, 6)
+    bad = paths[:4] + ["with\0nul"] + paths[4:]     # one part statted by Python
+    with pytest.raises(ValueError):                # (as os.lstat says of it)
+        parallel_read.lstat_rows(bad)
 
 
 def _leaves(tmp_path):

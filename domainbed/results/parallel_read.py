@@ -3,7 +3,8 @@ parsed by worker processes, chunk by chunk, in order. Only worth its start-up wh
 thousands of files are to be read and the machine has more than one core.
 
 The stats of a warm re-collect (one per directory and one per results.jsonl) are taken
-the same way, half in a forked child (``lstat_rows``).
+on every core too (``lstat_rows``): by compiled code (``stat_rows.c``) in one thread a
+core, or without a C compiler, half in a forked child.
 
 A worker reads a chunk with the function it is given (a module-level one, found by name
 in the worker) and sends back what it returns (``chunk_read.Chunk``: arrays, no object per
@@ -12,14 +13,19 @@ it frees for its next chunk (``oodutils.heap``).
 """
 from __future__ import annotations
 
+import ctypes
+import functools
 import multiprocessing
 import os
+import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
 from typing import Any
 
 import numpy as np
 
+from oodutils import c_kernel
 from oodutils.heap import tune_for_tables
 
 MIN_FILES = 4000      # fewer: one process reads them sooner than workers start
@@ -85,10 +91,13 @@ def stat_columns(*fields: str) -> list[int]:
 
 
 def lstat_rows(paths: Sequence[str]) -> np.ndarray:
-    """Each path's lstat as a row of STAT_FIELDS (-1s where it fails), int64. Where there
-    are many and a second core, a forked child takes the second half (a stat is a system
-    call: the two halves run at once; what it sends back is checked for its size, and a
-    failed child's half is statted here)."""
+    """Each path's lstat as a row of STAT_FIELDS (-1s where it fails), int64, taken on
+    every core where there are many: by the compiled stat kernel in threads, else half
+    in a forked child (a stat is a system call: the parts run at once; what the child
+    sends back is checked for its size, and a failed child's half is statted here)."""
+    kernel = _stat_kernel()
+    if kernel is not None:
+        return _kernel_rows(kernel, paths)
     if len(paths) < MIN_STATS or workers() < 2 or not hasattr(os, "fork"):
         return _stat_rows(paths)
     half = len(paths) // 2
@@ -115,6 +124,58 @@ def lstat_rows(paths: Sequence[str]) -> np.ndarray:
         return np.concatenate([first, _stat_rows(paths[half:])])
     return np.concatenate([first, np.frombuffer(data, dtype=np.int64).reshape(
         -1, len(STAT_FIELDS))])
+
+
+STAT_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stat_rows.c")
+MIN_THREADED_STATS = 4000     # fewer: one thread takes them sooner than threads start
+
+
+@functools.lru_cache(maxsize=None)
+def _stat_kernel() -> Any:
+    """The compiled `lstat_rows` (ctypes function, which lets go of the GIL while it
+    runs), or None: no compiler, a failed build, or DOMAINBED_RECORDS_KERNEL=python."""
+    if os.environ.get("DOMAINBED_RECORDS_KERNEL", "c") == "python":
+        return None
+    lib = c_kernel.build(STAT_SOURCE, ["-O2", "-fPIC", "-shared"], "stat kernel",
+                         "files are statted by Python")
+    if lib is None:
+        return None
+    function = lib.lstat_rows
+    function.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    function.restype = ctypes.c_int64
+    return function
+
+
+def _kernel_rows(kernel: Any, paths: Sequence[str]) -> np.ndarray:
+    """`lstat_rows` by the compiled kernel: a part of the paths in each of up to
+    `workers()` threads (a part whose bytes do not split into its paths, which a NUL in
+    a path would cause, is statted by Python)."""
+    rows = np.empty((len(paths), len(STAT_FIELDS)), dtype=np.int64)
+    parts = workers() if len(paths) >= MIN_THREADED_STATS else 1
+    bounds = [len(paths) * k // parts for k in range(parts + 1)]
+    encoding, errors = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+    blobs = [("\0".join(paths[start:stop]) + "\0").encode(encoding, errors)
+             for start, stop in zip(bounds, bounds[1:])]
+    done = [0] * parts
+
+    def stat_part(k: int) -> None:
+        start, stop = bounds[k], bounds[k + 1]
+        if blobs[k].count(b"\0") == stop - start:
+            done[k] = kernel(blobs[k], len(blobs[k]), stop - start,
+                             rows[start:stop].ctypes.data)
+
+    threads = [threading.Thread(target=stat_part, args=(k,), name=f"lstat-{k}")
+               for k in range(1, parts)]
+    for thread in threads:
+        thread.start()
+    stat_part(0)
+    for thread in threads:
+        thread.join()
+    for k in range(parts):
+        start, stop = bounds[k], bounds[k + 1]
+        if done[k] != stop - start:
+            rows[start:stop] = _stat_rows(paths[start:stop])
+    return rows
 
 
 def _stat_rows(paths: Sequence[str]) -> np.ndarray:
