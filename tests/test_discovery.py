@@ -310,6 +310,20 @@ def test_a_stored_walk_that_skipped_a_child_is_not_trusted(tmp_path, monkeypatch
     assert discovery._complete(again.listings)
 
 
+def test_a_flat_stored_walk_is_whole_only_with_every_child_in_order():
+    """A top whose children hold no folders (a DomainBed sweep) is checked at once: its
+    listing must name exactly the walk's next folders, in order."""
+    def flat(rels, kids="a/b/c"):
+        return discovery.Listings(rels, [[0] * 4] * len(rels), [0] * len(rels),
+                                  [kids] + [""] * (len(rels) - 1))
+    assert discovery._complete(flat(["", "a", "b", "c"]))
+    for rels in (["", "a", "c"], ["", "a", "c", "b"], ["", "a", "b", "c", "d"],
+                 ["x", "a", "b", "c"], ["", "a", "b", "b"]):
+        assert not discovery._complete(flat(rels))
+    assert not discovery._complete(flat(["", "a/x", "b", "c"], "a/b/c"))
+    assert discovery._complete(flat([""], ""))
+
+
 def test_a_child_gone_while_walked_leaves_its_parent_to_be_listed_again(tmp_path,
                                                                         monkeypatch):
     """A child directory listed but gone by the time the walk enters it is dropped from

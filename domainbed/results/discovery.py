@@ -329,8 +329,10 @@ def _complete(known: Listings) -> bool:
     next directory of the walk's order (depth first, children in their listed order), and
     no other. A stored walk that skipped a child (gone while it was walked, or an index
     written by someone else) would hide that child's runs from every re-collect."""
-    pending: list[str] = []
     rels, children = known.rels, known.children
+    if rels and children[0] and not any(children[1:]):    # (a flat sweep: at once)
+        return rels[0] == "" and rels[1:] == children[0].split("/")
+    pending: list[str] = []
     for at in range(1, len(rels)):
         kids = children[at - 1]
         if kids:
