@@ -6,6 +6,7 @@ is ignored with a warning and rebuilt, never trusted."""
 import importlib.util
 import json
 import os
+import pickle
 import shutil
 import struct
 import time
@@ -200,8 +201,8 @@ def test_a_file_written_just_now_is_not_stored(sweep, reads):
 def _header(data):
     """(header dict, where the arrays start) of an index file's bytes."""
     size = len(record_index.MAGIC)
-    header_end = size + 8 + int.from_bytes(data[size:size + 8], "little")
-    return json.loads(data[size + 8:header_end]), header_end
+    header_end = record_index.PREFIX + int.from_bytes(data[size:size + 8], "little")
+    return json.loads(data[record_index.PREFIX:header_end]), header_end
 
 
 def _with_value(data, array, index, value, fmt="<q"):
@@ -236,7 +237,7 @@ def _corrupt_variants(data):
             "huge step": _with_step(data, 2.0 ** 60),
             "cut values": data[:-8], "crafted keys": crafted, "bad value": bad_value,
             "pickle": b"\x80\x04\x95" + data, "old version": data.replace(
-                b'"version": 2', b'"version": 1', 1)}
+                b'"version": 3', b'"version": 2', 1)}
 
 
 @pytest.mark.parametrize("variant", ["garbage", "truncated", "cut values", "crafted keys",
@@ -414,3 +415,52 @@ def test_a_listing_naming_an_empty_dot_or_dotdot_child_is_refused(sweep, edit, c
         record_index.decode(index.read_bytes())
     loaded = _load(sweep)
     assert any("ignored the records index" in n for n in loaded.notes)
+
+
+def _tail_of(loaded):
+    """The FileTail the args texts of a table read through the index are cut from."""
+    pieces = loaded.table.args.pieces
+    assert len(pieces) == 1
+    return pieces[0].blob
+
+
+def test_the_args_and_hparams_texts_are_read_only_when_asked_for(sweep, reads):
+    """A report reads key codes, never the args and hparams texts: the index's tail (its
+    two blobs, last in the file) stays unread until record dicts are asked for, then comes
+    from the file opened, even where another index has replaced it since."""
+    from_files = rec.load_records(sweep, quiet=True, fields=rec.TABLE_FIELDS,
+                                  use_index=False)
+    _load(sweep)
+    index = sweep / record_index.INDEX_FILE
+    data = index.read_bytes()
+    header, base = _header(data)
+    head = int.from_bytes(data[len(record_index.MAGIC) + 8:record_index.PREFIX], "little")
+    assert head == base + header["arrays"]["args_blob"][2]        # the blobs: the tail
+    assert head < base + header["arrays"]["hparams_blob"][2] < len(data)
+    reads.clear()
+    warm = _load(sweep)
+    tail = _tail_of(warm)
+    assert isinstance(tail, record_index.FileTail) and tail.size == len(data) - head
+    run_main(collect_results, ["--input_dir", str(sweep), "--no_save"])
+    assert tail._bytes is None                                    # not read by a report
+    replaced = sweep / "elsewhere"
+    replaced.write_bytes(data[:head] + b"x" * (len(data) - head))
+    os.replace(replaced, index)                                   # a new file at the path
+    assert warm.records == from_files.records and reads == []     # the opened file's tail
+    assert tail._bytes == data[head:] and not warm.notes
+    assert pickle.loads(pickle.dumps(warm.table.args)).tolist() == warm.table.args.tolist()
+
+
+def test_a_tail_cut_short_after_the_load_sends_the_records_api_back_to_the_files(sweep,
+                                                                                 capsys):
+    from_files = rec.load_records(sweep, quiet=True, fields=rec.TABLE_FIELDS,
+                                  use_index=False)
+    _load(sweep)
+    index = sweep / record_index.INDEX_FILE
+    size = index.stat().st_size
+    warm = _load(sweep)
+    with open(index, "r+b") as f:        # cut in place, under the open file
+        f.truncate(size - 1000)
+    assert warm.records == from_files.records
+    assert any("ignored the records index" in n for n in warm.notes)
+    assert capsys.readouterr().err.count("warning: ignored the records index") == 1

@@ -7,21 +7,28 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any, Protocol, Union
 
 import numpy as np
+
+
+class Blob(Protocol):
+    """Bytes, or what gives bytes when cut (``record_index.FileTail``: a file's tail read
+    on the first cut)."""
+
+    def __getitem__(self, cut: slice, /) -> bytes: ...
 
 
 class Texts(Sequence[bytes]):
     """Byte strings cut from one blob on access: item i is ``blob[starts[i]:ends[i]]``."""
     __slots__ = ("blob", "starts", "ends", "_bounds")
 
-    def __init__(self, blob: bytes, starts: np.ndarray, ends: np.ndarray) -> None:
+    def __init__(self, blob: Blob, starts: np.ndarray, ends: np.ndarray) -> None:
         self.blob, self.starts, self.ends = blob, starts, ends
         self._bounds: tuple[list[int], list[int]] | None = None
 
     @classmethod
-    def from_ends(cls, blob: bytes, ends: np.ndarray, at: int = 0) -> Texts:
+    def from_ends(cls, blob: Blob, ends: np.ndarray, at: int = 0) -> Texts:
         """The texts laid end to end in `blob` from offset `at`, each ending at its
         `ends` offset (counted from `at`)."""
         starts = np.full(len(ends), at, dtype=np.int64)

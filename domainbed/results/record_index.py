@@ -16,8 +16,11 @@ an allowlist, shape, byte offset) that follows it raw. Checks run per array, per
 per distinct key value, not per run; the args and hparams objects are decoded (and held to
 the schema) only where a caller asks for record dicts (``records.Records``).
 
-Layout: ``MAGIC``, an 8-byte little-endian length, that many bytes of JSON header, then the
-arrays, each at an 8-byte aligned offset. Written atomically in the sweep directory
+Layout: ``MAGIC``, the header's length and the head's length (8-byte little-endian each),
+the JSON header, then the arrays, each at an 8-byte aligned offset, the args and hparams
+blobs last: a reader reads the head (everything before them) and the blobs only where a
+caller asks for an args or hparams text (a report never does: 63 of a 100,000-run
+index's 200 MB), from the file it opened. Written atomically in the sweep directory
 (``INDEX_FILE``), or where that is not writable, in ``$XDG_CACHE_HOME/oodbed/records-index/``
 under a hash of the sweep's real path.
 """
@@ -28,6 +31,7 @@ import json
 import os
 import stat
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -62,9 +66,11 @@ logger = get_logger(__name__)
 
 StatKey = tuple[int, int, int, int, int]
 INDEX_FILE = ".records-index"
-MAGIC = b"OODBED-RECORDS-INDEX-2\n"
-OLD_MAGIC = b"OODBED-RECORDS-INDEX\n"     # version 1: rebuilt without a warning
-VERSION = 2
+MAGIC = b"OODBED-RECORDS-INDEX-3\n"
+OLD_MAGICS = (b"OODBED-RECORDS-INDEX\n", b"OODBED-RECORDS-INDEX-2\n")   # rebuilt quietly
+VERSION = 3
+PREFIX = len(MAGIC) + 16                  # the magic, the header's and the head's lengths
+LAZY_ARRAYS = ("args_blob", "hparams_blob")     # last in the file, read when asked for
 SETTLE_NS = 2_000_000_000
 DTYPES = {"<i8": np.int64, "<f8": np.float64, "|u1": np.uint8}
 
@@ -120,23 +126,36 @@ class RecordIndex:
         A write of it this process has under way is waited for."""
         _wait_for_write(self.path)
         try:
-            with open_regular(self.path) as f:
-                data = f.read(max_bytes + 1)
+            f = open_regular(self.path)
         except FileNotFoundError:
             return self
         except OSError as e:
             return self.ignore(f"unreadable ({e.strerror or e})")
-        if len(data) > max_bytes:
-            return self.ignore(f"larger than {max_bytes} bytes")
-        self.size = len(data)
-        if data.startswith(OLD_MAGIC):
-            logger.debug(f"rebuilding the records index {self.path} (an older format)")
-            return self
+        try:
+            self.size = os.fstat(f.fileno()).st_size
+            if self.size > max_bytes:
+                return self.ignore(f"larger than {max_bytes} bytes")
+            prefix = f.read(PREFIX)
+            if prefix.startswith(OLD_MAGICS):
+                logger.debug(f"rebuilding the records index {self.path} (an older format)")
+                return self
+            head = int.from_bytes(prefix[len(MAGIC) + 8:PREFIX], "little") \
+                if prefix.startswith(MAGIC) else 0
+            head = head if PREFIX <= head <= self.size else self.size
+            f.seek(0)
+            data = f.read(head)      # (once more from the start: no joined copy)
+            tail = FileTail(f, len(data), self.size - len(data))
+        except OSError as e:
+            f.close()
+            return self.ignore(f"unreadable ({e.strerror or e})")
         try:
             with paused_gc():     # its listings are 4 lists per directory
-                self.stored = decode(data)
+                self.stored = decode(data, tail)
         except CorruptIndex as e:
             return self.ignore(str(e))
+        finally:
+            if self.stored is None or not tail.size:
+                tail.close()
         return self
 
     def ignore(self, why: str) -> RecordIndex:
@@ -210,9 +229,14 @@ def encode(runs: dict[str, Any], blocks: dict[str, Any], layouts: list[Any],
         "dir_keys": np.array(listings.keys, dtype=np.int64).reshape(-1, 4),
         "dir_flags": np.array(listings.flags, dtype=np.int64),
         **{f"matrix{i}": m for i, m in enumerate(matrices)}}
+    for name in LAZY_ARRAYS:     # last: read only when asked for
+        arrays[name] = arrays.pop(name)
     described: dict[str, list[Any]] = {}
     at = 0
+    head = None
     for name, array in arrays.items():
+        if name in LAZY_ARRAYS and head is None:
+            head = at
         array = np.ascontiguousarray(array)
         arrays[name] = array
         dtype = {np.dtype(np.int64): "<i8", np.dtype(np.float64): "<f8",
@@ -225,8 +249,10 @@ def encode(runs: dict[str, Any], blocks: dict[str, Any], layouts: list[Any],
               "kept": {str(k): v for k, v in blocks["kept"].items()},
               "n_runs": len(runs["paths"]), "n_dirs": len(dir_names)}
     text = json.dumps(header).encode("utf-8")
-    text += b" " * (-(len(MAGIC) + 8 + len(text)) % 8)
-    pieces: list[Buffer] = [MAGIC + len(text).to_bytes(8, "little") + text]
+    text += b" " * (-(PREFIX + len(text)) % 8)
+    head_end = PREFIX + len(text) + (at if head is None else head)
+    pieces: list[Buffer] = [MAGIC + len(text).to_bytes(8, "little") +
+                            head_end.to_bytes(8, "little") + text]
     for array in arrays.values():
         if array.nbytes:
             pieces.append(memoryview(array).cast("B"))
@@ -234,17 +260,19 @@ def encode(runs: dict[str, Any], blocks: dict[str, Any], layouts: list[Any],
     return pieces
 
 
-def decode(data: bytes) -> Stored:
-    """The index in `data`; CorruptIndex where it is not what `encode` writes or does not
-    fit the records schema."""
+def decode(data: bytes, tail: FileTail | None = None) -> Stored:
+    """The index in `data` (the whole file, or its head with the rest in `tail`);
+    CorruptIndex where it is not what `encode` writes or does not fit the records
+    schema."""
     if not data.startswith(MAGIC):
         raise CorruptIndex("not a records index")
-    start = len(MAGIC) + 8
-    length = int.from_bytes(data[len(MAGIC):start], "little")
+    start = PREFIX
+    length = int.from_bytes(data[len(MAGIC):len(MAGIC) + 8], "little")
     if len(data) < start + length:
         raise CorruptIndex("truncated")
     header = check_header(_parse_header(data[start:start + length]), VERSION)
-    arrays = _arrays(header["arrays"], data, start + length)
+    arrays, lazy = _arrays(header["arrays"], data, start + length,
+                           len(data) + (tail.size if tail is not None else 0))
     n_runs, n_dirs = header["n_runs"], header["n_dirs"]
     paths = _strings(arrays["run_paths"], n_runs, "run paths")
     stats, counts = arrays["run_stats"], arrays["run_blocks"]
@@ -276,8 +304,10 @@ def decode(data: bytes) -> Stored:
     if len(notes) != len(header["notes"]) or any(not 0 <= k < n_runs for k in notes):
         raise CorruptIndex("a note names no run")
     at = start + length
-    args, hparams = (_texts(data, at + header["arrays"][f"{what}_blob"][2],
-                            arrays[f"{what}_blob"], arrays[f"{what}_ends"], n_blocks, what)
+    args, hparams = (_texts(tail if f"{what}_blob" in lazy else data,
+                            at + header["arrays"][f"{what}_blob"][2],
+                            header["arrays"][f"{what}_blob"][1][0],
+                            arrays[f"{what}_ends"], n_blocks, what)
                      for what in ("args", "hparams"))
     return Stored(paths, stats, first_block, notes, layout, offset, rows, codes, args,
                   hparams, kept, layouts, matrices, values, header["values"],
@@ -299,12 +329,14 @@ def _parse_header(text: bytes) -> Any:
         raise CorruptIndex("its header is not JSON") from None
 
 
-def _arrays(described: Any, data: bytes, base: int) -> dict[str, np.ndarray]:
-    """The arrays the header describes, as views of `data`: each of an allowed dtype,
-    inside the file, none overlapping another, nothing after the last."""
+def _arrays(described: Any, data: bytes, base: int, total: int
+            ) -> tuple[dict[str, np.ndarray], set[str]]:
+    """(the arrays the header describes, as views of `data`; the names of those past
+    its end, in the file's tail: LAZY_ARRAYS only): each of an allowed dtype, inside the
+    file of `total` bytes, none overlapping another, nothing after the last."""
     if not isinstance(described, dict):
         raise CorruptIndex("it describes no arrays")
-    arrays, end = {}, 0
+    arrays, lazy, end = {}, set(), 0
     for name, spec in described.items():
         if not (isinstance(spec, list) and len(spec) == 3 and spec[0] in DTYPES and
                 isinstance(spec[1], list) and len(spec[1]) in (1, 2) and
@@ -313,19 +345,24 @@ def _arrays(described: Any, data: bytes, base: int) -> dict[str, np.ndarray]:
             raise CorruptIndex(f"array {name!r} is not described right")
         dtype = np.dtype(DTYPES[spec[0]]).newbyteorder("<")
         size = int(np.prod(spec[1])) * dtype.itemsize
-        if base + spec[2] + size > len(data):
+        if base + spec[2] + size > total:
             raise CorruptIndex("truncated")
+        end = spec[2] + size
+        if base + end > len(data):
+            if name not in LAZY_ARRAYS or spec[0] != "|u1" or base + spec[2] < len(data):
+                raise CorruptIndex(f"array {name!r} is not described right")
+            lazy.add(name)
+            continue
         arrays[name] = np.frombuffer(data, dtype=dtype, count=size // dtype.itemsize,
                                      offset=base + spec[2]).reshape(spec[1])
-        end = spec[2] + size
-    if base + -(-end // 8) * 8 != len(data):
+    if base + -(-end // 8) * 8 != total:
         raise CorruptIndex("its arrays do not fill it")
     needed = ("run_paths", "run_stats", "run_blocks", "block_layout", "block_offset",
               "block_rows", "block_keys", "args_blob", "args_ends", "hparams_blob",
               "hparams_ends", "dir_paths", "dir_children", "dir_keys", "dir_flags")
-    if any(name not in arrays for name in needed):
+    if any(name not in arrays and name not in lazy for name in needed):
         raise CorruptIndex("an array is missing")
-    return arrays
+    return arrays, lazy
 
 
 def _strings(blob: np.ndarray, count: int, what: str) -> list[str]:
@@ -337,14 +374,61 @@ def _strings(blob: np.ndarray, count: int, what: str) -> list[str]:
     return found
 
 
-def _texts(data: bytes, at: int, blob: np.ndarray, ends: np.ndarray, count: int, what: str
-           ) -> Texts:
-    """The `count` texts of `blob` (the bytes of `data` from offset `at`), each ending at
-    its `ends` offset: cut from `data` when asked for."""
-    if ends.shape != (count,) or (count and (ends[-1] != blob.size or ends.min() < 0 or
+def _texts(data: bytes | FileTail | None, at: int, size: int, ends: np.ndarray, count: int,
+           what: str) -> Texts:
+    """The `count` texts of the `size` bytes of `data` (the file's bytes, or its tail)
+    from offset `at`, each ending at its `ends` offset: cut when asked for."""
+    if ends.shape != (count,) or (count and (ends[-1] != size or ends.min() < 0 or
                                              (np.diff(ends) < 0).any())):
         raise CorruptIndex(f"its {what} texts do not fit together")
+    assert data is not None     # (a lazy array is one past the data: there is a tail)
     return Texts.from_ends(data, ends, at)
+
+
+class FileTail:
+    """The bytes of an open file from offset `start` (`size` of them), read from it on the
+    first cut (``tail[a:b]``, offsets in the file), from the file opened, not from
+    whatever the path names by then; a file cut short since gives short texts (which
+    the records schema then refuses). The file is closed once read, or with the tail."""
+
+    def __init__(self, f: Any, start: int, size: int) -> None:
+        self.start, self.size = start, size
+        self._bytes: bytes | None = None
+        self._file = f
+        self._lock = threading.Lock()
+        self._closer = weakref.finalize(self, f.close)
+
+    def __getitem__(self, cut: slice) -> bytes:
+        return self.read()[cut.start - self.start:cut.stop - self.start]
+
+    def read(self) -> bytes:
+        with self._lock:
+            if self._bytes is None:
+                pieces, at = [], self.start
+                try:
+                    while at < self.start + self.size:
+                        piece = os.pread(self._file.fileno(),
+                                         min(self.start + self.size - at, 1 << 30), at)
+                        if not piece:
+                            break
+                        pieces.append(piece)
+                        at += len(piece)
+                except (OSError, ValueError):    # (ValueError: closed)
+                    pass
+                self._bytes = b"".join(pieces)
+                self.close()
+            return self._bytes
+
+    def close(self) -> None:
+        self._closer()
+
+    def __getstate__(self) -> dict[str, Any]:     # (a copy holds the bytes, not the file)
+        return {"start": self.start, "size": self.size, "_bytes": self.read()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._closer = weakref.finalize(self, lambda: None)
 
 
 def _listings(arrays: dict[str, np.ndarray], n_dirs: int) -> Listings:
