@@ -375,9 +375,18 @@ def _loo_entries(table: ColumnTable, cands: Candidates
     blocks = cands.entry_block
     size = table.rows[blocks]
     row = concat_ranges(table.start[blocks], size)
-    spread = [np.repeat(a, size) for a in (cands.entry_candidate, cands.entry_kind,
-                                           cands.entry_other)]
+    spread = [np.repeat(a, size) for a in (cands.entry_candidate, _small(cands.entry_kind),
+                                           _small(cands.entry_other))]
     return (row, *spread)
+
+
+def _small(values: np.ndarray) -> np.ndarray:
+    """Kinds or envs (small ints, only compared and used as indices) as int8 where they
+    fit: spread over every row (two million of them in a 100,000-run sweep), int64 is
+    memory the report pays for in page faults."""
+    if len(values) and -128 <= int(values.min()) and int(values.max()) <= 127:
+        return values.astype(np.int8)
+    return values
 
 
 def _held_out_mean(table: ColumnTable, cell: np.ndarray, row: np.ndarray, kind: np.ndarray,
@@ -385,26 +394,37 @@ def _held_out_mean(table: ColumnTable, cell: np.ndarray, row: np.ndarray, kind: 
                    n_cells: int) -> np.ndarray:
     """Per cell, the mean over the other envs v of env{v}_in_acc in the last two-test-env
     record holding v out (NaN where one is missing)."""
-    pair = (kind == 1) & (other < n_envs[cell])
-    p_cell, p_row, p_other = cell[pair], row[pair], other[pair]
     max_envs = int(n_envs.max(initial=0))
     width = max(max_envs, 1)
-    slot = p_cell * width + p_other
-    last_row = np.full(n_cells * width, -1, dtype=np.int64)
-    np.maximum.at(last_row, slot, p_row)    # the last record per (cell, env)
-    last = p_row == last_row[slot]          # one entry per (cell, env): rows in order
+    slot, last_row, env = _last_held_out(cell, row, kind, other, n_envs, width, n_cells)
     flat = np.full(n_cells * width, np.nan)
-    flat[slot[last]] = _values_at(table, p_row[last], p_other[last], "env{}_in_acc")
+    flat[slot] = _values_at(table, last_row, env, "env{}_in_acc")
     values = flat.reshape(n_cells, width)
     total = np.zeros(n_cells)
     complete = np.ones(n_cells, dtype=bool)
-    for env in range(max_envs):
-        needed = (env < n_envs) & (env != test_env)
-        complete &= ~needed | _finite(values[:, env])
-        total = total + np.where(needed, values[:, env], 0.0)
+    for held_out in range(max_envs):
+        needed = (held_out < n_envs) & (held_out != test_env)
+        complete &= ~needed | _finite(values[:, held_out])
+        total = total + np.where(needed, values[:, held_out], 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         mean = total / (n_envs - 1)
     return np.where(complete & (n_envs >= 2), mean, np.nan)
+
+
+def _last_held_out(cell: np.ndarray, row: np.ndarray, kind: np.ndarray, other: np.ndarray,
+                   n_envs: np.ndarray, width: int, n_cells: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(slot: cell * width + env, row, env) of the last two-test-env record holding env
+    out, for each (cell, env) that has one. Made from the positions of those records, not
+    from masks over every entry: the report's peak memory is paid for in page faults."""
+    pair = np.flatnonzero(kind == 1)
+    pair = pair[other[pair] < n_envs[cell[pair]]]
+    pair_row, env = row[pair], other[pair]
+    slot = cell[pair] * width + env
+    last_row = np.full(n_cells * width, -1, dtype=np.int64)
+    np.maximum.at(last_row, slot, pair_row)    # the last record per (cell, env)
+    last = np.flatnonzero(pair_row == last_row[slot])   # one per (cell, env): rows in order
+    return slot[last], pair_row[last], env[last]
 
 
 def _choose(table: ColumnTable, cands: Candidates, candidate: np.ndarray, val: np.ndarray,
