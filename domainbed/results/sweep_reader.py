@@ -417,18 +417,28 @@ def _encode_top(table: ColumnTable, top: _Top) -> list[Buffer]:
                                                                   rows[chosen])])
         new_offset[chosen] = starts
     block_list = blocks.tolist()
-    args, hparams = as_list(table.args), as_list(table.hparams)
+    every_block = np.array_equal(blocks, np.arange(table.n_blocks))
     kept = {i: [{k: v for k, v in r.items() if k != "run_dir"} for r in table.kept[b]]
-            for i, b in enumerate(block_list) if b in table.kept}
+            for i, b in enumerate(block_list) if b in table.kept} if table.kept else {}
     kept_runs = np.flatnonzero(keep).tolist()
-    renumber = {old: new for new, old in enumerate(kept_runs)}
+    renumber = {old: new for new, old in enumerate(kept_runs)} if top.notes else {}
     return encode(
-        {"paths": [top.rels[i] for i in kept_runs],
+        {"paths": top.rels if len(kept_runs) == len(top.rels) else
+         [top.rels[i] for i in kept_runs],
          "stats": np.concatenate([np.zeros((0, 5), dtype=np.int64), *top.stats])[keep],
          "block_counts": counts[keep],
          "notes": {renumber[r]: n for r, n in top.notes.items() if r in renumber}},
         {"layout": layout, "offset": new_offset, "rows": rows,
          "key_codes": table.keys.codes[blocks],
-         "args": [_json_bytes(args[b]) for b in block_list],
-         "hparams": [_json_bytes(hparams[b]) for b in block_list], "kept": kept},
+         "args": _json_texts(as_list(table.args), block_list, every_block),
+         "hparams": _json_texts(as_list(table.hparams), block_list, every_block),
+         "kept": kept},
         table.store.layouts, matrices, table.keys.texts, top.walked.listings)
+
+
+def _json_texts(values: list[Any], blocks: list[int], every_block: bool) -> list[bytes]:
+    """The JSON bytes of these blocks' values (bytes as they are): the list itself where
+    it holds every block, all as bytes (a sweep read from its files)."""
+    if every_block and set(map(type, values)) <= {bytes}:
+        return values
+    return [_json_bytes(values[b]) for b in blocks]
