@@ -237,13 +237,22 @@ def _corrupt_variants(data):
             "huge step": _with_step(data, 2.0 ** 60),
             "cut values": data[:-8], "crafted keys": crafted, "bad value": bad_value,
             "pickle": b"\x80\x04\x95" + data, "old version": data.replace(
-                b'"version": 3', b'"version": 2', 1)}
+                b'"version": 3', b'"version": 2', 1),
+            "head in its header": _with_head(data, record_index.PREFIX + 1),
+            "head in a blob": _with_head(data, len(data) - 8)}
+
+
+def _with_head(data, head):
+    """The index with its prefix's head length (where the lazily read blobs start) set."""
+    at = len(record_index.MAGIC) + 8
+    return data[:at] + head.to_bytes(8, "little") + data[at + 8:]
 
 
 @pytest.mark.parametrize("variant", ["garbage", "truncated", "cut values", "crafted keys",
                                      "bad value", "pickle", "overlapping",
                                      "code out of range", "old version",
-                                     "fractional step", "negative step", "huge step"])
+                                     "fractional step", "negative step", "huge step",
+                                     "head in its header", "head in a blob"])
 def test_a_corrupt_or_crafted_index_is_ignored_with_a_warning_and_rebuilt(sweep, reads,
                                                                          variant, capsys):
     expected = _load(sweep).records

@@ -273,14 +273,18 @@ class SweepReader:
                 self.skipped_lines += len(line_notes)
                 if top is not None:
                     top.notes[first_run + len(kept_runs) - 1] = line_notes
+        every_run = len(kept_runs) == len(runs)
         if top is not None:
-            kept_keys = keys if len(kept_runs) == len(runs) else keys[kept_runs]
+            kept_keys = keys if every_run else keys[kept_runs]
             # (a run's key: -1s where not a regular file)
-            top.add([runs[i][1] for i in kept_runs], kept_keys,
-                    [counts[i] for i in kept_runs],
+            top.add([rel for _, rel in runs] if every_run else
+                    [runs[i][1] for i in kept_runs], kept_keys,
+                    counts if every_run else [counts[i] for i in kept_runs],
                     (kept_keys[:, 0] >= 0) & (kept_keys[:, 1] <= settled))
-        self.kept_dirs += [runs[i][0] for i in kept_runs]
-        run_dirs = [path for (path, _), count in zip(runs, counts) for _ in range(count)]
+        paths = [path for path, _ in runs]
+        self.kept_dirs += paths if every_run else [paths[i] for i in kept_runs]
+        run_dirs = paths if counts.count(1) == len(counts) else \
+            [path for path, count in zip(paths, counts) for _ in range(count)]
         kept = {}
         for block, records in chunk.kept.items():
             if first <= block < last:
