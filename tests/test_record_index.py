@@ -330,13 +330,19 @@ def test_a_removed_done_marker_drops_the_run_through_the_index(sweep, reads):
     assert loaded.skipped_runs == first.skipped_runs + 1
 
 
-def test_a_tampered_args_text_sends_the_records_api_back_to_the_files(sweep, capsys):
+def _indexed(sweep):
+    """(the records read from the files, the index's path, bytes, header and where its
+    arrays start) of `sweep`, its index just written."""
     from_files = rec.load_records(sweep, quiet=True, fields=rec.TABLE_FIELDS,
                                   use_index=False)
     _load(sweep)
     index = sweep / record_index.INDEX_FILE
     data = index.read_bytes()
-    header, base = _header(data)
+    return (from_files, index, data, *_header(data))
+
+
+def test_a_tampered_args_text_sends_the_records_api_back_to_the_files(sweep, capsys):
+    from_files, index, data, header, base = _indexed(sweep)
     at = base + header["arrays"]["args_blob"][2]
     assert data[at:].startswith(b'{"algorithm"')
     start = data.index(b'"dataset":', at) + len(b'"dataset":')
@@ -437,12 +443,7 @@ def test_the_args_and_hparams_texts_are_read_only_when_asked_for(sweep, reads):
     """A report reads key codes, never the args and hparams texts: the index's tail (its
     two blobs, last in the file) stays unread until record dicts are asked for, then comes
     from the file opened, even where another index has replaced it since."""
-    from_files = rec.load_records(sweep, quiet=True, fields=rec.TABLE_FIELDS,
-                                  use_index=False)
-    _load(sweep)
-    index = sweep / record_index.INDEX_FILE
-    data = index.read_bytes()
-    header, base = _header(data)
+    from_files, index, data, header, base = _indexed(sweep)
     head = int.from_bytes(data[len(record_index.MAGIC) + 8:record_index.PREFIX], "little")
     assert head == base + header["arrays"]["args_blob"][2]        # the blobs: the tail
     assert head < base + header["arrays"]["hparams_blob"][2] < len(data)
