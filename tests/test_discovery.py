@@ -189,6 +189,25 @@ def test_stats_taken_by_the_stat_kernel_in_threads_equal_python_s(tmp_path, monk
         parallel_read.lstat_rows(bad)
 
 
+def test_the_workers_send_their_chunks_through_a_wide_pipe():
+    """The pool's result pipe is widened to 1 MiB (or left alone where that fails)."""
+    import multiprocessing
+
+    from domainbed.results import parallel_read
+    fcntl = pytest.importorskip("fcntl")
+    if not hasattr(fcntl, "F_GETPIPE_SZ"):
+        pytest.skip("pipe sizes are Linux's")
+    with open("/proc/sys/fs/pipe-max-size") as f:
+        refused = int(f.read()) < parallel_read.RESULT_PIPE_BYTES and os.geteuid() != 0
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        before = fcntl.fcntl(pool._outqueue._reader.fileno(), fcntl.F_GETPIPE_SZ)
+        parallel_read._widen_result_pipe(pool)
+        after = fcntl.fcntl(pool._outqueue._reader.fileno(), fcntl.F_GETPIPE_SZ)
+        assert after == (before if refused else parallel_read.RESULT_PIPE_BYTES)
+        assert pool.apply(len, ("abc",)) == 3
+    parallel_read._widen_result_pipe(object())      # no such pipe: nothing happens
+
+
 def _leaves(tmp_path):
     """Folders without subfolders, one of each kind of entry the listing tells apart."""
     (tmp_path / "target_dir").mkdir()
