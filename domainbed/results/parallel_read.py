@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from oodutils import c_kernel
+from domainbed.results.rows_kernel import compiled_function
 from oodutils.heap import tune_for_tables
 
 MIN_FILES = 4000      # fewer: one process reads them sooner than workers start
@@ -151,16 +151,10 @@ MIN_THREADED_STATS = 4000     # fewer: one thread takes them sooner than threads
 def _stat_kernel() -> Any:
     """The compiled `lstat_rows` (ctypes function, which lets go of the GIL while it
     runs), or None: no compiler, a failed build, or DOMAINBED_RECORDS_KERNEL=python."""
-    if os.environ.get("DOMAINBED_RECORDS_KERNEL", "c") == "python":
-        return None
-    lib = c_kernel.build(STAT_SOURCE, ["-O2", "-fPIC", "-shared"], "stat kernel",
-                         "files are statted by Python")
-    if lib is None:
-        return None
-    function = lib.lstat_rows
-    function.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
-    function.restype = ctypes.c_int64
-    return function
+    return compiled_function(STAT_SOURCE, "lstat_rows",
+                             [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64,
+                              ctypes.c_void_p], ctypes.c_int64, "stat kernel",
+                             "files are statted by Python")
 
 
 def _kernel_rows(kernel: Any, paths: Sequence[str]) -> np.ndarray:

@@ -233,10 +233,7 @@ def encode(runs: dict[str, Any], blocks: dict[str, Any], layouts: list[Any],
         arrays[name] = arrays.pop(name)
     described: dict[str, list[Any]] = {}
     at = 0
-    head = None
     for name, array in arrays.items():
-        if name in LAZY_ARRAYS and head is None:
-            head = at
         array = np.ascontiguousarray(array)
         arrays[name] = array
         dtype = {np.dtype(np.int64): "<i8", np.dtype(np.float64): "<f8",
@@ -250,7 +247,7 @@ def encode(runs: dict[str, Any], blocks: dict[str, Any], layouts: list[Any],
               "n_runs": len(runs["paths"]), "n_dirs": len(dir_names)}
     text = json.dumps(header).encode("utf-8")
     text += b" " * (-(PREFIX + len(text)) % 8)
-    head_end = PREFIX + len(text) + (at if head is None else head)
+    head_end = PREFIX + len(text) + described[LAZY_ARRAYS[0]][2]   # (where the tail starts)
     pieces: list[Buffer] = [MAGIC + len(text).to_bytes(8, "little") +
                             head_end.to_bytes(8, "little") + text]
     for array in arrays.values():

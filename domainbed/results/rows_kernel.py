@@ -35,18 +35,26 @@ _KINDS: dict[int, type] = {1: int, 2: float, 3: str}   # (str: hparams, as the s
 def load() -> Any:
     """The compiled reader (ctypes function), or None: no compiler, a failed build, or
     DOMAINBED_RECORDS_KERNEL=python."""
+    pointer, size = ctypes.c_void_p, ctypes.c_int64
+    return compiled_function(SOURCE, "results_rows",
+                             [ctypes.c_char_p, size, size, ctypes.c_char_p, size, size, size,
+                              size, pointer, pointer, pointer], size, "records kernel",
+                             "results files are read by the Python reader")
+
+
+def compiled_function(source: str, name: str, argtypes: list[Any], restype: Any, what: str,
+                      otherwise: str) -> Any:
+    """The C function `name` of `source` (ctypes, with these types), compiled once per
+    machine, or None: no compiler, a failed build (warned as `c_kernel.build` does), or
+    DOMAINBED_RECORDS_KERNEL=python, which every compiled reader of records obeys."""
     if os.environ.get("DOMAINBED_RECORDS_KERNEL", "c") == "python":
         return None
-    lib = c_kernel.build(SOURCE, FLAGS, "records kernel",
-                         "results files are read by the Python reader")
+    lib = c_kernel.build(source, FLAGS, what, otherwise)
     if lib is None:
         return None
-    read = lib.results_rows
-    pointer, size = ctypes.c_void_p, ctypes.c_int64
-    read.argtypes = [ctypes.c_char_p, size, size, ctypes.c_char_p, size, size, size, size,
-                     pointer, pointer, pointer]
-    read.restype = size
-    return read
+    function = getattr(lib, name)
+    function.argtypes, function.restype = argtypes, restype
+    return function
 
 
 class RowLayout(NamedTuple):
