@@ -28,6 +28,31 @@ from oodutils.cli import ArgumentParser, add_logging_flags, add_option, parse_js
 from oodutils.errors import UserError, epilog_example
 from oodutils.pinned_dir import PinnedDir
 
+MAX_SEED = 2**32 - 1          # numpy's seeds are 32-bit
+MAX_STEPS = 10**9
+MAX_TRACKER_TIMEOUT = 3600.0
+# option: (lowest, highest, how the lower bound reads); None (a default) is not checked
+NUMBER_LIMITS: dict[str, tuple[int, int, str]] = {
+    "hparams_seed": (0, MAX_SEED, ""), "trial_seed": (0, MAX_SEED, ""),
+    "seed": (0, MAX_SEED, ""), "data_seed": (0, MAX_SEED, ""),
+    "steps": (1, MAX_STEPS, ""), "checkpoint_freq": (1, MAX_STEPS, ""),
+    "patience": (1, MAX_STEPS, ""), "eval_batch_size": (1, 1 << 20, ""),
+    "num_threads": (0, 4096, "must be 0 (torch's default) or more"),
+    "distributed": (1, 4096, "must be at least 1 (processes)"),
+}
+
+
+def check_limits(flag: str, value: int | None, low: int, high: int, low_text: str = ""
+                 ) -> None:
+    """One error line when the integer option `flag` is outside [low, high]."""
+    if value is None:
+        return
+    if value < low:
+        raise UserError(f"{flag} {low_text or f'must be at least {low}'}, got {value}")
+    if value > high:
+        raise UserError(f"{flag} must be at most {high}, got {value}")
+
+
 EVAL_SPLITS_HELP = ("splits to evaluate at each checkpoint, a union of: all (default, "
                     "DomainBed's), in, out, uda, test (test envs' splits), train (training "
                     "envs' splits), or names like env2_in; keys of splits not evaluated are "
@@ -113,6 +138,10 @@ class RunConfig:
     tracker_uri: str = option("", "MLflow tracking URI (default: a file store in "
                                   "OUTPUT_DIR/mlruns; e.g. file:/abs/sweep_mlruns to gather "
                                   "a sweep, or a server's http:// address)")
+    tracker_timeout: float = option(10.0, "seconds a tracker may take to start, log a "
+                                          "checkpoint or close (a server that is down); "
+                                          "past it the run goes on without the tracker",
+                                    metavar="SECONDS")
     num_threads: int = option(0, "torch intra-op threads per process (0 = torch's "
                                  "default, shared out among --distributed processes)")
     distributed: int = option(1, "data-parallel processes for this one run (gloo on CPU, "
@@ -227,10 +256,10 @@ class RunConfig:
                             f"train on")
 
     def check_numbers(self) -> None:
-        if self.steps is not None and self.steps < 1:
-            raise UserError("--steps must be at least 1")
-        if self.checkpoint_freq is not None and self.checkpoint_freq < 1:
-            raise UserError("--checkpoint_freq must be at least 1")
+        """Every numeric option within its bounds (`NUMBER_LIMITS`): one error line, so a
+        typo such as --steps 10**23 never starts a run that cannot end."""
+        for name, (low, high, low_text) in NUMBER_LIMITS.items():
+            check_limits(f"--{name}", getattr(self, name), low, high, low_text)
         if not (math.isfinite(self.holdout_fraction) and 0 < self.holdout_fraction < 1):
             raise UserError(f"--holdout_fraction must be in (0, 1), got "
                             f"{self.holdout_fraction}")
@@ -238,15 +267,10 @@ class RunConfig:
                 and 0 <= self.uda_holdout_fraction < 1):
             raise UserError(f"--uda_holdout_fraction must be in [0, 1), got "
                             f"{self.uda_holdout_fraction}")
-        if self.eval_batch_size < 1:
-            raise UserError(f"--eval_batch_size must be at least 1, got "
-                            f"{self.eval_batch_size}")
-        if self.distributed < 1:
-            raise UserError(f"--distributed must be at least 1 (processes), got "
-                            f"{self.distributed}")
-        if self.num_threads < 0:
-            raise UserError(f"--num_threads must be 0 (torch's default) or more, got "
-                            f"{self.num_threads}")
+        if not (math.isfinite(self.tracker_timeout) and
+                0 < self.tracker_timeout <= MAX_TRACKER_TIMEOUT):
+            raise UserError(f"--tracker_timeout must be in (0, {MAX_TRACKER_TIMEOUT}] "
+                            f"seconds, got {self.tracker_timeout}")
         check_eval_splits(self.eval_splits)
         check_early_stopping(self.early_stopping, self.patience)
         from oodutils.metrics import check_metrics

@@ -16,7 +16,8 @@ RECORD_ARG_KEYS = [
     "holdout_fraction", "uda_holdout_fraction", "skip_model_save",
     "save_model_every_checkpoint", "save_best_model", "early_stopping", "patience",
     "save_logits", "precision", "memory_format",
-    "eval_splits", "eval_batch_size", "metrics", "trackers", "tracker_uri", "num_threads",
+    "eval_splits", "eval_batch_size", "metrics", "trackers", "tracker_uri", "tracker_timeout",
+    "num_threads",
     "distributed", "restart", "weights_dir",
     "feature_cache_dir"]
 

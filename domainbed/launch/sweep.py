@@ -27,7 +27,7 @@ TRAIN_COMMAND = [sys.executable, "-m", "domainbed.scripts.train"]
 
 # Train flags that say where a run is reported, not what it is: left out of the job's
 # directory name, so adding a tracker to a sweep finds the same jobs.
-NOT_HASHED = ("tracker", "tracker_uri")
+NOT_HASHED = ("tracker", "tracker_uri", "tracker_timeout")
 
 
 class Job:

@@ -16,9 +16,11 @@ the same directory), besides the jobs never launched. Finished jobs are never to
 and a job that another process is still running is left alone.
 """
 import argparse
+import math
 import os
 import sys
 
+from domainbed.config import MAX_SEED, check_limits
 from domainbed.launch import launchers
 from domainbed.launch.fused import FUSED_MAX_MODELS
 from domainbed.launch.slurm_status import slurm_view, summarize_view
@@ -54,6 +56,8 @@ EPILOG = epilog_example("domainbed-sweep", "domainbed.scripts.sweep",
                         "launch --datasets ColoredMNIST --algorithms ERM IRM --data_dir ./data "
                         "--output_dir sweeps/s1 --command_launcher local --max_workers 2")
 
+MAX_JOBS = 10**6
+
 # Job states `launch` runs: incomplete ones (resumed) and those never launched.
 TO_LAUNCH = launchers.INCOMPLETE + (launchers.NOT_LAUNCHED,)
 
@@ -84,6 +88,8 @@ PASS_THROUGH = {   # name -> argparse kwargs
                     help="train.py's --tracker (tensorboard, mlflow, wandb; repeatable); "
                          "not part of a job's directory name"),
     "tracker_uri": dict(type=str, default=None, help="train.py's --tracker_uri (MLflow)"),
+    "tracker_timeout": dict(type=float, default=None, metavar="SECONDS",
+                            help="train.py's --tracker_timeout"),
     "skip_model_save": dict(action="store_true", help="train.py's --skip_model_save"),
     "save_model_every_checkpoint": dict(action="store_true",
                                         help="train.py's --save_model_every_checkpoint"),
@@ -174,9 +180,32 @@ def build_parser():
     return parser
 
 
+# the sweep's own integer options: (lowest, highest); train's go through RunConfig
+SWEEP_LIMITS = {"n_trials": (1, MAX_JOBS), "n_hparams_from": (0, MAX_JOBS),
+                "n_hparams": (1, MAX_JOBS), "seed": (0, MAX_SEED), "max_workers": (1, 4096),
+                "gpus_per_job": (1, 4096), "fused_max_models": (1, MAX_JOBS),
+                "slurm_timeout_min": (1, 10**7), "slurm_gpus": (0, 4096),
+                "slurm_cpus": (1, 4096), "slurm_array_parallelism": (1, MAX_JOBS)}
+
+
+def check_numbers(args):
+    """Every numeric option of the sweep within bounds (one error line); the train
+    options it passes on are checked per job by RunConfig."""
+    for name, (low, high) in SWEEP_LIMITS.items():
+        check_limits(f"--{name}", getattr(args, name), low, high)
+    for name in ("slurm_mem_gb", "ray_gpus_per_job"):
+        value = getattr(args, name)
+        if value is not None and not (math.isfinite(value) and 0 <= value <= 1e6):
+            raise UserError(f"--{name} must be a number in [0, 1000000], got {value}")
+    n_jobs_per_cell = args.n_trials * max(args.n_hparams - args.n_hparams_from, 0)
+    if n_jobs_per_cell > MAX_JOBS:
+        raise UserError(f"--n_trials x (--n_hparams - --n_hparams_from) is "
+                        f"{n_jobs_per_cell} jobs per dataset, algorithm and test "
+                        f"environments; at most {MAX_JOBS}")
+
+
 def check_args(args):
-    if args.n_trials < 1:
-        raise UserError(f"--n_trials must be at least 1, got {args.n_trials}")
+    check_numbers(args)
     if args.n_hparams <= args.n_hparams_from:
         raise UserError(f"--n_hparams ({args.n_hparams}) must be greater than "
                         f"--n_hparams_from ({args.n_hparams_from})")

@@ -415,7 +415,8 @@ def data_args(config, dataset, dataset_cls):
     """A record's `args` before the model's entries: the config's fields (less where things
     are kept and how the run started), the data's identity, env, group and class names."""
     args_dict = config.to_dict()
-    for key in ("restart", "weights_dir", "feature_cache_dir", "tracker_uri"):
+    for key in ("restart", "weights_dir", "feature_cache_dir", "tracker_uri",
+                "tracker_timeout"):
         args_dict.pop(key, None)   # how it started or where things are, not what it is
     args_dict.update(dataset.identity() if hasattr(dataset, "identity") else {})
     args_dict.update({
