@@ -25,6 +25,7 @@ from typing import IO, Union
 from oodutils.errors import UserError
 
 Buffer = Union[bytes, memoryview]     # a piece of a file written in pieces
+TMP_PREFIX = ".tmp-"     # a file being written, renamed over its name once whole
 
 
 class UnsafePath(UserError):
@@ -187,7 +188,7 @@ class PinnedDir:
         """Write `name` atomically: temp file, fsync, rename over `name`. `data`: bytes, or
         pieces written one after another (no joined copy). `durable`: fsync the folder
         too, so the new name survives a power cut."""
-        tmp = f".tmp-{secrets.token_hex(8)}"
+        tmp = f"{TMP_PREFIX}{secrets.token_hex(8)}"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
                          0o666 & ~current_umask(), dir_fd=self.fd)
@@ -229,6 +230,18 @@ class PinnedDir:
             os.unlink(name, dir_fd=self.fd)
         except FileNotFoundError:
             pass
+
+    def remove_temporaries(self) -> int:
+        """Remove the temp files (`.tmp-*`, files or links, never a folder) that writes
+        interrupted by a kill left in this folder; how many. Only for a folder no other
+        process is writing now (a run under its lock)."""
+        removed = 0
+        for name in os.listdir(self.fd):
+            st = self.lstat(name) if name.startswith(TMP_PREFIX) else None
+            if st is not None and not stat.S_ISDIR(st.st_mode):
+                self.unlink(name)
+                removed += 1
+        return removed
 
     def move_aside(self, name: str, suffix: str = ".prev") -> str | None:
         """Rename `name` to the first free name of `name.prev`, `name.prev.1`, ... (an

@@ -252,7 +252,7 @@ def _group_process(index, commands, results, arithmetic):
 
 def _died(commands, exitcode):
     outcomes = [jobs.Outcome(c.output_dir, "failed", exitcode) for c in commands
-                if not os.path.exists(os.path.join(c.output_dir, jobs.DONE_FILE))]
+                if not jobs.is_done(c.output_dir)]
     return GroupResult(outcomes, [], summary=f"fused: the process of a group of "
                                              f"{len(commands)} died (exit code {exitcode}); "
                                              f"relaunch to resume its members")

@@ -17,6 +17,7 @@ import fcntl
 import os
 import shlex
 import signal
+import stat
 import subprocess
 from dataclasses import dataclass, field
 
@@ -131,6 +132,36 @@ def is_running(output_dir):
     return False
 
 
+DONE_HINT = ("relaunch the sweep (the job's run removes it and resumes from its last "
+             "checkpoint), or remove the job with `sweep delete_incomplete` (a single run: "
+             "train it again with --restart)")
+
+
+def done_problem(output_dir):
+    """Why the job's `done` is not the marker a finished run writes (a symlink, dangling
+    or not, a FIFO, a folder: nothing a run makes), with the way out; None when it is a
+    regular file or absent."""
+    path = os.path.join(output_dir, DONE_FILE)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISREG(st.st_mode):
+        return None
+    kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else \
+        "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+    return f"{path} is {kind}, not the marker a finished run writes; {DONE_HINT}"
+
+
+def is_done(output_dir):
+    """Whether the job finished: its `done` is a regular file (a symlink there, even to
+    a file, is someone else's and marks nothing)."""
+    try:
+        return stat.S_ISREG(os.lstat(os.path.join(output_dir, DONE_FILE)).st_mode)
+    except OSError:
+        return False
+
+
 def job_state(output_dir):
     """done / running / interrupted / failed (incomplete, no live lock, or refused) /
     not launched."""
@@ -138,7 +169,7 @@ def job_state(output_dir):
         return NOT_LAUNCHED
     if unsafe_reason(output_dir):
         return FAILED
-    if os.path.exists(os.path.join(output_dir, DONE_FILE)):
+    if is_done(output_dir):
         return DONE
     if is_running(output_dir):
         return RUNNING
@@ -188,7 +219,7 @@ def _last_line(path, skip_prefix=None, keep_prefix=None):
 def last_error(output_dir):
     """The last line a failed job wrote to err.txt (else to launcher.log), or None; for
     a job directory the launcher refuses, the reason."""
-    reason = unsafe_reason(output_dir)
+    reason = unsafe_reason(output_dir) or done_problem(output_dir)
     if reason:
         return reason
     line = _last_line(os.path.join(output_dir, "err.txt"))
@@ -214,7 +245,7 @@ class JobClaim:
 
     def _claim(self):
         out = self.out
-        if os.path.exists(os.path.join(out, DONE_FILE)) and not unsafe_reason(out):
+        if is_done(out) and not unsafe_reason(out):
             return Outcome(out, "skipped_done")
         try:
             with PinnedDir.open(out, create=True) as folder:
@@ -224,7 +255,7 @@ class JobClaim:
                     return Outcome(out, "skipped_running")
                 self.log = os.fdopen(folder.open_file(
                     LOG_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab")
-                if folder.exists(DONE_FILE):   # finished while we waited
+                if is_done(out):   # finished while we waited
                     self.release()
                     return Outcome(out, "skipped_done")
         except UnsafeJobFile:   # reported by job_state/last_error; nothing is written
@@ -287,7 +318,7 @@ def run_command(command, extra_env=None, echo=None):
                 proc.kill()
             raise
         claim.write_log(f"{LOG_PREFIX} exit code {returncode}")
-        ok = returncode == 0 and os.path.exists(os.path.join(out, DONE_FILE))
+        ok = returncode == 0 and is_done(out)
         return Outcome(out, "ok" if ok else "failed", returncode)
     finally:
         claim.release()

@@ -77,7 +77,7 @@ def run_in_process(command):
                         f"{command}")
         code = _call_train(flags, claim.log)
         claim.write_log(f"{jobs.LOG_PREFIX} exit code {code}")
-        ok = code == 0 and os.path.exists(os.path.join(command.output_dir, jobs.DONE_FILE))
+        ok = code == 0 and jobs.is_done(command.output_dir)
         return jobs.Outcome(command.output_dir, "ok" if ok else "failed", code)
     finally:
         claim.release()

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import random
+import stat
 import sys
 import time
 from typing import NamedTuple
@@ -221,6 +222,7 @@ class TrainingRun:
         Starts the run's experiment trackers (--tracker)."""
         self._open_trackers()
         out, run_dir = self.out, self.run_dir
+        self._remove_temporaries()
         if any(s.paths is not None for _, _, _, s in self.named_splits) and \
                 not run_dir.exists("examples.csv"):
             run_dir.write_text("examples.csv", example_paths_csv(self.dataset))
@@ -231,7 +233,7 @@ class TrainingRun:
             discard_resume_state(run_dir, self.log)
         if run_dir.exists(RESUME_FILE):
             state = load_resume_state(run_dir, RESUME_FILE, self.algorithm, self.identity,
-                                      self.schedule)
+                                      self.schedule, (self.n_steps, self.checkpoint_freq))
             self.accumulators = state["accumulators"]
             self.records = read_kept_records(run_dir, RESULTS_FILE, state["records"],
                                              self.log)
@@ -246,6 +248,18 @@ class TrainingRun:
             self.log(f"notice: starting {out} from step 0; its earlier records are kept "
                      f"in {aside}")
         return 0
+
+    def _remove_temporaries(self):
+        """The `.tmp-*` files an attempt killed mid-write left (a partial resume state,
+        predictions) go before this one writes anything."""
+        removed = self.run_dir.remove_temporaries()
+        for name in ("predictions", "confusion"):
+            if self.run_dir.exists(name):
+                with self.run_dir.subdir(name, create=False) as folder:
+                    removed += folder.remove_temporaries()
+        if removed:
+            self.log(f"notice: removed {removed} temporary file{'s' * (removed != 1)} "
+                     f"an interrupted attempt left in {self.out}")
 
     def _open_trackers(self):
         if self.trackers is None and self.config.trackers and self.is_main:
@@ -484,11 +498,29 @@ def prepare_output_dir(out, log=None):
     `out` is a symlink or not a folder."""
     log = log or LOG.info
     with PinnedDir.open(out, create=True) as run_dir:
-        if run_dir.exists("done"):
+        st = run_dir.lstat("done")
+        if st is not None and stat.S_ISREG(st.st_mode):
             log(f"notice: {out} already holds a finished run; nothing to do")
             return False
+        if st is not None:
+            remove_foreign_done(run_dir, st, log)
         run_dir.unlink("err.txt")
     return True
+
+
+def remove_foreign_done(run_dir, st, log):
+    """A `done` that is no regular file (a symlink, dangling or not, a FIFO, a folder)
+    marks nothing a run wrote: it goes (a folder is moved aside, a link's target is left
+    alone) and the run resumes or starts, instead of every relaunch skipping it."""
+    path = run_dir.join("done")
+    if stat.S_ISDIR(st.st_mode):
+        log(f"notice: {path} is a folder, not the marker a finished run writes; moved it "
+            f"aside to {run_dir.move_aside('done')}")
+        return
+    kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+    run_dir.unlink("done")
+    log(f"notice: {path} was {kind}, not the marker a finished run writes; removed it "
+        f"(nothing it pointed to was touched)")
 
 
 def run(config: RunConfig, hparams: dict, algorithm_cls: type, dataset_cls: type,

@@ -190,12 +190,77 @@ def records_problem(records, next_step):
     return None
 
 
-def load_resume_state(run_dir, name, algorithm, identity, schedule=None):
+def checkpoint_steps_problem(records, next_step, n_steps, checkpoint_freq):
+    """Whether a state's place fits the run's schedule: `next_step` within the run's
+    `n_steps`, right after a checkpoint, and its records exactly at the run's checkpoint
+    steps before it (a state claiming step 10**15 would mark the run done with a few of
+    its checkpoints). What is wrong, or None."""
+    if next_step > n_steps:
+        return f"next_step {next_step} is beyond the run's {n_steps} steps"
+    last = n_steps - 1
+
+    def is_checkpoint(step):
+        return step % checkpoint_freq == 0 or step == last
+    expected_count = -(-next_step // checkpoint_freq) + \
+        (next_step == n_steps and last % checkpoint_freq != 0)
+    steps = [json.loads(line)["step"] for line in records]
+    if next_step < 1 or not is_checkpoint(next_step - 1) or len(steps) != expected_count \
+            or any(not is_checkpoint(step) for step in steps):
+        return (f"its {len(steps)} records (steps {_steps_text(steps)}) are not the "
+                f"{expected_count} checkpoints of this run's schedule before step "
+                f"{next_step} (every {checkpoint_freq} steps of {n_steps})")
+    return None
+
+
+def _steps_text(steps):
+    """"0, 2, 4" or, for many, "0, 2, 4, 6, ..., 98"."""
+    if not steps:
+        return "none"
+    if len(steps) > 5:
+        return ", ".join(map(str, steps[:4])) + f", ..., {steps[-1]}"
+    return ", ".join(map(str, steps))
+
+
+def non_finite_problem(state):
+    """The first weight (model or optimizer tensor) of a state that is NaN or infinite,
+    or None: resuming from it would train garbage or stop at once."""
+    tensors = [("algorithm", k, v) for k, v in state["algorithm"].items()]
+    for name, optimizer in state["optimizers"].items():
+        tensors += [(f"optimizer {name}", "state", v) for v in _tensors(optimizer)]
+    for where, key, value in tensors:
+        if isinstance(value, torch.Tensor) and (value.is_floating_point() or
+                                                value.is_complex()) and \
+                not bool(torch.isfinite(value).all()):
+            return f"{where} tensor {key!r} holds NaN or infinite values"
+    return None
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+
+
+def load_resume_state(run_dir, name, algorithm, identity, schedule=None, run_steps=None):
+    """The resume state `name` of `run_dir`, checked and loaded into `algorithm` (and
+    the RNGs and `schedule`). `run_steps`: (n_steps, checkpoint_freq) of the run, which
+    the state's place and records must fit."""
     path = run_dir.join(name)
     state = _read_state(run_dir, name)
     if state["identity"] != identity:
         raise UserError(f"{run_dir.path} holds an unfinished run with other "
                         f"arguments; use another --output_dir, or {RESTART_HINT}")
+    problem = non_finite_problem(state) or (
+        checkpoint_steps_problem(state["records"], state["next_step"], *run_steps)
+        if run_steps is not None else None)
+    if problem:
+        raise ResumeStateError(f"the resume state {path} does not fit this run "
+                               f"({problem}); {RESTART_HINT}")
     try:
         algorithm.load_state_dict(state["algorithm"])
         for name, optimizer in optimizer_attributes(algorithm).items():

@@ -1,0 +1,226 @@
+"""Hardening round 3, the run side (issue 40): numeric options within bounds, resume
+states that do not fit the run's schedule or hold non-finite weights, stale temporaries
+after a kill, a dangling `done` link, every file a command reads opened the no-follow,
+regular-file-only way, malformed weights files, and trackers that write outside the run
+folder or wait on a server that is down. Each case is one clear line (or one warning
+and the run goes on), never a traceback, a hang or a wrong record."""
+import json
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+from tests.hardening_util import (  # noqa: F401  (quiet_threads is a fixture)
+    comparable,
+    quiet_threads,
+    records,
+    train,
+    train_argv,
+    train_partially,
+)
+
+pytestmark = pytest.mark.usefixtures("quiet_threads")
+
+
+def one_line_error(code, err, *needles):
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: "), err
+    for needle in needles:
+        assert needle in err, (needle, err)
+
+
+@pytest.fixture
+def alarm():
+    """A hang fails the test instead of stopping the suite."""
+    def timeout(*_):
+        raise TimeoutError("hung")
+    previous = signal.signal(signal.SIGALRM, timeout)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+# ------------------------------------------------------------ 12: numeric bounds
+@pytest.mark.parametrize("extra, message", [
+    (("--steps", str(10**23)), "--steps must be at most 1000000000, got 1" + "0" * 23),
+    (("--checkpoint_freq", str(10**12)), "--checkpoint_freq must be at most"),
+    (("--seed", "-1"), "--seed must be at least 0, got -1"),
+    (("--seed", str(2**64)), "--seed must be at most 4294967295"),
+    (("--trial_seed", "-5"), "--trial_seed must be at least 0"),
+    (("--data_seed", str(2**40)), "--data_seed must be at most"),
+    (("--hparams_seed", "-1"), "--hparams_seed must be at least 0"),
+    (("--eval_batch_size", str(10**14)), "--eval_batch_size must be at most"),
+    (("--num_threads", "100000"), "--num_threads must be at most"),
+    (("--distributed", "100000"), "--distributed must be at most"),
+    (("--early_stopping", "val_acc", "--patience", str(10**12)), "--patience must be at most"),
+    (("--tracker_timeout", "0"), "--tracker_timeout must be in (0, 3600.0]"),
+    (("--tracker_timeout", "nan"), "--tracker_timeout must be in"),
+])
+def test_numeric_option_out_of_bounds_is_one_line(tmp_path, capsys, alarm, extra, message):
+    out = tmp_path / "run"
+    code, err = train(train_argv(out) + list(extra), capsys)
+    one_line_error(code, err, message)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("--n_trials", str(10**11)), "--n_trials must be at most 1000000"),
+    (("--n_hparams", str(10**9)), "--n_hparams must be at most"),
+    (("--n_trials", "1000", "--n_hparams", "10000"), "jobs per dataset"),
+    (("--max_workers", str(10**9)), "--max_workers must be at most"),
+    (("--steps", str(10**23)), "--steps must be at most 1000000000"),
+    (("--seed", "-3"), "--seed must be at least 0"),
+    (("--slurm_mem_gb", "inf"), "--slurm_mem_gb must be a number"),
+])
+def test_sweep_numeric_option_out_of_bounds_is_one_line(tmp_path, capsys, extra, message):
+    from domainbed.scripts.sweep import main
+    from oodutils.errors import run_cli
+    argv = ["launch", "--datasets", "Debug28", "--algorithms", "ERM", "--data_dir",
+            str(tmp_path), "--output_dir", str(tmp_path / "sweep"), "--command_launcher",
+            "local", "--n_trials", "1", "--n_hparams", "1", "--skip_confirmation", *extra]
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(main, argv)
+    err = capsys.readouterr().err
+    one_line_error(exit_info.value.code, err, message)
+    assert not (tmp_path / "sweep").exists()
+
+
+# ------------------------------------------------------------ 3: resume vs schedule
+def _edited_state(tmp_path, edit):
+    """A run of 6 steps (checkpoints at 0, 2, 4, 5) "killed" after step 3, its resume
+    state edited by `edit`."""
+    out = tmp_path / "run"
+    train_partially(train_argv(out), stop_after=3)
+    path = out / "resume_state.pt"
+    state = torch.load(path, weights_only=True)
+    assert state["next_step"] == 3 and len(state["records"]) == 2
+    edit(state)
+    torch.save(state, path)
+    return out, path
+
+
+def _record_at(step):
+    def edit(state):
+        record = json.loads(state["records"][-1])
+        state["records"].append(json.dumps({**record, "step": step}))
+        state["next_step"] = step + 1
+    return edit
+
+
+def _nan_weight(state):
+    name = next(k for k, v in state["algorithm"].items() if v.is_floating_point())
+    state["algorithm"][name][0] = float("nan")
+
+
+def _inf_optimizer_state(state):
+    [optimizer] = state["optimizers"].values()
+    moments = next(iter(optimizer["state"].values()))
+    moments["exp_avg"].fill_(float("inf"))
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda s: s.update(next_step=10**15), "next_step 1000000000000000 is beyond the run's 6"),
+    (lambda s: s.update(next_step=6), "not the 4 checkpoints of this run's schedule"),
+    (lambda s: s.update(next_step=5), "before step 5"),      # the checkpoint at 4 missing
+    (_record_at(3), "are not the 2 checkpoints"),            # 3 is no checkpoint step
+    (_record_at(5), "are not the 4 checkpoints"),            # done with 3 of 4 checkpoints
+    (_nan_weight, "holds NaN or infinite values"),
+    (_inf_optimizer_state, "optimizer optimizer tensor 'state' holds NaN"),
+], ids=["next-step-1e15", "next-step-at-end", "checkpoint-missing", "off-schedule-record",
+        "finished-with-missing-checkpoints", "nan-weight", "inf-adam-moment"])
+def test_resume_state_that_does_not_fit_the_schedule_is_refused(tmp_path, capsys, edit,
+                                                                 needle):
+    out, path = _edited_state(tmp_path, edit)
+    capsys.readouterr()
+    code, err = train(train_argv(out), capsys)
+    one_line_error(code, err, str(path), needle, "--restart")
+    assert not (out / "done").exists()
+    code, _ = train(train_argv(out, "--restart"), capsys)
+    assert code == 0 and [r["step"] for r in records(out)] == [0, 2, 4, 5]
+
+
+def test_resume_state_of_the_schedule_still_resumes(tmp_path, capsys):
+    reference = tmp_path / "reference"
+    assert train(train_argv(reference))[0] == 0
+    out, _ = _edited_state(tmp_path, lambda state: None)
+    code, _ = train(train_argv(out), capsys)
+    assert code == 0 and comparable(records(out)) == comparable(records(reference))
+
+
+# ------------------------------------------------------------ 13: stale temporaries
+def test_relaunch_removes_the_temporaries_a_kill_left(tmp_path, capsys):
+    out = tmp_path / "run"
+    train_partially(train_argv(out), stop_after=3)
+    # what a kill -9 in the middle of a write leaves: a partial resume state, a partial
+    # predictions file (the writer's own naming)
+    (out / ".tmp-0123456789abcdef").write_bytes(b"PK\x03\x04 partial resume state")
+    (out / "predictions" / ".tmp-fedcba9876543210").write_bytes(b"PK partial")
+    (out / ".tmp-folder").mkdir()       # not a file a write leaves: left alone
+    capsys.readouterr()
+    code, err = train(train_argv(out), capsys)
+    assert code == 0 and (out / "done").exists()
+    assert "removed 2 temporary files an interrupted attempt left" in err
+    leftovers = [p.name for p in out.rglob(".tmp-*")]
+    assert leftovers == [".tmp-folder"]
+
+
+# ------------------------------------------------------------ 10: a dangling `done` link
+def _partial_run_with_dangling_done(tmp_path):
+    out = tmp_path / "run"
+    train_partially(train_argv(out), stop_after=3)
+    os.symlink(tmp_path / "nowhere" / "done", out / "done")
+    return out
+
+
+def test_status_names_a_dangling_done_link_and_the_way_out(tmp_path):
+    from domainbed.launch import jobs
+    out = _partial_run_with_dangling_done(tmp_path)
+    assert jobs.job_state(str(out)) == jobs.FAILED
+    reason = jobs.last_error(str(out))
+    assert f"{out / 'done'} is a symbolic link, not the marker a finished run writes" \
+        in reason
+    assert "relaunch the sweep" in reason and "sweep delete_incomplete" in reason \
+        and "--restart" in reason
+
+
+def test_relaunch_launches_a_job_whose_done_is_a_dangling_link(tmp_path):
+    import sys
+
+    from domainbed.launch import jobs
+    out = tmp_path / "job"
+    out.mkdir()
+    os.symlink(tmp_path / "nowhere", out / "done")
+    write_done = ("import os, sys; d = os.path.join(sys.argv[1], 'done'); os.unlink(d); "
+                  "open(d, 'w').close()")
+    outcome = jobs.run_command(jobs.Command([sys.executable, "-c", write_done, str(out)],
+                                            str(out)))
+    assert outcome.status == "ok" and jobs.job_state(str(out)) == jobs.DONE
+    assert not (tmp_path / "nowhere").exists()
+
+
+@pytest.mark.parametrize("kind", ["dangling-link", "link-to-a-file", "folder"])
+def test_train_repairs_a_done_that_is_not_a_file_and_resumes(tmp_path, capsys, kind):
+    reference = tmp_path / "reference"
+    assert train(train_argv(reference))[0] == 0
+    out = tmp_path / "run"
+    train_partially(train_argv(out), stop_after=3)
+    target = tmp_path / "someone_elses_file"
+    if kind == "folder":
+        (out / "done").mkdir()
+    else:
+        if kind == "link-to-a-file":
+            target.write_text("theirs\n")
+        os.symlink(target, out / "done")
+    capsys.readouterr()
+    code, err = train(train_argv(out), capsys)
+    assert code == 0 and "not the marker a finished run writes" in err
+    assert (out / "done").is_file() and not (out / "done").is_symlink()
+    assert comparable(records(out)) == comparable(records(reference))
+    assert "resuming" in err                                   # from its checkpoint
+    if kind == "link-to-a-file":
+        assert target.read_text() == "theirs\n"
+    else:
+        assert not target.exists()
