@@ -35,27 +35,30 @@ class NotRegularFile(OSError):
     """The path is a symlink, FIFO, device, socket or directory, or is too large."""
 
 
-def _open_unfollowed(path: str | os.PathLike[str]) -> int:
+def _open_unfollowed(path: str | os.PathLike[str], follow: bool = False) -> int:
     """A read-only descriptor of `path` opened without following a final symlink (one is
-    NotRegularFile) and without blocking on a FIFO."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) \
-        | getattr(os, "O_CLOEXEC", 0)
+    NotRegularFile; `follow`: a link is followed) and without blocking on a FIFO."""
+    flags = os.O_RDONLY | (0 if follow else getattr(os, "O_NOFOLLOW", 0)) \
+        | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         return os.open(path, flags)
     except OSError as e:
-        if os.path.islink(path):
+        if not follow and os.path.islink(path):
             raise NotRegularFile(f"{path} is a symlink") from None
         raise e
 
 
-def open_regular(path: str | os.PathLike[str]) -> IO[bytes]:
+def open_regular(path: str | os.PathLike[str], follow: bool = False) -> IO[bytes]:
     """`path` opened for reading in binary, after checking (on the open descriptor, so
-    nothing can swap it in between) that it is a regular file."""
-    fd = _open_unfollowed(path)
+    nothing can swap it in between) that it is a regular file. `follow`: a symlink is
+    followed (a file the user's own tools keep as a link, such as a Hugging Face cache's
+    snapshot), its target still a regular file."""
+    fd = _open_unfollowed(path, follow)
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             raise NotRegularFile(f"{path} is not a regular file")
+        os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
@@ -137,3 +140,40 @@ def array_digest(array: Any) -> str:
     digest = hashlib.sha256(f"{array.dtype.str}|{list(array.shape)}|".encode())
     digest.update(memoryview(array).cast("B") if array.size else b"")
     return digest.hexdigest()
+
+
+def open_input(path: str | os.PathLike[str], option: str, follow: bool = False
+               ) -> IO[bytes]:
+    """A file a command was told to read (`option`: its flag, for the message), opened as
+    `open_regular` opens run files; anything else is one UserError naming the option and
+    why (missing, a symlink: with its target to pass instead, a FIFO or folder)."""
+    from oodutils.errors import UserError
+    try:
+        return open_regular(path, follow)
+    except NotRegularFile:
+        if os.path.islink(path):
+            raise UserError(f"{option} {os.fspath(path)} is a symbolic link; refusing to "
+                            f"follow it (pass the file it points to, "
+                            f"{os.path.realpath(path)}, if you trust it)") from None
+        raise UserError(f"{option} {os.fspath(path)} is not a regular file (a FIFO, "
+                        f"device or folder); refusing to read it") from None
+    except FileNotFoundError:
+        raise UserError(f"{option} {os.fspath(path)!r} is not a file") from None
+    except OSError as e:
+        raise UserError(f"{option} {os.fspath(path)} cannot be read "
+                        f"({e.strerror or type(e).__name__})") from None
+
+
+def read_input(path: str | os.PathLike[str], option: str, max_bytes: int,
+               follow: bool = False) -> bytes:
+    """The bytes of a file a command reads (see `open_input`), at most `max_bytes`."""
+    from oodutils.errors import UserError
+    with open_input(path, option, follow) as f:
+        if os.fstat(f.fileno()).st_size > max_bytes:
+            raise UserError(f"{option} {os.fspath(path)} is larger than {max_bytes} bytes; "
+                            f"refusing to read it")
+        data = f.read()     # a regular file: read to its end, sized by its stat
+    if len(data) > max_bytes:
+        raise UserError(f"{option} {os.fspath(path)} grew past {max_bytes} bytes while "
+                        f"being read; refusing it")
+    return data

@@ -224,3 +224,139 @@ def test_train_repairs_a_done_that_is_not_a_file_and_resumes(tmp_path, capsys, k
         assert target.read_text() == "theirs\n"
     else:
         assert not target.exists()
+
+
+# ------------------------------------------------------------ 7 and 9: evaluate's inputs
+def evaluate_here(capsys, *argv):
+    """domainbed-evaluate in this process: (exit code, stderr)."""
+    from domainbed.scripts import evaluate
+    from oodutils.errors import run_cli
+    with pytest.raises(SystemExit) as stopped:
+        run_cli(evaluate.main, [str(a) for a in argv])
+    return stopped.value.code, capsys.readouterr().err
+
+
+def _save_resnet18(path, n_outputs):
+    import torchvision
+    from safetensors.torch import save_file
+    torch.manual_seed(0)
+    save_file(torchvision.models.resnet18(num_classes=n_outputs).state_dict(), str(path))
+
+
+def _checkpoint(tmp_path):
+    from tests.test_evaluate import make_checkpoint
+    return make_checkpoint(tmp_path)[0]
+
+
+MODEL = ("--model", "resnet18", "--dataset", "Debug28")
+
+
+@pytest.mark.parametrize("option", ["--class_map", "--weights", "--checkpoint"])
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "folder"])
+def test_every_file_evaluate_reads_is_a_regular_file_never_followed(tmp_path, capsys, alarm,
+                                                                    option, kind):
+    real = tmp_path / "real"
+    if option == "--checkpoint":
+        os.replace(_checkpoint(tmp_path), real)
+        argv = []
+    else:
+        _save_resnet18(tmp_path / "ten.safetensors", 10)
+        (tmp_path / "map.json").write_text(json.dumps([0, 1]))
+        argv = [*MODEL, "--weights", tmp_path / "ten.safetensors", "--class_map",
+                tmp_path / "map.json"]
+        real.write_bytes((tmp_path / ("map.json" if option == "--class_map"
+                                      else "ten.safetensors")).read_bytes())
+        del argv[argv.index(option):argv.index(option) + 2]
+    planted = tmp_path / "planted.safetensors"
+    if kind == "fifo":
+        os.mkfifo(planted)
+    elif kind == "symlink":
+        os.symlink(real, planted)
+    else:
+        planted.mkdir()
+    code, err = evaluate_here(capsys, *argv, option, planted, "--output_dir", tmp_path / "o")
+    reason = {"fifo": "is not a regular file", "folder": "is not a regular file",
+              "symlink": f"is a symbolic link; refusing to follow it (pass the file it "
+                         f"points to, {real}"}[kind]
+    if option == "--weights" and kind != "symlink":
+        reason = "is not a file"     # checked by name before any work
+    one_line_error(code, err, option, reason)
+    assert not (tmp_path / "o" / "results.jsonl").exists()
+
+
+def _safetensors_with(header, payload=b"\0" * 16):
+    import struct
+    return struct.pack("<Q", len(header)) + header + payload
+
+
+MALFORMED = {
+    "huge-header-length": (2**63).to_bytes(8, "little") + b"{}",
+    "bad-json-header": _safetensors_with(b"{nope"),
+    "unknown-dtype": _safetensors_with(json.dumps(
+        {"fc.weight": {"dtype": "Q77", "shape": [2, 2], "data_offsets": [0, 16]}}).encode()),
+    "offsets-past-the-end": _safetensors_with(json.dumps(
+        {"fc.weight": {"dtype": "F32", "shape": [2, 512], "data_offsets": [0, 4096]}}
+    ).encode()),
+    "empty": b"",
+}
+
+
+@pytest.mark.parametrize("case", [*MALFORMED, "pickle"])
+def test_malformed_safetensors_weights_are_one_line(tmp_path, capsys, case):
+    weights = tmp_path / "head.safetensors"
+    if case == "pickle":
+        torch.save({"fc.weight": torch.zeros(2, 512)}, weights)
+    else:
+        weights.write_bytes(MALFORMED[case])
+    code, err = evaluate_here(capsys, *MODEL, "--weights", weights, "--output_dir",
+                              tmp_path / "o")
+    one_line_error(code, err, f"weights file {weights} is not a valid safetensors file")
+    assert not (tmp_path / "o" / "results.jsonl").exists()
+
+
+@pytest.mark.parametrize("case", [*MALFORMED, "text"])
+def test_malformed_checkpoint_is_one_line(tmp_path, capsys, case):
+    checkpoint = tmp_path / "model.safetensors"
+    checkpoint.write_bytes(MALFORMED.get(case, b"just text\n"))
+    code, err = evaluate_here(capsys, "--checkpoint", checkpoint, "--output_dir",
+                              tmp_path / "o")
+    one_line_error(code, err, f"--checkpoint {checkpoint} cannot be read")
+
+
+def test_checkpoint_sha256_is_of_the_bytes_scored(tmp_path):
+    import hashlib
+
+    from domainbed.scripts import evaluate
+    path = _checkpoint(tmp_path)
+    assert evaluate.main(["--checkpoint", str(path), "--output_dir",
+                          str(tmp_path / "o")]) == 0
+    [record] = records(tmp_path / "o")
+    assert record["args"]["checkpoint_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_hugging_face_weights_matching_no_parameter_are_refused(tmp_path, capsys):
+    from tests.requirements import need_package
+    transformers = need_package("transformers")
+    from safetensors.torch import save_file
+    config = transformers.ResNetConfig(num_labels=2, embedding_size=8, hidden_sizes=[8, 16],
+                                       depths=[1, 1], num_channels=3)
+    folder = tmp_path / "hf_model"
+    transformers.ResNetForImageClassification(config).save_pretrained(str(folder))
+    save_file({"unrelated.weight": torch.zeros(3)}, str(folder / "model.safetensors"),
+              metadata={"format": "pt"})
+    capsys.readouterr()     # save_pretrained's progress bar
+    code, err = evaluate_here(capsys, "--model", f"hf:{folder}", "--dataset", "Debug28",
+                              "--output_dir", tmp_path / "o")
+    one_line_error(code, err, f"hf:{folder}", "weights are not in its model.safetensors",
+                   "never scored")
+    assert not (tmp_path / "o" / "results.jsonl").exists()
+
+
+def test_hugging_face_folder_with_a_fifo_is_refused_without_hanging(tmp_path, capsys, alarm):
+    folder = tmp_path / "hf_model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    os.mkfifo(folder / "model.safetensors")
+    code, err = evaluate_here(capsys, "--model", f"hf:{folder}", "--dataset", "Debug28",
+                              "--output_dir", tmp_path / "o")
+    one_line_error(code, err, str(folder / "model.safetensors"), "not a regular file")

@@ -26,6 +26,7 @@ precision the frozen-feature cache (``feature_cache``) stores, so a probe traine
 cache and one computing features on the fly see the same numbers.
 """
 import hashlib
+import io
 import os
 import re
 import warnings
@@ -43,8 +44,10 @@ from domainbed.networks.input_adapters import (  # noqa: F401 (re-exported)
     takes_two_colours,
 )
 from oodutils.errors import UserError
+from oodutils.untrusted import open_input, read_input
 
 TRANSFER_MODES = ("full", "linear_probe")
+MAX_WEIGHTS_BYTES = 64 << 30   # a weights file is read whole; larger is not a model file
 PRETRAINED_INPUT_SIZE = 224  # the image size ImageNet weights are trained and evaluated at
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -272,12 +275,13 @@ _sha256_memo = {}
 
 
 def file_sha256(path):
-    """sha256 of a file (memoized per path, size and modification time)."""
+    """sha256 of a regular file (memoized per path, size and modification time; a FIFO
+    or device is one error line, never a hang)."""
     stat = os.stat(path)
     key = (os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
     if key not in _sha256_memo:
         digest = hashlib.sha256()
-        with open(path, "rb") as f:
+        with open_input(path, "weights file", follow=True) as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 digest.update(chunk)
         _sha256_memo[key] = digest.hexdigest()
@@ -337,39 +341,44 @@ def weights_identity(input_shape, hparams):
 _HASH_IN_NAME = re.compile(r"-([0-9a-f]{8,64})\.(?:pth|pt|bin|safetensors)$")
 
 
-def check_name_hash(path):
+def check_name_hash(path, sha256=None):
     """A file named like torchvision's `resnet18-f37072fd.pth` carries the first hex digits
-    of its sha256: a file that does not match them is not the published one."""
+    of its sha256 (`sha256`: the hash of the bytes read, else the file's): a file that
+    does not match them is not the published one."""
     match = _HASH_IN_NAME.search(os.path.basename(path))
-    if match and not file_sha256(path).startswith(match.group(1)):
+    sha256 = (sha256 or file_sha256(path)) if match else ""
+    if match and not sha256.startswith(match.group(1)):
         raise UserError(f"weights file {path} does not match the sha256 prefix "
-                        f"{match.group(1)} in its name (got {file_sha256(path)[:8]}); it is "
+                        f"{match.group(1)} in its name (got {sha256[:8]}); it is "
                         "damaged or not the published file: download it again (a file of "
                         "your own whose name only looks like a hash: rename it)")
 
 
-def _is_torchscript_archive(path):
+def _is_torchscript_archive(data):
     """A TorchScript archive is a zip with a `code/` folder (torch.save's zips have none)."""
-    if not zipfile.is_zipfile(path):
+    if not zipfile.is_zipfile(io.BytesIO(data)):
         return False
-    with zipfile.ZipFile(path) as archive:
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
         return any(name.split("/")[1:2] == ["code"] for name in archive.namelist())
 
 
-def _read_state_dict(path):
+def _read_state_dict(path, option=""):
     """A state dict from a .safetensors or torch file, read without running code: only
     tensors and plain containers (torch.load weights_only), never a TorchScript archive,
-    whose loading runs the code stored in it."""
-    check_name_hash(path)
+    whose loading runs the code stored in it. The file is read once, a regular file only
+    (a FIFO never hangs the read); `option`: the flag that named it (--weights), whose
+    file must not be a symlink either (the zoo's files, found in caches, may be)."""
+    data = read_input(path, option or "weights file", MAX_WEIGHTS_BYTES,
+                      follow=not option)
+    check_name_hash(path, hashlib.sha256(data).hexdigest())
     if path.endswith(".safetensors"):
-        from safetensors.torch import load_file
-        return load_file(path, device="cpu")
+        return _safetensors_state(path, data)
     try:
-        if _is_torchscript_archive(path):  # torch 2.4's torch.load would load it, not refuse
+        if _is_torchscript_archive(data):  # torch 2.4's torch.load would load it, not refuse
             raise RuntimeError("a TorchScript archive")
         with warnings.catch_warnings():  # torch warns of TorchScript before refusing it
             warnings.simplefilter("ignore", UserWarning)
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as e:  # an unpickler refusal, a TorchScript archive, a damaged file
         raise UserError(  # torch's own text advises weights_only=False: not repeated here
             f"cannot read weights file {path} as tensors only ({type(e).__name__}); "
@@ -385,6 +394,19 @@ def _read_state_dict(path):
         raise UserError(f"weights file {path} holds a {type(state).__name__}, not a state "
                         "dict of tensors")
     return state
+
+
+def _safetensors_state(path, data):
+    """The tensors of a safetensors file's bytes; a malformed one (a huge or torn header,
+    bad JSON, an unknown dtype, offsets past its end, a pickle under that name) is one
+    error line."""
+    from safetensors.torch import load
+    try:
+        return load(data)
+    except Exception as e:   # SafetensorError, or a dtype torch lacks
+        reason = " ".join(str(e).split())[:200] or type(e).__name__
+        raise UserError(f"weights file {path} is not a valid safetensors file ({reason})"
+                        ) from None
 
 
 def _rename_old_densenet_keys(state):

@@ -19,8 +19,10 @@ What a user of the field expects:
 Weights are read without running code (``_read_state_dict``: safetensors or
 ``torch.load(weights_only=True)``, a hash prefix in the file name checked).
 """
+import contextlib
 import hashlib
 import json
+import logging
 import os
 
 import torch
@@ -40,8 +42,11 @@ from domainbed.networks.backbones import (
     locate_weights,
 )
 from oodutils.errors import UserError, require
+from oodutils.untrusted import open_input, parse_json, read_input
 
 HF_PREFIX = "hf:"
+MAX_CLASS_MAP_BYTES = 16 << 20
+HF_FILE = "the Hugging Face model file"
 
 
 class OutsideClassifier(nn.Module):
@@ -66,12 +71,11 @@ def read_class_map(path, num_classes):
     """The --class_map file: a JSON list of num_classes entries, each an output index or a
     non-empty list of them; as a list of index lists."""
     try:
-        with open(path) as f:
-            entries = json.load(f)
-    except OSError as e:
-        raise UserError(f"--class_map {path!r} cannot be read ({e.strerror})") from None
-    except ValueError as e:
-        raise UserError(f"--class_map {path!r} is not JSON ({e})") from None
+        entries = json.loads(read_input(path, "--class_map", MAX_CLASS_MAP_BYTES))
+    except (ValueError, RecursionError) as e:
+        reason = " ".join(str(e).split())[:200] if not isinstance(e, RecursionError) \
+            else "nested too deeply"
+        raise UserError(f"--class_map {path!r} is not JSON ({reason})") from None
     if not isinstance(entries, list) or len(entries) != num_classes:
         raise UserError(f"--class_map {path!r} must be a JSON list of {num_classes} entries "
                         f"(one per class of the dataset), entry k the model output(s) of "
@@ -113,7 +117,7 @@ def _whole_classifier(spec, input_shape, weights):
     build = _torchvision_classifier if spec.family == "torchvision" else _timm_classifier
     if not weights:
         return build(spec, input_shape, locate_weights(spec.name, {}))
-    state = _read_state_dict(weights)
+    state = _read_state_dict(weights, "--weights")
     model = build(spec, input_shape, None)
     name, _ = _last_linear(model)
     head = state.get(f"{name}.weight")
@@ -141,7 +145,7 @@ def _tower_and_head(spec, input_shape, weights):
         raise UserError(f"{spec.name} is an image tower without a classifier: pass --weights "
                         f"FILE with a linear head (head.weight, head.bias; optionally the "
                         f"tower as visual.*)")
-    state = _read_state_dict(weights)
+    state = _read_state_dict(weights, "--weights")
     head = state.get("head.weight")
     if not isinstance(head, torch.Tensor) or head.dim() != 2:
         raise UserError(f"weights file {weights} has no head.weight (a linear head "
@@ -178,26 +182,72 @@ def _hugging_face(folder, weights):
     if weights:
         raise UserError("a Hugging Face model (hf:DIR) takes its weights from its folder; "
                         "leave out --weights")
-    if not os.path.isfile(os.path.join(folder, "config.json")):
+    if not os.path.lexists(os.path.join(folder, "config.json")):
         raise UserError(f"{folder!r} is not a saved Hugging Face model (no config.json)")
-    if not os.path.isfile(os.path.join(folder, "model.safetensors")):
+    if not os.path.lexists(os.path.join(folder, "model.safetensors")):
         raise UserError(f"{folder!r} has no model.safetensors: Hugging Face models are read "
                         f"from safetensors only (a pytorch_model.bin is a pickle)")
+    for name in ("config.json", "model.safetensors"):   # a FIFO there: refused, no hang
+        open_input(os.path.join(folder, name), HF_FILE, follow=True).close()
     transformers = require("transformers", extra="text")
     try:
-        model = transformers.AutoModelForImageClassification.from_pretrained(
-            folder, local_files_only=True, use_safetensors=True)
-    except (OSError, ValueError, KeyError) as e:
+        with quiet_transformers(transformers):   # check_loaded says it in one line
+            model, info = transformers.AutoModelForImageClassification.from_pretrained(
+                folder, local_files_only=True, use_safetensors=True,
+                output_loading_info=True)
+    except Exception as e:   # a malformed config or safetensors file, an unknown model type
         raise UserError(f"cannot load a Hugging Face image classifier from {folder!r}: "
-                        f"{' '.join(str(e).split())[:300]}") from None
+                        f"{' '.join(str(e).split())[:300] or type(e).__name__}") from None
+    check_loaded(folder, model, info)
     processor = os.path.join(folder, "preprocessor_config.json")
-    if os.path.isfile(processor):
-        with open(processor) as f:
-            config = json.load(f)
+    if os.path.lexists(processor):
+        config = parse_json(read_input(processor, HF_FILE, MAX_CLASS_MAP_BYTES, follow=True))
+        if not isinstance(config, dict):
+            raise UserError(f"{processor} is not a JSON object")
         mean, std = config.get("image_mean"), config.get("image_std")
         if config.get("do_normalize", True) and mean and std:
             return _Normalized(model, mean, std)
     return model
+
+
+@contextlib.contextmanager
+def quiet_logger(name, level=logging.ERROR):
+    """A library's logger kept below `level` for the block (its own warnings repeat, in
+    many lines, what one error line here says)."""
+    logger = logging.getLogger(name)
+    before = logger.level
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+
+
+@contextlib.contextmanager
+def quiet_transformers(transformers):
+    """transformers' load report and progress bar kept out of the terminal for the
+    block, as they were after it."""
+    hf_logging = transformers.utils.logging
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        with quiet_logger("transformers"):
+            yield
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def check_loaded(folder, model, info):
+    """A model some of whose weights were not in its file (initialised at random, which
+    transformers only warns of) is refused: its scores would be a random model's."""
+    missing = list(info.get("missing_keys") or []) + \
+        [k[0] if isinstance(k, tuple) else k for k in info.get("mismatched_keys") or []]
+    if missing:
+        total = len(model.state_dict())
+        raise UserError(f"hf:{folder}: {len(missing)} of the model's {total} weights are "
+                        f"not in its model.safetensors (e.g. {missing[0]}) and would be "
+                        f"random; a model whose weights did not load is never scored")
 
 
 def _output_width(model):

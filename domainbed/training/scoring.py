@@ -11,9 +11,10 @@ plain containers only. DomainBed's own model.pkl files hold numpy scalars in the
 hyperparameters: a full pickle, whose loading runs code named in the file; they load only
 when the user passes ``trust_pickle=True`` for a file they trust.
 """
+import hashlib
+import io
 import json
 import os
-import pickle
 import re
 import warnings
 
@@ -21,7 +22,7 @@ import torch
 
 from domainbed import run_hparams
 from domainbed.config import RunConfig
-from domainbed.networks.backbones import file_sha256
+from domainbed.networks.backbones import MAX_WEIGHTS_BYTES
 from domainbed.registry import get_algorithm_class
 from domainbed.training.evaluation import RunContext, evaluate
 from domainbed.training.loop import (
@@ -33,6 +34,7 @@ from domainbed.training.loop import (
 )
 from oodutils.errors import UserError, load_error_reason
 from oodutils.pinned_dir import PinnedDir
+from oodutils.untrusted import parse_json, read_input, read_regular_bytes
 
 CHECKPOINT_KEYS = ("args", "model_hparams", "model_dict", "model_input_shape",
                    "model_num_classes", "model_num_domains")
@@ -40,15 +42,17 @@ CHECKPOINT_KEYS = ("args", "model_hparams", "model_dict", "model_input_shape",
 
 
 def read_checkpoint(path, trust_pickle=False):
-    """The saved dict of one of our (or DomainBed's) checkpoints. A file that is not
-    tensors and plain containers only is refused unless `trust_pickle`."""
-    if not os.path.isfile(path):
-        raise UserError(f"--checkpoint {path!r} is not a file")
+    """(the saved dict of one of our (or DomainBed's) checkpoints, the sha256 of the bytes
+    it was read from). The file is read once, a regular file that is no symlink (a FIFO
+    never hangs it); one that is not tensors and plain containers only is refused unless
+    `trust_pickle`."""
+    data = read_input(path, "--checkpoint", MAX_WEIGHTS_BYTES)
+    sha256 = hashlib.sha256(data).hexdigest()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            saved = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as e:
+            saved = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as e:   # a pickle's refused global, a torn zip, not torch at all
         if "Unsupported global" not in str(e):   # damaged, or not a torch file at all
             raise UserError(f"--checkpoint {path} cannot be read: damaged, or not a torch "
                             f"checkpoint ({type(e).__name__})") from None
@@ -59,7 +63,7 @@ def read_checkpoint(path, trust_pickle=False):
                 f"you made it or trust it completely (DomainBed's own model.pkl files hold "
                 f"numpy objects), pass --trust_pickle") from None
         try:
-            saved = torch.load(path, map_location="cpu", weights_only=False)
+            saved = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
         except Exception as e2:
             raise UserError(f"--checkpoint {path} cannot be read ({type(e2).__name__})"
                             ) from None
@@ -67,7 +71,7 @@ def read_checkpoint(path, trust_pickle=False):
     if missing:
         raise UserError(f"--checkpoint {path} is not a DomainBed checkpoint (no "
                         f"{', '.join(missing)})")
-    return saved
+    return saved, sha256
 
 
 def checkpoint_step(path, saved_args, dataset_cls):
@@ -79,13 +83,13 @@ def checkpoint_step(path, saved_args, dataset_cls):
     folder = os.path.dirname(os.path.abspath(path))
     beside = {"model_best.pkl": "model_best.json", "model.pkl": "selection.json"}
     side = beside.get(os.path.basename(path))
-    if side and os.path.isfile(os.path.join(folder, side)):
-        try:
-            with open(os.path.join(folder, side)) as f:
-                step = json.load(f).get("step")
-            if isinstance(step, int) and step >= 0:
+    if side:
+        try:   # beside a shared run's model: a symlink or FIFO there counts as absent
+            step = parse_json(read_regular_bytes(os.path.join(folder, side), 1 << 20))
+            step = step.get("step") if isinstance(step, dict) else None
+            if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
                 return step
-        except (OSError, ValueError, AttributeError):
+        except OSError:
             pass
     steps = saved_args.get("steps") or getattr(dataset_cls, "N_STEPS", 1)
     return max(int(steps) - 1, 0)
@@ -152,7 +156,7 @@ def evaluate_checkpoint(path, options, trust_pickle=False):
     """Score a checkpoint. `options`: RunConfig fields the user gave (output_dir, data_dir,
     metrics, ...); the dataset, test environments and split seeds not given are the
     checkpoint's, so its `in`/`out` splits are those it was trained and selected on."""
-    saved = read_checkpoint(path, trust_pickle)
+    saved, sha256 = read_checkpoint(path, trust_pickle)
     saved_args = saved["args"]
     inherited = {k: saved_args[k] for k in SPLIT_OPTIONS
                  if saved_args.get(k) is not None and k not in options}
@@ -172,7 +176,7 @@ def evaluate_checkpoint(path, options, trust_pickle=False):
                   "hparams_seed": int(saved_args.get("hparams_seed") or 0),
                   "seed": int(saved_args.get("seed") or 0),
                   "evaluated_checkpoint": os.path.abspath(path),
-                  "checkpoint_sha256": file_sha256(path),
+                  "checkpoint_sha256": sha256,
                   "trained_on": {k: saved_args.get(k) for k in ("dataset", "test_envs")}}
     return score(algorithm, config, data, dataset_cls, hparams, model_args,
                  checkpoint_step(path, saved_args, dataset_cls))
