@@ -360,3 +360,84 @@ def test_hugging_face_folder_with_a_fifo_is_refused_without_hanging(tmp_path, ca
     code, err = evaluate_here(capsys, "--model", f"hf:{folder}", "--dataset", "Debug28",
                               "--output_dir", tmp_path / "o")
     one_line_error(code, err, str(folder / "model.safetensors"), "not a regular file")
+
+
+# ------------------------------------------------------------ 1 and 8: trackers
+def _warnings(err):
+    return [line for line in err.splitlines() if line.startswith("warning: tracker")]
+
+
+@pytest.mark.parametrize("tracker, folder", [("tensorboard", "tensorboard"),
+                                             ("mlflow", "mlruns")])
+def test_tracker_folder_that_is_a_symlink_is_refused_and_the_run_goes_on(
+        tmp_path, capsys, monkeypatch, tracker, folder):
+    from tests.requirements import need_package
+    need_package(tracker)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    out = tmp_path / "run"
+    out.mkdir()
+    os.symlink(victim, out / folder)
+    code, err = train(train_argv(out, "--tracker", tracker), capsys)
+    assert code == 0 and (out / "done").exists()
+    [warning] = _warnings(err)
+    assert f"tracker {tracker} refused: {out / folder} is a symbolic link" in warning
+    assert "the run goes on without it" in warning and "Traceback" not in err
+    assert os.listdir(victim) == []
+
+
+def test_link_planted_inside_a_tracker_folder_stops_that_tracker(tmp_path):
+    from tests.requirements import need_package
+    need_package("tensorboard")
+    from domainbed.training import trackers
+    run = trackers.TrackedRun(str(tmp_path / "run"), "r", {"lr": 1.0}, {}, "id")
+    warnings = []
+    opened = trackers.open_trackers(["tensorboard"], run, warn=warnings.append)
+    assert warnings == [] and len(opened.trackers) == 1
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    [event_file] = (tmp_path / "run" / "tensorboard").iterdir()
+    os.symlink(victim, event_file.with_name("planted"))
+    opened.log_checkpoint(0, {"step": 0, "loss": 1.0})
+    assert opened.trackers == [] and len(warnings) == 1
+    assert "planted is a symbolic link" in warnings[0]
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_tracker_that_hangs_is_dropped_after_its_timeout(tmp_path, monkeypatch):
+    from domainbed.training import trackers
+
+    class Hanging(trackers.Tracker):
+        def log_checkpoint(self, step, values):
+            time.sleep(60)
+    monkeypatch.setitem(trackers.TRACKERS._classes, "hanging", Hanging)
+    run = trackers.TrackedRun(str(tmp_path / "run"), "r", {}, {}, "id", timeout=0.5)
+    warnings = []
+    opened = trackers.open_trackers(["hanging"], run, warn=warnings.append)
+    started = time.monotonic()
+    opened.log_checkpoint(0, {"step": 0, "loss": 1.0})
+    opened.close()
+    assert time.monotonic() - started < 5
+    assert warnings == ["warning: tracker hanging failed to log a checkpoint (TrackerTimeout: "
+                        "no answer within 0.5 s (--tracker_timeout)); the run goes on "
+                        "without it"]
+
+
+@pytest.mark.parametrize("uri", ["http://127.0.0.1:9", "sqlite:////proc/no/such/mlflow.db"])
+def test_mlflow_server_down_is_one_quiet_warning_within_the_timeout(tmp_path, capsys,
+                                                                   monkeypatch, uri):
+    from tests.requirements import need_package
+    need_package("mlflow")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    out = tmp_path / "run"
+    started = time.monotonic()
+    code, err = train(train_argv(out, "--tracker", "mlflow", "--tracker_uri", uri,
+                                 "--tracker_timeout", "3", "--steps", "2"), capsys)
+    took = time.monotonic() - started
+    assert code == 0 and (out / "done").exists()
+    [warning] = _warnings(err)
+    assert warning.startswith("warning: tracker mlflow failed to start")
+    assert not [line for line in err.splitlines() if "mlflow" in line.lower()
+                and not line.startswith("warning: tracker mlflow")], err
+    assert took < 60, took    # MLflow alone retries an HTTP server for 250 s

@@ -265,7 +265,8 @@ class TrainingRun:
         if self.trackers is None and self.config.trackers and self.is_main:
             self.trackers = trackers.open_trackers(self.config.trackers, trackers.TrackedRun(
                 self.out, trackers.run_name(self.args_dict), self.hparams, self.args_dict,
-                self.identity, self.config.tracker_uri),
+                self.identity, self.config.tracker_uri,
+                timeout=self.config.tracker_timeout),
                 warn=LOG.warning if self.log == LOG.info else self.log)
 
     def close(self):

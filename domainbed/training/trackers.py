@@ -6,6 +6,18 @@ The run directory stays the record of truth: a tracker is a copy for the user's
 dashboard, so a tracker that fails (its package missing, a write error, a server down)
 never stops a run: it logs one warning line and the run goes on without it.
 
+A tracker gets `--tracker_timeout` seconds (default 10) for each call (starting,
+logging a checkpoint, closing): one that takes longer (a server that is down, a database
+that cannot be opened, which MLflow retries for minutes) is dropped with one warning, its
+call left to finish in the background. The libraries' own log lines stay out of the
+terminal (`LOGGERS`).
+
+A tracker writing inside the run folder (`folder`: tensorboard, mlruns, wandb) follows the
+run's own rules: the folder is made through the run folder's descriptor, and before every
+call the folder and everything in it is checked to be real folders and regular files with
+one link (a symlink planted there would send the event files or the MLflow store
+elsewhere); a tracker whose folder is not is refused with one warning.
+
 Everything works without a server or network: TensorBoard writes event files into
 ``RUN_DIR/tensorboard``, MLflow a local file store in ``RUN_DIR/mlruns`` (or
 ``--tracker_uri``), W&B runs offline when ``WANDB_MODE=offline`` (files in
@@ -25,16 +37,21 @@ tracker names before any heavy import.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import logging
 import math
 import os
+import stat
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from domainbed.registry import Registry
 from oodutils.log import get_logger
+from oodutils.pinned_dir import PinnedDir, unsafe_entry_reason
 
 LOG = get_logger(__name__)
 TRACKERS = Registry("tracker", "domainbed.trackers", "domainbed.training.trackers")
@@ -56,13 +73,25 @@ class TrackedRun:
     identity: str
     uri: str = ""
     tags: dict[str, str] = field(default_factory=dict)
+    timeout: float = 10.0     # seconds each tracker call may take (--tracker_timeout)
+
+
+DEFAULT_TIMEOUT = 10.0
 
 
 class Tracker:
-    """The plug-in interface; every method may raise (the run then drops the tracker)."""
+    """The plug-in interface; every method may raise (the run then drops the tracker).
+    `folder(run)`: the folder inside the run folder it writes, if any (checked as the
+    run's own files are); `LOGGERS`: its library's loggers, kept out of the terminal."""
+    LOGGERS: tuple[str, ...] = ()
+    FOLDER_DEPTH: int | None = None   # levels of its folder checked (None: all)
 
     def __init__(self, run: TrackedRun) -> None:
         self.run = run
+
+    @classmethod
+    def folder(cls, run: TrackedRun) -> str | None:
+        return None
 
     def log_checkpoint(self, step: int, values: dict[str, float]) -> None:
         raise NotImplementedError
@@ -101,22 +130,117 @@ def flatten(prefix: str, values: dict[str, Any]) -> dict[str, str]:
             for k, v in values.items()}
 
 
+class TrackerTimeout(Exception):
+    """A tracker call that did not return within the run's --tracker_timeout."""
+
+
+class UnsafeTrackerFolder(Exception):
+    """The tracker's folder in the run folder is, or holds, a symlink or other non-file."""
+
+
+def call_with_deadline(call: Callable[[], Any], seconds: float) -> Any:
+    """call()'s value (or its exception) when it returns within `seconds`, else
+    TrackerTimeout; the call goes on in a daemon thread that never holds up the run or
+    its exit."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box["error"] = e
+    thread = threading.Thread(target=target, name="tracker-call", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise TrackerTimeout(f"no answer within {seconds:g} s (--tracker_timeout)")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def unsafe_entry(folder: PinnedDir, budget: list[int], depth: int | None = None
+                 ) -> str | None:
+    """The first entry under `folder` that a write could be redirected through (a
+    symlink, FIFO, device, socket, a file with other hard links), or None; walked through
+    descriptors, at most budget[0] entries, `depth` levels of folders (None: all)."""
+    for name in sorted(os.listdir(folder.fd)):
+        budget[0] -= 1
+        if budget[0] < 0:
+            return f"{folder.path} holds too many entries to check"
+        st = folder.lstat(name)
+        if st is None:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            if depth is not None and depth <= 1:
+                continue
+            with folder.subdir(name, create=False) as sub:
+                found = unsafe_entry(sub, budget, None if depth is None else depth - 1)
+            if found:
+                return found
+            continue
+        if stat.S_ISLNK(st.st_mode) and _stays_inside(os.readlink(name, dir_fd=folder.fd)):
+            continue    # W&B's own "latest-run", "debug.log": links within its folder
+        reason = unsafe_entry_reason(folder.join(name), st, writing=True)
+        if reason:
+            return reason
+    return None
+
+
+def _stays_inside(target: str) -> bool:
+    """Whether a link's target is a relative path that never climbs out ("..") of the
+    folder it is in (whose every entry is checked in its turn)."""
+    return bool(target) and not os.path.isabs(target) and \
+        ".." not in target.replace("\\", "/").split("/")
+
+
+def check_folder(run: TrackedRun, tracker_cls: type[Tracker]) -> None:
+    """The tracker's folder in the run folder made (a symlink there refused) and what is
+    in it checked (to its FOLDER_DEPTH); UnsafeTrackerFolder naming the first entry that
+    is not a real folder or a regular file of one link."""
+    name = tracker_cls.folder(run)
+    if name is None:
+        return
+    try:
+        with PinnedDir.open(run.run_dir, create=True) as run_dir, \
+                run_dir.subdir(name) as folder:
+            reason = unsafe_entry(folder, [100000], tracker_cls.FOLDER_DEPTH)
+    except OSError as e:    # UnsafePath is a UserError: caught below
+        reason = f"{os.path.join(run.run_dir, name)}: {e.strerror or e}"
+    except Exception as e:  # noqa: BLE001 - UnsafePath and kin
+        reason = str(e)
+    if reason:
+        raise UnsafeTrackerFolder(reason)
+
+
+def quiet_library_logs(names: Iterable[str]) -> None:
+    """A tracker library's loggers (MLflow's, its database's, the HTTP retries') kept
+    out of the terminal: their lines repeat, many times over, what one warning says."""
+    for name in names:
+        logger = logging.getLogger(name)
+        logger.setLevel(max(logger.level, logging.CRITICAL))
+        logger.propagate = False
+
+
 class OpenTrackers:
     """A run's trackers: each call goes to every tracker still working; the first failure
-    of one is one warning line and that tracker is dropped."""
+    of one (an error, --tracker_timeout passed, its folder no longer safe) is one warning
+    line and that tracker is dropped."""
 
     def __init__(self, trackers: list[tuple[str, Tracker]],
-                 warn: Callable[[str], None]) -> None:
-        self.trackers, self.warn = trackers, warn
+                 warn: Callable[[str], None], run: TrackedRun | None = None) -> None:
+        self.trackers, self.warn, self.run = trackers, warn, run
 
     def _each(self, what: str, call: Callable[[Tracker], None]) -> None:
         for name, tracker in list(self.trackers):
             try:
-                call(tracker)
+                if self.run is not None:
+                    check_folder(self.run, type(tracker))
+                call_with_deadline(functools.partial(call, tracker),
+                                   self.run.timeout if self.run else DEFAULT_TIMEOUT)
             except Exception as e:
                 self.trackers.remove((name, tracker))
-                self.warn(f"warning: tracker {name} failed to {what} ({describe(e)}); the "
-                          f"run goes on without it")
+                self.warn(failure_line(name, what, e))
 
     def log_checkpoint(self, step: int, record: dict[str, Any]) -> None:
         values = numeric_values(record)
@@ -125,6 +249,14 @@ class OpenTrackers:
     def close(self) -> None:
         self._each("close", lambda t: t.close())
         self.trackers = []
+
+
+def failure_line(name: str, what: str, error: BaseException) -> str:
+    """The one warning line of a tracker dropped while trying to `what`."""
+    if isinstance(error, UnsafeTrackerFolder):
+        return (f"warning: tracker {name} refused: {error}; the run goes on without it")
+    return (f"warning: tracker {name} failed to {what} ({describe(error)}); the run goes "
+            f"on without it")
 
 
 def describe(error: BaseException) -> str:
@@ -140,15 +272,18 @@ def open_trackers(names: Iterable[str], run: TrackedRun,
     started: list[tuple[str, Tracker]] = []
     for name in names:
         try:
-            started.append((name, TRACKERS.get(name)(run)))
+            tracker_cls = TRACKERS.get(name)
+            quiet_library_logs(tracker_cls.LOGGERS)
+            check_folder(run, tracker_cls)
+            started.append((name, call_with_deadline(functools.partial(tracker_cls, run),
+                                                     run.timeout)))
         except ImportError as e:
             package = (e.name or name).split(".")[0]
             warn(f"warning: tracker {name} needs the {package} package (pip install "
                  f"'oodbed[{EXTRA}]'); the run goes on without it")
         except Exception as e:
-            warn(f"warning: tracker {name} failed to start ({describe(e)}); the run goes on "
-                 f"without it")
-    return OpenTrackers(started, warn)
+            warn(failure_line(name, "start", e))
+    return OpenTrackers(started, warn, run)
 
 
 # ------------------------------------------------------------------------ the built-ins
@@ -156,6 +291,10 @@ def open_trackers(names: Iterable[str], run: TrackedRun,
 class TensorBoardTracker(Tracker):
     """Event files in RUN_DIR/tensorboard (`tensorboard --logdir SWEEP` finds every run):
     one scalar per record key and step; hparams and args as text and in the HParams tab."""
+
+    @classmethod
+    def folder(cls, run: TrackedRun) -> str | None:
+        return "tensorboard"
 
     def __init__(self, run: TrackedRun) -> None:
         super().__init__(run)
@@ -186,6 +325,11 @@ class MLflowTracker(Tracker):
     """One MLflow run per training run, in experiment "domainbed" of `--tracker_uri`
     (default: the file store RUN_DIR/mlruns): params `hparams.*` and `args.*`, a metric
     per record key and step. A resumed run continues the MLflow run of the same identity."""
+    LOGGERS = ("mlflow", "alembic", "urllib3.connectionpool")
+
+    @classmethod
+    def folder(cls, run: TrackedRun) -> str | None:
+        return None if run.uri else "mlruns"     # a --tracker_uri is the user's own
 
     def __init__(self, run: TrackedRun) -> None:
         super().__init__(run)
@@ -239,6 +383,13 @@ class WandbTracker(Tracker):
     """A W&B run in project "domainbed" (`WANDB_PROJECT` overrides), files in
     RUN_DIR/wandb; `WANDB_MODE=offline` needs no account or network. Its id comes from
     the run's identity and directory, so a resumed run continues it."""
+    LOGGERS = ("wandb",)
+    # its run folders (new, timestamped names) hold links W&B makes to its own logs
+    FOLDER_DEPTH = 1
+
+    @classmethod
+    def folder(cls, run: TrackedRun) -> str | None:
+        return "wandb"
 
     def __init__(self, run: TrackedRun) -> None:
         super().__init__(run)
