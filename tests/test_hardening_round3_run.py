@@ -441,3 +441,22 @@ def test_mlflow_server_down_is_one_quiet_warning_within_the_timeout(tmp_path, ca
     assert not [line for line in err.splitlines() if "mlflow" in line.lower()
                 and not line.startswith("warning: tracker mlflow")], err
     assert took < 60, took    # MLflow alone retries an HTTP server for 250 s
+
+
+# ------------------------------------------------------------ the sweep folder's files
+def test_slurm_submissions_file_that_is_a_fifo_neither_hangs_status_nor_launch(tmp_path,
+                                                                              alarm):
+    from domainbed.launch import slurm_status
+    from oodutils.pinned_dir import UnsafePath
+    os.mkfifo(tmp_path / slurm_status.SUBMISSIONS_FILE)
+    assert slurm_status.submitted_job_ids(str(tmp_path)) == {}
+    with pytest.raises(UnsafePath, match="not a regular file"):
+        slurm_status.record_submissions(str(tmp_path), [(str(tmp_path / "run"), 7)])
+
+
+def test_slurm_submissions_file_skips_malformed_lines(tmp_path):
+    from domainbed.launch import slurm_status
+    (tmp_path / slurm_status.SUBMISSIONS_FILE).write_bytes(
+        b'[1]\n{"run": "a", "job_id": 3}\n' + b"[" * 100000 + b"\n\xff\xfe\n"
+        + b'{"run": "b"' + b" " * 70000 + b', "job_id": 4}\n')
+    assert slurm_status.submitted_job_ids(str(tmp_path)) == {"a": "3"}

@@ -14,6 +14,8 @@ import re
 import subprocess
 
 from oodutils.log import get_logger
+from oodutils.pinned_dir import PinnedDir
+from oodutils.untrusted import parse_json, read_lines
 
 LOG = get_logger(__name__)
 SUBMISSIONS_FILE = ".slurm_jobs.jsonl"
@@ -26,24 +28,25 @@ def record_submissions(sweep_dir, submissions):
     lines = "".join(json.dumps({"run": os.path.basename(os.path.normpath(out)),
                                 "job_id": str(job_id)}) + "\n"
                     for out, job_id in submissions)
-    fd = os.open(os.path.join(sweep_dir, SUBMISSIONS_FILE),
-                 os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    with PinnedDir.open(sweep_dir) as folder:   # a symlink or FIFO there: UnsafePath
+        fd = folder.open_file(SUBMISSIONS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     with os.fdopen(fd, "a") as f:
         f.write(lines)
 
 
 def submitted_job_ids(sweep_dir):
-    """run directory name -> the Slurm job id of its latest submission."""
+    """run directory name -> the Slurm job id of its latest submission. The file is in
+    a shared sweep folder: a symlink, FIFO or folder there counts as no submissions (no
+    hang), an over-long or malformed line is skipped."""
     path = os.path.join(sweep_dir, SUBMISSIONS_FILE)
     ids = {}
     try:
-        with open(path) as f:
-            for line in f:
-                try:
-                    entry = json.loads(line)
-                    ids[str(entry["run"])] = str(entry["job_id"])
-                except (ValueError, KeyError, TypeError):
-                    continue   # a torn last line of an interrupted submission
+        for line in read_lines(path, 1 << 16):
+            entry = parse_json(line) if line is not None else None
+            try:
+                ids[str(entry["run"])] = str(entry["job_id"])
+            except (KeyError, TypeError):
+                continue   # a torn last line of an interrupted submission
     except OSError:
         return {}
     return ids
