@@ -75,8 +75,10 @@ def parse_json_object(text: str | None, what: str = "--hparams") -> dict:
         return {}
     try:
         value = json.loads(text)
-    except ValueError as e:
-        raise UserError(f"{what} is not valid JSON ({e}): {text!r}") from None
+    except (ValueError, RecursionError) as e:
+        reason = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+        raise UserError(f"{what} is not valid JSON ({reason}): {str(text)[:200]!r}"
+                        ) from None
     if not isinstance(value, dict):
         raise UserError(f"{what} must be a JSON object like '{{\"lr\": 0.001}}', got "
                         f"{type(value).__name__} {text!r}")

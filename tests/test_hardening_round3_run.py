@@ -460,3 +460,19 @@ def test_slurm_submissions_file_skips_malformed_lines(tmp_path):
         b'[1]\n{"run": "a", "job_id": 3}\n' + b"[" * 100000 + b"\n\xff\xfe\n"
         + b'{"run": "b"' + b" " * 70000 + b', "job_id": 4}\n')
     assert slurm_status.submitted_job_ids(str(tmp_path)) == {"a": "3"}
+
+
+def test_deeply_nested_hparams_json_is_one_line(tmp_path, capsys):
+    out = tmp_path / "run"
+    code, err = train(train_argv(out, hparams="[" * 100000), capsys)
+    one_line_error(code, err, "--hparams is not valid JSON (nested too deeply)")
+    assert len(err) < 400 and not out.exists()
+
+
+def test_deeply_nested_class_map_is_one_line(tmp_path, capsys):
+    _save_resnet18(tmp_path / "ten.safetensors", 10)
+    (tmp_path / "map.json").write_text("[" * 100000)
+    code, err = evaluate_here(capsys, *MODEL, "--weights", tmp_path / "ten.safetensors",
+                              "--class_map", tmp_path / "map.json", "--output_dir",
+                              tmp_path / "o")
+    one_line_error(code, err, "--class_map", "is not JSON (nested too deeply)")
