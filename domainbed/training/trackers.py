@@ -60,6 +60,7 @@ EXTRA = "trackers"      # pip install 'oodbed[trackers]'
 EXPERIMENT = "domainbed"
 MLFLOW_PARAM_LIMIT = 6000     # characters MLflow keeps of a parameter's value
 MLFLOW_BATCH = 100            # parameters per log_batch call (MLflow's limit)
+DEFAULT_TIMEOUT = 10.0        # seconds a tracker call may take (--tracker_timeout)
 
 
 @dataclass
@@ -73,10 +74,9 @@ class TrackedRun:
     identity: str
     uri: str = ""
     tags: dict[str, str] = field(default_factory=dict)
-    timeout: float = 10.0     # seconds each tracker call may take (--tracker_timeout)
+    timeout: float = DEFAULT_TIMEOUT   # seconds each tracker call may take
 
 
-DEFAULT_TIMEOUT = 10.0
 
 
 class Tracker:
