@@ -46,6 +46,7 @@ EPILOG = epilog_example("domainbed-collect-results", "domainbed.scripts.collect_
 
 def parse_args(argv=None):
     parser = ArgumentParser(
+        prog="domainbed-collect-results",
         description="Results tables of a sweep (DomainBed's collect_results)",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_option(parser, "--input_dir", required=True, nargs="+",
