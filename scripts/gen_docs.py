@@ -95,7 +95,7 @@ def algorithms_page():
              "with their defaults on a small-image dataset (ColoredMNIST; a few defaults "
              "differ on large images). Papers: [the algorithms guide](../guide/algorithms.md)."
              "", "", "| Algorithm | Module | Groups | Summary |", "|---|---|---|---|"]
-    names = ALGORITHMS.names()
+    names = ALGORITHMS.builtin_names()   # the project's own, not installed plug-ins
     for name in names:
         cls = ALGORITHMS.get(name)
         groups = "yes" if getattr(cls, "NEEDS_GROUPS", False) else ""
@@ -116,7 +116,7 @@ def datasets_page():
              "Every registered dataset (`domainbed.registry.DATASETS`): environments (index: "
              "name), default steps, whether it needs files under `--data_dir`, group "
              "labels, and the hyperparameters it declares.", ""]
-    for name in DATASETS.names():
+    for name in DATASETS.builtin_names():
         cls = DATASETS.get(name)
         envs = ", ".join(f"{i}: {e}" for i, e in enumerate(cls.ENVIRONMENTS or []))
         facts = [f"environments {envs or '(set at construction)'}",
