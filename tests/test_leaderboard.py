@@ -402,3 +402,15 @@ def test_dataset_level_published_rows_land_in_the_avg_column(tmp_path):
     assert over["cells"][0]["diff"] == pytest.approx(70.0 - 72.15)
     assert {p["algorithm"] for p in spawrious} == {"ERM", "GroupDRO", "IRM", "CORAL",
                                                    "CausIRL", "MMD-AAE"}
+
+
+def test_overview_explains_its_x_cells(mixed_site):
+    """Each X of the overview points at a footnote saying why (as the dataset pages'
+    cells do; issue 43, item 6)."""
+    out, _ = mixed_site
+    index = (out / "index.html").read_text()
+    tables = index.split('<table class="board">')[1:]
+    with_x = [t.split("</ul>")[0] for t in tables if re.search(r">X(<| <small)", t)]
+    assert with_x
+    for table in with_x:
+        assert "X: " in table and 'class="note-ref">[1]</small>' in table, table[-600:]

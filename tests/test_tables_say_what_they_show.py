@@ -1,0 +1,64 @@
+"""Result tables say what they show (issue 43, item 6): a table of another metric than
+accuracy names it in every format, one trial shows no invented `± 0.0` spread in our own
+formats (text and LaTeX stay DomainBed's, byte for byte: tests/test_collect_results.py), and
+X cells are explained."""
+import json
+
+import pytest
+
+from domainbed.results import tables
+from domainbed.scripts import collect_results
+from tests.test_records import write_run
+
+
+def one_trial_sweep(root):
+    """One finished run of ERM on a 2-environment dataset, testing on env 0: env 1's cell
+    is X; its NLL is in metrics.jsonl."""
+    rec = {"args": {"dataset": "Toy", "algorithm": "ERM", "test_envs": [0], "trial_seed": 0,
+                    "hparams_seed": 0}, "hparams": {}, "step": 5, "env0_in_acc": 0.5,
+           "env0_out_acc": 0.5, "env1_in_acc": 0.7, "env1_out_acc": 0.6}
+    run = write_run(root / "t0", [rec])
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 5, "env0_in_nll": 0.25}) + "\n")
+    return root
+
+
+def collect(root, capsys, *argv):
+    collect_results.main(["--input_dir", str(root), "--no_save", "--selection_methods",
+                          "training_domain", *argv])
+    return capsys.readouterr()
+
+
+@pytest.mark.parametrize("fmt", ["markdown", "html", "csv", "text", "latex"])
+def test_a_metric_table_names_its_metric(tmp_path, capsys, fmt):
+    out = collect(one_trial_sweep(tmp_path), capsys, "--metric", "nll", "--format", fmt).out
+    if fmt == "csv":
+        assert out.splitlines()[0].endswith(",n_trials,metric")
+        assert {line.rsplit(",", 1)[1] for line in out.splitlines()[1:]} == {"nll"}
+    else:
+        assert "training-domain validation set, metric: nll (x100)" in out
+    plain = collect(tmp_path, capsys, "--format", fmt).out
+    assert "metric: " not in plain and ("accuracy" in plain) == (fmt == "csv")
+
+
+@pytest.mark.parametrize("fmt", ["markdown", "html"])
+def test_one_trial_shows_no_spread_in_our_formats(tmp_path, capsys, fmt):
+    out = collect(one_trial_sweep(tmp_path), capsys, "--format", fmt).out
+    assert "50.0 (n=1)" in out and "±" not in out
+
+
+def test_one_trial_has_no_stderr_in_csv_and_keeps_domainbeds_text(tmp_path, capsys):
+    root = one_trial_sweep(tmp_path)
+    rows = collect(root, capsys, "--format", "csv").out.splitlines()
+    assert "training-domain validation set,Toy,ERM,0,0,50.0,,1,accuracy" in rows
+    assert "50.0 +/- 0.0" in collect(root, capsys).out               # DomainBed's text
+    assert "50.0 $\\pm$ 0.0" in collect(root, capsys, "--latex").out  # and LaTeX
+
+
+def test_x_cells_are_explained(tmp_path, capsys):
+    root = one_trial_sweep(tmp_path)
+    shown = collect(root, capsys)
+    assert "X" in shown.out and tables.MISSING_NOTE not in shown.out   # DomainBed's bytes
+    assert shown.err.count(tables.MISSING_NOTE) == 1
+    markdown = collect(root, capsys, "--format", "markdown")
+    assert markdown.out.rstrip().endswith(tables.MISSING_NOTE + ".")
+    assert tables.MISSING_NOTE in collect(root, capsys, "--format", "html").out
