@@ -160,3 +160,25 @@ def test_every_output_folder_of_the_tour_is_ignored_by_git():
     readme = (REPO / "README.md").read_text()
     for folder in ("runs/", "sweeps/", "--output_dir site", "--data_dir data"):
         assert folder in readme, folder   # what the tour writes, so the list above is true
+
+
+def test_the_quickstart_prints_the_site_path_once(tmp_path, monkeypatch, capsys):
+    """The leaderboard command prints where its site is; the quickstart does not repeat
+    it (issue 43, item 6). The commands are stood in for: their argv is what counts."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import quickstart
+    calls = []
+
+    def call(argv):
+        calls.append(argv)
+        if "domainbed.scripts.leaderboard" in argv:
+            site = argv[argv.index("--output_dir") + 1]
+            print(f"leaderboard: {os.path.abspath(site)}/index.html (1 records, 1 datasets)")
+        return 0
+    monkeypatch.setattr(quickstart.subprocess, "call", call)
+    monkeypatch.setattr(sys, "argv", ["quickstart.py", "--data_dir", str(tmp_path / "data"),
+                                      "--output_dir", str(tmp_path / "sweep")])
+    with pytest.raises(SystemExit):
+        quickstart.main()
+    out = capsys.readouterr().out
+    assert len(calls) == 3 and out.count("index.html") == 1, out

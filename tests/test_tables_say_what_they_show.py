@@ -62,3 +62,44 @@ def test_x_cells_are_explained(tmp_path, capsys):
     markdown = collect(root, capsys, "--format", "markdown")
     assert markdown.out.rstrip().endswith(tables.MISSING_NOTE + ".")
     assert tables.MISSING_NOTE in collect(root, capsys, "--format", "html").out
+
+
+def small_zoo(root):
+    """8 runs per Debug28 test environment (2 algorithms x 4 seeds), random accuracies:
+    every accuracy-on-the-line fit has too few points, so each carries a warning."""
+    import random
+    rng = random.Random(0)
+    for alg in ("ERM", "IRM"):
+        for env in range(3):
+            for seed in range(2):
+                records = []
+                for step in (0, 5):
+                    r = {"args": {"dataset": "Debug28", "algorithm": alg, "test_envs": [env],
+                                  "trial_seed": 0, "hparams_seed": seed}, "hparams": {},
+                         "step": step}
+                    for k in range(3):
+                        acc = rng.uniform(0.4, 0.9)
+                        r.update({f"env{k}_in_acc": acc, f"env{k}_out_acc": acc})
+                    records.append(r)
+                write_run(root / f"{alg}{env}{seed}", records)
+    return root
+
+
+def test_aotl_does_not_repeat_its_tables_warnings_on_stderr(tmp_path, capsys):
+    from analysis import aotl
+    aotl.main([str(small_zoo(tmp_path / "zoo")), "--table", "per-ood", "--format", "markdown"])
+    shown = capsys.readouterr()
+    assert shown.out.count("the verdict means little") == 3          # one per fit, in the table
+    assert shown.err.strip().splitlines() == [
+        "warning: 3 of 3 fit(s) have too few points to mean much; see the warning column "
+        "of the table"]
+
+
+def test_aotl_study_says_each_warning_once(tmp_path, capsys):
+    from analysis.aotl_study import analyse
+    said = []
+    analyse(str(small_zoo(tmp_path / "zoo")), str(tmp_path / "out"), "Debug28",
+            oodselect_steps=0, log=said.append)
+    everything = said + capsys.readouterr().err.splitlines()
+    warnings = [line for line in everything if "the verdict means little" in line]
+    assert len(warnings) == 3 and len(set(warnings)) == 3, warnings   # one per OOD env

@@ -181,7 +181,7 @@ def render_html(report: Report) -> str:
 
 
 CSV_COLUMNS = ["selection_method", "table", "algorithm", "column", "env", "mean",
-               "stderr", "n_trials", "metric"]
+               "stderr", "n_trials"]   # the leaderboard's CSV starts with these, too
 
 
 def render_csv(report: Report) -> str:
@@ -202,7 +202,7 @@ def render_csv(report: Report) -> str:
                                  "" if cell is None else cell.n, metric])
                 rows.append([section.method_name, table.heading, name, "Avg", "",
                              "" if avg is None else repr(avg), "", "", metric])
-    return tables.csv_text(CSV_COLUMNS, rows)
+    return tables.csv_text([*CSV_COLUMNS, "metric"], rows)
 
 
 RENDERERS = {"text": render_text, "markdown": render_markdown, "latex": render_latex,
