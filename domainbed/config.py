@@ -60,8 +60,9 @@ class RunConfig:
     """One training run (DomainBed's train.py flags, plus data seed, precision, logits,
     evaluated splits and where weights and cached features live)."""
 
-    data_dir: str = option(DEFAULT_DATA_DIR, "dataset root folder (built-in datasets "
-                           "that need no files, such as ColoredMNIST, ignore it)")
+    data_dir: str = option(DEFAULT_DATA_DIR, f"dataset root folder (default: "
+                           f"{DEFAULT_DATA_DIR}; built-in datasets that need no files, such "
+                           f"as ColoredMNIST, ignore it)")
     dataset: str = option("ColoredMNIST", "a registered dataset name")
     algorithm: str = option("ERM", "a registered algorithm name")
     task: str = option("domain_generalization", "",
