@@ -24,6 +24,7 @@ from domainbed.api import train_zoo
 from domainbed.results.records import TABLE_FIELDS, load_records
 from oodutils import fileio
 from oodutils.errors import UserError
+from oodutils.log import configure
 
 
 def zoo_facts(runs_dir: str) -> pd.DataFrame | None:
@@ -64,7 +65,6 @@ def run_quietly(main: Callable[[list[str]], Any], argv: list[str]) -> str:
 def run_aotl(runs_dir: str, out_dir: str) -> dict[str, str]:
     """Per-OOD and pairwise tables (markdown + csv) and probit plots under out_dir. The
     fits' warnings are left to the caller (`fit_warnings`): said once, not once per file."""
-    from oodutils.log import configure
     paths = {"per_ood_csv": os.path.join(out_dir, "aotl_per_ood.csv"),
              "per_ood_md": os.path.join(out_dir, "aotl_per_ood.md"),
              "pairwise_csv": os.path.join(out_dir, "aotl_pairwise.csv"),
@@ -113,7 +113,6 @@ def run_oodselect(runs_dir: str, dataset: str, ood_env: int, out_dir: str, steps
     try:   # its small-input warnings come back in split.json: the caller says them once
         oodselect_cli.main(argv)
     finally:
-        from oodutils.log import configure
         configure(0)
     with open(os.path.join(out_dir, "split.json")) as f:
         warnings = json.load(f).get("warnings", [])

@@ -8,6 +8,7 @@ import argparse
 import sys
 import warnings
 
+from domainbed import hparams, registry
 from oodutils.cli import ArgumentParser, add_logging_flags, configure_logging
 from oodutils.errors import epilog_example, run_cli
 
@@ -23,7 +24,6 @@ def build_parser():
 def plugin_problems():
     """[(kind, name, module, problems)] for every installed plug-in class, plus one entry
     per plug-in that failed to load (its name, no class)."""
-    from domainbed import hparams, registry
     found = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
