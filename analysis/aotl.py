@@ -444,8 +444,11 @@ def run(args: argparse.Namespace) -> int:
         logger.info(f"wrote {len(written)} accuracy CSV file(s) under {args.export_csv}")
     if args.export_csv is None or args.table is not None:
         df = make_table(acc, args)
-        for where, warning in _fit_warnings(df):
-            logger.warning(f"warning: {where}: {warning}")
+        warned = _fit_warnings(df)
+        if warned:   # each is in the table's warning column: one line here, not a repeat
+            logger.warning(f"warning: {len(warned)} of {len(df)} fit(s) have too few points "
+                           f"to mean much; see the warning column of the table"
+                           f"{f' in {args.output}' if args.output else ''}")
         if args.output:
             report.write(df, args.output, args.format, args.digits)
         else:

@@ -24,7 +24,7 @@ CHECKPOINTS = ("all", "last", "best")
 
 def build_parser():
     p = ArgumentParser(
-        prog="python -m analysis.aotl",
+        prog="aotl",
         description="Accuracy-on-the-line fits per leave-one-domain-out split.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="+", metavar="PATH",

@@ -226,7 +226,7 @@ def cmd_leave_one_out(args):
 
 def build_parser():
     parser = ArgumentParser(
-        prog="python -m analysis.validity",
+        prog="benchmark-validity",
         description="Validity desiderata of spurious-correlation benchmarks (Bell et al. 2024, "
                     "'Reassessing the Validity of Spurious Correlations Benchmarks').",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -24,7 +24,13 @@ from domainbed.registry import ALGORITHMS, get_algorithm_class, get_dataset_clas
 from domainbed.training.early_stopping import check_options as check_early_stopping
 from domainbed.training.splits import check_eval_splits
 from domainbed.training.trackers import check_trackers
-from oodutils.cli import ArgumentParser, add_logging_flags, add_option, parse_json_object
+from oodutils.cli import (
+    DEFAULT_DATA_DIR,
+    ArgumentParser,
+    add_logging_flags,
+    add_option,
+    parse_json_object,
+)
 from oodutils.errors import UserError, epilog_example
 from oodutils.pinned_dir import PinnedDir
 
@@ -54,8 +60,9 @@ class RunConfig:
     """One training run (DomainBed's train.py flags, plus data seed, precision, logits,
     evaluated splits and where weights and cached features live)."""
 
-    data_dir: str = option("./domainbed/data/", "dataset root folder (built-in datasets "
-                           "that need no files, such as ColoredMNIST, ignore it)")
+    data_dir: str = option(DEFAULT_DATA_DIR, f"dataset root folder (default: "
+                           f"{DEFAULT_DATA_DIR}; built-in datasets that need no files, such "
+                           f"as ColoredMNIST, ignore it)")
     dataset: str = option("ColoredMNIST", "a registered dataset name")
     algorithm: str = option("ERM", "a registered algorithm name")
     task: str = option("domain_generalization", "",
@@ -377,7 +384,8 @@ def _argument(f: dataclasses.Field) -> tuple[str, dict[str, Any]]:
 def build_parser() -> argparse.ArgumentParser:
     """The train command's parser, one option per RunConfig field (hyphen spellings
     accepted, hidden), plus -v / -q."""
-    parser = ArgumentParser(description="Domain generalization: train one run",
+    parser = ArgumentParser(prog="domainbed-train",
+                            description="Domain generalization: train one run",
                                      epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     for f in dataclasses.fields(RunConfig):

@@ -6,14 +6,23 @@ are re-exported here. Light on purpose: every command imports it before parsing.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
-from typing import Any
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.log import configure
 
-__all__ = ["ArgumentParser", "add_option", "hidden_aliases", "parse_json_object",
+# Where every command looks for datasets by default (`--data_dir`): where the README's tour
+# and the quickstart put them, relative to the folder the command runs in.
+DEFAULT_DATA_DIR = "data"
+DATA_DIR_HELP = f"dataset root folder (default: {DEFAULT_DATA_DIR})"
+
+__all__ = ["ArgumentParser", "DEFAULT_DATA_DIR", "DATA_DIR_HELP", "add_option",
+           "hidden_aliases", "parse_json_object",
            "add_logging_flags", "configure_logging", "run_cli", "epilog_example"]
 
 
@@ -27,6 +36,65 @@ class ArgumentParser(argparse.ArgumentParser):
         for match in super()._get_option_tuples(option_string):
             by_action.setdefault(id(match[0]), match)
         return list(by_action.values())
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None
+                         ) -> tuple[argparse.Namespace, list[str]]:
+        self._seen_args = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        """One line on stderr, never the usage block: a mistyped flag is named with the
+        closest valid spelling (that mistake first: argparse would report a missing required
+        option instead), any other mistake as argparse says it; then where --help is."""
+        unknown = self._unknown_flag(getattr(self, "_seen_args", []))
+        if unknown is not None:
+            message = f"unrecognized option {unknown}"
+            close = difflib.get_close_matches(unknown.split("=", 1)[0],
+                                              _shown_options(self), n=1, cutoff=0.6)
+            if close:
+                message += f" (did you mean {close[0]}?)"
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+    def _unknown_flag(self, args: list[str]) -> str | None:
+        """The first of `args` that looks like an option but is none of this parser's (nor
+        of its subcommands'), or None."""
+        known = _all_options(self)
+        for token in args:
+            if token == "--":
+                return None
+            if not token.startswith("-") or token == "-" or \
+                    self._negative_number_matcher.match(token):
+                continue
+            name = token.split("=", 1)[0] if token.startswith("--") else token[:2]
+            if name in known or (name.startswith("--") and
+                                 any(k.startswith(name) for k in known)):
+                continue
+            return token
+        return None
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    return [sub for action in parser._actions
+            if isinstance(action, argparse._SubParsersAction)
+            for sub in action.choices.values()]
+
+
+def _all_options(parser: argparse.ArgumentParser) -> set[str]:
+    """Every spelling `parser` and its subcommands accept (hidden ones included)."""
+    found = set(parser._option_string_actions)
+    for sub in _subparsers(parser):
+        found |= _all_options(sub)
+    return found
+
+
+def _shown_options(parser: argparse.ArgumentParser) -> list[str]:
+    """The spellings --help shows, of `parser` and its subcommands (what to suggest)."""
+    shown = [s for action in parser._actions for s in action.option_strings
+             if action.help != argparse.SUPPRESS]
+    for sub in _subparsers(parser):
+        shown += [s for s in _shown_options(sub) if s not in shown]
+    return shown
 
 
 def hyphen_twin(option: str) -> str:

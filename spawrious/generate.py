@@ -202,7 +202,7 @@ def generate_filtered(dataset_dir, backend, seed, per_cell, cells, captioner, ke
 
 
 def build_parser():
-    p = ArgumentParser(prog="python -m spawrious.generate", description=__doc__,
+    p = ArgumentParser(prog="spawrious-generate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     add_option(p, "--backend", default="procedural", help="procedural (default) | sd14")
     add_option(p, "--output_dir", "--out", "--output", dest="out",

@@ -25,7 +25,7 @@ EPILOG = epilog_example("spawrious-splits", "spawrious.splits",
 def build_parser():
     import argparse
     p = ArgumentParser(
-        prog="python -m spawrious.splits",
+        prog="spawrious-splits",
         description="Show, check and list the images of one Spawrious benchmark.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_option(p, "--data_dir", "--root", dest="root", default=None,

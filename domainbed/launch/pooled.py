@@ -232,10 +232,9 @@ def pooled_launcher(commands, max_workers=1, echo=None, **_):
         for outcome, seconds in _run_workers(commands, slots, context, progress.tick):
             outcomes.append(outcome)
             _report(outcome, progress.echo, names.get(outcome.output_dir))
-            progress.job_finished(outcome, seconds)
-            if waiting:
-                progress.job_started()
-                waiting -= 1
+            # the worker took the next job before this one was reported
+            progress.job_finished(outcome, seconds, next_started=waiting > 0)
+            waiting = max(0, waiting - 1)
     finally:
         progress.close()
     return outcomes

@@ -77,6 +77,8 @@ def _csv_row(method: str, table: str, algorithm: str, column: str, env: int | st
              diff: float | None = None, metric: str = "accuracy") -> list[Any]:
     mean = cell.get("mean") if cell else None
     err = cell.get("err") if cell else None
+    if cell and cell.get("n_trials") == 1:
+        err = None   # one trial: no spread to show (as collect_results' CSV)
     return [method, table, algorithm, column, env,
             "" if mean is None else repr(mean), "" if err is None else repr(err),
             "" if mean is None or "n_trials" not in cell  # type: ignore[operator]

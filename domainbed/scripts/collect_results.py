@@ -46,6 +46,7 @@ EPILOG = epilog_example("domainbed-collect-results", "domainbed.scripts.collect_
 
 def parse_args(argv=None):
     parser = ArgumentParser(
+        prog="domainbed-collect-results",
         description="Results tables of a sweep (DomainBed's collect_results)",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_option(parser, "--input_dir", required=True, nargs="+",
@@ -113,13 +114,16 @@ def main(argv=None):
 
     if args.metric is not None:
         check_metric_name(args.metric)
-    text = reporting.render(build_report(loaded, methods, metric=args.metric), fmt)
+    report = build_report(loaded, methods, metric=args.metric)
+    text = reporting.render(report, fmt)
     if args.stats:
         from domainbed.results.stats import render_stats
         text += "\n" + render_stats(loaded.records, methods or
                                      list(model_selection.DOMAINBED_METHODS), fmt)
     sys.stdout.write(text)
     sys.stdout.flush()
+    if report.has_missing() and fmt in ("text", "latex"):   # DomainBed's tables: aside
+        logger.info(f"notice: {reporting.MISSING_NOTE}")
     if args.export_selected:
         from domainbed.results.export import export_selected
         manifest = export_selected(loaded.records, methods or

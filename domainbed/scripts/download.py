@@ -39,7 +39,14 @@ from domainbed.downloading import (
     record,
     tree_digest,
 )
-from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
+from oodutils.cli import (
+    DATA_DIR_HELP,
+    DEFAULT_DATA_DIR,
+    ArgumentParser,
+    add_logging_flags,
+    add_option,
+    configure_logging,
+)
 from oodutils.errors import UserError, epilog_example, require, run_cli
 from oodutils.log import get_logger
 
@@ -381,10 +388,11 @@ def download_dataset(name, data_dir):
 
 
 def build_parser():
-    p = ArgumentParser(description="Download datasets and pretrained weights",
+    p = ArgumentParser(prog="domainbed-download",
+                       description="Download datasets and pretrained weights",
                                 epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_option(p, "--data_dir", type=str, default="./domainbed/data/")
+    add_option(p, "--data_dir", type=str, default=DEFAULT_DATA_DIR, help=DATA_DIR_HELP)
     add_option(p, "--datasets", nargs="*", default=[],
                   help=f"any of: {', '.join(DATASETS)}")
     add_option(p, "--weights", nargs="*", default=[],

@@ -8,7 +8,14 @@ import argparse
 import sys
 
 from domainbed.config import EVAL_SPLITS_HELP, RunConfig
-from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
+from oodutils.cli import (
+    DATA_DIR_HELP,
+    DEFAULT_DATA_DIR,
+    ArgumentParser,
+    add_logging_flags,
+    add_option,
+    configure_logging,
+)
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.log import get_logger
 
@@ -32,7 +39,8 @@ DATA_OPTIONS = ("dataset", "test_envs", "trial_seed", "data_seed", "holdout_frac
 
 
 def build_parser():
-    p = ArgumentParser(description=__doc__.split("\n\n")[0], epilog=EPILOG,
+    p = ArgumentParser(prog="domainbed-evaluate", description=__doc__.split("\n\n")[0],
+                       epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     source = p.add_mutually_exclusive_group(required=True)
     add_option(source, "--checkpoint", metavar="PATH",
@@ -48,7 +56,7 @@ def build_parser():
     add_option(p, "--test_envs", type=int, nargs="+", default=None,
                help="default: the checkpoint's; with --model the dataset's default")
     add_option(p, "--output_dir", required=True, help="the run directory to write (new)")
-    add_option(p, "--data_dir", default="./domainbed/data/", help="dataset root folder")
+    add_option(p, "--data_dir", default=DEFAULT_DATA_DIR, help=DATA_DIR_HELP)
     add_option(p, "--trial_seed", type=int, default=None,
                help="seed of the in/out split (default: the checkpoint's, else 0)")
     add_option(p, "--data_seed", type=int, default=None,

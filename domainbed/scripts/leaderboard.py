@@ -26,7 +26,8 @@ EPILOG = epilog_example("domainbed-leaderboard", "domainbed.scripts.leaderboard"
 
 
 def parse_args(argv=None):
-    p = ArgumentParser(description=__doc__.split("\n\n")[0], epilog=EPILOG,
+    p = ArgumentParser(prog="domainbed-leaderboard", description=__doc__.split("\n\n")[0],
+                       epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_option(p, "--input_dir", required=True, action="extend", nargs="+",
                   help="sweep output directory; repeat (or list several) to pool sweeps")

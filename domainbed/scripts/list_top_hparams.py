@@ -22,6 +22,7 @@ EPILOG = epilog_example("domainbed-list-top-hparams", "domainbed.scripts.list_to
 
 def parse_args(argv=None):
     parser = ArgumentParser(
+        prog="domainbed-list-top-hparams",
         description="List hyperparameter settings by validation accuracy "
                     "(DomainBed's list_top_hparams)",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

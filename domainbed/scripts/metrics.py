@@ -15,7 +15,8 @@ EPILOG = epilog_example("domainbed-metrics", "domainbed.scripts.metrics",
 
 
 def build_parser():
-    p = ArgumentParser(description=__doc__.split("\n\n")[0], epilog=EPILOG,
+    p = ArgumentParser(prog="domainbed-metrics", description=__doc__.split("\n\n")[0],
+                       epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_option(p, "--input_dir", required=True, nargs="+", help="sweep or run directories")
     add_option(p, "--metrics", nargs="+", default=list(METRICS), metavar="METRIC",

@@ -42,6 +42,8 @@ from domainbed.launch.sweep import (  # noqa: F401  (the planning API, by its ol
 from domainbed.registry import get_dataset_class
 from domainbed.training.early_stopping import check_options as check_early_stopping
 from oodutils.cli import (
+    DATA_DIR_HELP,
+    DEFAULT_DATA_DIR,
     ArgumentParser,
     add_logging_flags,
     add_option,
@@ -115,6 +117,7 @@ def ask_for_confirmation(skip, prompt="Are you sure? (y/n) "):
 
 def build_parser():
     parser = ArgumentParser(
+        prog="domainbed-sweep",
         description="Run a sweep of train jobs (DomainBed's sweep flags).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command",
@@ -128,7 +131,7 @@ def build_parser():
     add_option(parser, "--n_hparams_from", type=int, default=0)
     add_option(parser, "--n_hparams", type=int, default=20)
     add_option(parser, "--output_dir", type=str, required=True)
-    add_option(parser, "--data_dir", type=str, required=True)
+    add_option(parser, "--data_dir", type=str, default=DEFAULT_DATA_DIR, help=DATA_DIR_HELP)
     add_option(parser, "--seed", type=int, default=0,
                        help="seeds the launch order only; as in DomainBed, job seeds come "
                              "from each job's arguments")
