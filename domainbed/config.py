@@ -128,6 +128,10 @@ class RunConfig:
     feature_cache_dir: str = option("", "frozen-feature cache of linear probes (default "
                                         "~/.cache/domainbed/features; 'none' computes "
                                         "features every step)")
+    skip_bad_images: bool = option(False, "folder:, csv: and hf: datasets: leave out (and "
+                                          "count) the images that are not regular, "
+                                          "decodable image files within the size limit, "
+                                          "instead of refusing the run")
 
     # ------------------------------------------------------------------ building
     @classmethod

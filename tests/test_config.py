@@ -18,7 +18,8 @@ RECORD_ARG_KEYS = [
     "save_logits", "precision", "memory_format",
     "eval_splits", "eval_batch_size", "metrics", "trackers", "tracker_uri", "num_threads",
     "distributed", "restart", "weights_dir",
-    "feature_cache_dir"]
+    "feature_cache_dir",
+    "skip_bad_images"]
 
 
 def test_fields_are_the_record_keys_in_order():

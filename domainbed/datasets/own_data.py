@@ -22,6 +22,7 @@ import os
 
 import numpy as np
 
+from domainbed.datasets.image_checks import check_environments
 from domainbed.datasets.image_folders import (
     IMG_EXTENSIONS,
     ImageEnvironment,
@@ -50,7 +51,27 @@ def _missing_class_error(name, cls, domain):
                      f"domain needs every class")
 
 
-class OwnImageFolder(MultipleEnvironmentImageFolder):
+class CheckedImages:
+    """Every image checked before training (image_checks): one error line for a bad one,
+    or with --skip_bad_images the bad ones left out and counted (every domain must still
+    hold every class)."""
+
+    def check_images(self, skip_bad=False, log=None):
+        skipped = check_environments(self, skip_bad, log)
+        if skipped:
+            for env, domain in zip(self.datasets, self.ENVIRONMENTS):
+                present = set(env.y.tolist())
+                for label in range(self.num_classes):
+                    if label not in present:
+                        raise _missing_class_error(self.registry_name,
+                                                   self.class_name(label), domain)
+        return skipped
+
+    def class_name(self, label):
+        return label
+
+
+class OwnImageFolder(CheckedImages, MultipleEnvironmentImageFolder):
     """``folder:PATH``: DomainBed's image-folder loader on a folder chosen at run time."""
     NEEDS_DATA_DIR = False
     ROOT = None      # set by folder_dataset
@@ -67,6 +88,9 @@ class OwnImageFolder(MultipleEnvironmentImageFolder):
             for label, cls in enumerate(self.classes):
                 if label not in present:
                     raise _missing_class_error(self.registry_name, cls, domain)
+
+    def class_name(self, label):
+        return self.classes[label]
 
 
 @register_dataset_prefix("folder")
@@ -163,7 +187,7 @@ class OwnTable:
         return [f"group{g}" for g in range(int(self.groups.max()) + 1)]
 
 
-class OwnCSVDataset(MultipleEnvironmentImageFolder):
+class OwnCSVDataset(CheckedImages, MultipleEnvironmentImageFolder):
     """``csv:PATH``: one ImageEnvironment per domain from a checked table."""
     NEEDS_DATA_DIR = False
     TABLE = None   # the OwnTable read when the name was resolved

@@ -85,6 +85,8 @@ PASS_THROUGH = {   # name -> argparse kwargs
                          "not part of a job's directory name"),
     "tracker_uri": dict(type=str, default=None, help="train.py's --tracker_uri (MLflow)"),
     "skip_model_save": dict(action="store_true", help="train.py's --skip_model_save"),
+    "skip_bad_images": dict(action="store_true",
+                            help="train.py's --skip_bad_images (folder:, csv:, hf: data)"),
     "save_model_every_checkpoint": dict(action="store_true",
                                         help="train.py's --save_model_every_checkpoint"),
     "weights_dir": dict(type=str, default=None,
