@@ -133,3 +133,20 @@ def test_missing_column_from_the_command_line_is_one_line(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode != 0 and len(lines) == 1, lines
     assert "no column 'place'" in lines[0] and "image, domain, region, label" in lines[0]
+
+
+@pytest.mark.slow
+def test_sweep_and_collect_results_show_the_domain_names(tmp_path):
+    write_hub_folder(tmp_path / "hub")
+    sweep = tmp_path / "sweep"
+    subprocess.run([sys.executable, "-m", "domainbed.scripts.sweep", "launch", "--datasets",
+                    f"hf:{tmp_path / 'hub'}", "--hf_domain_column", "region", "--algorithms",
+                    "ERM", "--n_hparams", "1", "--n_trials", "1", "--steps", "2", "--hparams",
+                    json.dumps(SMALL), "--data_dir", str(tmp_path), "--output_dir", str(sweep),
+                    "--command_launcher", "local", "--skip_confirmation"], cwd=REPO, check=True,
+                   capture_output=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "domainbed.scripts.collect_results",
+                           "--input_dir", str(sweep)], cwd=REPO, check=True,
+                          capture_output=True, text=True)
+    assert f"hf:{tmp_path / 'hub'}?domain_column=region" in proc.stdout
+    assert "north" in proc.stdout and "south" in proc.stdout
