@@ -10,7 +10,9 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("datasets")
+from tests.requirements import need_package
+
+need_package("datasets")
 
 from domainbed.config import RunConfig  # noqa: E402
 from domainbed.hub_options import fold_hf_flags, split_name  # noqa: E402
