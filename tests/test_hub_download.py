@@ -2,9 +2,9 @@
 DomainBed's folder layout. Offline: the mirror's parquet files are fixtures the tests
 write in its schema, served by a local HTTP server standing in for the Hub (HF_ENDPOINT),
 with the endpoints huggingface_hub calls: GET /api/datasets/REPO/revision/REV, and
-HEAD / GET (Range answered) /datasets/REPO/resolve/REV/FILE. Not covered yet: a resumed
-download (huggingface_hub did not send a Range request against this server when a partial
-blob was left in its cache; not investigated)."""
+HEAD / GET (with Range) /datasets/REPO/resolve/REV/FILE. A broken transfer is resumed
+by huggingface_hub with a Range request from what it had received (it writes in 10 MiB
+chunks, so the fixture file is larger than that and breaks after the first chunk)."""
 import hashlib
 import http.server
 import json
@@ -30,6 +30,7 @@ PACS_DOMAINS = ("art_painting", "cartoon", "photo", "sketch")
 PACS_CLASSES = ("dog", "elephant", "giraffe", "guitar", "horse", "house", "person")
 COMMIT = MIRRORS["PACS"].revision
 FILE = "data/train-00000-of-00001.parquet"
+CHUNK = 10 * 1024 * 1024   # huggingface_hub's download chunk
 
 
 def _pacs(data_dir):
@@ -37,10 +38,10 @@ def _pacs(data_dir):
     return get_dataset_class("PACS")(str(data_dir), [0], hparams)
 
 
-def _mirror_fixture(root):
+def _mirror_fixture(root, noise_side=None):
     """PACS in the mirror's schema, the domains in the mirror's (unsorted) row order."""
     return write_hub_folder(root, domains=("sketch", "photo", "art_painting", "cartoon"),
-                            classes=PACS_CLASSES, per_class=2)
+                            classes=PACS_CLASSES, per_class=2, noise_side=noise_side)
 
 
 def _folder_fixture(data_dir, rows):
@@ -90,6 +91,17 @@ class FakeHub(http.server.BaseHTTPRequestHandler):
             return self._send(404, b"not found", {})
         start = int(self.headers["Range"].split("=")[1].split("-")[0]) \
             if self.headers.get("Range") else 0
+        if self.server.cut_at and not start:   # a transfer that breaks part way
+            cut, self.server.cut_at = self.server.cut_at, None
+            self.send_response(200)
+            for key, value in self._headers(data).items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data[:cut])
+            self.wfile.flush()
+            self.close_connection = True
+            return
         self._send(206 if start else 200, data[start:], self._headers(data, start))
 
     def do_HEAD(self):
@@ -118,9 +130,9 @@ class FakeHub(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def fake_hub(tmp_path):
-    _mirror_fixture(tmp_path / "mirror")
+    _mirror_fixture(tmp_path / "mirror", noise_side=280)   # about 13 MB
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeHub)
-    server.repo, server.seen = MIRRORS["PACS"].repo, []
+    server.repo, server.seen, server.cut_at = MIRRORS["PACS"].repo, [], None
     server.files = {FILE: (tmp_path / "mirror" / FILE).read_bytes()}
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -138,12 +150,14 @@ def _download(tmp_path, server, cache="hf_home"):
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
-def test_download_from_the_hub_records_and_checks_each_file(tmp_path, fake_hub):
+def test_download_from_the_hub_resumes_records_and_checks_each_file(tmp_path, fake_hub):
+    assert len(fake_hub.files[FILE]) > CHUNK + 1_000_000
+    fake_hub.cut_at = CHUNK + 500_000   # the first transfer breaks after one chunk
     proc = _download(tmp_path, fake_hub)
     assert proc.returncode == 0, proc.stderr
     assert f"PACS: done from {MIRRORS['PACS'].repo}@{COMMIT[:12]}" in proc.stdout
-    assert ("HEAD", f"/datasets/{MIRRORS['PACS'].repo}/resolve/{COMMIT}/{FILE}", None) in \
-        fake_hub.seen
+    ranges = [r for method, _, r in fake_hub.seen if method == "GET" and r]
+    assert ranges == [f"bytes={CHUNK}-"]   # resumed from what had arrived, not from 0
     assert [len(e) for e in _pacs(tmp_path / "data")] == [14] * 4
     lock = json.loads((tmp_path / "data" / "domainbed_checksums.lock.json").read_text())
     entry = next(v for k, v in lock.items() if k.endswith("train-00000-of-00001.parquet"))
