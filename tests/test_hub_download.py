@@ -1,8 +1,9 @@
 """`domainbed-download --source hub`: the Hub mirrors of PACS and Office-Home, written in
 DomainBed's folder layout. Offline: the mirror's parquet files are fixtures the tests
 write in its schema, served by a local HTTP server standing in for the Hub (HF_ENDPOINT),
-with the endpoints huggingface_hub calls: GET /api/datasets/REPO/revision/REV, and
-HEAD / GET (with Range) /datasets/REPO/resolve/REV/FILE. A broken transfer is resumed
+with the endpoints huggingface_hub calls: GET /api/datasets/REPO/revision/REV and
+/api/datasets/REPO/tree/COMMIT (snapshots), and HEAD / GET (with Range)
+/datasets/REPO/resolve/REV/FILE. A broken transfer is resumed
 by huggingface_hub with a Range request from what it had received (it writes in 10 MiB
 chunks, so the fixture file is larger than that and breaks after the first chunk)."""
 import hashlib
@@ -85,6 +86,13 @@ class FakeHub(http.server.BaseHTTPRequestHandler):
         if self.path.startswith(f"/api/datasets/{self.server.repo}/revision/"):
             body = json.dumps({"id": self.server.repo, "sha": COMMIT, "private": False,
                                "siblings": [{"rfilename": n} for n in self.server.files]})
+            return self._send(200, body.encode(), {"Content-Type": "application/json"})
+        if self.path.startswith(f"/api/datasets/{self.server.repo}/tree/{COMMIT}"):
+            body = json.dumps([{"type": "file", "path": n, "size": len(d),
+                                "oid": hashlib.sha1(d).hexdigest(),
+                                "lfs": {"oid": hashlib.sha256(d).hexdigest(), "size": len(d),
+                                        "pointerSize": 134}}
+                               for n, d in self.server.files.items()])
             return self._send(200, body.encode(), {"Content-Type": "application/json"})
         data = self._file()
         if data is None:
@@ -182,3 +190,33 @@ def test_original_failing_names_the_hub(monkeypatch, capsys, tmp_path):
     with pytest.raises(UserError):
         download.main(["--datasets", "PACS", "--data_dir", str(tmp_path)])
     assert "--source hub" in capsys.readouterr().err
+
+
+def test_train_on_a_hub_repository_records_the_commit(tmp_path, fake_hub):
+    """hf:REPO through huggingface_hub (snapshot at --hf_revision main): the records name
+    the repository and the commit the snapshot holds."""
+    out = tmp_path / "run"
+    env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{fake_hub.server_port}",
+           "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_DISABLE_XET": "1",
+           "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_OFFLINE": "0"}
+    hparams = {"arch": "resnet_small", "pretrained": False, "image_size": 16,
+               "batch_size": 4}
+    subprocess.run([sys.executable, "-m", "domainbed.scripts.train", "--dataset",
+                    f"hf:{MIRRORS['PACS'].repo}", "--hf_revision", "main", "--algorithm",
+                    "ERM", "--test_envs", "0", "--steps", "1", "--hparams",
+                    json.dumps(hparams), "--output_dir", str(out)], cwd=REPO, env=env,
+                   check=True, capture_output=True, text=True, timeout=600)
+    with open(out / "results.jsonl") as f:
+        args = json.loads(f.readlines()[-1])["args"]
+    assert args["dataset"] == f"hf:{MIRRORS['PACS'].repo}?revision=main"
+    assert args["data_source"] == f"hf:{MIRRORS['PACS'].repo}@{COMMIT}"
+    assert args["hf_revision"] == COMMIT
+    assert args["env_names"] == list(PACS_DOMAINS)
+    # offline, the cache answers: the same environments and fingerprint
+    offline = subprocess.run(
+        [sys.executable, "-c", "from domainbed.registry import get_dataset_class as g; "
+         f"print(g('hf:{MIRRORS['PACS'].repo}?revision=main').ENVIRONMENTS)"],
+        cwd=REPO, env={**env, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"},
+        capture_output=True, text=True, timeout=300)
+    assert offline.returncode == 0, offline.stderr
+    assert offline.stdout.strip() == str(list(PACS_DOMAINS))
