@@ -10,12 +10,13 @@ every later download: a changed file is refused in one line. The rows are then w
 ``DATA_DIR/<DIRNAME>/<domain folder>/<class folder>/<row>.<ext>``: the domain folders are
 DomainBed's names (the mirror's domain values mapped by ``DOMAIN_DIRS``), the class folders
 the label column's ClassLabel names; DomainBed's loader sorts both, which gives DomainBed's
-environment and class order.
+environment and class order when the mirror's class names are DomainBed's folder names
+(PACS: checked against the mirror's dataset card; Office-Home's mirror not inspected yet).
 """
 import io
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from domainbed.downloading import file_digest, lock_path, record, recorded_sha256
 from oodutils.errors import UserError
@@ -28,17 +29,32 @@ class HubMirror:
     repo: str
     revision: str | None        # pinned commit; None: main's commit, recorded on first use
     dirname: str                # DomainBed's folder under DATA_DIR
-    domain_dirs: dict = field(default_factory=dict)  # mirror's domain value -> folder name
+    domain_dirs: tuple = ()     # DomainBed's domain folders; the mirror's values map onto
+                                # them ignoring case, spaces and underscores
     domain_column: str = "domain"
     label_column: str = "label"
     image_column: str = "image"
 
 
 MIRRORS = {
-    "PACS": HubMirror("flwrlabs/pacs", "9c6f80edcd5320a55a39b1e84120dcfa25c8ce9b", "PACS"),
+    "PACS": HubMirror("flwrlabs/pacs", "9c6f80edcd5320a55a39b1e84120dcfa25c8ce9b", "PACS",
+                      ("art_painting", "cartoon", "photo", "sketch")),
     "OfficeHome": HubMirror("flwrlabs/office-home", None, "office_home",
-                            {"Real_World": "Real World", "RealWorld": "Real World"}),
+                            ("Art", "Clipart", "Product", "Real World")),
 }
+
+
+def _key(text):
+    return "".join(ch for ch in str(text).lower() if ch.isalnum())
+
+
+def domain_folder(name, mirror, value):
+    """DomainBed's folder for the mirror's domain `value` (one error line when none)."""
+    for folder in mirror.domain_dirs:
+        if _key(folder) == _key(value):
+            return folder
+    raise UserError(f"{name}: the mirror's domain {value!r} is none of DomainBed's "
+                    f"{', '.join(mirror.domain_dirs)} (not the mirror's schema?)")
 
 
 def _hub():
@@ -134,15 +150,14 @@ def write_layout(name, mirror, parquet_paths, data_dir):
             for domain, label, image in zip(table[mirror.domain_column].to_pylist(),
                                             table[mirror.label_column].to_pylist(),
                                             table[mirror.image_column].to_pylist()):
-                folder = os.path.join(staging, mirror.domain_dirs.get(domain, domain),
-                                      classes[label])
+                key = domain_folder(name, mirror, domain)
+                folder = os.path.join(staging, key, classes[label])
                 os.makedirs(folder, exist_ok=True)
                 data = image["bytes"]
                 ext = (Image.open(io.BytesIO(data)).format or "jpg").lower()
                 ext = "jpg" if ext == "jpeg" else ext
                 with open(os.path.join(folder, f"{row:06d}.{ext}"), "wb") as f:
                     f.write(data)
-                key = mirror.domain_dirs.get(domain, domain)
                 counts[key] = counts.get(key, 0) + 1
                 row += 1
         if os.path.isdir(target):

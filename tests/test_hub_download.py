@@ -220,3 +220,18 @@ def test_train_on_a_hub_repository_records_the_commit(tmp_path, fake_hub):
         capture_output=True, text=True, timeout=300)
     assert offline.returncode == 0, offline.stderr
     assert offline.stdout.strip() == str(list(PACS_DOMAINS))
+
+
+def test_mirror_domains_map_onto_domainbeds_folders_or_fail_in_one_line(tmp_path):
+    from domainbed.hub_mirrors import domain_folder
+    from oodutils.errors import UserError
+    office = MIRRORS["OfficeHome"]
+    assert domain_folder("OfficeHome", office, "Real_World") == "Real World"
+    assert domain_folder("OfficeHome", office, "real world") == "Real World"
+    assert domain_folder("PACS", MIRRORS["PACS"], "art_painting") == "art_painting"
+    write_hub_folder(tmp_path / "odd", domains=("moon", "sun"), classes=PACS_CLASSES,
+                     per_class=1)
+    with pytest.raises(UserError, match="the mirror's domain 'moon' is none of"):
+        write_layout("PACS", MIRRORS["PACS"], [tmp_path / "odd" / FILE], tmp_path / "data")
+    assert not (tmp_path / "data" / "PACS").exists()
+    assert not [p for p in os.listdir(tmp_path / "data") if p.startswith(".PACS")]
