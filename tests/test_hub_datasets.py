@@ -108,6 +108,7 @@ def test_bad_image_bytes_are_checked_before_training(tmp_path):
     assert sum(len(e) for e in dataset) == 26
 
 
+@pytest.mark.slow
 def test_train_contract_records_name_source_and_revision(tmp_path):
     """The issue's contract: train --dataset hf:DIR ... --steps 5 (and --hf_domain_column)."""
     write_hub_folder(tmp_path / "hub")
@@ -152,3 +153,26 @@ def test_sweep_and_collect_results_show_the_domain_names(tmp_path):
                           capture_output=True, text=True)
     assert f"hf:{tmp_path / 'hub'}?domain_column=region" in proc.stdout
     assert "north" in proc.stdout and "south" in proc.stdout
+    subprocess.run([sys.executable, "-m", "domainbed.scripts.leaderboard", "--input_dir",
+                    str(sweep), "--output_dir", str(tmp_path / "site")], cwd=REPO, check=True,
+                   capture_output=True, timeout=600)
+    with open(tmp_path / "site" / "leaderboard.csv") as f:
+        columns = {line.split(",")[3] for line in f.readlines()[1:]}
+    assert {"north", "south"} <= columns
+
+
+def test_every_command_folds_the_flags_into_the_name():
+    from domainbed.scripts import evaluate, list_top_hparams, sweep
+    args = list_top_hparams.parse_args(["--input_dir", "x", "--dataset", "hf:d",
+                                        "--hf_split", "test", "--test_env", "0"])
+    assert args.dataset == "hf:d?split=test"
+    assert sweep.hf_names(["PACS", "hf:d"], {"hf_domains": "a,b"}) == ["PACS",
+                                                                      "hf:d?domains=a,b"]
+    with pytest.raises(UserError, match="only apply to hf: datasets"):
+        sweep.hf_names(["PACS"], {"hf_domains": "a,b"})
+    parsed = evaluate.build_parser().parse_args(["--model", "m", "--dataset", "hf:d",
+                                                 "--hf_label_column", "y",
+                                                 "--output_dir", "o"])
+    assert fold_hf_flags(parsed.dataset, vars(parsed)) == "hf:d?label_column=y"
+    config = RunConfig.from_argv(["--dataset", "hf:d", "--hf_revision", "v1.0"])
+    assert config.dataset == "hf:d?revision=v1.0"

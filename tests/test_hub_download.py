@@ -192,6 +192,7 @@ def test_original_failing_names_the_hub(monkeypatch, capsys, tmp_path):
     assert "--source hub" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_train_on_a_hub_repository_records_the_commit(tmp_path, fake_hub):
     """hf:REPO through huggingface_hub (snapshot at --hf_revision main): the records name
     the repository and the commit the snapshot holds."""
