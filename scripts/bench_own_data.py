@@ -3,6 +3,7 @@ tree, default 224 px against 32 px: wall time and model.pkl size), and the cost 
 image check before training (files per second on the same kind of files).
 
     python scripts/bench_own_data.py [--images 64] [--check_images 2000]
+    python scripts/bench_own_data.py --hub     (the same check on an hf: folder)
 
 Prints one line per measurement; write the figures (with `uptime`) into the notes."""
 import argparse
@@ -66,5 +67,46 @@ def main():
     print(f"load: {os.getloadavg()}")
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and "--hub" not in sys.argv:
     main()
+
+
+def hub_check_rate(root, n):
+    """hf: a local Hub-layout folder of n JPEGs (227 px): seconds to resolve the name
+    (datasets.load_dataset, first time: its cache is built), to build the dataset, and to
+    check every image."""
+    import io
+
+    import datasets
+    from PIL import Image as PILImage
+
+    from domainbed.registry import get_dataset_class
+    images = []
+    for k in range(n):
+        buffer = io.BytesIO()
+        PILImage.effect_noise((227, 227), 40).convert("RGB").save(buffer, "JPEG")
+        images.append({"bytes": buffer.getvalue(), "path": None})
+    os.makedirs(os.path.join(root, "data"))
+    features = datasets.Features({"image": datasets.Image(), "domain": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["cat", "dog"])})
+    datasets.Dataset.from_dict({"image": images, "domain": [f"d{k % 2}" for k in range(n)],
+                                "label": [(k // 2) % 2 for k in range(n)]},
+                               features=features).to_parquet(
+        os.path.join(root, "data", "train-00000-of-00001.parquet"))
+    start = time.perf_counter()
+    cls = get_dataset_class(f"hf:{root}")
+    resolved = time.perf_counter()
+    dataset = cls("unused", [0], {"image_size": 32})
+    built = time.perf_counter()
+    dataset.check_images()
+    checked = time.perf_counter()
+    return resolved - start, built - resolved, checked - built
+
+
+if __name__ == "__main__" and "--hub" in sys.argv:
+    with tempfile.TemporaryDirectory() as tmp:
+        n = 2000
+        seconds = hub_check_rate(os.path.join(tmp, "hub"), n)
+        print(f"hf: {n} JPEGs: resolve {seconds[0]:.2f} s, build {seconds[1]:.2f} s, "
+              f"check {seconds[2]:.2f} s ({n / seconds[2]:.0f} images/s); "
+              f"load {os.getloadavg()}")

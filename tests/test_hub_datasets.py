@@ -176,3 +176,27 @@ def test_every_command_folds_the_flags_into_the_name():
     assert fold_hf_flags(parsed.dataset, vars(parsed)) == "hf:d?label_column=y"
     config = RunConfig.from_argv(["--dataset", "hf:d", "--hf_revision", "v1.0"])
     assert config.dataset == "hf:d?revision=v1.0"
+
+
+def test_a_text_dataset_from_its_text_column(tmp_path):
+    import datasets
+    texts = {"books": ["a fine novel", "dull pages", "great plot twist", "boring ending"],
+             "films": ["superb acting", "awful script", "loved it", "hated it"]}
+    rows = [(t, g, i % 2) for g, items in texts.items() for i, t in enumerate(items)]
+    (tmp_path / "text" / "data").mkdir(parents=True)
+    features = datasets.Features({"sentence": datasets.Value("string"),
+                                  "genre": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["good", "bad"])})
+    datasets.Dataset.from_dict({"sentence": [r[0] for r in rows], "genre": [r[1] for r in rows],
+                                "label": [r[2] for r in rows]}, features=features).to_parquet(
+        tmp_path / "text" / "data" / "train-00000-of-00001.parquet")
+    name = fold_hf_flags(f"hf:{tmp_path / 'text'}", {"hf_text_column": "sentence",
+                                                     "hf_domain_column": "genre"})
+    cls = get_dataset_class(name)
+    assert cls.ENVIRONMENTS == ["books", "films"] and cls.CLASSES == ["good", "bad"]
+    dataset = cls(str(tmp_path), [0], {"text_featurizer": "bow"})
+    assert [len(e) for e in dataset] == [4, 4] and dataset.num_classes == 2
+    assert dataset[1].y.tolist() == [0, 1, 0, 1]
+    assert dataset.identity()["data_source"] == f"hf:{tmp_path / 'text'}"
+    x, y = dataset[0][2]
+    assert x.shape == tuple(dataset.input_shape) and int(y) == 0

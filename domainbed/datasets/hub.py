@@ -231,7 +231,14 @@ class HubImageEnvironment(ImageEnvironment):
         self.column, self.rows = column, np.asarray(rows, dtype=np.int64)
 
     def _cell(self, i):
-        return self.column[int(self.rows[i])]
+        """Row i's image as {"bytes", "path"} (the Image feature's storage; a plain binary
+        or text column is taken as bytes or a path)."""
+        cell = self.column[int(self.rows[i])].as_py()
+        if isinstance(cell, bytes):
+            return {"bytes": cell, "path": None}
+        if isinstance(cell, str):
+            return {"bytes": None, "path": cell}
+        return cell
 
     def load(self, i):
         import io
@@ -269,10 +276,8 @@ class HubImageDataset(CheckedImages, MultipleDomainDataset):
     HPARAMS = {**MultipleDomainDataset.HPARAMS, **MultipleEnvironmentImageFolder.HPARAMS}
 
     def __init__(self, root, test_envs, hparams):
-        datasets = _datasets()
         table = self.TABLE
-        column = table.table.cast_column(table.image_column, datasets.Image(decode=False))
-        column = column.select_columns([table.image_column])[table.image_column]
+        column = table.table.data.column(table.image_column)   # arrow, read row by row
         size = int(hparams.get("image_size", 224))
         augment = bool(hparams.get("data_augmentation", True))
         self.datasets = []
