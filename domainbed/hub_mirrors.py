@@ -153,7 +153,10 @@ def write_layout(name, mirror, parquet_paths, data_dir):
                 key = domain_folder(name, mirror, domain)
                 folder = os.path.join(staging, key, classes[label])
                 os.makedirs(folder, exist_ok=True)
-                data = image["bytes"]
+                data = (image or {}).get("bytes")
+                if not data:
+                    raise UserError(f"{name}: row {row} of {os.path.basename(path)} holds no "
+                                    f"image bytes (not the mirror's schema?)")
                 ext = (Image.open(io.BytesIO(data)).format or "jpg").lower()
                 ext = "jpg" if ext == "jpeg" else ext
                 with open(os.path.join(folder, f"{row:06d}.{ext}"), "wb") as f:
