@@ -132,7 +132,7 @@ def _names_and_codes(name, table, column, what):
     (whole numbers stay the indices they are)."""
     datasets = _datasets()
     feature = table.features[column]
-    values = table[column]
+    values = table.data.column(column).to_pylist()   # arrow: one pass, no row objects
     if isinstance(feature, datasets.ClassLabel):
         return list(feature.names), np.asarray(values, dtype=np.int64)
     if any(v is None for v in values):
@@ -310,7 +310,7 @@ def _text_dataset_class():
 
         def __init__(self, root, test_envs, hparams):
             table = self.TABLE
-            texts = [str(t) for t in table.table[table.text_column]]
+            texts = [str(t) for t in table.table.data.column(table.text_column).to_pylist()]
             rows = table.rows
             self.build_text_environments(texts, rows, table.env[rows], table.labels[rows],
                                          np.zeros(len(rows), dtype=np.int64), rows, hparams,
