@@ -264,3 +264,11 @@ def test_csv_labels_as_class_names(tmp_path):
     rows = [r for r in rows if not (r[2] == "photo" and r[1] == "cat")]
     message = _csv_error(tmp_path, rows, header="path,label,domain")
     assert "class 'cat' has no images in domain 'photo'" in message
+
+
+def test_train_help_says_what_dataset_accepts():
+    from domainbed.config import build_parser
+    text = " ".join(build_parser().format_help().split())
+    for form in ("folder:PATH", "csv:PATH", "hf:REPO_OR_DIR", "--hf_domain_column",
+                 "--skip_bad_images"):
+        assert form in text, form
