@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from domainbed.config import EVAL_SPLITS_HELP, RunConfig
+from domainbed.hub_options import add_hf_flags, fold_hf_flags
 from oodutils.cli import (
     DATA_DIR_HELP,
     DEFAULT_DATA_DIR,
@@ -51,8 +52,8 @@ def build_parser():
     add_option(p, "--class_map", default="", metavar="FILE", help=CLASS_MAP_HELP)
     add_option(p, "--trust_pickle", action="store_true", help=TRUST_PICKLE_HELP)
     add_option(p, "--dataset", default=None,
-               help="a registered dataset, folder:PATH or csv:PATH (default with "
-                    "--checkpoint: the checkpoint's)")
+               help="a registered dataset, folder:PATH, csv:PATH or hf:REPO_OR_DIR "
+                    "(default with --checkpoint: the checkpoint's)")
     add_option(p, "--test_envs", type=int, nargs="+", default=None,
                help="default: the checkpoint's; with --model the dataset's default")
     add_option(p, "--output_dir", required=True, help="the run directory to write (new)")
@@ -73,6 +74,7 @@ def build_parser():
     add_option(p, "--eval_batch_size", type=int, default=64)
     add_option(p, "--weights_dir", default="",
                help="folder searched first for the zoo's weight files")
+    add_hf_flags(p, add_option)
     add_logging_flags(p)
     return p
 
@@ -102,6 +104,8 @@ def check_args(args):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
+    if args.dataset:   # the --hf_* flags are part of an hf: dataset's name
+        args.dataset = fold_hf_flags(args.dataset, vars(args))
     check_args(args)
     RunConfig.from_options(**run_options(args)).check_numbers()
     from domainbed.training import scoring

@@ -19,6 +19,7 @@ import argparse
 import os
 import sys
 
+from domainbed.hub_options import add_hf_flags, fold_hf_flags
 from domainbed.launch import launchers
 from domainbed.launch.fused import FUSED_MAX_MODELS
 from domainbed.launch.slurm_status import slurm_view, summarize_view
@@ -87,6 +88,8 @@ PASS_THROUGH = {   # name -> argparse kwargs
                          "not part of a job's directory name"),
     "tracker_uri": dict(type=str, default=None, help="train.py's --tracker_uri (MLflow)"),
     "skip_model_save": dict(action="store_true", help="train.py's --skip_model_save"),
+    "skip_bad_images": dict(action="store_true",
+                            help="train.py's --skip_bad_images (folder:, csv:, hf: data)"),
     "save_model_every_checkpoint": dict(action="store_true",
                                         help="train.py's --save_model_every_checkpoint"),
     "weights_dir": dict(type=str, default=None,
@@ -123,7 +126,8 @@ def build_parser():
     parser.add_argument("command",
                         choices=["launch", "delete_incomplete", "delete_all", "status"])
     add_option(parser, "--datasets", nargs="+", type=str, default=None,
-                       help="default: every registered dataset except the Debug ones")
+                       help="registered names, folder:PATH, csv:PATH or hf:REPO_OR_DIR "
+                            "(default: every registered dataset except the Debug ones)")
     add_option(parser, "--algorithms", nargs="+", type=str, default=None,
                        help="default: every registered algorithm")
     add_option(parser, "--task", type=str, default="domain_generalization",
@@ -173,6 +177,8 @@ def build_parser():
     ray = parser.add_argument_group("ray launcher")
     add_option(ray, "--ray_address", type=str, default=None)
     add_option(ray, "--ray_gpus_per_job", type=float, default=None)
+    add_hf_flags(parser.add_argument_group("hf: datasets (folded into each hf: name)"),
+                 add_option)
     add_logging_flags(parser)
     return parser
 
@@ -200,6 +206,15 @@ def check_args(args):
         check_eval_splits(args.eval_splits)
 
 
+def hf_names(datasets, values):
+    """The datasets with the --hf_* flags folded into every hf: name (the flags with no
+    hf: dataset are an error, as train's)."""
+    if not any(str(d).startswith("hf:") for d in datasets):
+        fold_hf_flags(datasets[0] if datasets else "", values)
+        return list(datasets)
+    return [fold_hf_flags(d, values) if str(d).startswith("hf:") else d for d in datasets]
+
+
 def _needs_data_dir(datasets):
     """Whether any dataset needs files (the MNIST family and Debug build themselves)."""
     return any(getattr(get_dataset_class(d), "NEEDS_DATA_DIR", True) for d in datasets)
@@ -221,7 +236,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
     check_args(args)
-    datasets = args.datasets or _default_datasets()
+    datasets = hf_names(args.datasets or _default_datasets(), vars(args))
     algorithms = args.algorithms or _default_algorithms()
     check_names(datasets, algorithms)
 

@@ -475,6 +475,9 @@ class RunData(NamedTuple):
 def build_run_data(dataset_cls: type, config: RunConfig, hparams: dict) -> RunData:
     dataset = build_dataset(dataset_cls, config.data_dir, config.test_envs, hparams,
                             config.data_seed)
+    check_images = getattr(dataset, "check_images", None)
+    if check_images is not None:   # a user's images: every file checked before any split
+        check_images(config.skip_bad_images, LOG.info)
     return RunData(dataset, *make_splits(dataset, config, hparams))
 
 
