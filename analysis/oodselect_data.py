@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from oodutils.accuracy import check_accuracies
+from oodutils.csv_out import csv_value
 from oodutils.errors import UserError, load_error_reason
 from oodutils.log import get_logger
 
@@ -211,6 +212,7 @@ def from_runs(input_dir, dataset=None, id_envs=None, ood_env=None, require_done=
     if os.path.exists(csv):
         paths = pd.read_csv(csv)
         if {"id", "path"} <= set(paths.columns):
+            paths["path"] = paths["path"].map(csv_value)
             examples = examples.merge(paths[["id", "path"]], on="id", how="left")
     info = {"dataset": dataset, "id_envs": id_envs, "ood_env": ood_env,
             "n_runs": int(models["run"].nunique()), "skipped_checkpoints": missing,

@@ -8,13 +8,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any
+import sys
+from typing import Any, TextIO
 
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.log import configure
 
 __all__ = ["ArgumentParser", "add_option", "hidden_aliases", "parse_json_object",
-           "add_logging_flags", "configure_logging", "run_cli", "epilog_example"]
+           "add_logging_flags", "configure_logging", "run_cli", "epilog_example", "echo",
+           "check_outputs"]
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -105,3 +107,26 @@ def check_directories(paths: list[str], option: str = "--input_dir") -> None:
     for path in paths:
         if not os.path.isdir(path):
             raise UserError(f"{option} {path!r} is not a directory")
+
+
+def echo(text: str, end: str = "\n", stream: TextIO | None = None) -> None:
+    """Write `text` to stdout (or `stream`) whatever it holds: a lone surrogate from a
+    broken record is written as U+FFFD, a character the terminal's encoding lacks as a
+    backslash escape; never an encoding error halfway through a table."""
+    from oodutils.fileio import encodable
+    stream = sys.stdout if stream is None else stream
+    text = encodable(text + end)
+    try:
+        stream.write(text)
+    except UnicodeEncodeError:
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
+
+
+def check_outputs(*outputs: tuple[str | os.PathLike[str] | None, str, bool]) -> None:
+    """Every output a command was asked for, as ``(path, option, is_directory)``, checked
+    to be writable before any work (``oodutils.fileio.check_output_path``); a path of
+    None (an output not asked for) is skipped."""
+    from oodutils.fileio import check_output_path
+    for path, option, directory in outputs:
+        check_output_path(path, option, directory=directory)

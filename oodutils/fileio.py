@@ -15,6 +15,8 @@ import io
 import json
 import math
 import os
+import re
+import tempfile
 import zipfile
 from collections.abc import Sequence
 from typing import Any
@@ -48,8 +50,25 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes | Sequence[Buff
         folder.write_bytes(os.path.basename(path), data, durable=durable)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encodable(text: str) -> str:
+    """`text` with every lone surrogate (a Python string can hold one: JSON's ``"\\ud800"``,
+    a file name that is not UTF-8) made U+FFFD, so it can be written as UTF-8."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def utf8_bytes(text: str) -> bytes:
+    """`text` as UTF-8, lone surrogates written as U+FFFD (never an encoding error)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return encodable(text).encode("utf-8")
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str, durable: bool = False) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"), durable=durable)
+    atomic_write_bytes(path, utf8_bytes(text), durable=durable)
 
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
@@ -102,9 +121,14 @@ def file_name_part(name: object) -> str:
     return "".join(ch if ch.isalnum() or ch in "._-@" else "_" for ch in str(name))
 
 
-def check_output_path(path: str | os.PathLike[str], what: str, directory: bool = False) -> None:
+def check_output_path(path: str | os.PathLike[str] | None, what: str,
+                      directory: bool = False) -> None:
     """A UserError before any work when `path` cannot be written: a file where a folder
-    is wanted (or the reverse), a file among its parents, or a parent not writable."""
+    is wanted (or the reverse), a file among its parents, or a parent where no file can be
+    made (tried, not guessed from the mode bits: root passes those, ``/proc`` or a
+    read-only mount still refuse). None (an output not asked for) passes."""
+    if path is None:
+        return
     path = os.fspath(path)
     if directory and os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f"{what} {path!r} is a file, not a directory")
@@ -121,6 +145,13 @@ def check_output_path(path: str | os.PathLike[str], what: str, directory: bool =
         raise UserError(f"{what} {path!r} sits under {existing!r}, which is a file")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"{what} {path!r}: {existing!r} is not writable")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".tmp-write-check-", dir=existing)
+    except OSError as e:
+        raise UserError(f"{what} {path!r} cannot be written: no file can be made in "
+                        f"{existing!r} ({e.strerror})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def finite_json(obj: Any) -> Any:

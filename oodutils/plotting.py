@@ -25,12 +25,27 @@ def figure_and_axes(ax: Axes | None = None,
     return fig, fig.add_subplot()
 
 
+def drawable_texts(fig: Figure) -> None:
+    """Every text of ``fig`` (titles, labels, legends, ticks) made drawable: a lone
+    surrogate from a broken record (which the font renderer refuses) as U+FFFD, a CR or
+    tab (no glyph) as a space."""
+    from matplotlib.text import Text
+
+    from oodutils.fileio import encodable
+    for artist in fig.findobj(Text):
+        text = artist.get_text()
+        clean = encodable(text).replace("\r", " ").replace("\t", " ")
+        if clean != text:
+            artist.set_text(clean)
+
+
 def save_figure(fig: Figure, path: str | os.PathLike[str], dpi: int = 120,
                 bbox_inches: str | None = None) -> Path:
     """Write ``fig`` as a PNG to ``path`` atomically (temp file + rename); returns the
     path. The figure stays open: it is the caller's (or nobody's, for a backend-less
     Figure)."""
     from oodutils.fileio import atomic_write_bytes
+    drawable_texts(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches=bbox_inches)
     path = Path(path)

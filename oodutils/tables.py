@@ -14,14 +14,13 @@ For DataFrames, floats are rounded to ``digits`` places in every format except C
 keeps full precision (CSV is for machines; the rounding belongs to whoever reads it).
 Booleans print as ``yes``/``no`` in the human formats and as ``True``/``False`` in CSV.
 Missing values print as ``-`` (human formats) or an empty field (CSV). Text from
-records is escaped for every format: CSV cells that start like a formula, raw HTML in
-markdown and HTML, TeX commands in LaTeX. Numeric columns
+records is escaped for every format: CSV cells that start like a formula and line breaks
+(``oodutils.csv_out``, the one CSV writer), raw HTML in markdown and HTML, TeX commands
+in LaTeX. Numeric columns
 are right-aligned, others left-aligned.
 """
 from __future__ import annotations
 
-import csv
-import io
 import math
 import os
 from pathlib import Path
@@ -32,6 +31,7 @@ import numpy as np
 if TYPE_CHECKING:   # pandas is imported where a table is built: commands answer --help first
     import pandas as pd
 
+from oodutils.csv_out import csv_cell, csv_text, frame_csv  # noqa: F401  (re-exported)
 from oodutils.errors import UnknownNameError
 from oodutils.templating import render as render_template
 
@@ -79,21 +79,6 @@ def markdown_escape(text: object) -> str:
     (``<``, ``>``, ``&`` as entities, which markdown shows as the characters), line
     breaks made spaces."""
     return "".join(_MARKDOWN_SPECIAL.get(ch, ch) for ch in str(text))
-
-
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def csv_cell(value: object) -> object:
-    """``value`` safe to open in a spreadsheet: text that starts like a formula (``=``,
-    ``+``, ``-``, ``@``, a tab or CR) and is not a number gets a leading apostrophe
-    (OWASP's advice against CSV injection); numbers and numeric text are kept."""
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
-        try:
-            float(value)
-        except ValueError:
-            return "'" + value
-    return value
 
 
 # ------------------------------------------------------------------- grids of string cells
@@ -161,15 +146,6 @@ def html_table(header: Sequence[str], rows: Sequence[Sequence[str]],
     rows = [[str(c) for c in r][:len(align)] for r in rows]
     return render_template(__package__, "table.html.j2", header=[str(h) for h in header],
                            rows=rows, align=align, caption=caption)
-
-
-def csv_text(header: Sequence, rows: Sequence[Sequence]) -> str:
-    """RFC 4180 CSV (``\\n`` line ends) of a header and rows, values as ``str``."""
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow([csv_cell(h) for h in header])
-    writer.writerows([csv_cell(c) for c in row] for row in rows)
-    return buf.getvalue()
 
 
 # ----------------------------------------------------------------------------- DataFrames
@@ -240,14 +216,8 @@ def to_html(df: pd.DataFrame, digits: int = 2, title: Optional[str] = None) -> s
 
 
 def to_csv(df: pd.DataFrame) -> str:
-    """Full-precision CSV; text cells that start like a formula are escaped (csv_cell)."""
-    import pandas as pd
-    df = df.rename(columns=csv_cell)
-    df = df.apply(lambda column: column if pd.api.types.is_numeric_dtype(column)
-                  else column.map(csv_cell))
-    buf = io.StringIO()
-    df.to_csv(buf, index=False, lineterminator="\n")
-    return buf.getvalue()
+    """Full-precision CSV, text cells made inert (``oodutils.csv_out``)."""
+    return frame_csv(df)
 
 
 def render(df: pd.DataFrame, fmt: str = "text", digits: int = 2,

@@ -94,6 +94,8 @@ def check_args(args):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
+    from oodutils.cli import check_outputs
+    check_outputs((args.output_dir, "--output_dir", True))
     check_args(args)
     RunConfig.from_options(**run_options(args)).check_numbers()
     from domainbed.training import scoring

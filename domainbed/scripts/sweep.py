@@ -217,6 +217,9 @@ def print_status(jobs, sweep_dir):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
+    if args.command == "launch":
+        from oodutils.cli import check_outputs
+        check_outputs((args.output_dir, "--output_dir", True))
     check_args(args)
     datasets = args.datasets or _default_datasets()
     algorithms = args.algorithms or _default_algorithms()
