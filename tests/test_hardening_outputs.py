@@ -1,0 +1,409 @@
+"""Hardening, round 3, the output side: every CSV the project writes is inert in a
+spreadsheet (a hostile name never starts a formula, never splits a row; a number stays a
+number), a lone surrogate in a record never stops a writer (pages whole or not at all),
+an unwritable output is one error line before any work, and the leaderboard's folder
+honours the umask. Tiny record folders, built by hand."""
+import csv
+import dataclasses
+import gzip
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from oodutils.csv_out import FORMULA_START, csv_text, csv_value, frame_csv
+from oodutils.errors import run_cli
+from tests.test_labelfree import write_sweep, zoo
+from tests.test_records import record, write_run
+
+DATASET = '=HYPERLINK("http://x.example/?a","click")'
+ALGORITHM = "@SUM(A1)"
+ENVS = ["-1+cmd|' /C calc'!A0", "\r=1", "\t=2\n=3"]
+HOSTILE = [DATASET, ALGORITHM, *ENVS, "+1+cmd", "\uff1dcmd"]
+NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+SURROGATE = "\ud800"
+
+
+def read(path):
+    """A file's text with its line ends as written (a CR stays a CR)."""
+    return path.read_bytes().decode("utf-8")
+
+
+def csv_rows(text):
+    """Rows as a spreadsheet's import reads them (a bare CR ends a line)."""
+    return list(csv.reader(io.StringIO(text, newline="")))
+
+
+def assert_inert(text, where):
+    """Every row as wide as the header; no cell starts like a formula unless it is a plain
+    number. Returns the cells."""
+    rows = csv_rows(text)
+    assert rows, where
+    cells = []
+    for row in rows:
+        assert len(row) == len(rows[0]), (where, row)
+        for cell in row:
+            assert not cell.startswith(FORMULA_START) or NUMBER.fullmatch(cell), (where, cell)
+            cells.append(cell)
+    return cells
+
+
+def hostile_sweep(root, dataset=DATASET, algorithm=ALGORITHM, envs=ENVS, extra=None):
+    """Two algorithms x three test environments x two trials, three steps each."""
+    for a, alg in enumerate(("ERM", algorithm)):
+        for test_env in range(3):
+            for trial in range(2):
+                recs = []
+                for step in range(3):
+                    accs = {f"env{e}_{s}_acc": 0.5 + 0.1 * ((trial + step + e) % 4)
+                            for e in range(3) for s in ("in", "out")}
+                    rec = record(step, test_envs=(test_env,), trial_seed=trial, **accs)
+                    rec["args"].update(dataset=dataset, algorithm=alg, env_names=list(envs))
+                    rec.update(extra or {})
+                    recs.append(rec)
+                write_run(root / f"run{a}{test_env}{trial}", recs)
+    return root
+
+
+def run_main(main, argv, capsys):
+    """(exit code, stdout, stderr) of a command run in-process through run_cli."""
+    code = 0
+    try:
+        result = run_cli(main, argv)
+        code = result or 0
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ------------------------------------------------------------------------ the CSV helper
+
+def test_the_helper_neutralises_formulas_and_keeps_numbers_numeric():
+    text = csv_text(["=h", "value"], [[h, -1.5] for h in HOSTILE] +
+                    [["-2.5", np.float64(-0.25)], ["1e-3", -7], [None, float("nan")],
+                     ["-inf", True], ["x" + SURROGATE, np.int64(-3)]])
+    cells = assert_inert(text, "helper")
+    rows = csv_rows(text)
+    assert len(rows) == 1 + len(HOSTILE) + 5     # "\r=1" and "=3\n" split no row
+    assert [r[0] for r in rows[1:len(HOSTILE) + 1]] == ["'" + h for h in HOSTILE]
+    assert [csv_value(r[0]) for r in rows[1:len(HOSTILE) + 1]] == HOSTILE   # read back
+    assert rows[-5:] == [["-2.5", "-0.25"], ["1e-3", "-7"], ["", ""], ["'-inf", "True"],
+                         ["x\ufffd", "-3"]]
+    assert "'=h" in cells and "-1.5" in cells
+
+
+def test_frames_are_written_by_the_helper_with_pandas_numbers():
+    import pandas as pd
+    frame = pd.DataFrame({"name": HOSTILE, "acc": np.linspace(-1, 1, len(HOSTILE)),
+                          "n": range(len(HOSTILE))})
+    text = frame_csv(frame)
+    assert_inert(text, "frame")
+    back = pd.read_csv(io.StringIO(text, newline=""))
+    assert back["name"].map(csv_value).tolist() == HOSTILE
+    assert back["acc"].tolist() == frame["acc"].tolist()     # full precision, numeric
+    assert back["n"].dtype.kind == "i"
+
+
+def test_examples_csv_of_a_run_is_inert_and_reads_back():
+    from domainbed.training.loop import example_paths_csv
+
+    class Env:
+        def __init__(self, ids, paths):
+            self.ids, self.paths = ids, paths
+
+    paths = [f"{h}.png" for h in HOSTILE] + ['a,"b".png', "é.png"]
+    text = example_paths_csv([Env(range(len(paths)), paths)])
+    assert_inert(text, "examples.csv")
+    assert [csv_value(r[2]) for r in csv_rows(text)[1:]] == paths
+
+
+# -------------------------------------------------------- every command that writes a CSV
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    return hostile_sweep(tmp_path_factory.mktemp("hostile") / "sweep")
+
+
+def test_collect_results_csv(sweep, capsys):
+    from domainbed.scripts.collect_results import main
+    code, out, err = run_main(main, ["--input_dir", str(sweep), "--format", "csv"], capsys)
+    assert code == 0, err
+    for text, where in ((out, "stdout"), (read(sweep / "results.csv"),
+                                          "results.csv")):
+        cells = assert_inert(text, where)
+        assert "'\r=1" in cells and "'" + DATASET in cells and "'" + ALGORITHM in cells
+
+
+@pytest.fixture(scope="module")
+def site(sweep, tmp_path_factory):
+    """The leaderboard of the hostile sweep, built under umask 027."""
+    from domainbed.leaderboard.site import build_site
+    out = tmp_path_factory.mktemp("lb") / "site"
+    old = os.umask(0o027)
+    try:
+        build_site([str(sweep)], str(out), extras=None)
+    finally:
+        os.umask(old)
+    return out
+
+
+def test_leaderboard_csv(site):
+    cells = assert_inert(read(site / "leaderboard.csv"), "leaderboard.csv")
+    assert "'\r=1" in cells and "'" + DATASET in cells and "'" + ENVS[0] in cells
+
+
+def test_leaderboard_folder_honours_the_umask(site):
+    assert os.stat(site).st_mode & 0o777 == 0o750
+    assert os.stat(site / "index.html").st_mode & 0o777 == 0o640
+    assert os.stat(site / "leaderboard.csv").st_mode & 0o777 == 0o640
+
+
+def test_aotl_csv_table_and_exported_accuracies(sweep, tmp_path, capsys):
+    from analysis.aotl_cli import main
+    code, out, err = run_main(main, [str(sweep), "--format", "csv"], capsys)
+    assert code == 0, err
+    assert "'" + DATASET in assert_inert(out, "aotl stdout")
+    table = tmp_path / "table.csv"
+    exported = tmp_path / "exported"
+    code, _, err = run_main(main, [str(sweep), "--output", str(table), "--export_csv",
+                                   str(exported), "--table", "per-ood"], capsys)
+    assert code == 0, err
+    assert_inert(read(table), "aotl --output")
+    files = sorted(exported.rglob("*.csv.gz"))
+    assert len(files) == 3
+    for path in files:
+        cells = assert_inert(gzip.decompress(path.read_bytes()).decode(), path.name)
+        assert "'" + DATASET in cells and "'" + ALGORITHM in cells
+    # aotl reads its own export back with the names as they were
+    code, out, err = run_main(main, [str(exported), "--format", "csv"], capsys)
+    assert code == 0, err
+    cells = assert_inert(out, "aotl on its export")
+    assert "'" + DATASET in cells and not any(c.startswith("''") for c in cells)
+
+
+def test_labelfree_csvs(tmp_path, capsys):
+    from analysis.labelfree_cli import main
+    cps = [dataclasses.replace(cp, dataset=DATASET) for cp in zoo(4, -0.5, n=200)]
+    write_sweep(tmp_path / "sweep", cps)
+    out = tmp_path / "out"
+    code, _, err = run_main(main, ["--input_dir", str(tmp_path / "sweep"),
+                                   "--output_dir", str(out)], capsys)
+    assert code == 0, err
+    for name in ("estimates", "summary", "agreement", "verdicts"):
+        cells = assert_inert(read(out / f"{name}.csv"), name)
+        assert "'" + DATASET in cells, name
+
+
+def test_oodselect_and_validity_tables(tmp_path):
+    """The analysis tables' one writer (tables.write / report.write_csv)."""
+    import pandas as pd
+
+    from analysis.oodselect_report import write_csv
+    from oodutils import tables
+    frame = pd.DataFrame({"method": HOSTILE, "r": np.arange(len(HOSTILE)) - 3.5})
+    write_csv(tmp_path / "summary.csv", frame)
+    tables.write(frame, tmp_path / "t.csv")
+    for name in ("summary.csv", "t.csv"):
+        cells = assert_inert(read(tmp_path / name), name)
+        assert "'\r=1" in cells and "-3.5" in cells
+
+
+def test_spawrious_splits_files_csv_from_hostile_file_names(tmp_path, capsys, monkeypatch):
+    from spawrious import splits_cli
+    from spawrious.splits import ENVIRONMENTS, Example, selected_counts
+
+    def hostile_files(dataset_dir, split):
+        return {env: [Example(env, 0, "desert", "bulldog", i, f"0/desert/bulldog/{h}.png")
+                      for i, h in enumerate(HOSTILE)] for env in ENVIRONMENTS}
+
+    monkeypatch.setattr(splits_cli, "select_files", hostile_files)
+    monkeypatch.setattr(splits_cli, "resolve_dataset_dir", lambda root: str(root))
+    monkeypatch.setattr(splits_cli, "selected_counts", selected_counts)
+    _, out, err = run_main(splits_cli.main, ["--data_dir", str(tmp_path), "--benchmark",
+                                             "o2o_easy", "--format", "files"], capsys)
+    cells = assert_inert(out, "spawrious-splits --format files")   # a CR splits no row
+    assert len(csv_rows(out)) == 1 + len(ENVIRONMENTS) * len(HOSTILE), err
+    assert "0/desert/bulldog/\r=1.png" in cells
+
+
+# ------------------------------------------------------------------------ lone surrogates
+
+@pytest.fixture(scope="module")
+def broken_sweep(tmp_path_factory):
+    """Lone surrogates in the dataset, algorithm and environment names."""
+    return hostile_sweep(tmp_path_factory.mktemp("surrogate") / "sweep",
+                         dataset="ds" + SURROGATE, algorithm="alg" + SURROGATE,
+                         envs=[f"e{i}{SURROGATE}" for i in range(3)])
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "latex", "csv", "html"])
+def test_collect_results_writes_every_format_with_a_lone_surrogate(broken_sweep, fmt,
+                                                                     capsys):
+    from domainbed.scripts.collect_results import main
+    code, out, err = run_main(main, ["--input_dir", str(broken_sweep), "--format", fmt],
+                              capsys)
+    assert code == 0, err
+    assert "Traceback" not in err and "alg\ufffd" in out
+    suffix = {"text": "txt", "markdown": "md", "latex": "tex"}.get(fmt, fmt)
+    assert "alg\ufffd" in (broken_sweep / f"results.{suffix}").read_text(encoding="utf-8")
+
+
+def test_collect_results_real_stdout_with_a_lone_surrogate(broken_sweep):
+    """A real process's stdout, in UTF-8 and in ASCII."""
+    for encoding in ("utf-8", "ascii"):
+        proc = subprocess.run([sys.executable, "-m", "domainbed.scripts.collect_results",
+                               "--input_dir", str(broken_sweep), "--no_save"],
+                              capture_output=True, timeout=300,
+                              env={**os.environ, "PYTHONIOENCODING": encoding})
+        assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+        assert b"Traceback" not in proc.stderr
+        assert ("alg\ufffd".encode() if encoding == "utf-8" else b"alg\\ufffd") in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def broken_site(tmp_path_factory):
+    """The leaderboard and the cards of records with lone surrogates in every string
+    the pages show beyond the table keys: environment names, hparams, data source."""
+    root = tmp_path_factory.mktemp("surrogate-site")
+    sweep = hostile_sweep(root / "sweep", dataset="ds", algorithm="alg",
+                          envs=[f"e{i}{SURROGATE}" for i in range(3)],
+                          extra={"hparams": {"lr": 0.001, "k" + SURROGATE: "v" + SURROGATE}})
+    for run in sweep.iterdir():      # the data source too
+        lines = (run / "results.jsonl").read_text().splitlines()
+        recs = [json.loads(line) for line in lines]
+        for r in recs:
+            r["args"]["data_source"] = "src" + SURROGATE
+        (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return root, sweep
+
+
+def test_leaderboard_with_lone_surrogates(broken_site, capsys):
+    from domainbed.scripts.leaderboard import main
+    root, sweep = broken_site
+    code, _, err = run_main(main, ["--input_dir", str(sweep), "--output_dir",
+                                   str(root / "site"), "--bootstrap", "5"], capsys)
+    assert code == 0, err
+    pages = list((root / "site").rglob("*.html"))
+    assert len(pages) > 5
+    for page in pages:
+        assert page.stat().st_size > 0 and page.read_bytes().decode("utf-8")
+    assert "e1\ufffd" in (root / "site" / "leaderboard.csv").read_text(encoding="utf-8")
+
+
+def test_benchmark_card_with_lone_surrogates(broken_site, capsys):
+    from analysis.card_cli import main
+    root, sweep = broken_site
+    out = root / "cards"
+    code, stdout, err = run_main(main, ["--input_dir", str(sweep), "--output_dir", str(out),
+                                        "--bootstrap", "5"], capsys)
+    assert code == 0, err
+    cards = sorted(out.iterdir())
+    assert [p.suffix for p in cards] == [".html", ".md"]
+    assert all(p.stat().st_size > 0 for p in cards)
+
+
+def test_a_card_that_fails_leaves_no_page(broken_site, tmp_path, monkeypatch, capsys):
+    """Pages whole or not at all: a card whose rendering fails writes nothing."""
+    from analysis import card
+    from analysis.card_cli import main
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("rendering failed")
+
+    monkeypatch.setattr(card, "render_markdown", fail)
+    _, sweep = broken_site
+    out = tmp_path / "cards"
+    with pytest.raises(RuntimeError):
+        main(["--input_dir", str(sweep), "--output_dir", str(out), "--bootstrap", "5"])
+    assert not out.exists() or not list(out.iterdir())
+
+
+def test_writers_encode_lone_surrogates(tmp_path):
+    from oodutils.cli import echo
+    from oodutils.fileio import atomic_write_text
+    atomic_write_text(tmp_path / "page.html", "a" + SURROGATE)
+    assert (tmp_path / "page.html").read_text(encoding="utf-8") == "a\ufffd"
+    strict = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict")
+    echo("b" + SURROGATE + "\u00b1", stream=strict)
+    ascii_out = io.TextIOWrapper(io.BytesIO(), encoding="ascii", errors="strict")
+    echo("c" + SURROGATE + "\u00b1", stream=ascii_out)
+    strict.flush()
+    ascii_out.flush()
+    assert strict.buffer.getvalue() == "b\ufffd\u00b1\n".encode()
+    assert ascii_out.buffer.getvalue() == b"c\\ufffd\\xb1\n"
+
+
+# ---------------------------------------------------------------------- unwritable outputs
+
+UNWRITABLE = "/proc/oodbed-no/x"
+
+
+def _commands(sweep_dir):
+    """(main, argv) for every command and every output option it has."""
+    from analysis import aotl_cli, aotl_study_cli, card_cli, labelfree_cli, oodselect_cli
+    from analysis import validity_cli
+    from domainbed.scripts import collect_results, download, evaluate, leaderboard, train
+    from domainbed.scripts import sweep as sweep_cli
+    from ood_bench import cli as ood_bench
+    from spawrious import generate
+    s = str(sweep_dir)
+    return {
+        "collect_results --export_selected": (collect_results.main, [
+            "--input_dir", s, "--export_selected", UNWRITABLE]),
+        "leaderboard --output_dir": (leaderboard.main, [
+            "--input_dir", s, "--output_dir", UNWRITABLE]),
+        "aotl --output": (aotl_cli.main, [s, "--output", UNWRITABLE + ".csv"]),
+        "aotl --export_csv": (aotl_cli.main, [s, "--export_csv", UNWRITABLE]),
+        "aotl --plot": (aotl_cli.main, [s, "--plot", UNWRITABLE]),
+        "labelfree --output_dir": (labelfree_cli.main, [
+            "--input_dir", s, "--output_dir", UNWRITABLE]),
+        "benchmark-card --output_dir": (card_cli.main, [
+            "--input_dir", s, "--output_dir", UNWRITABLE]),
+        "benchmark-validity --output": (validity_cli.main, [
+            "report", "--input_dir", s, "--output", UNWRITABLE]),
+        "oodselect --output_dir": (oodselect_cli.main, [
+            "--input_dir", s, "--output_dir", UNWRITABLE]),
+        "aotl-study --output_dir": (aotl_study_cli.main, [
+            "--dataset", "ColoredMNIST", "--models", "2", "--output_dir", UNWRITABLE]),
+        "ood-bench summarize --output": (ood_bench.main, [
+            "summarize", "--input", s, "--output", UNWRITABLE]),
+        "sweep launch --output_dir": (sweep_cli.main, [
+            "launch", "--datasets", "Debug28", "--algorithms", "ERM", "--data_dir", s,
+            "--output_dir", UNWRITABLE, "--command_launcher", "dummy"]),
+        "download --data_dir": (download.main, ["--data_dir", UNWRITABLE, "--datasets",
+                                                "MNIST"]),
+        "spawrious-generate --output_dir": (generate.main, [
+            "--backend", "procedural", "--output_dir", UNWRITABLE, "--per_cell", "1"]),
+        "evaluate --output_dir": (evaluate.main, [
+            "--model", "resnet18", "--dataset", "Debug28", "--output_dir", UNWRITABLE]),
+        "train --output_dir": (train.main, [
+            "--dataset", "Debug28", "--data_dir", s, "--output_dir", UNWRITABLE,
+            "--steps", "1"]),
+    }
+
+
+COMMANDS = list(_commands("SWEEP"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+@pytest.mark.parametrize("name", COMMANDS)
+def test_unwritable_output_is_one_line_before_any_work(name, sweep, capsys, monkeypatch):
+    import domainbed.results.records as records
+    main, argv = _commands(sweep)[name]
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("records read before the output was checked")
+
+    monkeypatch.setattr(records, "load_records", no_work)
+    code, out, err = run_main(main, argv, capsys)
+    assert code == 2, (name, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), (name, err)
+    assert name.split()[-1] in lines[0] and "/proc" in lines[0], (name, err)
+    assert "Traceback" not in err
