@@ -346,8 +346,14 @@ UNWRITABLE = "/proc/oodbed-no/x"
 
 def _commands(sweep_dir):
     """(main, argv) for every command and every output option it has."""
-    from analysis import aotl_cli, aotl_study_cli, card_cli, labelfree_cli, oodselect_cli
-    from analysis import validity_cli
+    from analysis import (
+        aotl_cli,
+        aotl_study_cli,
+        card_cli,
+        labelfree_cli,
+        oodselect_cli,
+        validity_cli,
+    )
     from domainbed.scripts import collect_results, download, evaluate, leaderboard, train
     from domainbed.scripts import sweep as sweep_cli
     from ood_bench import cli as ood_bench
