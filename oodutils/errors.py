@@ -20,8 +20,14 @@ class UnknownNameError(UserError, KeyError):
 
 
 def run_cli(main: Callable[[list[str] | None], Any], argv: list[str] | None = None) -> Any:
-    """Run `main(argv)`, turning UserError into one clear stderr line and exit code 2."""
+    """Run `main(argv)`, turning UserError into one clear stderr line and exit code 2.
+    A character stdout cannot encode (a lone surrogate from a broken record, a symbol a
+    non-UTF-8 terminal lacks) is written as a backslash escape, as Python does on stderr,
+    never a traceback halfway through a table."""
     import sys
+    if getattr(sys.stdout, "errors", None) in ("strict", "surrogateescape") and \
+            hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
         return main(argv)
     except UserError as e:

@@ -266,6 +266,19 @@ def test_collect_results_real_stdout_with_a_lone_surrogate(broken_sweep):
         assert ("alg\ufffd".encode() if encoding == "utf-8" else b"alg\\ufffd") in proc.stdout
 
 
+def test_every_command_prints_a_lone_surrogate(tmp_path):
+    """stdout of every command (run_cli): list_top_hparams prints hparams as they are."""
+    sweep = hostile_sweep(tmp_path / "sweep", dataset="ds", algorithm="alg",
+                          extra={"hparams": {"lr": 0.001, "k" + SURROGATE: "v"}})
+    proc = subprocess.run([sys.executable, "-c", "import sys; from oodutils.errors import "
+                           "run_cli; from domainbed.scripts.list_top_hparams import main; "
+                           "sys.exit(run_cli(main))", "--input_dir", str(sweep),
+                           "--dataset", "ds", "--test_env", "0"],
+                          capture_output=True, timeout=300)
+    assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr
+    assert b"k\\ud800: v" in proc.stdout
+
+
 @pytest.fixture(scope="module")
 def broken_site(tmp_path_factory):
     """The leaderboard and the cards of records with lone surrogates in every string
@@ -413,3 +426,40 @@ def test_unwritable_output_is_one_line_before_any_work(name, sweep, capsys, monk
     assert len(lines) == 1 and lines[0].startswith("error: "), (name, err)
     assert name.split()[-1] in lines[0] and "/proc" in lines[0], (name, err)
     assert "Traceback" not in err
+
+
+# ------------------------------------------------------- readers of the CSVs we write
+
+def test_oodselect_reads_examples_csv_back_and_never_blocks_on_a_fifo(tmp_path, capsys):
+    """A run's examples.csv: hostile file names come back as written; a FIFO in its
+    place is skipped with a warning, never read (a read would block forever)."""
+    import threading
+
+    from analysis import oodselect_data as data
+    from domainbed.training.loop import example_paths_csv
+    from tests.test_oodselect import write_fake_sweep
+    small, _ = data.planted_problem(n_runs=6, checkpoints=1, n_aligned=8, n_conflict=4)
+    root = write_fake_sweep(str(tmp_path / "sweep"), small, 1)
+    runs = sorted((tmp_path / "sweep").iterdir())
+    names = [HOSTILE[i % len(HOSTILE)] + f"{i}.png" for i in range(small.n_examples)]
+
+    class Env:
+        def __init__(self, ids, paths):
+            self.ids, self.paths = ids, paths
+
+    for run in runs:
+        (run / "examples.csv").write_bytes(example_paths_csv(
+            [Env(range(small.n_examples), names)]).encode())
+    built = data.from_runs(root, quiet=True)
+    assert built.examples.sort_values("id")["path"].tolist() == names
+    for run in runs:
+        (run / "examples.csv").unlink()
+        os.mkfifo(run / "examples.csv")
+    result = {}
+    reader = threading.Thread(target=lambda: result.update(cm=data.from_runs(root, quiet=True)),
+                              daemon=True)
+    reader.start()
+    reader.join(120)
+    assert not reader.is_alive(), "blocked on a FIFO"
+    assert "path" not in result["cm"].examples and "examples.csv not read" in \
+        capsys.readouterr().err
