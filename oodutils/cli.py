@@ -112,10 +112,16 @@ def check_directories(paths: list[str], option: str = "--input_dir") -> None:
 def echo(text: str, end: str = "\n", stream: TextIO | None = None) -> None:
     """Write `text` to stdout (or `stream`) whatever it holds: a lone surrogate from a
     broken record is written as U+FFFD, a character the terminal's encoding lacks as a
-    backslash escape; never an encoding error halfway through a table."""
+    backslash escape; never an encoding error halfway through a table. On a terminal,
+    control characters but tab and newline are written as ``\\xNN`` (an escape sequence
+    in a record's name cannot drive the terminal); a pipe or file gets the text as is."""
     from oodutils.fileio import encodable
     stream = sys.stdout if stream is None else stream
     text = encodable(text + end)
+    isatty = getattr(stream, "isatty", None)
+    if isatty is not None and isatty():
+        from oodutils.tables import printable
+        text = printable(text, keep_layout=True)
     try:
         stream.write(text)
     except UnicodeEncodeError:

@@ -55,6 +55,17 @@ class StderrHandler(logging.StreamHandler):
         # StreamHandler.setStream; the stream is always sys.stderr
         pass
 
+    def format(self, record: logging.LogRecord) -> str:
+        """The message; lone surrogates as U+FFFD, and on a terminal control characters
+        from records' names as ``\\xNN`` (they cannot drive the terminal)."""
+        from oodutils.fileio import encodable
+        text = encodable(super().format(record))
+        isatty = getattr(sys.stderr, "isatty", None)
+        if isatty is not None and isatty():
+            from oodutils.tables import printable
+            text = printable(text, keep_layout=True)
+        return text
+
 
 _DEFAULT_HANDLERS: dict[str, logging.Handler] = {}
 ShowWarning = Callable[..., None]

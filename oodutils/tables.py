@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -58,6 +59,23 @@ def format_for_path(path: str | os.PathLike[str], default: str = "text") -> str:
 
 # ------------------------------------------------------------------------------ escaping
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_TERMINAL_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")   # all but \t and \n
+
+
+def _hex_escape(match: re.Match[str]) -> str:
+    return "".join(f"\\x{ord(ch):02x}" for ch in match.group())
+
+
+def printable(text: object, keep_layout: bool = False) -> str:
+    """`text` with every control character (C0, DEL, C1: an escape sequence, a carriage
+    return, a backspace from someone's record) written as ``\\xNN``, so it can neither
+    drive a terminal nor break a table's lines; ``keep_layout``: tabs and line breaks
+    kept (whole output for a terminal)."""
+    pattern = _TERMINAL_CONTROL if keep_layout else _CONTROL
+    return pattern.sub(_hex_escape, str(text))
+
+
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
                   "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
                   "^": r"\textasciicircum{}", "\n": " ", "\r": " "}
@@ -65,9 +83,11 @@ _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$",
 
 def latex_escape(text: object) -> str:
     """``text`` safe inside LaTeX text mode: the ten special characters escaped, line
-    breaks (a blank line would end the table) made spaces. Text from records (dataset,
-    algorithm names) can so never run a TeX command."""
-    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+    breaks (a blank line would end the table) made spaces, other control characters
+    written as ``\\xNN``. Text from records (dataset, algorithm names) can so never run
+    a TeX command."""
+    text = "".join(" " if ch in "\n\r" else ch for ch in str(text))
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in printable(text))
 
 
 _MARKDOWN_SPECIAL = {"|": "\\|", "&": "&amp;", "<": "&lt;", ">": "&gt;", "\n": " ",
@@ -77,8 +97,8 @@ _MARKDOWN_SPECIAL = {"|": "\\|", "&": "&amp;", "<": "&lt;", ">": "&gt;", "\n": "
 def markdown_escape(text: object) -> str:
     """``text`` safe inside a markdown table cell: ``|`` escaped, raw HTML made inert
     (``<``, ``>``, ``&`` as entities, which markdown shows as the characters), line
-    breaks made spaces."""
-    return "".join(_MARKDOWN_SPECIAL.get(ch, ch) for ch in str(text))
+    breaks made spaces, other control characters written as ``\\xNN``."""
+    return printable("".join(_MARKDOWN_SPECIAL.get(ch, ch) for ch in str(text)))
 
 
 # ------------------------------------------------------------------- grids of string cells
@@ -92,7 +112,7 @@ def text_lines(header: Sequence[str], rows: Sequence[Sequence[str]],
     than ``min_width``; ``align`` "right" right-justifies a column (default left); ``rule``
     puts a line of dashes under the header. ``end``: appended to every line as is (None:
     trailing spaces stripped instead)."""
-    grid = [[str(c) for c in header]] + [[str(c) for c in r] for r in rows]
+    grid = [[printable(c) for c in header]] + [[printable(c) for c in r] for r in rows]
     n = len(grid[0])
     align = list(align) if align is not None else [None] * n
     widths = [max([min_width] + [len(r[i]) for r in grid]) for i in range(n)]

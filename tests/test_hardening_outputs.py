@@ -479,3 +479,37 @@ def test_oodselect_reads_examples_csv_back_and_never_blocks_on_a_fifo(tmp_path, 
     assert not reader.is_alive(), "blocked on a FIFO"
     assert "path" not in result["cm"].examples and "examples.csv not read" in \
         capsys.readouterr().err
+
+
+# ---------------------------------------------------- control characters from records
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "latex"])
+def test_control_characters_in_names_never_break_a_table(tmp_path, fmt, capsys):
+    from domainbed.scripts.collect_results import main
+    sweep = hostile_sweep(tmp_path / "sweep", dataset="ds", algorithm="alg\x1b[2J\x9b31m",
+                          envs=["e0\r", "e1\x08", "e2\x07"])
+    code, out, err = run_main(main, ["--input_dir", str(sweep), "--format", fmt], capsys)
+    assert code == 0, err
+    suffix = {"text": "txt", "markdown": "md", "latex": "tex"}[fmt]
+    for text in (out, read(sweep / f"results.{suffix}")):
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", text), fmt
+        assert "x1b[2J" in text
+
+
+def test_a_terminal_gets_no_control_character_a_pipe_gets_the_csv_as_written(monkeypatch):
+    from oodutils.cli import echo
+    from oodutils.log import get_logger
+    text = csv_text(["name"], [["\r=1\x1b[2J"]])
+    pipe, terminal = io.StringIO(newline=""), Terminal(newline="")
+    echo(text, end="", stream=pipe)
+    echo(text, end="", stream=terminal)
+    assert pipe.getvalue() == text
+    assert terminal.getvalue() == text.replace("\r", "\\x0d").replace("\x1b", "\\x1b")
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    get_logger("domainbed.x").warning("skipped run\x1b]0;title\x07" + SURROGATE)
+    assert sys.stderr.getvalue() == "skipped run\\x1b]0;title\\x07\ufffd\n"
