@@ -395,13 +395,12 @@ def export_csv(acc: Accuracies, out_dir: PathLike, split: str = "out") -> list[P
     import gzip
 
     from oodutils.csv_out import frame_csv
-    from oodutils.fileio import atomic_write_bytes, utf8_bytes
+    from oodutils.fileio import atomic_write_bytes, file_name_part, utf8_bytes
     out_path = Path(out_dir)
     written = []
     for dataset, ood in acc.splits():
         frame = to_csv_frame(acc, dataset, ood)
-        safe = re.sub(r"[^A-Za-z0-9._@+-]", "_", dataset)
-        path = out_path / safe / f"env{ood}_{split}_acc.csv.gz"
+        path = out_path / file_name_part(dataset) / f"env{ood}_{split}_acc.csv.gz"
         data = gzip.compress(utf8_bytes(frame_csv(frame)), mtime=0)
         atomic_write_bytes(path, data)
         written.append(path)

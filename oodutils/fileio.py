@@ -117,8 +117,16 @@ def atomic_move_aside(path: str, suffix: str = ".prev") -> str | None:
 
 def file_name_part(name: object) -> str:
     """`name` made safe inside one file name: a dataset named by a path (``folder:/a/b``)
-    must not add directories to a plot's file name."""
-    return "".join(ch if ch.isalnum() or ch in "._-@" else "_" for ch in str(name))
+    must not add directories to a plot's file name. A name over 100 characters becomes
+    its first 60 and ``-`` with the first 10 hex digits of its sha256, so a file name
+    stays within the file system's limit (255 bytes) and distinct names stay distinct."""
+    text = encodable(str(name))
+    safe = "".join(ch if ch.isalnum() or ch in "._-@" else "_" for ch in text)
+    if len(safe.encode("utf-8")) <= 100:
+        return safe
+    import hashlib
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
+    return safe.encode("utf-8")[:60].decode("utf-8", "ignore") + "-" + digest
 
 
 def check_output_path(path: str | os.PathLike[str] | None, what: str,

@@ -404,6 +404,9 @@ def _commands(sweep_dir):
             "report", "--input_dir", s, "--output", UNWRITABLE]),
         "oodselect --output_dir": (oodselect_cli.main, [
             "--input_dir", s, "--output_dir", UNWRITABLE]),
+        "oodselect --save_matrix": (oodselect_cli.main, [
+            "--input_dir", s, "--output_dir", os.path.join(s, "oodselect"), "--save_matrix",
+            UNWRITABLE + ".npz"]),
         "aotl-study --output_dir": (aotl_study_cli.main, [
             "--dataset", "ColoredMNIST", "--models", "2", "--output_dir", UNWRITABLE]),
         "ood-bench summarize --output": (ood_bench.main, [
@@ -513,3 +516,28 @@ def test_a_terminal_gets_no_control_character_a_pipe_gets_the_csv_as_written(mon
     monkeypatch.setattr(sys, "stderr", Terminal())
     get_logger("domainbed.x").warning("skipped run\x1b]0;title\x07" + SURROGATE)
     assert sys.stderr.getvalue() == "skipped run\\x1b]0;title\\x07\ufffd\n"
+
+
+# ----------------------------------------------------------- names as long as a record allows
+
+def test_names_longer_than_a_file_name_still_give_files(tmp_path, capsys):
+    """File names made from a 300-character dataset name (aotl's plots and export,
+    labelfree's plots) stay within the file system's limit, one per name."""
+    from analysis.aotl_cli import main as aotl
+    from analysis.labelfree_cli import main as labelfree
+    from oodutils.fileio import file_name_part
+    long_a, long_b = "D" * 300, "D" * 299 + "E"
+    assert file_name_part(long_a) != file_name_part(long_b)
+    assert len(file_name_part(long_a)) < 100 and file_name_part("PACS") == "PACS"
+    sweep = hostile_sweep(tmp_path / "sweep", dataset=long_a, algorithm="A" * 300)
+    code, _, err = run_main(aotl, [str(sweep), "--plot", str(tmp_path / "plots"),
+                                   "--export_csv", str(tmp_path / "csv")], capsys)
+    assert code == 0, err
+    assert len(list((tmp_path / "plots").glob("*.png"))) == 3
+    assert len(list((tmp_path / "csv").rglob("*.csv.gz"))) == 3
+    cps = [dataclasses.replace(cp, dataset=long_a) for cp in zoo(4, -0.5, n=200)]
+    write_sweep(tmp_path / "lf", cps)
+    code, _, err = run_main(labelfree, ["--input_dir", str(tmp_path / "lf"), "--output_dir",
+                                        str(tmp_path / "lf_out")], capsys)
+    assert code == 0, err
+    assert len(list((tmp_path / "lf_out").glob("estimates_*.png"))) == 1
