@@ -541,3 +541,33 @@ def test_names_longer_than_a_file_name_still_give_files(tmp_path, capsys):
                                         str(tmp_path / "lf_out")], capsys)
     assert code == 0, err
     assert len(list((tmp_path / "lf_out").glob("estimates_*.png"))) == 1
+
+
+def test_metrics_on_a_sweep_it_cannot_write_warns_per_run(tmp_path, capsys, monkeypatch):
+    """domainbed-metrics writes beside each run's records: a run folder it cannot write
+    (a read-only sweep) is one warning, the other runs go on."""
+    import errno
+
+    import domainbed.results.metrics as metrics
+    from domainbed.scripts.metrics import main
+    cps = zoo(2, -0.5, n=50)
+    write_sweep(tmp_path / "sweep", cps)
+    for run in (tmp_path / "sweep").iterdir():
+        recs = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+        for r in recs:
+            r["args"]["num_classes"] = 2
+        (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    real = metrics.atomic_write_text
+
+    def read_only_first(path, text, *args, **kwargs):
+        if "run0" in str(path):
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real(path, text, *args, **kwargs)
+
+    monkeypatch.setattr(metrics, "atomic_write_text", read_only_first)
+    code, out, err = run_main(main, ["--input_dir", str(tmp_path / "sweep"), "--metrics",
+                                     "balanced_acc"], capsys)
+    assert code == 0, err
+    assert "run0: metrics.jsonl not written (Read-only file system)" in err
+    assert (tmp_path / "sweep" / "run1" / "metrics.jsonl").exists()
+    assert "Traceback" not in err
