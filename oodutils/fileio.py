@@ -138,6 +138,11 @@ def check_output_path(path: str | os.PathLike[str] | None, what: str,
     if path is None:
         return
     path = os.fspath(path)
+    if not path.strip():
+        raise UserError(f"{what} is empty: give a path")
+    if not directory and path.endswith((os.sep, "/")):
+        raise UserError(f"{what} {path!r} ends with {path[-1]!r}, so it names a folder; "
+                        "give a file name")
     if directory and os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f"{what} {path!r} is a file, not a directory")
     if not directory and os.path.isdir(path):

@@ -571,3 +571,17 @@ def test_metrics_on_a_sweep_it_cannot_write_warns_per_run(tmp_path, capsys, monk
     assert "run0: metrics.jsonl not written (Read-only file system)" in err
     assert (tmp_path / "sweep" / "run1" / "metrics.jsonl").exists()
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("path, says", [("", "is empty"), ("   ", "is empty"),
+                                        ("newdir/", "names a folder")])
+def test_an_empty_output_or_a_folder_for_a_file_is_one_line(path, says, sweep, tmp_path,
+                                                            capsys):
+    from analysis.aotl_cli import main as aotl
+    from domainbed.scripts.collect_results import main as collect
+    for main, argv in ((aotl, [str(sweep), "--output", path]),
+                       (collect, ["--input_dir", str(sweep), "--export_selected", path])):
+        if path.endswith("/") and main is collect:
+            continue     # a folder option: a trailing / is fine
+        code, _, err = run_main(main, argv, capsys)
+        assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
