@@ -23,7 +23,8 @@ def run_cli(main: Callable[[list[str] | None], Any], argv: list[str] | None = No
     """Run `main(argv)`, turning UserError into one clear stderr line and exit code 2.
     A character stdout cannot encode (a lone surrogate from a broken record, a symbol a
     non-UTF-8 terminal lacks) is written as a backslash escape, as Python does on stderr,
-    never a traceback halfway through a table."""
+    never a traceback halfway through a table. A reader that closes stdout early
+    (``| head``) ends the command quietly with exit code 141, as a shell's own tools do."""
     import sys
     if getattr(sys.stdout, "errors", None) in ("strict", "surrogateescape") and \
             hasattr(sys.stdout, "reconfigure"):
@@ -36,6 +37,22 @@ def run_cli(main: Callable[[list[str] | None], Any], argv: list[str] | None = No
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+    except BrokenPipeError:
+        _silence_stdout()
+        sys.exit(141)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of a pipe whose reader
+    has gone cannot print a second error (Python's documented way for SIGPIPE)."""
+    import os
+    import sys
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass    # not a real file (a test's capture): nothing will be flushed to a pipe
 
 
 def epilog_example(command: str, module: str, example: str) -> str:

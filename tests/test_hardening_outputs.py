@@ -585,3 +585,17 @@ def test_an_empty_output_or_a_folder_for_a_file_is_one_line(path, says, sweep, t
             continue     # a folder option: a trailing / is fine
         code, _, err = run_main(main, argv, capsys)
         assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_reader_that_closes_stdout_early_ends_the_command_quietly():
+    """`command | head -1`: exit 141 and nothing on stderr, never a BrokenPipeError
+    traceback (run_cli, so every command)."""
+    code = ("import sys\nfrom oodutils.errors import run_cli\n"
+            "def main(argv):\n    for i in range(200000):\n        print('row', i)\n"
+            "sys.exit(run_cli(main))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout.readline() == b"row 0\n"
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141 and err == b"", err
