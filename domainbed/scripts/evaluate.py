@@ -8,7 +8,13 @@ import argparse
 import sys
 
 from domainbed.config import EVAL_SPLITS_HELP, RunConfig
-from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
+from oodutils.cli import (
+    ArgumentParser,
+    add_logging_flags,
+    add_option,
+    check_outputs,
+    configure_logging,
+)
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.log import get_logger
 
@@ -94,7 +100,6 @@ def check_args(args):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
-    from oodutils.cli import check_outputs
     check_outputs((args.output_dir, "--output_dir", True))
     check_args(args)
     RunConfig.from_options(**run_options(args)).check_numbers()

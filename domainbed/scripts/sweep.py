@@ -45,6 +45,7 @@ from oodutils.cli import (
     ArgumentParser,
     add_logging_flags,
     add_option,
+    check_outputs,
     configure_logging,
     parse_json_object,
 )
@@ -218,7 +219,6 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
     if args.command == "launch":
-        from oodutils.cli import check_outputs
         check_outputs((args.output_dir, "--output_dir", True))
     check_args(args)
     datasets = args.datasets or _default_datasets()
