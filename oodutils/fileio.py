@@ -143,6 +143,12 @@ def check_output_path(path: str | os.PathLike[str] | None, what: str,
     if not directory and path.endswith((os.sep, "/")):
         raise UserError(f"{what} {path!r} ends with {path[-1]!r}, so it names a folder; "
                         "give a file name")
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        pass                # (a file among the parents: named below)
+    except OSError as e:    # a name too long, a loop of symlinks
+        raise UserError(f"{what} {path!r} cannot be written ({e.strerror})") from None
     if directory and os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f"{what} {path!r} is a file, not a directory")
     if not directory and os.path.isdir(path):

@@ -220,7 +220,10 @@ class PinnedDir:
                 f"{left} on its file system); free some space and rerun")
 
     def write_text(self, name: str, text: str, durable: bool = False) -> None:
-        self.write_bytes(name, text.encode("utf-8"), durable=durable)
+        """`text` as UTF-8 (a lone surrogate, say from a file name in an error, as
+        U+FFFD), atomically."""
+        from oodutils.fileio import utf8_bytes  # fileio imports this module
+        self.write_bytes(name, utf8_bytes(text), durable=durable)
 
     def unlink(self, name: str) -> None:
         """Remove the file or symlink `name` (a link is removed, its target left alone);

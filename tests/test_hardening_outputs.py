@@ -356,8 +356,13 @@ def test_a_card_that_fails_leaves_no_page(broken_site, tmp_path, monkeypatch, ca
 def test_writers_encode_lone_surrogates(tmp_path):
     from oodutils.cli import echo
     from oodutils.fileio import atomic_write_text
+    from oodutils.pinned_dir import PinnedDir
     atomic_write_text(tmp_path / "page.html", "a" + SURROGATE)
     assert (tmp_path / "page.html").read_text(encoding="utf-8") == "a\ufffd"
+    with PinnedDir.open(tmp_path / "run", create=True) as run:    # a run's own files
+        run.write_text("err.txt", "cannot read /data/\udcff.png")
+    assert (tmp_path / "run" / "err.txt").read_text(encoding="utf-8") == \
+        "cannot read /data/\ufffd.png"
     strict = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict")
     echo("b" + SURROGATE + "\u00b1", stream=strict)
     ascii_out = io.TextIOWrapper(io.BytesIO(), encoding="ascii", errors="strict")
@@ -574,7 +579,8 @@ def test_metrics_on_a_sweep_it_cannot_write_warns_per_run(tmp_path, capsys, monk
 
 
 @pytest.mark.parametrize("path, says", [("", "is empty"), ("   ", "is empty"),
-                                        ("newdir/", "names a folder")])
+                                        ("newdir/", "names a folder"),
+                                        ("x" * 300 + ".csv", "File name too long")])
 def test_an_empty_output_or_a_folder_for_a_file_is_one_line(path, says, sweep, tmp_path,
                                                             capsys):
     from analysis.aotl_cli import main as aotl
