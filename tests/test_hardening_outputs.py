@@ -353,6 +353,17 @@ def test_a_card_that_fails_leaves_no_page(broken_site, tmp_path, monkeypatch, ca
     assert not out.exists() or not list(out.iterdir())
 
 
+def test_a_job_log_line_naming_a_non_utf8_path_is_written(tmp_path):
+    """A command line holding a folder name that is not UTF-8 (argv decodes it with
+    surrogates) goes into launcher.log escaped, never an encoding error in the launcher."""
+    from domainbed.launch.jobs import JobClaim
+    claim = JobClaim(str(tmp_path / "job"))
+    assert claim.outcome is None
+    claim.write_log("python -m domainbed.scripts.train --dataset folder:/data/\udcff")
+    claim.release()
+    assert (tmp_path / "job" / "launcher.log").read_bytes().endswith(b"folder:/data/\\udcff\n")
+
+
 def test_writers_encode_lone_surrogates(tmp_path):
     from oodutils.cli import echo
     from oodutils.fileio import atomic_write_text
