@@ -593,8 +593,9 @@ def test_metrics_on_a_sweep_it_cannot_write_warns_per_run(tmp_path, capsys, monk
                                         ("newdir/", "names a folder"),
                                         ("x" * 300 + ".csv", "File name too long")])
 def test_an_empty_output_or_a_folder_for_a_file_is_one_line(path, says, sweep, tmp_path,
-                                                            capsys):
+                                                            capsys, monkeypatch):
     from analysis.aotl_cli import main as aotl
+    monkeypatch.chdir(tmp_path)     # a relative path lands here, whatever happens
     from domainbed.scripts.collect_results import main as collect
     for main, argv in ((aotl, [str(sweep), "--output", path]),
                        (collect, ["--input_dir", str(sweep), "--export_selected", path])):
