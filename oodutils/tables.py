@@ -91,11 +91,13 @@ def latex_escape(text: object) -> str:
 
 
 _MARKDOWN_SPECIAL = {"|": "\\|", "&": "&amp;", "<": "&lt;", ">": "&gt;", "\n": " ",
-                     "\r": " "}
+                     "\r": " ", "\\": "\\\\", "[": "\\[", "]": "\\]"}
 
 
 def markdown_escape(text: object) -> str:
-    """``text`` safe inside a markdown table cell: ``|`` escaped, raw HTML made inert
+    """``text`` safe inside a markdown table cell: ``|``, ``\\`` and the brackets of
+    link and image syntax escaped (a name cannot split a cell or become a link or a
+    remote image), raw HTML made inert
     (``<``, ``>``, ``&`` as entities, which markdown shows as the characters), line
     breaks made spaces, other control characters written as ``\\xNN``."""
     return printable("".join(_MARKDOWN_SPECIAL.get(ch, ch) for ch in str(text)))

@@ -617,3 +617,25 @@ def test_a_reader_that_closes_stdout_early_ends_the_command_quietly():
     proc.stdout.close()
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 141 and err == b"", err
+
+
+def test_a_name_never_becomes_a_markdown_link_or_image(tmp_path, capsys):
+    """Markdown outputs (collect_results --format markdown, the cards' .md): link and
+    image syntax in a name is escaped, so viewing the file neither shows a disguised link
+    nor loads a remote image; a backslash cannot unescape the cell separator."""
+    from analysis.card_cli import main as card
+    from domainbed.scripts.collect_results import main as collect
+    alg = "[click](javascript:alert(1))"
+    envs = ["![t](https://tracker.example/p.png)", "e1\\|x", "e2"]
+    sweep = hostile_sweep(tmp_path / "sweep", dataset="ds[x](y)", algorithm=alg, envs=envs)
+    code, out, err = run_main(collect, ["--input_dir", str(sweep), "--format", "markdown",
+                                        "--no_save"], capsys)
+    assert code == 0, err
+    code, _, err = run_main(card, ["--input_dir", str(sweep), "--output_dir",
+                                   str(tmp_path / "cards"), "--bootstrap", "5"], capsys)
+    assert code == 0, err
+    for text in [out] + [p.read_text() for p in (tmp_path / "cards").glob("*.md")]:
+        assert "\\[click\\](javascript:alert(1))" in text or "ds\\[x\\](y)" in text
+        assert not re.search(r"(?<!\\)\[[^\]]*(?<!\\)\]\(", text), text
+        if "e1" in text:     # a backslash then a pipe: both escaped, the pipe splits no cell
+            assert "e1\\\\\\|x" in text and "e1\\|x" not in text.replace("e1\\\\\\|x", "")
