@@ -639,3 +639,58 @@ def test_a_name_never_becomes_a_markdown_link_or_image(tmp_path, capsys):
         assert not re.search(r"(?<!\\)\[[^\]]*(?<!\\)\]\(", text), text
         if "e1" in text:     # a backslash then a pipe: both escaped, the pipe splits no cell
             assert "e1\\\\\\|x" in text and "e1\\|x" not in text.replace("e1\\\\\\|x", "")
+
+
+def test_oodselect_command_csvs(tmp_path, capsys):
+    """oodselect on a sweep whose examples are files named like formulas: every CSV it
+    writes (summary, subsets with the paths, jaccard, composition) is inert."""
+    from analysis import oodselect_data as data
+    from analysis.oodselect_cli import main
+    from domainbed.training.loop import example_paths_csv
+    from tests.test_oodselect import write_fake_sweep
+    cm, _ = data.planted_problem(n_runs=16, checkpoints=1, n_aligned=24, n_conflict=6,
+                                 seed=3)
+    root = write_fake_sweep(str(tmp_path / "sweep"), cm, 1, dataset=DATASET)
+    names = [HOSTILE[i % len(HOSTILE)] + f"{i}.png" for i in range(cm.n_examples)]
+
+    class Env:
+        def __init__(self, ids, paths):
+            self.ids, self.paths = ids, paths
+
+    for run in (tmp_path / "sweep").iterdir():
+        (run / "examples.csv").write_bytes(example_paths_csv(
+            [Env(range(cm.n_examples), names)]).encode())
+    out = tmp_path / "out"
+    code, _, err = run_main(main, ["--input_dir", root, "--sizes", "5", "--output_dir",
+                                   str(out), "--steps", "20", "--patience", "10",
+                                   "--random-draws", "5", "--greedy-max-cost", "0",
+                                   "--bootstrap", "10", "--no_plots"], capsys)
+    assert code == 0, err
+    written = sorted(out.glob("*.csv"))
+    assert {"summary.csv", "subset_5.csv"} <= {p.name for p in written}
+    cells = [c for p in written for c in assert_inert(read(p), p.name)]
+    paths = [csv_value(c) for c in cells if c.startswith("'")]
+    assert paths and set(paths) <= set(names)      # the subsets' file names, escaped
+
+
+def test_benchmark_validity_csv(tmp_path, capsys):
+    """benchmark-validity report --format csv on benchmarks named like formulas."""
+    from analysis import validity_cli
+    from tests.test_validity import ACC
+    from tests.test_validity import write_run as write_group_run
+    names = dict(zip(ACC, ['=HYPERLINK("x")', "@A1", "-1+cmd", "\r=1"]))
+    for bench, per_method in ACC.items():
+        for method, seeds in per_method.items():
+            for seed, accs in enumerate(seeds):
+                write_group_run(tmp_path / "sweep" / f"{bench}_{method}_{seed}", names[bench],
+                                method, seed, [0, 100], test_accs=accs)
+    kcsv = tmp_path / "k.csv"
+    kcsv.write_text(csv_text(["benchmark", "K"], [[n, 0.5] for n in names.values()]))
+    code, out, err = run_main(validity_cli.main, [
+        "report", "--input_dir", str(tmp_path / "sweep"), "--k_csv", str(kcsv),
+        "--format", "csv"], capsys)
+    assert code == 0, err
+    cells = assert_inert(out, "benchmark-validity --format csv")
+    assert {"'" + n for n in names.values()} <= set(cells)
+    rows = csv_rows(out)
+    assert [r[rows[0].index("K")] for r in rows[1:]] == ["0.5"] * 4   # K read back by name
