@@ -232,7 +232,7 @@ def test_oodselect_and_validity_tables(tmp_path):
 
 def test_spawrious_splits_files_csv_from_hostile_file_names(tmp_path, capsys, monkeypatch):
     from spawrious import splits_cli
-    from spawrious.splits import ENVIRONMENTS, Example, selected_counts
+    from spawrious.splits import ENVIRONMENTS, Example
 
     def hostile_files(dataset_dir, split):
         return {env: [Example(env, 0, "desert", "bulldog", i, f"0/desert/bulldog/{h}.png")
@@ -240,7 +240,6 @@ def test_spawrious_splits_files_csv_from_hostile_file_names(tmp_path, capsys, mo
 
     monkeypatch.setattr(splits_cli, "select_files", hostile_files)
     monkeypatch.setattr(splits_cli, "resolve_dataset_dir", lambda root: str(root))
-    monkeypatch.setattr(splits_cli, "selected_counts", selected_counts)
     _, out, err = run_main(splits_cli.main, ["--data_dir", str(tmp_path), "--benchmark",
                                              "o2o_easy", "--format", "files"], capsys)
     cells = assert_inert(out, "spawrious-splits --format files")   # a CR splits no row
