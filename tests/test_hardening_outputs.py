@@ -693,3 +693,19 @@ def test_benchmark_validity_csv(tmp_path, capsys):
     assert {"'" + n for n in names.values()} <= set(cells)
     rows = csv_rows(out)
     assert [r[rows[0].index("K")] for r in rows[1:]] == ["0.5"] * 4   # K read back by name
+
+
+def test_a_name_that_is_not_valid_mathtext_still_gives_plots(tmp_path, capsys):
+    """Plot titles and labels from names: `$...$` that matplotlib cannot parse as math is
+    drawn as plain text (aotl --plot, the leaderboard's figures), never a ParseException."""
+    from analysis.aotl_cli import main as aotl
+    from domainbed.scripts.leaderboard import main as leaderboard
+    sweep = hostile_sweep(tmp_path / "sweep", dataset="a$\\frac{$b", algorithm="x$^^$",
+                          envs=["e$\\x$", "e1", "e2"])
+    code, _, err = run_main(aotl, [str(sweep), "--plot", str(tmp_path / "plots")], capsys)
+    assert code == 0, err
+    assert len(list((tmp_path / "plots").glob("*.png"))) == 3
+    code, _, err = run_main(leaderboard, ["--input_dir", str(sweep), "--output_dir",
+                                          str(tmp_path / "site"), "--bootstrap", "5"], capsys)
+    assert code == 0, err
+    assert list((tmp_path / "site" / "img").glob("*.png"))
