@@ -32,7 +32,11 @@ def run_cli(main: Callable[[list[str] | None], Any], argv: list[str] | None = No
     try:
         return main(argv)
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
+        message = f"error: {e}"
+        if getattr(sys.stderr, "isatty", lambda: False)():
+            from oodutils.tables import printable  # a name's escape codes stay text
+            message = printable(message, keep_layout=True)
+        print(message, file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -531,6 +531,15 @@ def test_a_terminal_gets_no_control_character_a_pipe_gets_the_csv_as_written(mon
     monkeypatch.setattr(sys, "stderr", Terminal())
     get_logger("domainbed.x").warning("skipped run\x1b]0;title\x07" + SURROGATE)
     assert sys.stderr.getvalue() == "skipped run\\x1b]0;title\\x07\ufffd\n"
+    from oodutils.errors import UserError
+
+    def refuse(argv):
+        raise UserError("no records for dataset 'ds\x1b[2J'")
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    with pytest.raises(SystemExit):
+        run_cli(refuse, [])
+    assert sys.stderr.getvalue() == "error: no records for dataset 'ds\\x1b[2J'\n"
 
 
 # ----------------------------------------------------------- names as long as a record allows
