@@ -13,6 +13,7 @@ from typing import Any, TextIO
 
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.log import configure
+from oodutils.text import encodable, printable
 
 __all__ = ["ArgumentParser", "add_option", "hidden_aliases", "parse_json_object",
            "add_logging_flags", "configure_logging", "run_cli", "epilog_example", "echo",
@@ -115,12 +116,10 @@ def echo(text: str, end: str = "\n", stream: TextIO | None = None) -> None:
     backslash escape; never an encoding error halfway through a table. On a terminal,
     control characters but tab and newline are written as ``\\xNN`` (an escape sequence
     in a record's name cannot drive the terminal); a pipe or file gets the text as is."""
-    from oodutils.fileio import encodable
     stream = sys.stdout if stream is None else stream
     text = encodable(text + end)
     isatty = getattr(stream, "isatty", None)
     if isatty is not None and isatty():
-        from oodutils.tables import printable
         text = printable(text, keep_layout=True)
     try:
         stream.write(text)

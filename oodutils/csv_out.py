@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from oodutils.fileio import encodable
+from oodutils.text import encodable
 
 if TYPE_CHECKING:   # pandas is imported where a table is built: commands answer --help first
     import pandas as pd

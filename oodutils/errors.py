@@ -5,6 +5,8 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
 
+from oodutils.text import printable
+
 
 class UserError(Exception):
     """A problem with the user's input (names, paths, indices, records), not a bug."""
@@ -34,7 +36,6 @@ def run_cli(main: Callable[[list[str] | None], Any], argv: list[str] | None = No
     except UserError as e:
         message = f"error: {e}"
         if getattr(sys.stderr, "isatty", lambda: False)():
-            from oodutils.tables import printable  # a name's escape codes stay text
             message = printable(message, keep_layout=True)
         print(message, file=sys.stderr)
         sys.exit(2)

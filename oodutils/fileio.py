@@ -15,7 +15,6 @@ import io
 import json
 import math
 import os
-import re
 import tempfile
 import zipfile
 from collections.abc import Sequence
@@ -25,6 +24,7 @@ import numpy as np
 
 from oodutils.errors import UserError
 from oodutils.pinned_dir import Buffer, PinnedDir, current_umask  # noqa: F401  (re-exported)
+from oodutils.text import encodable, utf8_bytes  # noqa: F401  (re-exported)
 
 
 def fsync_directory(directory: str | os.PathLike[str]) -> None:
@@ -48,23 +48,6 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes | Sequence[Buff
     path = os.fspath(path)
     with PinnedDir.open(os.path.dirname(path) or ".", create=True, follow=True) as folder:
         folder.write_bytes(os.path.basename(path), data, durable=durable)
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def encodable(text: str) -> str:
-    """`text` with every lone surrogate (a Python string can hold one: JSON's ``"\\ud800"``,
-    a file name that is not UTF-8) made U+FFFD, so it can be written as UTF-8."""
-    return _SURROGATE.sub("\ufffd", text)
-
-
-def utf8_bytes(text: str) -> bytes:
-    """`text` as UTF-8, lone surrogates written as U+FFFD (never an encoding error)."""
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return encodable(text).encode("utf-8")
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, durable: bool = False) -> None:

@@ -29,6 +29,8 @@ import warnings
 from collections.abc import Callable, Iterable
 from typing import TextIO
 
+from oodutils.text import encodable, printable
+
 PACKAGES = ("oodutils", "domainbed", "analysis", "ood_bench", "spawrious")
 LEVELS = {-2: logging.ERROR, -1: logging.WARNING, 0: logging.INFO, 1: logging.DEBUG}
 
@@ -58,11 +60,9 @@ class StderrHandler(logging.StreamHandler):
     def format(self, record: logging.LogRecord) -> str:
         """The message; lone surrogates as U+FFFD, and on a terminal control characters
         from records' names as ``\\xNN`` (they cannot drive the terminal)."""
-        from oodutils.fileio import encodable
         text = encodable(super().format(record))
         isatty = getattr(sys.stderr, "isatty", None)
         if isatty is not None and isatty():
-            from oodutils.tables import printable
             text = printable(text, keep_layout=True)
         return text
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import IO, Union
 
 from oodutils.errors import UserError
+from oodutils.text import utf8_bytes
 
 Buffer = Union[bytes, memoryview]     # a piece of a file written in pieces
 
@@ -222,7 +223,6 @@ class PinnedDir:
     def write_text(self, name: str, text: str, durable: bool = False) -> None:
         """`text` as UTF-8 (a lone surrogate, say from a file name in an error, as
         U+FFFD), atomically."""
-        from oodutils.fileio import utf8_bytes  # fileio imports this module
         self.write_bytes(name, utf8_bytes(text), durable=durable)
 
     def unlink(self, name: str) -> None:

@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from oodutils.text import encodable
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -32,8 +34,6 @@ def drawable_texts(fig: Figure, math: bool = True) -> None:
     ``a$\\frac{$b``) drawn as plain text (``math`` False: every text)."""
     from matplotlib.mathtext import MathTextParser
     from matplotlib.text import Text
-
-    from oodutils.fileio import encodable
     parser = MathTextParser("path")
     for artist in fig.findobj(Text):
         text = artist.get_text()

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -35,6 +34,7 @@ if TYPE_CHECKING:   # pandas is imported where a table is built: commands answer
 from oodutils.csv_out import csv_cell, csv_text, frame_csv  # noqa: F401  (re-exported)
 from oodutils.errors import UnknownNameError
 from oodutils.templating import render as render_template
+from oodutils.text import printable
 
 FORMATS = ("text", "markdown", "latex", "csv", "html")
 SUFFIXES = {"text": "txt", "markdown": "md", "latex": "tex", "csv": "csv", "html": "html"}
@@ -58,23 +58,6 @@ def format_for_path(path: str | os.PathLike[str], default: str = "text") -> str:
 
 
 # ------------------------------------------------------------------------------ escaping
-
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-_TERMINAL_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")   # all but \t and \n
-
-
-def _hex_escape(match: re.Match[str]) -> str:
-    return "".join(f"\\x{ord(ch):02x}" for ch in match.group())
-
-
-def printable(text: object, keep_layout: bool = False) -> str:
-    """`text` with every control character (C0, DEL, C1: an escape sequence, a carriage
-    return, a backspace from someone's record) written as ``\\xNN``, so it can neither
-    drive a terminal nor break a table's lines; ``keep_layout``: tabs and line breaks
-    kept (whole output for a terminal)."""
-    pattern = _TERMINAL_CONTROL if keep_layout else _CONTROL
-    return pattern.sub(_hex_escape, str(text))
-
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
                   "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
