@@ -259,7 +259,9 @@ def run_study(dataset: str, n_models: int, output_dir: str, workers: int = 2,
                                       timings=timings, log=log)
     wall = time.time() - start
     rate = 3600 * trained.launched / wall if trained.launched else 0.0
-    with open(summary, "a") as f:
-        f.write(f"- total wall time: {wall:.0f} s; {rate:.0f} models per hour "
-                f"(runs trained by this invocation / its whole wall time)\n")
+    with open(summary, encoding="utf-8") as f:     # the summary analyse() just wrote
+        text = f.read()
+    fileio.atomic_write_text(summary, text + f"- total wall time: {wall:.0f} s; {rate:.0f} "
+                             "models per hour (runs trained by this invocation / its whole "
+                             "wall time)\n")
     return summary, facts, per_ood, trained, wall, rate

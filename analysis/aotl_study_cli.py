@@ -21,7 +21,7 @@ are untouched, interrupted ones continue from their last checkpoint) and, with a
 import argparse
 import sys
 
-from oodutils.cli import DEFAULT_DATA_DIR, ArgumentParser, add_option
+from oodutils.cli import DEFAULT_DATA_DIR, ArgumentParser, add_option, check_outputs
 from oodutils.errors import UserError, epilog_example, run_cli
 
 SMALL_IMAGE_DATASETS = ("ColoredMNIST", "RotatedMNIST")
@@ -88,6 +88,7 @@ def check(args):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    check_outputs((args.output_dir, "--output_dir", True))
     check(args)
     from analysis.aotl_study import run_study
 

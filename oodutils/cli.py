@@ -11,10 +11,11 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO
 
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.log import configure
+from oodutils.text import encodable, printable
 
 # Where every command looks for datasets by default (`--data_dir`): where the README's tour
 # and the quickstart put them, relative to the folder the command runs in.
@@ -22,8 +23,8 @@ DEFAULT_DATA_DIR = "data"
 DATA_DIR_HELP = f"dataset root folder (default: {DEFAULT_DATA_DIR})"
 
 __all__ = ["ArgumentParser", "DEFAULT_DATA_DIR", "DATA_DIR_HELP", "add_option",
-           "hidden_aliases", "parse_json_object",
-           "add_logging_flags", "configure_logging", "run_cli", "epilog_example"]
+           "hidden_aliases", "parse_json_object", "add_logging_flags", "configure_logging",
+           "run_cli", "epilog_example", "echo", "check_outputs"]
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -173,3 +174,30 @@ def check_directories(paths: list[str], option: str = "--input_dir") -> None:
     for path in paths:
         if not os.path.isdir(path):
             raise UserError(f"{option} {path!r} is not a directory")
+
+
+def echo(text: str, end: str = "\n", stream: TextIO | None = None) -> None:
+    """Write `text` to stdout (or `stream`) whatever it holds: a lone surrogate from a
+    broken record is written as U+FFFD, a character the terminal's encoding lacks as a
+    backslash escape; never an encoding error halfway through a table. On a terminal,
+    control characters but tab and newline are written as ``\\xNN`` (an escape sequence
+    in a record's name cannot drive the terminal); a pipe or file gets the text as is."""
+    stream = sys.stdout if stream is None else stream
+    text = encodable(text + end)
+    isatty = getattr(stream, "isatty", None)
+    if isatty is not None and isatty():
+        text = printable(text, keep_layout=True)
+    try:
+        stream.write(text)
+    except UnicodeEncodeError:
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
+
+
+def check_outputs(*outputs: tuple[str | os.PathLike[str] | None, str, bool]) -> None:
+    """Every output a command was asked for, as ``(path, option, is_directory)``, checked
+    to be writable before any work (``oodutils.fileio.check_output_path``); a path of
+    None (an output not asked for) is skipped."""
+    from oodutils.fileio import check_output_path
+    for path, option, directory in outputs:
+        check_output_path(path, option, directory=directory)

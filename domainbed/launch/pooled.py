@@ -162,7 +162,8 @@ def died_outcome(command, process):
         path = os.path.join(command.output_dir, jobs.LOG_FILE)
         with os.fdopen(jobs.open_in_place(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT),
                        "ab") as log:
-            log.write(f"{reason}\n{jobs.LOG_PREFIX} exit code {code}\n".encode())
+            log.write(f"{reason}\n{jobs.LOG_PREFIX} exit code {code}\n".encode(
+                "utf-8", "backslashreplace"))
     except (OSError, jobs.UnsafeJobFile):
         pass   # the outcome still says failed
     return jobs.Outcome(command.output_dir, "failed", code)

@@ -21,7 +21,14 @@ import os
 import sys
 
 from domainbed.results import model_selection
-from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
+from oodutils.cli import (
+    ArgumentParser,
+    add_logging_flags,
+    add_option,
+    check_outputs,
+    configure_logging,
+    echo,
+)
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.heap import tune_for_tables
 from oodutils.log import get_logger
@@ -91,6 +98,7 @@ def check_metric_name(name):
 
 def main(argv=None):
     args = parse_args(argv)
+    check_outputs((args.export_selected, "--export_selected", True))
     from domainbed.results import tables as reporting
     from domainbed.results.records import TABLE_FIELDS, load_records
     from domainbed.results.report import build_report
@@ -120,7 +128,7 @@ def main(argv=None):
         from domainbed.results.stats import render_stats
         text += "\n" + render_stats(loaded.records, methods or
                                      list(model_selection.DOMAINBED_METHODS), fmt)
-    sys.stdout.write(text)
+    echo(text, end="")
     sys.stdout.flush()
     if report.has_missing() and fmt in ("text", "latex"):   # DomainBed's tables: aside
         logger.info(f"notice: {reporting.MISSING_NOTE}")

@@ -46,6 +46,7 @@ from oodutils.cli import (
     ArgumentParser,
     add_logging_flags,
     add_option,
+    check_outputs,
     configure_logging,
 )
 from oodutils.errors import UserError, epilog_example, require, run_cli
@@ -443,6 +444,8 @@ def check_request(args):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
+    if not args.verify:     # --verify only reads
+        check_outputs((args.data_dir, "--data_dir", True))
     if args.convert_blond_split_pickles:
         from domainbed.datasets.oodbench_images import convert_blond_split_pickles
         for path in convert_blond_split_pickles(os.path.join(args.data_dir, "celeba")):

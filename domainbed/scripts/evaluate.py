@@ -15,6 +15,7 @@ from oodutils.cli import (
     ArgumentParser,
     add_logging_flags,
     add_option,
+    check_outputs,
     configure_logging,
 )
 from oodutils.errors import UserError, epilog_example, run_cli
@@ -104,6 +105,7 @@ def check_args(args):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
+    check_outputs((args.output_dir, "--output_dir", True))
     if args.dataset:   # the --hf_* flags are part of an hf: dataset's name
         args.dataset = fold_hf_flags(args.dataset, vars(args))
     check_args(args)

@@ -46,7 +46,12 @@ def main(argv=None):
             logger.warning(f"warning: {run_dir}: its records do not say how many classes "
                            f"(args.num_classes); skipped")
             continue
-        lines = run_metrics(run_dir, num_classes, names)
+        try:
+            lines = run_metrics(run_dir, num_classes, names)
+        except OSError as e:   # a run folder this user cannot write (a read-only sweep)
+            logger.warning(f"warning: {run_dir}: metrics.jsonl not written "
+                           f"({e.strerror or e}); skipped")
+            continue
         print(f"{run_dir}: {len(lines)} checkpoint(s) -> metrics.jsonl")
     return 0
 

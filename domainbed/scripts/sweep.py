@@ -48,6 +48,7 @@ from oodutils.cli import (
     ArgumentParser,
     add_logging_flags,
     add_option,
+    check_outputs,
     configure_logging,
     parse_json_object,
 )
@@ -235,6 +236,8 @@ def print_status(jobs, sweep_dir):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
+    if args.command == "launch":
+        check_outputs((args.output_dir, "--output_dir", True))
     check_args(args)
     datasets = hf_names(args.datasets or _default_datasets(), vars(args))
     algorithms = args.algorithms or _default_algorithms()

@@ -548,9 +548,10 @@ def checkpoint_line(results):
 
 
 def example_paths_csv(dataset):
-    """examples.csv: each example's id, environment and file path."""
-    lines = ["id,env,path"]
-    for env_i, env in enumerate(dataset):
-        for example_id, file_path in zip(env.ids, env.paths or []):
-            lines.append(f"{int(example_id)},{env_i},{json.dumps(str(file_path))}")
-    return "\n".join(lines) + "\n"
+    """examples.csv: each example's id, environment and file path (``oodutils.csv_out``:
+    a file name that starts like a formula is inert in a spreadsheet)."""
+    from oodutils.csv_out import csv_text
+    return csv_text(["id", "env", "path"],
+                    ([int(example_id), env_i, str(file_path)]
+                     for env_i, env in enumerate(dataset)
+                     for example_id, file_path in zip(env.ids, env.paths or [])))
