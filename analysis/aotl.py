@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from oodutils.accuracy import AOTL_CLIP
-from oodutils.cli import configure_logging
+from oodutils.cli import check_outputs, configure_logging, echo
 from oodutils.errors import UnknownNameError, UserError, run_cli
 from oodutils.fileio import file_name_part
 from oodutils.log import get_logger
@@ -437,6 +437,8 @@ def run(args: argparse.Namespace) -> int:
     """The aotl command on parsed arguments: tables, exports and plots."""
     from oodutils import tables as report
     configure_logging(args)
+    check_outputs((args.output, "--output", False), (args.plot, "--plot", True),
+                  (args.export_csv, "--export_csv", True))
     acc = load_accuracies(args.paths, split=args.split, checkpoints=args.checkpoints,
                           algorithms=args.algorithms)
     if args.export_csv is not None:
@@ -444,12 +446,15 @@ def run(args: argparse.Namespace) -> int:
         logger.info(f"wrote {len(written)} accuracy CSV file(s) under {args.export_csv}")
     if args.export_csv is None or args.table is not None:
         df = make_table(acc, args)
-        for where, warning in _fit_warnings(df):
-            logger.warning(f"warning: {where}: {warning}")
+        warned = _fit_warnings(df)
+        if warned:   # each is in the table's warning column: one line here, not a repeat
+            logger.warning(f"warning: {len(warned)} of {len(df)} fit(s) have too few points "
+                           f"to mean much; see the warning column of the table"
+                           f"{f' in {args.output}' if args.output else ''}")
         if args.output:
             report.write(df, args.output, args.format, args.digits)
         else:
-            sys.stdout.write(report.render(df, args.format or "text", args.digits))
+            echo(report.render(df, args.format or "text", args.digits), end="")
     if args.plot is not None:
         for dataset, ood in _ordered_splits(acc):
             plot_split(acc, dataset, ood, args.plot / f"{file_name_part(dataset)}_env{ood}.png",

@@ -125,6 +125,10 @@ def _read_one_csv(path: PathLike) -> pd.DataFrame:
                         f"{', '.join(CSV_COLUMNS)}")
     if df.empty:
         raise UserError(f"{path}: no rows")
+    from oodutils.csv_out import csv_value
+    for c in df.columns:        # names our own CSVs escaped (=, +, -, @) read as written
+        if df[c].dtype == object or pd.api.types.is_string_dtype(df[c]):
+            df[c] = df[c].map(csv_value)
     for c in ("x", "y"):
         df[c] = pd.to_numeric(df[c], errors="coerce")
         check_range(df[c].to_numpy(), f"{path}: column {c}")
@@ -390,14 +394,14 @@ def export_csv(acc: Accuracies, out_dir: PathLike, split: str = "out") -> list[P
     """Write ``<out_dir>/<dataset>/env<k>_<split>_acc.csv.gz`` per split; returns the paths."""
     import gzip
 
-    from oodutils.fileio import atomic_write_bytes
+    from oodutils.csv_out import frame_csv
+    from oodutils.fileio import atomic_write_bytes, file_name_part, utf8_bytes
     out_path = Path(out_dir)
     written = []
     for dataset, ood in acc.splits():
         frame = to_csv_frame(acc, dataset, ood)
-        safe = re.sub(r"[^A-Za-z0-9._@+-]", "_", dataset)
-        path = out_path / safe / f"env{ood}_{split}_acc.csv.gz"
-        data = gzip.compress(frame.to_csv(index=False, lineterminator="\n").encode(), mtime=0)
+        path = out_path / file_name_part(dataset) / f"env{ood}_{split}_acc.csv.gz"
+        data = gzip.compress(utf8_bytes(frame_csv(frame)), mtime=0)
         atomic_write_bytes(path, data)
         written.append(path)
     return written

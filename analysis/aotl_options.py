@@ -24,7 +24,7 @@ CHECKPOINTS = ("all", "last", "best")
 
 def build_parser():
     p = ArgumentParser(
-        prog="python -m analysis.aotl",
+        prog="aotl",
         description="Accuracy-on-the-line fits per leave-one-domain-out split.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="+", metavar="PATH",
@@ -66,7 +66,7 @@ def build_parser():
                   default=None, help="default text, or what the --output extension names")
     add_option(p, "--digits", type=int, default=2)
     add_option(p, "--output", "--out", "--output-dir", dest="output",
-                  type=Path, default=None, help="write the table here")
+                  default=None, help="write the table here")
     add_option(p, "--plot", type=Path, default=None, metavar="DIR",
                   help="write a probit-axis scatter PNG per split into DIR")
     add_option(p, "--export_csv", type=Path, default=None, metavar="DIR",

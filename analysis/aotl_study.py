@@ -24,6 +24,7 @@ from domainbed.api import train_zoo
 from domainbed.results.records import TABLE_FIELDS, load_records
 from oodutils import fileio
 from oodutils.errors import UserError
+from oodutils.log import configure
 
 
 def zoo_facts(runs_dir: str) -> pd.DataFrame | None:
@@ -62,18 +63,27 @@ def run_quietly(main: Callable[[list[str]], Any], argv: list[str]) -> str:
 
 
 def run_aotl(runs_dir: str, out_dir: str) -> dict[str, str]:
-    """Per-OOD and pairwise tables (markdown + csv) and probit plots under out_dir."""
-    from analysis import aotl
+    """Per-OOD and pairwise tables (markdown + csv) and probit plots under out_dir. The
+    fits' warnings are left to the caller (`fit_warnings`): said once, not once per file."""
     paths = {"per_ood_csv": os.path.join(out_dir, "aotl_per_ood.csv"),
              "per_ood_md": os.path.join(out_dir, "aotl_per_ood.md"),
              "pairwise_csv": os.path.join(out_dir, "aotl_pairwise.csv"),
              "pairwise_md": os.path.join(out_dir, "aotl_pairwise.md"),
              "plots": os.path.join(out_dir, "plots")}
+    try:
+        _write_aotl_files(runs_dir, paths)
+    finally:
+        configure(0)   # the messages' default again (aotl ran with -qq)
+    return paths
+
+
+def _write_aotl_files(runs_dir: str, paths: dict[str, str]) -> None:
+    from analysis import aotl
     for table in ("per-ood", "pairwise"):
         stem = table.replace("-", "_")
         for fmt in ("csv", "markdown"):
             output = paths[f"{stem}_{'md' if fmt == 'markdown' else 'csv'}"]
-            argv = [runs_dir, "--table", table, "--format", fmt, "--output", output]
+            argv = [runs_dir, "--table", table, "--format", fmt, "--output", output, "-qq"]
             try:
                 aotl.main(argv)
             except UserError as e:   # the per-OOD fits are the study; pairwise may fail
@@ -83,10 +93,9 @@ def run_aotl(runs_dir: str, out_dir: str) -> dict[str, str]:
     os.makedirs(paths["plots"], exist_ok=True)
     try:
         aotl.main([runs_dir, "--plot", paths["plots"], "--format", "csv", "--output",
-                   os.path.join(paths["plots"], "per_ood.csv")])
+                   os.path.join(paths["plots"], "per_ood.csv"), "-qq"])
     except UserError as e:   # a degenerate (e.g. tiny) zoo: the tables still stand
         paths["plot_error"] = str(e)
-    return paths
 
 
 def pick_ood_env(per_ood: pd.DataFrame) -> int:
@@ -100,8 +109,11 @@ def run_oodselect(runs_dir: str, dataset: str, ood_env: int, out_dir: str, steps
     from analysis import oodselect_cli
     argv = ["--input_dir", runs_dir, "--dataset", dataset, "--ood_env", str(ood_env),
             "--output_dir", out_dir, "--steps", str(steps), "--patience", str(max(100, steps // 5)),
-            "--seed", str(seed), "--baselines", "random", "hard", "--quiet"]
-    oodselect_cli.main(argv)
+            "--seed", str(seed), "--baselines", "random", "hard", "--quiet", "--quiet"]
+    try:   # its small-input warnings come back in split.json: the caller says them once
+        oodselect_cli.main(argv)
+    finally:
+        configure(0)
     with open(os.path.join(out_dir, "split.json")) as f:
         warnings = json.load(f).get("warnings", [])
     return pd.read_csv(os.path.join(out_dir, "summary.csv")), warnings
@@ -247,7 +259,9 @@ def run_study(dataset: str, n_models: int, output_dir: str, workers: int = 2,
                                       timings=timings, log=log)
     wall = time.time() - start
     rate = 3600 * trained.launched / wall if trained.launched else 0.0
-    with open(summary, "a") as f:
-        f.write(f"- total wall time: {wall:.0f} s; {rate:.0f} models per hour "
-                f"(runs trained by this invocation / its whole wall time)\n")
+    with open(summary, encoding="utf-8") as f:     # the summary analyse() just wrote
+        text = f.read()
+    fileio.atomic_write_text(summary, text + f"- total wall time: {wall:.0f} s; {rate:.0f} "
+                             "models per hour (runs trained by this invocation / its whole "
+                             "wall time)\n")
     return summary, facts, per_ood, trained, wall, rate

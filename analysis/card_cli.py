@@ -21,7 +21,9 @@ from oodutils.cli import (
     add_logging_flags,
     add_option,
     check_directories,
+    check_outputs,
     configure_logging,
+    echo,
 )
 from oodutils.errors import UserError, run_cli
 
@@ -46,6 +48,7 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
+    check_outputs((args.output_dir, "--output_dir", True))
     check_directories(args.input_dir)
     if args.bootstrap < 1:
         raise UserError(f"--bootstrap must be at least 1, not {args.bootstrap}")
@@ -75,7 +78,7 @@ def main(argv=None):
     os.makedirs(args.output_dir, exist_ok=True)
     write_cards(args.output_dir, model, by_label, inputs, in_site=False)
     for d in datasets:
-        print(f"wrote {os.path.join(args.output_dir, pages_name(d['label']))} and .md")
+        echo(f"wrote {os.path.join(args.output_dir, pages_name(d['label']))} and .md")
     return 0
 
 

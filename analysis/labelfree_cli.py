@@ -59,6 +59,7 @@ def main(argv=None):
     configure_logging(args)
     check_directories(args.input_dir)
     from analysis import labelfree
+    from oodutils.csv_out import frame_csv
     from oodutils.fileio import atomic_write_text, check_output_path, file_name_part
     check_output_path(args.output_dir, "--output_dir", directory=True)
     checkpoints = labelfree.checkpoints_from_sweep(args.input_dir, args.all_steps)
@@ -70,8 +71,7 @@ def main(argv=None):
     os.makedirs(args.output_dir, exist_ok=True)
     for name, frame in (("estimates", estimates), ("summary", summary),
                         ("agreement", agreement), ("verdicts", verdicts)):
-        atomic_write_text(os.path.join(args.output_dir, f"{name}.csv"),
-                          frame.to_csv(index=False))
+        atomic_write_text(os.path.join(args.output_dir, f"{name}.csv"), frame_csv(frame))
     for dataset, env in sorted(n_models):
         plot_name = f"estimates_{file_name_part(dataset)}_env{env}.png"
         plot_split(estimates, dataset, env, os.path.join(args.output_dir, plot_name))

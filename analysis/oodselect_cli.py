@@ -219,7 +219,7 @@ def write_outputs(out_dir, cm, results, plots=True):
 
 
 def build_parser():
-    p = ArgumentParser(prog="python -m analysis.oodselect", description=__doc__,
+    p = ArgumentParser(prog="oodselect", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     src = p.add_argument_group("input (one of)")
     add_option(src, "--matrix", help=".npz with A (models x examples, 0/1) and y")

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from oodutils.accuracy import check_accuracies
+from oodutils.csv_out import csv_value
 from oodutils.errors import UserError, load_error_reason
 from oodutils.log import get_logger
 
@@ -207,16 +208,37 @@ def from_runs(input_dir, dataset=None, id_envs=None, ood_env=None, require_done=
                             "algorithm": r["args"].get("algorithm")}
                            for r in view.checkpoints])
     examples = view.examples
-    csv = os.path.join(view.checkpoints[0]["run_dir"], "examples.csv")
-    if os.path.exists(csv):
-        paths = pd.read_csv(csv)
-        if {"id", "path"} <= set(paths.columns):
-            examples = examples.merge(paths[["id", "path"]], on="id", how="left")
+    paths = _example_paths(os.path.join(view.checkpoints[0]["run_dir"], "examples.csv"))
+    if paths is not None:
+        examples = examples.merge(paths, on="id", how="left")
     info = {"dataset": dataset, "id_envs": id_envs, "ood_env": ood_env,
             "n_runs": int(models["run"].nunique()), "skipped_checkpoints": missing,
             "source": os.fspath(input_dir) if not isinstance(input_dir, (list, tuple))
             else [os.fspath(d) for d in input_dir]}
     return CorrectnessMatrix(A, y, models, examples, info)
+
+
+def _example_paths(path: str) -> pd.DataFrame | None:
+    """The id and path columns of a run's examples.csv (written by the run, read as a file
+    someone else may have planted: a regular file only, never a FIFO or a symlink), or
+    None when there is none or it cannot be read (with a warning: subsets are then listed
+    without file paths)."""
+    from oodutils.untrusted import open_regular
+    try:
+        with open_regular(path) as f:
+            paths = pd.read_csv(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, pd.errors.ParserError) as e:
+        logger.warning(f"warning: {path} not read ({type(e).__name__}); subsets are listed "
+                       "without file paths")
+        return None
+    if not {"id", "path"} <= set(paths.columns):
+        return None
+    ids = pd.to_numeric(paths["id"], errors="coerce")
+    keep = ids.notna() & (ids == ids.round())
+    return pd.DataFrame({"id": ids[keep].astype("int64"),
+                         "path": paths["path"][keep].map(csv_value)})
 
 
 # ----------------------------------------------------------------------------- splits

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from oodutils.accuracy import OODSELECT_CLIP, probit
+from oodutils.csv_out import frame_csv
 from oodutils.fileio import atomic_write_text, finite_json
 from oodutils.plotting import figure_and_axes, save_figure
 
@@ -159,7 +160,7 @@ def subset_table(examples, subset, scores=None):
 
 
 def write_csv(path, frame):
-    atomic_write_text(path, frame.to_csv(index=False))
+    atomic_write_text(path, frame_csv(frame))
 
 
 def write_json(path, obj):

@@ -8,7 +8,14 @@ import os
 import sys
 
 from analysis import validity_config
-from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
+from oodutils.cli import (
+    ArgumentParser,
+    add_logging_flags,
+    add_option,
+    check_outputs,
+    configure_logging,
+    echo,
+)
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.tables import FORMATS
 
@@ -111,7 +118,7 @@ def _emit(df, args, title, notes=()):
         atomic_write_text(args.output, text)
         print(f"wrote {args.output}")
     else:
-        sys.stdout.write(text)
+        echo(text, end="")
 
 
 def _thresholds(args):
@@ -226,7 +233,7 @@ def cmd_leave_one_out(args):
 
 def build_parser():
     parser = ArgumentParser(
-        prog="python -m analysis.validity",
+        prog="benchmark-validity",
         description="Validity desiderata of spurious-correlation benchmarks (Bell et al. 2024, "
                     "'Reassessing the Validity of Spurious Correlations Benchmarks').",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -289,6 +296,7 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
+    check_outputs((getattr(args, "output", None), "--output", False))
     for name in ("input_dir", "k_dir"):
         for d in getattr(args, name, None) or []:
             if not os.path.isdir(d):

@@ -39,6 +39,7 @@ from analysis import validity as V
 from analysis.validity_config import SPLIT_CODES
 from domainbed.results import model_selection as ms
 from domainbed.results.records import list_prediction_steps, load_predictions, load_records
+from oodutils.csv_out import csv_value
 from oodutils.errors import UserError
 
 REFERENCE_ALGORITHMS = ("ReweightedERM", "GroupDRO")
@@ -258,6 +259,7 @@ def read_k_csv(path) -> pd.Series:
     except (OSError, ValueError) as e:
         raise UserError(f"cannot read K table {path}: {e}") from None
     V._require_columns(df, ["benchmark", "K"], f"K table {path}")
+    df["benchmark"] = df["benchmark"].map(csv_value)   # as `compute-k --format csv` wrote
     if df["K"].isna().any() or not np.isfinite(df["K"].astype(float)).all():
         raise UserError(f"K table {path} has missing or non-finite K values")
     return df.set_index("benchmark")["K"].astype(float)

@@ -20,11 +20,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from domainbed.hub_options import add_hf_flags, fold_hf_flags
 from domainbed.registry import ALGORITHMS, get_algorithm_class, get_dataset_class
 from domainbed.training.early_stopping import check_options as check_early_stopping
 from domainbed.training.splits import check_eval_splits
 from domainbed.training.trackers import check_trackers
-from oodutils.cli import ArgumentParser, add_logging_flags, add_option, parse_json_object
+from oodutils.cli import (
+    DEFAULT_DATA_DIR,
+    ArgumentParser,
+    add_logging_flags,
+    add_option,
+    parse_json_object,
+)
 from oodutils.errors import UserError, epilog_example
 from oodutils.pinned_dir import PinnedDir
 
@@ -79,9 +86,16 @@ class RunConfig:
     """One training run (DomainBed's train.py flags, plus data seed, precision, logits,
     evaluated splits and where weights and cached features live)."""
 
-    data_dir: str = option("./domainbed/data/", "dataset root folder (built-in datasets "
-                           "that need no files, such as ColoredMNIST, ignore it)")
-    dataset: str = option("ColoredMNIST", "a registered dataset name")
+    data_dir: str = option(DEFAULT_DATA_DIR, f"dataset root folder (default: "
+                           f"{DEFAULT_DATA_DIR}; built-in datasets that need no files, such "
+                           f"as ColoredMNIST, ignore it)")
+    dataset: str = option("ColoredMNIST", "a registered dataset name (domainbed-download "
+                                          "--help lists the downloadable ones), "
+                                          "folder:PATH (PATH/<domain>/<class>/<images>), "
+                                          "csv:PATH (a table path,label,domain) or "
+                                          "hf:REPO_OR_DIR (a Hugging Face Hub dataset or a "
+                                          "folder in its layout; see the --hf_* options); "
+                                          "docs/guide/datasets.md")
     algorithm: str = option("ERM", "a registered algorithm name")
     task: str = option("domain_generalization", "",
                        choices=("domain_generalization", "domain_adaptation"))
@@ -157,6 +171,10 @@ class RunConfig:
     feature_cache_dir: str = option("", "frozen-feature cache of linear probes (default "
                                         "~/.cache/domainbed/features; 'none' computes "
                                         "features every step)")
+    skip_bad_images: bool = option(False, "folder:, csv: and hf: datasets: leave out (and "
+                                          "count) the images that are not regular, "
+                                          "decodable image files within the size limit, "
+                                          "instead of refusing the run")
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -192,6 +210,8 @@ class RunConfig:
     @classmethod
     def from_namespace(cls, namespace: argparse.Namespace) -> RunConfig:
         values = vars(namespace)
+        if "dataset" in values:   # the --hf_* flags are part of an hf: dataset's name
+            values = {**values, "dataset": fold_hf_flags(values["dataset"], values)}
         fields = {f.name: f for f in dataclasses.fields(cls)}
         for name, f in fields.items():   # a repeatable option never given: its default
             if values[name] is None and f.metadata.get("repeatable"):
@@ -401,11 +421,13 @@ def _argument(f: dataclasses.Field) -> tuple[str, dict[str, Any]]:
 def build_parser() -> argparse.ArgumentParser:
     """The train command's parser, one option per RunConfig field (hyphen spellings
     accepted, hidden), plus -v / -q."""
-    parser = ArgumentParser(description="Domain generalization: train one run",
+    parser = ArgumentParser(prog="domainbed-train",
+                            description="Domain generalization: train one run",
                                      epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     for f in dataclasses.fields(RunConfig):
         flag, kwargs = _argument(f)
         add_option(parser, flag, *f.metadata["aliases"], **kwargs)
+    add_hf_flags(parser, add_option)
     add_logging_flags(parser)
     return parser

@@ -85,6 +85,72 @@ def check_value(name: str, decl: Hparam, value: Any) -> Any:
     return value
 
 
+def _stub_dataset(small_images: bool) -> type:
+    """A stand-in dataset class (small or large images, no registered name) to resolve an
+    algorithm's dataset-dependent declarations without building a dataset."""
+    return type("AnyDataset", (), {"SMALL_IMAGES": small_images, "HPARAMS": {},
+                                   "registry_name": ""})
+
+
+def range_problems(cls: type, dataset_cls: type | None = None) -> list[str]:
+    """What is wrong with the valid ranges of the hyperparameters `cls` declares itself
+    (not its bases'): each needs ``low=``/``high=`` or ``choices=`` (so that a user's
+    override is checked before training starts), with the default inside them.
+    Dataset-dependent declarations are resolved for `dataset_cls`, or for a small- and a
+    large-image stand-in; one that cannot be resolved so is left to the run's checks."""
+    own = cls.__dict__.get("HPARAMS") or {}
+    datasets = [dataset_cls] if dataset_cls is not None else \
+        [_stub_dataset(True), _stub_dataset(False)]
+    problems: list[str] = []
+    for name, decl in own.items():
+        for dataset in datasets:
+            resolved = decl
+            try:
+                while resolved is not None and not isinstance(resolved, Hparam):
+                    resolved = resolved(dataset)
+            except Exception:   # keyed on real datasets: checked when a run resolves it
+                break
+            problem = _range_problem(name, resolved) if resolved is not None else None
+            if problem and problem not in problems:
+                problems.append(problem)
+    return problems
+
+
+def draw_problems(cls: type, dataset_cls: type | None = None, seeds: int = 4) -> list[str]:
+    """What is wrong with the random-search draws of the hyperparameters `cls` declares
+    itself: each seed's draw must repeat, be a plain JSON value and lie in the declared
+    range (the checks the project's registry tests make of its own classes)."""
+    import json
+    datasets = [dataset_cls] if dataset_cls is not None else \
+        [_stub_dataset(True), _stub_dataset(False)]
+    problems: list[str] = []
+    for dataset in datasets:
+        space = {name: decl for name, decl in declared_space(cls, dataset).items()
+                 if name in (cls.__dict__.get("HPARAMS") or {})}
+        for seed in range(1, seeds + 1):
+            drawn = draw(space, seed)
+            if drawn != draw(space, seed):
+                problems.append(f"hparams_seed {seed} draws differently each time")
+            for name, value in drawn.items():
+                try:
+                    json.dumps(value, allow_nan=False)
+                    check_value(name, space[name], value)
+                except (TypeError, ValueError, UserError) as e:
+                    problems.append(f"hparams_seed {seed} draws {name}={value!r}: {e}")
+    return list(dict.fromkeys(problems))
+
+
+def _range_problem(name: str, decl: Hparam) -> str | None:
+    if decl.choices is None and decl.low is None and decl.high is None:
+        return (f"hyperparameter {name!r} declares no valid range (give its Hparam "
+                f"low=/high= or choices=)")
+    try:
+        check_value(name, decl, _to_builtin(decl.default))
+    except UserError as e:
+        return f"the default of {name!r} is not valid: {e}"
+    return None
+
+
 def small_or_large(small: Hparam, large: Hparam) -> Callable[[type], Hparam]:
     """A dataset-dependent declaration: `small` for small-image datasets (MNIST family)."""
     def pick(dataset_cls: type) -> Hparam:

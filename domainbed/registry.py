@@ -34,6 +34,21 @@ class PluginWarning(ProjectWarning):
     """An installed plug-in (entry point) failed to load; the registry goes on without it."""
 
 
+class HparamRangeWarning(ProjectWarning):
+    """A registered class declares a hyperparameter without a valid range (or with a default
+    outside it): a user's override of it cannot be checked before training starts."""
+
+
+def warn_about_ranges(kind: str, name: str, cls: type) -> None:
+    """One warning per problem of `cls`'s own hyperparameter declarations, naming the class
+    and its module (a plug-in's package), at registration."""
+    from domainbed.hparams import range_problems
+    dataset_cls = cls if kind == "dataset" else None
+    for problem in range_problems(cls, dataset_cls):
+        warnings.warn(f"{kind} {name!r} ({_full_name(cls)}): {problem}; see "
+                      f"docs/guide/plugins.md", HparamRangeWarning, stacklevel=3)
+
+
 def _full_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
@@ -75,6 +90,8 @@ class Registry:
                     f"(pick another name, or register it with override=True to replace it)")
             if override:
                 self._overridden.add(key)
+            if existing is not cls:
+                warn_about_ranges(self.kind, key, cls)
             self._classes[key] = cls
             cls.registry_name = key  # type: ignore[attr-defined]
             return cls
@@ -154,6 +171,17 @@ class Registry:
         """The registered names (classes built by prefix factories are not listed)."""
         self._load()
         return sorted(n for n in self._classes if n.partition(":")[0] not in self._factories)
+
+    def builtin_names(self) -> list[str]:
+        """The names of the project's own classes (those of this package), without the
+        installed plug-ins': what the project's tests and reference pages cover."""
+        package = self.builtin_module.partition(".")[0] + "."
+        return [n for n in self.names() if self._classes[n].__module__.startswith(package)]
+
+    def plugin_names(self) -> list[str]:
+        """The names of classes from outside the project (installed plug-ins)."""
+        builtin = set(self.builtin_names())
+        return [n for n in self.names() if n not in builtin]
 
     def __contains__(self, name: object) -> bool:
         self._load()

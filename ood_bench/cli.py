@@ -17,6 +17,8 @@ import sys
 
 from ood_bench import quantify as q
 from oodutils.cli import (
+    DATA_DIR_HELP,
+    DEFAULT_DATA_DIR,
     ArgumentParser,
     add_logging_flags,
     add_option,
@@ -33,7 +35,7 @@ EPILOG = epilog_example("ood-bench", "ood_bench",
 def add_training_arguments(p, dataset_required=True):
     g = p.add_argument_group("data")
     add_option(g, "--dataset", required=dataset_required, help="a registered dataset name")
-    add_option(g, "--data_dir", required=dataset_required)
+    add_option(g, "--data_dir", default=DEFAULT_DATA_DIR, help=DATA_DIR_HELP)
     add_option(g, "--envs_p", type=int, nargs="+", required=dataset_required,
                   help="environment indices of side P")
     add_option(g, "--envs_q", type=int, nargs="+", required=dataset_required,
@@ -236,7 +238,7 @@ def _reduced_training_args(p):
 
 
 def build_parser():
-    parser = ArgumentParser(prog="python -m ood_bench", description=__doc__,
+    parser = ArgumentParser(prog="ood-bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=EPILOG)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -290,7 +292,7 @@ def build_parser():
     p.set_defaults(func=cmd_summarize)
 
     p = sub.add_parser("table3", help="Table 3 on Colored MNIST, ours beside the paper's")
-    add_option(p, "--data_dir", required=True)
+    add_option(p, "--data_dir", default=DEFAULT_DATA_DIR, help=DATA_DIR_HELP)
     add_option(p, "--n_trials", type=int, default=5)
     add_option(p, "--output_dir", "--output", "--out", default=None)
     add_option(p, "--rows", nargs="+", default=None,
@@ -302,7 +304,7 @@ def build_parser():
     p = sub.add_parser("heatmap", help="a Fig. 4 grid on Colored MNIST")
     add_option(p, "--kind", default="rho", choices=("rho", "mu-div", "mu-cor"))
     add_option(p, "--values", type=float, nargs="+", default=[0.1, 0.3, 0.5, 0.7, 0.9])
-    add_option(p, "--data_dir", required=True)
+    add_option(p, "--data_dir", default=DEFAULT_DATA_DIR, help=DATA_DIR_HELP)
     add_option(p, "--output_dir", "--output", "--out", required=True)
     _reduced_training_args(p)
     p.set_defaults(func=cmd_heatmap)

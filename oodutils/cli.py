@@ -6,15 +6,25 @@ are re-exported here. Light on purpose: every command imports it before parsing.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
-from typing import Any
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn, TextIO
 
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.log import configure
+from oodutils.text import encodable, printable
 
-__all__ = ["ArgumentParser", "add_option", "hidden_aliases", "parse_json_object",
-           "add_logging_flags", "configure_logging", "run_cli", "epilog_example"]
+# Where every command looks for datasets by default (`--data_dir`): where the README's tour
+# and the quickstart put them, relative to the folder the command runs in.
+DEFAULT_DATA_DIR = "data"
+DATA_DIR_HELP = f"dataset root folder (default: {DEFAULT_DATA_DIR})"
+
+__all__ = ["ArgumentParser", "DEFAULT_DATA_DIR", "DATA_DIR_HELP", "add_option",
+           "hidden_aliases", "parse_json_object", "add_logging_flags", "configure_logging",
+           "run_cli", "epilog_example", "echo", "check_outputs"]
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -27,6 +37,65 @@ class ArgumentParser(argparse.ArgumentParser):
         for match in super()._get_option_tuples(option_string):
             by_action.setdefault(id(match[0]), match)
         return list(by_action.values())
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None
+                         ) -> tuple[argparse.Namespace, list[str]]:
+        self._seen_args = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        """One line on stderr, never the usage block: a mistyped flag is named with the
+        closest valid spelling (that mistake first: argparse would report a missing required
+        option instead), any other mistake as argparse says it; then where --help is."""
+        unknown = self._unknown_flag(getattr(self, "_seen_args", []))
+        if unknown is not None:
+            message = f"unrecognized option {unknown}"
+            close = difflib.get_close_matches(unknown.split("=", 1)[0],
+                                              _shown_options(self), n=1, cutoff=0.6)
+            if close:
+                message += f" (did you mean {close[0]}?)"
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+    def _unknown_flag(self, args: list[str]) -> str | None:
+        """The first of `args` that looks like an option but is none of this parser's (nor
+        of its subcommands'), or None."""
+        known = _all_options(self)
+        for token in args:
+            if token == "--":
+                return None
+            if not token.startswith("-") or token == "-" or \
+                    self._negative_number_matcher.match(token):
+                continue
+            name = token.split("=", 1)[0] if token.startswith("--") else token[:2]
+            if name in known or (name.startswith("--") and
+                                 any(k.startswith(name) for k in known)):
+                continue
+            return token
+        return None
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    return [sub for action in parser._actions
+            if isinstance(action, argparse._SubParsersAction)
+            for sub in action.choices.values()]
+
+
+def _all_options(parser: argparse.ArgumentParser) -> set[str]:
+    """Every spelling `parser` and its subcommands accept (hidden ones included)."""
+    found = set(parser._option_string_actions)
+    for sub in _subparsers(parser):
+        found |= _all_options(sub)
+    return found
+
+
+def _shown_options(parser: argparse.ArgumentParser) -> list[str]:
+    """The spellings --help shows, of `parser` and its subcommands (what to suggest)."""
+    shown = [s for action in parser._actions for s in action.option_strings
+             if action.help != argparse.SUPPRESS]
+    for sub in _subparsers(parser):
+        shown += [s for s in _shown_options(sub) if s not in shown]
+    return shown
 
 
 def hyphen_twin(option: str) -> str:
@@ -107,3 +176,30 @@ def check_directories(paths: list[str], option: str = "--input_dir") -> None:
     for path in paths:
         if not os.path.isdir(path):
             raise UserError(f"{option} {path!r} is not a directory")
+
+
+def echo(text: str, end: str = "\n", stream: TextIO | None = None) -> None:
+    """Write `text` to stdout (or `stream`) whatever it holds: a lone surrogate from a
+    broken record is written as U+FFFD, a character the terminal's encoding lacks as a
+    backslash escape; never an encoding error halfway through a table. On a terminal,
+    control characters but tab and newline are written as ``\\xNN`` (an escape sequence
+    in a record's name cannot drive the terminal); a pipe or file gets the text as is."""
+    stream = sys.stdout if stream is None else stream
+    text = encodable(text + end)
+    isatty = getattr(stream, "isatty", None)
+    if isatty is not None and isatty():
+        text = printable(text, keep_layout=True)
+    try:
+        stream.write(text)
+    except UnicodeEncodeError:
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
+
+
+def check_outputs(*outputs: tuple[str | os.PathLike[str] | None, str, bool]) -> None:
+    """Every output a command was asked for, as ``(path, option, is_directory)``, checked
+    to be writable before any work (``oodutils.fileio.check_output_path``); a path of
+    None (an output not asked for) is skipped."""
+    from oodutils.fileio import check_output_path
+    for path, option, directory in outputs:
+        check_output_path(path, option, directory=directory)

@@ -5,6 +5,8 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
 
+from oodutils.text import printable
+
 
 class UserError(Exception):
     """A problem with the user's input (names, paths, indices, records), not a bug."""
@@ -20,16 +22,42 @@ class UnknownNameError(UserError, KeyError):
 
 
 def run_cli(main: Callable[[list[str] | None], Any], argv: list[str] | None = None) -> Any:
-    """Run `main(argv)`, turning UserError into one clear stderr line and exit code 2."""
+    """Run `main(argv)`, turning UserError into one clear stderr line and exit code 2.
+    A character stdout cannot encode (a lone surrogate from a broken record, a symbol a
+    non-UTF-8 terminal lacks) is written as a backslash escape, as Python does on stderr,
+    never a traceback halfway through a table. A reader that closes stdout early
+    (``| head``) ends the command quietly with exit code 141, as a shell's own tools do."""
     import sys
+    if getattr(sys.stdout, "errors", None) in ("strict", "surrogateescape") and \
+            hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
         return main(argv)
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
+        message = f"error: {e}"
+        if getattr(sys.stderr, "isatty", lambda: False)():
+            message = printable(message, keep_layout=True)
+        print(message, file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+    except BrokenPipeError:
+        _silence_stdout()
+        sys.exit(141)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of a pipe whose reader
+    has gone cannot print a second error (Python's documented way for SIGPIPE)."""
+    import os
+    import sys
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass    # not a real file (a test's capture): nothing will be flushed to a pipe
 
 
 def epilog_example(command: str, module: str, example: str) -> str:

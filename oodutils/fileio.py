@@ -15,6 +15,7 @@ import io
 import json
 import math
 import os
+import tempfile
 import zipfile
 from collections.abc import Sequence
 from typing import Any
@@ -23,6 +24,7 @@ import numpy as np
 
 from oodutils.errors import UserError
 from oodutils.pinned_dir import Buffer, PinnedDir, current_umask  # noqa: F401  (re-exported)
+from oodutils.text import encodable, utf8_bytes  # noqa: F401  (re-exported)
 
 
 def fsync_directory(directory: str | os.PathLike[str]) -> None:
@@ -49,7 +51,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes | Sequence[Buff
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, durable: bool = False) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"), durable=durable)
+    atomic_write_bytes(path, utf8_bytes(text), durable=durable)
 
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
@@ -98,14 +100,38 @@ def atomic_move_aside(path: str, suffix: str = ".prev") -> str | None:
 
 def file_name_part(name: object) -> str:
     """`name` made safe inside one file name: a dataset named by a path (``folder:/a/b``)
-    must not add directories to a plot's file name."""
-    return "".join(ch if ch.isalnum() or ch in "._-@" else "_" for ch in str(name))
+    must not add directories to a plot's file name. A name over 100 characters becomes
+    its first 60 and ``-`` with the first 10 hex digits of its sha256, so a file name
+    stays within the file system's limit (255 bytes) and distinct names stay distinct."""
+    text = encodable(str(name))
+    safe = "".join(ch if ch.isalnum() or ch in "._-@" else "_" for ch in text)
+    if len(safe.encode("utf-8")) <= 100:
+        return safe
+    import hashlib
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
+    return safe.encode("utf-8")[:60].decode("utf-8", "ignore") + "-" + digest
 
 
-def check_output_path(path: str | os.PathLike[str], what: str, directory: bool = False) -> None:
+def check_output_path(path: str | os.PathLike[str] | None, what: str,
+                      directory: bool = False) -> None:
     """A UserError before any work when `path` cannot be written: a file where a folder
-    is wanted (or the reverse), a file among its parents, or a parent not writable."""
+    is wanted (or the reverse), a file among its parents, or a parent where no file can be
+    made (tried, not guessed from the mode bits: root passes those, ``/proc`` or a
+    read-only mount still refuse). None (an output not asked for) passes."""
+    if path is None:
+        return
     path = os.fspath(path)
+    if not path.strip():
+        raise UserError(f"{what} is empty: give a path")
+    if not directory and path.endswith((os.sep, "/")):
+        raise UserError(f"{what} {path!r} ends with {path[-1]!r}, so it names a folder; "
+                        "give a file name")
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        pass                # (a file among the parents: named below)
+    except OSError as e:    # a name too long, a loop of symlinks
+        raise UserError(f"{what} {path!r} cannot be written ({e.strerror})") from None
     if directory and os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f"{what} {path!r} is a file, not a directory")
     if not directory and os.path.isdir(path):
@@ -121,6 +147,13 @@ def check_output_path(path: str | os.PathLike[str], what: str, directory: bool =
         raise UserError(f"{what} {path!r} sits under {existing!r}, which is a file")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"{what} {path!r}: {existing!r} is not writable")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".tmp-write-check-", dir=existing)
+    except OSError as e:
+        raise UserError(f"{what} {path!r} cannot be written: no file can be made in "
+                        f"{existing!r} ({e.strerror})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def finite_json(obj: Any) -> Any:

@@ -29,6 +29,8 @@ import warnings
 from collections.abc import Callable, Iterable
 from typing import TextIO
 
+from oodutils.text import encodable, printable
+
 PACKAGES = ("oodutils", "domainbed", "analysis", "ood_bench", "spawrious")
 LEVELS = {-2: logging.ERROR, -1: logging.WARNING, 0: logging.INFO, 1: logging.DEBUG}
 
@@ -54,6 +56,15 @@ class StderrHandler(logging.StreamHandler):
     def stream(self, value: object) -> None:
         # StreamHandler.setStream; the stream is always sys.stderr
         pass
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The message; lone surrogates as U+FFFD, and on a terminal control characters
+        from records' names as ``\\xNN`` (they cannot drive the terminal)."""
+        text = encodable(super().format(record))
+        isatty = getattr(sys.stderr, "isatty", None)
+        if isatty is not None and isatty():
+            text = printable(text, keep_layout=True)
+        return text
 
 
 _DEFAULT_HANDLERS: dict[str, logging.Handler] = {}

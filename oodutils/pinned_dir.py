@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import IO, Union
 
 from oodutils.errors import UserError
+from oodutils.text import utf8_bytes
 
 Buffer = Union[bytes, memoryview]     # a piece of a file written in pieces
 TMP_PREFIX = ".tmp-"     # a file being written, renamed over its name once whole
@@ -221,7 +222,9 @@ class PinnedDir:
                 f"{left} on its file system); free some space and rerun")
 
     def write_text(self, name: str, text: str, durable: bool = False) -> None:
-        self.write_bytes(name, text.encode("utf-8"), durable=durable)
+        """`text` as UTF-8 (a lone surrogate, say from a file name in an error, as
+        U+FFFD), atomically."""
+        self.write_bytes(name, utf8_bytes(text), durable=durable)
 
     def unlink(self, name: str) -> None:
         """Remove the file or symlink `name` (a link is removed, its target left alone);

@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from oodutils.text import encodable
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -25,14 +27,50 @@ def figure_and_axes(ax: Axes | None = None,
     return fig, fig.add_subplot()
 
 
+def drawable_texts(fig: Figure, math: bool = True) -> None:
+    """Every text of ``fig`` (titles, labels, legends, ticks) made drawable: a lone
+    surrogate from a broken record (which the font renderer refuses) as U+FFFD, a CR or
+    tab (no glyph) as a space, and a text that is not valid mathtext (a name such as
+    ``a$\\frac{$b``) drawn as plain text (``math`` False: every text)."""
+    from matplotlib.mathtext import MathTextParser
+    from matplotlib.text import Text
+    parser = MathTextParser("path")
+    for artist in fig.findobj(Text):
+        text = artist.get_text()
+        clean = encodable(text).replace("\r", " ").replace("\t", " ")
+        if clean != text:
+            artist.set_text(clean)
+        if not math:
+            artist.set_parse_math(False)
+        elif "$" in clean and artist.get_parse_math():
+            try:
+                parser.parse(clean)
+            except ValueError:
+                artist.set_parse_math(False)
+
+
+def _png(fig: Figure, dpi: int, bbox_inches: str | None) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches=bbox_inches)
+    return buf.getvalue()
+
+
 def save_figure(fig: Figure, path: str | os.PathLike[str], dpi: int = 120,
                 bbox_inches: str | None = None) -> Path:
     """Write ``fig`` as a PNG to ``path`` atomically (temp file + rename); returns the
     path. The figure stays open: it is the caller's (or nobody's, for a backend-less
-    Figure)."""
+    Figure). Texts from records are made drawable first (``drawable_texts``); one that
+    only exists once drawn (a tick label from a name) gets a second try as plain text."""
+    import matplotlib
+
     from oodutils.fileio import atomic_write_bytes
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches=bbox_inches)
+    drawable_texts(fig)
+    try:
+        png = _png(fig, dpi, bbox_inches)
+    except (ValueError, TypeError):     # mathtext or the font renderer refused a text
+        drawable_texts(fig, math=False)
+        with matplotlib.rc_context({"text.parse_math": False}):
+            png = _png(fig, dpi, bbox_inches)
     path = Path(path)
-    atomic_write_bytes(path, buf.getvalue())
+    atomic_write_bytes(path, png)
     return path

@@ -14,14 +14,13 @@ For DataFrames, floats are rounded to ``digits`` places in every format except C
 keeps full precision (CSV is for machines; the rounding belongs to whoever reads it).
 Booleans print as ``yes``/``no`` in the human formats and as ``True``/``False`` in CSV.
 Missing values print as ``-`` (human formats) or an empty field (CSV). Text from
-records is escaped for every format: CSV cells that start like a formula, raw HTML in
-markdown and HTML, TeX commands in LaTeX. Numeric columns
+records is escaped for every format: CSV cells that start like a formula and line breaks
+(``oodutils.csv_out``, the one CSV writer), raw HTML in markdown and HTML, TeX commands
+in LaTeX. Numeric columns
 are right-aligned, others left-aligned.
 """
 from __future__ import annotations
 
-import csv
-import io
 import math
 import os
 from pathlib import Path
@@ -32,8 +31,10 @@ import numpy as np
 if TYPE_CHECKING:   # pandas is imported where a table is built: commands answer --help first
     import pandas as pd
 
+from oodutils.csv_out import csv_cell, csv_text, frame_csv  # noqa: F401  (re-exported)
 from oodutils.errors import UnknownNameError
 from oodutils.templating import render as render_template
+from oodutils.text import printable
 
 FORMATS = ("text", "markdown", "latex", "csv", "html")
 SUFFIXES = {"text": "txt", "markdown": "md", "latex": "tex", "csv": "csv", "html": "html"}
@@ -65,35 +66,24 @@ _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$",
 
 def latex_escape(text: object) -> str:
     """``text`` safe inside LaTeX text mode: the ten special characters escaped, line
-    breaks (a blank line would end the table) made spaces. Text from records (dataset,
-    algorithm names) can so never run a TeX command."""
-    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+    breaks (a blank line would end the table) made spaces, other control characters
+    written as ``\\xNN``. Text from records (dataset, algorithm names) can so never run
+    a TeX command."""
+    text = "".join(" " if ch in "\n\r" else ch for ch in str(text))
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in printable(text))
 
 
 _MARKDOWN_SPECIAL = {"|": "\\|", "&": "&amp;", "<": "&lt;", ">": "&gt;", "\n": " ",
-                     "\r": " "}
+                     "\r": " ", "\\": "\\\\", "[": "\\[", "]": "\\]"}
 
 
 def markdown_escape(text: object) -> str:
-    """``text`` safe inside a markdown table cell: ``|`` escaped, raw HTML made inert
+    """``text`` safe inside a markdown table cell: ``|``, ``\\`` and the brackets of
+    link and image syntax escaped (a name cannot split a cell or become a link or a
+    remote image), raw HTML made inert
     (``<``, ``>``, ``&`` as entities, which markdown shows as the characters), line
-    breaks made spaces."""
-    return "".join(_MARKDOWN_SPECIAL.get(ch, ch) for ch in str(text))
-
-
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def csv_cell(value: object) -> object:
-    """``value`` safe to open in a spreadsheet: text that starts like a formula (``=``,
-    ``+``, ``-``, ``@``, a tab or CR) and is not a number gets a leading apostrophe
-    (OWASP's advice against CSV injection); numbers and numeric text are kept."""
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
-        try:
-            float(value)
-        except ValueError:
-            return "'" + value
-    return value
+    breaks made spaces, other control characters written as ``\\xNN``."""
+    return printable("".join(_MARKDOWN_SPECIAL.get(ch, ch) for ch in str(text)))
 
 
 # ------------------------------------------------------------------- grids of string cells
@@ -107,7 +97,7 @@ def text_lines(header: Sequence[str], rows: Sequence[Sequence[str]],
     than ``min_width``; ``align`` "right" right-justifies a column (default left); ``rule``
     puts a line of dashes under the header. ``end``: appended to every line as is (None:
     trailing spaces stripped instead)."""
-    grid = [[str(c) for c in header]] + [[str(c) for c in r] for r in rows]
+    grid = [[printable(c) for c in header]] + [[printable(c) for c in r] for r in rows]
     n = len(grid[0])
     align = list(align) if align is not None else [None] * n
     widths = [max([min_width] + [len(r[i]) for r in grid]) for i in range(n)]
@@ -161,15 +151,6 @@ def html_table(header: Sequence[str], rows: Sequence[Sequence[str]],
     rows = [[str(c) for c in r][:len(align)] for r in rows]
     return render_template(__package__, "table.html.j2", header=[str(h) for h in header],
                            rows=rows, align=align, caption=caption)
-
-
-def csv_text(header: Sequence, rows: Sequence[Sequence]) -> str:
-    """RFC 4180 CSV (``\\n`` line ends) of a header and rows, values as ``str``."""
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow([csv_cell(h) for h in header])
-    writer.writerows([csv_cell(c) for c in row] for row in rows)
-    return buf.getvalue()
 
 
 # ----------------------------------------------------------------------------- DataFrames
@@ -240,14 +221,8 @@ def to_html(df: pd.DataFrame, digits: int = 2, title: Optional[str] = None) -> s
 
 
 def to_csv(df: pd.DataFrame) -> str:
-    """Full-precision CSV; text cells that start like a formula are escaped (csv_cell)."""
-    import pandas as pd
-    df = df.rename(columns=csv_cell)
-    df = df.apply(lambda column: column if pd.api.types.is_numeric_dtype(column)
-                  else column.map(csv_cell))
-    buf = io.StringIO()
-    df.to_csv(buf, index=False, lineterminator="\n")
-    return buf.getvalue()
+    """Full-precision CSV, text cells made inert (``oodutils.csv_out``)."""
+    return frame_csv(df)
 
 
 def render(df: pd.DataFrame, fmt: str = "text", digits: int = 2,

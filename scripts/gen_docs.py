@@ -95,7 +95,7 @@ def algorithms_page():
              "with their defaults on a small-image dataset (ColoredMNIST; a few defaults "
              "differ on large images). Papers: [the algorithms guide](../guide/algorithms.md)."
              "", "", "| Algorithm | Module | Groups | Summary |", "|---|---|---|---|"]
-    names = ALGORITHMS.names()
+    names = ALGORITHMS.builtin_names()   # the project's own, not installed plug-ins
     for name in names:
         cls = ALGORITHMS.get(name)
         groups = "yes" if getattr(cls, "NEEDS_GROUPS", False) else ""
@@ -116,7 +116,7 @@ def datasets_page():
              "Every registered dataset (`domainbed.registry.DATASETS`): environments (index: "
              "name), default steps, whether it needs files under `--data_dir`, group "
              "labels, and the hyperparameters it declares.", ""]
-    for name in DATASETS.names():
+    for name in DATASETS.builtin_names():
         cls = DATASETS.get(name)
         envs = ", ".join(f"{i}: {e}" for i, e in enumerate(cls.ENVIRONMENTS or []))
         facts = [f"environments {envs or '(set at construction)'}",
@@ -179,8 +179,33 @@ def generate(out=OUT):
     write_benchmarks_page()
 
 
+# What a folder MkDocs built holds; a folder without it was written by someone else.
+MKDOCS_OUTPUT = ("sitemap.xml", "404.html")
+
+
+def foreign_site_dir(site_dir):
+    """Why MkDocs must not clean `site_dir` (a non-empty folder it did not build, such as
+    the tour's leaderboard), or None when it is absent, empty or an earlier docs build."""
+    path = Path(site_dir)
+    if not path.exists():
+        return None
+    if not path.is_dir() or path.is_symlink():
+        return f"{path} is not a folder"
+    entries = set(os.listdir(path))
+    if entries and not entries & set(MKDOCS_OUTPUT):
+        return (f"{path} holds files that no docs build wrote ({', '.join(sorted(entries)[:3])}"
+                f"{', ...' if len(entries) > 3 else ''}); MkDocs would delete them. Build "
+                f"into another folder (mkdocs build --site-dir DIR) or move them")
+    return None
+
+
 def on_pre_build(config, **kwargs):
-    """The MkDocs hook: regenerate before every build."""
+    """The MkDocs hook: refuse to clean a folder that another command wrote (MkDocs deletes
+    the site folder's contents next), then regenerate the reference pages."""
+    reason = foreign_site_dir(config["site_dir"])
+    if reason:
+        from mkdocs.exceptions import PluginError
+        raise PluginError(reason)
     generate()
 
 

@@ -1,7 +1,7 @@
 """The main job on the embedded default data, offline, in minutes on 2 CPU cores:
 a ColoredMNIST sweep over ERM, IRM, GroupDRO, CORAL, MMD and VREx (default
 hyperparameters, 3 trials, every single test environment), then collect_results and
-the leaderboard site (its path is printed last).
+the leaderboard site (the leaderboard command prints its path, once).
 
     python scripts/quickstart.py [--output_dir sweeps/quickstart] [--steps 1000]
         [--arch mlp] [--smoke]
@@ -71,8 +71,6 @@ def main():
     site = os.path.join(args.output_dir, "leaderboard")
     code = subprocess.call([sys.executable, "-m", "domainbed.scripts.leaderboard",
                             "--input_dir", args.output_dir, "--output_dir", site]) or code
-    print(f"leaderboard site: {os.path.abspath(os.path.join(site, 'index.html'))}",
-          flush=True)
     print(f"total {time.time() - start:.0f} s", flush=True)
     if args.record and code == 0 and not args.smoke:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

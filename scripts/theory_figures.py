@@ -24,7 +24,9 @@ from analysis import plots, theory  # noqa: E402
 from analysis.aotl_stats import transform  # noqa: E402
 from oodutils.accuracy import THEORY_CLIP  # noqa: E402
 from oodutils.cli import ArgumentParser, add_option  # noqa: E402
+from oodutils.csv_out import frame_csv  # noqa: E402
 from oodutils.errors import UserError, run_cli  # noqa: E402
+from oodutils.fileio import atomic_write_text  # noqa: E402
 
 PANELS = {"identity": "(a) train at M = I",
           "extrapolation": "(b) extrapolation (PD training mixture)",
@@ -94,8 +96,8 @@ def main(argv=None):
                                          label_noise=args.label_noise)
               for s in theory.FIGURE2_SETTINGS}
     for setting, df in frames.items():
-        df.drop(columns=["M"]).to_csv(
-            os.path.join(args.output_dir, f"figure2_{setting}.csv"), index=False)
+        atomic_write_text(os.path.join(args.output_dir, f"figure2_{setting}.csv"),
+                          frame_csv(df.drop(columns=["M"])))
     path2 = os.path.join(args.output_dir, "figure2.png")
     draw_figure2(frames, path2)
 
@@ -106,7 +108,7 @@ def main(argv=None):
                                               label_noise=args.label_noise)
                for title, a in runs.items()}
     for i, (df, _) in enumerate(results.values()):
-        df.to_csv(os.path.join(args.output_dir, f"figure3_panel{i}.csv"), index=False)
+        atomic_write_text(os.path.join(args.output_dir, f"figure3_panel{i}.csv"), frame_csv(df))
     path3 = os.path.join(args.output_dir, "figure3.png")
     draw_figure3(results, path3)
 

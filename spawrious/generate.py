@@ -16,7 +16,13 @@ import os
 import sys
 import time
 
-from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
+from oodutils.cli import (
+    ArgumentParser,
+    add_logging_flags,
+    add_option,
+    check_outputs,
+    configure_logging,
+)
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.fileio import atomic_write_bytes, atomic_write_json
 from oodutils.log import get_logger
@@ -202,7 +208,7 @@ def generate_filtered(dataset_dir, backend, seed, per_cell, cells, captioner, ke
 
 
 def build_parser():
-    p = ArgumentParser(prog="python -m spawrious.generate", description=__doc__,
+    p = ArgumentParser(prog="spawrious-generate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     add_option(p, "--backend", default="procedural", help="procedural (default) | sd14")
     add_option(p, "--output_dir", "--out", "--output", dest="out",
@@ -242,6 +248,7 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
+    check_outputs((args.out, "--output_dir", True))
     from spawrious.backends import ProceduralBackend, StableDiffusionBackend, check_backend
     check_backend(args.backend)
     if args.per_cell < 1:

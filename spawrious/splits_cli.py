@@ -2,7 +2,7 @@
 benchmarks' splits, check the counts against the paper's tables, print a summary."""
 import sys
 
-from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
+from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging, echo
 from oodutils.errors import UserError, epilog_example, run_cli
 from spawrious.constants import CLASS_LIST, DEFAULT_PER_CELL, LOCATIONS
 from spawrious.layout import read_info, resolve_dataset_dir
@@ -25,7 +25,7 @@ EPILOG = epilog_example("spawrious-splits", "spawrious.splits",
 def build_parser():
     import argparse
     p = ArgumentParser(
-        prog="python -m spawrious.splits",
+        prog="spawrious-splits",
         description="Show, check and list the images of one Spawrious benchmark.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_option(p, "--data_dir", "--root", dest="root", default=None,
@@ -45,9 +45,10 @@ def build_parser():
 
 
 def main(argv=None):
-    import csv
     import json
     import sys
+
+    from oodutils.csv_out import csv_text
 
     args = build_parser().parse_args(argv)
     configure_logging(args)
@@ -63,13 +64,10 @@ def main(argv=None):
     report, failures = validate_counts(split, counts)
     out = sys.stdout
     if args.summary == "csv":
-        w = csv.writer(out, lineterminator="\n")
-        w.writerow(["env", "breed", "location", "count"])
-        for e in ENVIRONMENTS:
-            for b in CLASS_LIST:
-                for loc in LOCATIONS:
-                    if counts.get((e, b, loc)):
-                        w.writerow([e, b, loc, counts[(e, b, loc)]])
+        echo(csv_text(["env", "breed", "location", "count"],
+                      [[e, b, loc, counts[(e, b, loc)]] for e in ENVIRONMENTS
+                       for b in CLASS_LIST for loc in LOCATIONS if counts.get((e, b, loc))]),
+             end="")
     elif args.summary == "json":
         json.dump({"benchmark": benchmark, "variant": variant, "per_cell": per_cell,
                    "rows": [{"env": e, "breed": b, "location": loc, "count": k}
@@ -79,11 +77,9 @@ def main(argv=None):
     elif args.summary == "files":
         if examples is None:
             raise UserError("--format files needs --data_dir")
-        w = csv.writer(out, lineterminator="\n")
-        w.writerow(["env", "label", "breed", "location", "path"])
-        for e in ENVIRONMENTS:
-            for ex in examples[e]:
-                w.writerow([e, CLASS_LIST.index(ex.breed), ex.breed, ex.location, ex.path])
+        echo(csv_text(["env", "label", "breed", "location", "path"],
+                      [[e, CLASS_LIST.index(ex.breed), ex.breed, ex.location, ex.path]
+                       for e in ENVIRONMENTS for ex in examples[e]]), end="")
     else:
         print(f"{benchmark} ({variant}), {per_cell} per cell"
               + (f", images in {dataset_dir}" if dataset_dir else ", from the definitions"))

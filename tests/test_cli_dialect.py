@@ -37,12 +37,13 @@ class _Captured(BaseException):
     """Raised instead of parsing: carries the command's parser out of its entry point."""
 
 
-def command_parser(name, monkeypatch):
-    """The parser the console command `name` builds, caught at its first parse."""
+def command_parser(name, monkeypatch, argv0=None):
+    """The parser the console command `name` builds, caught at its first parse (run as
+    `argv0`, by default its own name)."""
     def capture(self, args=None, namespace=None):
         raise _Captured(self)
     monkeypatch.setattr(oodcli.ArgumentParser, "parse_known_args", capture)
-    monkeypatch.setattr(sys, "argv", [name])
+    monkeypatch.setattr(sys, "argv", [argv0 or name])
     module_name, attr = SCRIPTS[name].split(":")
     entry = getattr(importlib.import_module(module_name), attr)
     with pytest.raises(_Captured) as caught:
@@ -128,6 +129,63 @@ def test_the_shared_names_are_where_the_issue_says(parsers):
     for command in ("domainbed-collect-results", "aotl", "benchmark-validity report",
                     "spawrious-splits"):
         assert "--format" in options(command), command
+
+
+
+def test_every_command_names_itself_in_its_usage(monkeypatch):
+    """Each parser's prog is its console command, whatever sys.argv[0] is (under MkDocs,
+    `mkdocs`): the generated reference's usage lines name their commands (issue 43, 4)."""
+    progs = {name: command_parser(name, monkeypatch, argv0="mkdocs").prog for name in SCRIPTS}
+    assert {name: prog for name, prog in progs.items() if prog != name} == {}
+
+
+def _one_line_error(parser, argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args(argv)
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()
+
+
+def test_a_mistyped_flag_is_one_line_naming_the_closest_option(parsers, capsys):
+    """Every command: one line naming the flag and the nearest valid one, then where
+    --help is; never argparse's usage block (issue 43, item 5)."""
+    for command, parser in parsers.items():
+        flag = next((s for _, spellings, _ in long_options(parser) for s in spellings
+                     if len(s) > 6), "--verbose")   # a parser of subcommands only: -v's
+        typo = flag[:3] + flag[4] + flag[3] + flag[5:]   # two letters swapped
+        err = _one_line_error(parser, [typo], capsys)
+        assert len(err) == 1, (command, err)
+        assert f"unrecognized option {typo} (did you mean " in err[0], (command, err)
+        assert err[0].endswith(f"; see {parser.prog} --help"), (command, err)
+
+
+def test_the_mistyped_flag_comes_before_a_missing_required_option(parsers, capsys):
+    err = _one_line_error(parsers["domainbed-collect-results"], ["--input_dri", "x"], capsys)
+    assert err == ["domainbed-collect-results: error: unrecognized option --input_dri (did "
+                   "you mean --input_dir?); see domainbed-collect-results --help"]
+    err = _one_line_error(parsers["domainbed-collect-results"], ["--format", "md"], capsys)
+    assert len(err) == 1 and "invalid choice: 'md'" in err[0] and "usage" not in err[0]
+    # a negative number and an abbreviation are not mistakes
+    parser = parsers["aotl"]
+    assert parser.parse_args(["p", "--id", "-1"]).id_envs == [-1]
+
+
+def test_one_default_data_folder_for_every_command(parsers):
+    """--data_dir defaults to where the README's tour puts data (issue 43, item 8), and
+    --help says so."""
+    wrong = {}
+    for command, parser in parsers.items():
+        action = parser._option_string_actions.get("--data_dir")
+        if action is None or command == "spawrious-splits":   # optional there: counts only
+            continue
+        if action.default != oodcli.DEFAULT_DATA_DIR or action.required or \
+                "default: data" not in (action.help or ""):
+            wrong[command] = (action.default, action.required, action.help)
+        if f"--data_dir {action.metavar or 'DATA_DIR'}" not in parser.format_help():
+            wrong[command] = "not in --help"
+    assert oodcli.DEFAULT_DATA_DIR == "data" and wrong == {}
+    from domainbed.config import RunConfig
+    assert RunConfig().data_dir == "data"
 
 
 def test_older_spellings_parse_to_the_same_option():

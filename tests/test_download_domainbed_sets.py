@@ -242,7 +242,7 @@ def test_every_missing_dataset_message_suggests_a_command_the_download_accepts(
     from domainbed.run_hparams import default_hparams
     from domainbed.training.batches import build_dataset
     needing_files = {}
-    for name in DATASETS.names():
+    for name in DATASETS.builtin_names():
         try:
             build_dataset(get_dataset_class(name), str(tmp_path), [0],
                           default_hparams("ERM", name), 0)

@@ -81,7 +81,9 @@ def test_launch_into_an_output_dir_that_is_a_file(tmp_path, capsys):
     with pytest.raises(SystemExit):
         run_cli(sweep.main, argv)
     err = capsys.readouterr().err
-    assert "which is a file" in err and "nothing launched" in err
+    # checked once for the sweep, before any job (issue 40: every output option)
+    assert "--output_dir" in err and "is a file, not a directory" in err
+    assert len(err.strip().splitlines()) == 1
     assert out.read_text() == "not a directory\n"
 
 

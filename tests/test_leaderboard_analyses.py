@@ -4,6 +4,7 @@ cards (analysis.card), on a synthetic sweep with a known answer, on DomainBed's 
 sweep and on a tiny sweep trained here with logits."""
 import io
 import json
+import re
 import subprocess
 import sys
 from contextlib import redirect_stdout
@@ -232,3 +233,17 @@ def test_card_shows_ood_bench_and_oodselect_outputs_of_its_dataset(tmp_path):
     assert _section(built, "labelfree")["needs"] == card.LABELFREE_NEEDS
     with pytest.raises(UserError, match="summary.json"):
         card.read_ood_bench_summaries([str(tmp_path)])
+
+
+def test_each_board_heads_its_first_column_with_what_it_holds(synthetic_site):
+    """The expected-best boards list datasets first: their first column is headed
+    "Dataset", not "Algorithm" (issue 43, item 6)."""
+    out, _ = synthetic_site
+    index = (out / "index.html").read_text()
+    boards = index.split("<h3>")[1:]
+    expected = [b for b in boards if b.startswith("Expected best accuracy")]
+    ranks = [b for b in boards if b.startswith("Rank stability")]
+    assert expected and ranks
+    first = re.compile(r'<th class="sortable" data-col="0">([^<]*)</th>')
+    assert {first.search(b).group(1) for b in expected} == {"Dataset"}
+    assert {first.search(b).group(1) for b in ranks} == {"Algorithm"}

@@ -157,9 +157,9 @@ def test_csv_refuses_paths_leaving_its_folder(tmp_path):
 
 @pytest.mark.parametrize("change, message", [
     (lambda rows: [(p, "cat" if i == 3 else y, d, g) for i, (p, y, d, g) in enumerate(rows)],
-     "row 5: label 'cat' is not a non-negative integer"),
+     "row 5: label 'cat' is a class name but other rows give class indices"),
     (lambda rows: [(p, "1.0" if i == 0 else y, d, g) for i, (p, y, d, g) in enumerate(rows)],
-     "row 2: label '1.0' is not a non-negative integer"),
+     "row 2: label '1.0' is a class name but other rows give class indices"),
     (lambda rows: [(p, y, d, "x" if i == 1 else g) for i, (p, y, d, g) in enumerate(rows)],
      "row 3: group 'x'"),
     (lambda rows: [(p, y, "art", g) for p, y, d, g in rows], "at least two domains"),
@@ -244,3 +244,31 @@ def test_tables_fall_back_to_indices_when_the_folder_is_gone(tmp_path):
     root = image_tree(tmp_path / "kept", domains=("a", "b"), per_class=1)
     assert registered_environments(f"folder:{root}") == ["a", "b"]
     assert registered_environments(f"folder:{tmp_path / 'gone'}") is None
+
+
+def test_csv_labels_as_class_names(tmp_path):
+    """`path,label,domain` with label = dog: classes are the sorted names."""
+    root = image_tree(tmp_path / "mine", classes=("dog", "cat"))
+    names = ("dog", "cat")   # image_tree's class c is names[c]
+    rows = [(p, names[y], d) for p, y, d, _ in csv_rows(classes=names)]
+    name = f"csv:{write_csv(root / 'named.csv', rows, header='path,label,domain')}"
+    dataset = build(name)
+    assert dataset.num_classes == 2 and dataset.classes == ["cat", "dog"]
+    photo = dataset[1]
+    assert photo.y.tolist() == [1, 1, 1, 1, 0, 0, 0, 0]   # dog rows first, dog is class 1
+    assert [os.path.basename(os.path.dirname(p)) for p in photo.paths[:4]] == ["dog"] * 4
+    indexed_rows = [(p, 1 - y, d) for p, y, d, _ in csv_rows(classes=names)]
+    indexed = build(f"csv:{write_csv(root / 'idx.csv', indexed_rows, 'path,label,domain')}")
+    assert indexed[1].y.tolist() == photo.y.tolist()
+    assert indexed.data_fingerprint != dataset.data_fingerprint   # the names are data too
+    rows = [r for r in rows if not (r[2] == "photo" and r[1] == "cat")]
+    message = _csv_error(tmp_path, rows, header="path,label,domain")
+    assert "class 'cat' has no images in domain 'photo'" in message
+
+
+def test_train_help_says_what_dataset_accepts():
+    from domainbed.config import build_parser
+    text = " ".join(build_parser().format_help().split())
+    for form in ("folder:PATH", "csv:PATH", "hf:REPO_OR_DIR", "--hf_domain_column",
+                 "--skip_bad_images"):
+        assert form in text, form

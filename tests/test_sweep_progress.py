@@ -1,4 +1,5 @@
 """Sweep progress: counts, ETA from finished jobs' durations, status lines off a terminal."""
+import functools
 import io
 from types import SimpleNamespace
 
@@ -90,3 +91,58 @@ def test_local_launcher_status_lines_name_the_job(tmp_path, capsys):
     local_launcher(_writer_commands(tmp_path, ["7"]))
     out = capsys.readouterr().out
     assert f"Done: ERM on Debug28, test envs [7] ({tmp_path / '7'})" in out
+
+
+def test_with_two_workers_the_line_counts_the_jobs_really_running(tmp_path):
+    """The line printed as a job ends counts the job its worker took next (issue 43,
+    item 6): 3 jobs, 2 workers: the first line says 2 running, not 1."""
+    from domainbed.launch.local import local_launcher
+    from domainbed.launch.pooled import pooled_launcher
+    for name, launcher in (("pooled", pooled_launcher), ("local", local_launcher)):
+        lines = []
+        launcher(_writer_commands(tmp_path / name, ["0", "1", "2"]), max_workers=2,
+                 echo=lines.append)
+        status = [line for line in lines if line.startswith("[sweep]")]
+        assert status[0].startswith("[sweep] 1/3 done, 0 failed, 2 running, 0 waiting"), \
+            (name, status)
+        assert status[-1].startswith("[sweep] 3/3 done, 0 failed, 0 running"), (name, status)
+
+
+def _on_a_pty_without_a_size(monkeypatch, run):
+    """What `run()` writes on stderr when stderr is a pseudo-terminal that reports no
+    window size (0 columns: `script`, `ssh -t`, a CI runner)."""
+    import os
+    import select
+    import sys
+    master, slave = os.openpty()
+    stream = os.fdopen(slave, "w", buffering=1)
+    monkeypatch.setattr(sys, "stderr", stream)
+    chunks = []
+
+    def drain():
+        while select.select([master], [], [], 0)[0]:
+            chunks.append(os.read(master, 65536))
+    try:
+        run()
+        stream.flush()
+        drain()
+    finally:
+        stream.close()
+        os.close(master)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_both_launchers_show_the_one_bar_on_a_terminal(tmp_path, monkeypatch):
+    """The pooled launcher shows the local launcher's bar (jobs done, failed, running,
+    elapsed, ETA), one implementation, even where the terminal gives no width (issue 43,
+    item 7)."""
+    from domainbed.launch.local import local_launcher
+    from domainbed.launch.pooled import pooled_launcher
+    for name, launcher in (("pooled", pooled_launcher), ("local", local_launcher)):
+        commands = _writer_commands(tmp_path / name, ["0", "1"])
+        shown = _on_a_pty_without_a_size(monkeypatch, functools.partial(
+            launcher, commands, max_workers=2, echo=lambda line: None))
+        final = shown.replace("\r", "\n").splitlines()
+        bars = [line for line in final if line.startswith("sweep: 100%")]
+        assert bars, (name, shown[-800:])
+        assert "2/2 [" in bars[-1] and "failed 0, running 0, ETA 0m00s" in bars[-1], bars[-1]

@@ -59,6 +59,6 @@ class ReweightedERM(ERM):
     proportional to the size of its (label, attribute) group, i.e. group-reweighted ERM in
     expectation (the reference model of the validity statistic K). The training loop reads
     `group_balanced`; on datasets without groups it falls back to class balancing."""
-    HPARAMS = {"group_balanced": Hparam(True, lambda r: True)}
+    HPARAMS = {"group_balanced": Hparam(True, lambda r: True, choices=(False, True))}
     FUSED = FusedForm(erm_objective)  # the batches differ, not the objective
     DATA_PARALLEL = True   # a mean over examples: splits across processes (--distributed)

@@ -1,6 +1,7 @@
 """Datasets, one module per family; importing this package registers the built-ins."""
 from domainbed.datasets import (  # noqa: F401
     debug,
+    hub,
     image_folders,
     mnist,
     oodbench_images,

@@ -28,6 +28,7 @@ import torch
 from PIL import Image, ImageFile
 
 from domainbed.datasets.base import Environment, EnvironmentSubset, MultipleDomainDataset
+from domainbed.datasets.image_checks import file_problem
 from domainbed.hparams import Hparam
 from domainbed.registry import register_dataset
 from oodutils.errors import UserError
@@ -96,6 +97,21 @@ class ImageEnvironment(_Transforms, Environment):
 
     def load(self, i):
         return load_image(self.paths[i])
+
+    def image_problem(self, i):
+        """Why example i's file is not a usable image, or None (image_checks)."""
+        return file_problem(self.paths[i])
+
+    def describe(self, i):
+        return repr(self.paths[i])
+
+    def keep(self, indices):
+        """Keep only the examples at `indices` (bad images skipped before any split)."""
+        self.paths = [self.paths[i] for i in indices]
+        self.y = self.y[torch.from_numpy(indices)]
+        self.ids = self.ids[indices]
+        if self.groups is not None:
+            self.groups = self.groups[indices]
 
     def __getitem__(self, i):
         image = self.load(int(i))

@@ -112,11 +112,13 @@ class CelebA_Blond(SubpopulationDataset):
                     "from, or remove them to use the seeded split")
             return None
         import pandas as pd
+
+        from oodutils.csv_out import csv_value
         row_of = {f: i for i, f in enumerate(df["filename"])}
         out = {}
         for env, path in zip(self.ENVIRONMENTS, files):
             try:
-                names = pd.read_csv(path, dtype=str)["filename"].tolist()
+                names = [csv_value(n) for n in pd.read_csv(path, dtype=str)["filename"]]
             except (ValueError, KeyError, OSError) as e:
                 raise UserError(f"{self.registry_name}: cannot read {path} (a CSV with a "
                                 f"`filename` column): {type(e).__name__}") from None
@@ -142,6 +144,7 @@ def convert_blond_split_pickles(celeba_root):
     names each lists as `*_df.csv`, the only form CelebA_Blond reads. Returns the CSVs."""
     import pandas as pd
 
+    from oodutils.csv_out import csv_text
     from oodutils.fileio import atomic_write_text
     written = []
     for source, target in zip(blond_split_files(celeba_root, ".pickle"),
@@ -149,7 +152,7 @@ def convert_blond_split_pickles(celeba_root):
         if not os.path.isfile(source):
             raise UserError(f"no {source} to convert")
         names = [str(n) for n in pd.read_pickle(source).index]
-        atomic_write_text(target, pd.DataFrame({"filename": names}).to_csv(index=False))
+        atomic_write_text(target, csv_text(["filename"], [[n] for n in names]))
         written.append(target)
     return written
 

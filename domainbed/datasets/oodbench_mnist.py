@@ -31,8 +31,8 @@ from domainbed.registry import register_dataset
 from oodutils.errors import UserError
 
 
-def _fixed(value, doc, low=None, high=None):
-    return Hparam(value, lambda r: value, doc, low=low, high=high)
+def _fixed(value, doc, low=None, high=None, choices=None):
+    return Hparam(value, lambda r: value, doc, low=low, high=high, choices=choices)
 
 
 def truncated_gaussian(mu, sigma, size, rng):
@@ -63,7 +63,8 @@ class OoDBenchColoredMNIST(MultipleDomainDataset):
         "cmnist_rho_te": _fixed(0.9, "colour-flip probability of the test environment",
                                 0.0, 1.0),
         "cmnist_label_noise": _fixed(0.25, "label-flip probability", 0.0, 1.0),
-        "cmnist_blue": _fixed(False, "add the blue channel (diversity shift)"),
+        "cmnist_blue": _fixed(False, "add the blue channel (diversity shift)",
+                              choices=(False, True)),
         "cmnist_mu_tr": _fixed(0.0, "mean blue intensity, training environment", 0.0, 1.0),
         "cmnist_mu_te": _fixed(1.0, "mean blue intensity, test environment", 0.0, 1.0),
         "cmnist_sigma_tr": _fixed(0.1, "std of the blue intensity, training environment",

@@ -7,7 +7,10 @@
                  (``MultipleEnvironmentImageFolder``).
 ``csv:PATH``     a table with the columns ``path,label,domain`` and optionally ``group``:
                  ``path`` relative to the CSV's folder (it may not leave that folder, by
-                 ``..``, an absolute path or a symlink), ``label`` a class index 0..K-1,
+                 ``..``, an absolute path or a symlink), ``label`` a class index 0..K-1
+                 or a class name (``dog``; when any label is not a whole number, every
+                 label is a name and the classes are the sorted names: index k is the
+                 k-th name in sorted order),
                  ``domain`` any text (environments are the sorted domains), ``group`` a
                  group index used as given (GROUP_NAMES ``group0``..). Example ids are the
                  data rows' indices.
@@ -22,6 +25,7 @@ import os
 
 import numpy as np
 
+from domainbed.datasets.image_checks import check_environments
 from domainbed.datasets.image_folders import (
     IMG_EXTENSIONS,
     ImageEnvironment,
@@ -50,7 +54,27 @@ def _missing_class_error(name, cls, domain):
                      f"domain needs every class")
 
 
-class OwnImageFolder(MultipleEnvironmentImageFolder):
+class CheckedImages:
+    """Every image checked before training (image_checks): one error line for a bad one,
+    or with --skip_bad_images the bad ones left out and counted (every domain must still
+    hold every class)."""
+
+    def check_images(self, skip_bad=False, log=None):
+        skipped = check_environments(self, skip_bad, log)
+        if skipped:
+            for env, domain in zip(self.datasets, self.ENVIRONMENTS):
+                present = set(env.y.tolist())
+                for label in range(self.num_classes):
+                    if label not in present:
+                        raise _missing_class_error(self.registry_name,
+                                                   self.class_name(label), domain)
+        return skipped
+
+    def class_name(self, label):
+        return label
+
+
+class OwnImageFolder(CheckedImages, MultipleEnvironmentImageFolder):
     """``folder:PATH``: DomainBed's image-folder loader on a folder chosen at run time."""
     NEEDS_DATA_DIR = False
     ROOT = None      # set by folder_dataset
@@ -67,6 +91,9 @@ class OwnImageFolder(MultipleEnvironmentImageFolder):
             for label, cls in enumerate(self.classes):
                 if label not in present:
                     raise _missing_class_error(self.registry_name, cls, domain)
+
+    def class_name(self, label):
+        return self.classes[label]
 
 
 @register_dataset_prefix("folder")
@@ -102,7 +129,8 @@ class OwnTable:
         self.base = os.path.dirname(os.path.abspath(csv_path))
         df = read_csv(name, csv_path, CSV_COLUMNS, how=CSV_HOW, dtype=str,
                       keep_default_na=False)
-        self.labels = self._indices(df, "label")
+        self.classes = self._class_names(df)
+        self.labels = self._labels(df)
         self.groups = self._indices(df, "group") if "group" in df.columns else None
         self.domains = self._domains(df["domain"].tolist())
         self.env = np.asarray([self.domains.index(d) for d in df["domain"]], dtype=np.int64)
@@ -127,6 +155,34 @@ class OwnTable:
         if not len(values):
             raise UserError(f"{self.name}: {self.csv_path} has no rows")
         return values.astype(np.int64).to_numpy()
+
+    def _class_names(self, df):
+        """None when every label is a class index; else the sorted distinct class names
+        (labels given as names: `dog`, `cat` -> classes [cat, dog], indices 0, 1)."""
+        labels = df["label"].str.strip()
+        numbers = labels.str.fullmatch(r"\d+").to_numpy()
+        if numbers.all():
+            return None
+        if numbers.any():
+            row = int(np.flatnonzero(~numbers)[0])
+            raise UserError(f"{self.name}: {self._where(row)}: label "
+                            f"{df['label'].iloc[row]!r} is a class name but other rows "
+                            f"give class indices; use names (dog, cat, ...) or indices "
+                            f"(0, 1, ...) throughout")
+        empty = labels == ""
+        if empty.any():
+            row = int(np.flatnonzero(empty.to_numpy())[0])
+            raise UserError(f"{self.name}: {self._where(row)} has an empty label")
+        return sorted(set(labels))
+
+    def _labels(self, df):
+        if self.classes is None:
+            return self._indices(df, "label")
+        index = {name: i for i, name in enumerate(self.classes)}
+        return np.asarray([index[v] for v in df["label"].str.strip()], dtype=np.int64)
+
+    def class_name(self, label):
+        return label if self.classes is None else self.classes[label]
 
     def _domains(self, column):
         for row, domain in enumerate(column):
@@ -155,7 +211,7 @@ class OwnTable:
             present = set(self.labels[self.env == i].tolist())
             for label in range(self.num_classes):
                 if label not in present:
-                    raise _missing_class_error(self.name, label, domain)
+                    raise _missing_class_error(self.name, self.class_name(label), domain)
 
     def group_names(self):
         if self.groups is None:
@@ -163,7 +219,7 @@ class OwnTable:
         return [f"group{g}" for g in range(int(self.groups.max()) + 1)]
 
 
-class OwnCSVDataset(MultipleEnvironmentImageFolder):
+class OwnCSVDataset(CheckedImages, MultipleEnvironmentImageFolder):
     """``csv:PATH``: one ImageEnvironment per domain from a checked table."""
     NEEDS_DATA_DIR = False
     TABLE = None   # the OwnTable read when the name was resolved
@@ -183,10 +239,15 @@ class OwnCSVDataset(MultipleEnvironmentImageFolder):
                 train_transform=train_t, eval_transform=eval_t, training=i not in test_envs))
         self.input_shape = (3, size, size)
         self.num_classes = table.num_classes
+        self.classes = table.classes or [str(k) for k in range(table.num_classes)]
         self.data_source = f"csv:{os.path.abspath(table.csv_path)}"
         groups = [] if table.groups is None else table.groups
         self.data_fingerprint = fingerprint_columns(
-            table.env, table.labels, groups, [os.path.normpath(p) for p in table.relative_paths])
+            table.env, table.labels, groups, [os.path.normpath(p) for p in table.relative_paths],
+            *([table.classes] if table.classes else []))
+
+    def class_name(self, label):
+        return self.TABLE.class_name(label)
 
 
 @register_dataset_prefix("csv")

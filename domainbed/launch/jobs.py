@@ -272,7 +272,7 @@ class JobClaim:
         """Append a line; on a full disk the line is lost, not the sweep (the run's own
         writes fail with one line naming the file)."""
         try:
-            self.log.write(f"{line}\n".encode())
+            self.log.write(f"{line}\n".encode("utf-8", "backslashreplace"))
             self.log.flush()
         except OSError as e:
             if e.errno not in (errno.ENOSPC, errno.EDQUOT):

@@ -26,13 +26,18 @@ def _run_pool(commands, slots, echo=print):
     progress = SweepProgress(len(commands), len(slots), echo)
     echo = progress.echo
 
+    def next_job():
+        try:
+            return None if stop.is_set() else todo.get_nowait()
+        except queue.Empty:
+            return None
+
     def worker(slot_env):
-        while not stop.is_set():
-            try:
-                i, c = todo.get_nowait()
-            except queue.Empty:
-                return
+        job = next_job()
+        if job is not None:
             progress.job_started()
+        while job is not None:
+            i, c = job
             started = time.monotonic()
             try:
                 outcomes[i] = run_command(c, extra_env=slot_env, echo=echo)
@@ -41,7 +46,9 @@ def _run_pool(commands, slots, echo=print):
                 stop.set()
                 return
             _report(outcomes[i], echo, c.describe())
-            progress.job_finished(outcomes[i], time.monotonic() - started)
+            job = next_job()   # taken before the report, so its line counts it as running
+            progress.job_finished(outcomes[i], time.monotonic() - started,
+                                  next_started=job is not None)
 
     if len(slots) == 1:
         worker(slots[0])
@@ -87,12 +94,14 @@ def dummy_launcher(commands, **_):
     return []
 
 
-def local_launcher(commands, max_workers=1, **_):
-    """Run the jobs on this machine, `max_workers` at a time (1 = one after another)."""
+def local_launcher(commands, max_workers=1, echo=None, **_):
+    """Run the jobs on this machine, `max_workers` at a time (1 = one after another);
+    `echo` takes the status lines (default: print), as the pooled launcher's."""
     max_workers = int(max_workers or 1)
     if max_workers < 1:
         raise UserError(f"--max_workers must be at least 1, got {max_workers}")
-    return _run_pool(commands, [{}] * min(max_workers, max(1, len(commands))))
+    return _run_pool(commands, [{}] * min(max_workers, max(1, len(commands))),
+                     echo=echo or print)
 
 
 def visible_gpus():

@@ -162,7 +162,8 @@ def died_outcome(command, process):
         path = os.path.join(command.output_dir, jobs.LOG_FILE)
         with os.fdopen(jobs.open_in_place(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT),
                        "ab") as log:
-            log.write(f"{reason}\n{jobs.LOG_PREFIX} exit code {code}\n".encode())
+            log.write(f"{reason}\n{jobs.LOG_PREFIX} exit code {code}\n".encode(
+                "utf-8", "backslashreplace"))
     except (OSError, jobs.UnsafeJobFile):
         pass   # the outcome still says failed
     return jobs.Outcome(command.output_dir, "failed", code)
@@ -232,10 +233,9 @@ def pooled_launcher(commands, max_workers=1, echo=None, **_):
         for outcome, seconds in _run_workers(commands, slots, context, progress.tick):
             outcomes.append(outcome)
             _report(outcome, progress.echo, names.get(outcome.output_dir))
-            progress.job_finished(outcome, seconds)
-            if waiting:
-                progress.job_started()
-                waiting -= 1
+            # the worker took the next job before this one was reported
+            progress.job_finished(outcome, seconds, next_started=waiting > 0)
+            waiting = max(0, waiting - 1)
     finally:
         progress.close()
     return outcomes

@@ -4,9 +4,23 @@ On a terminal: jobs done / failed / running / total, elapsed and an ETA from the
 finished jobs' durations. Elsewhere (a log file, CI): one status line per finished job
 and every `interval` seconds while jobs run.
 """
+import os
 import sys
 import threading
 import time
+
+# The bar's width and the screen's height where the terminal does not say its own (a
+# pseudo-terminal opened without a window size, as `script` or a CI runner's may be: 0 x 0,
+# where tqdm would draw nothing).
+FALLBACK_COLUMNS, FALLBACK_ROWS = 80, 24
+
+
+def terminal_columns(stream):
+    """The width of the terminal `stream` writes to, 0 when it does not say."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return 0
 
 
 def format_duration(seconds):
@@ -30,8 +44,10 @@ class SweepProgress:
         self.bar = None
         if echo is not None and hasattr(stream, "isatty") and stream.isatty():
             from tqdm import tqdm
-            self.bar = tqdm(total=total, file=stream, unit="job", dynamic_ncols=True,
-                            desc="sweep")
+            sized = terminal_columns(stream) > 0   # else tqdm would draw 0 columns: nothing
+            self.bar = tqdm(total=total, file=stream, unit="job", dynamic_ncols=sized,
+                            ncols=None if sized else FALLBACK_COLUMNS,
+                            nrows=None if sized else FALLBACK_ROWS, desc="sweep")
             self.echo = lambda message: self.bar.write(message, file=stream)
         else:
             self.echo = echo
@@ -57,10 +73,13 @@ class SweepProgress:
             self.running += 1
             self._refresh()
 
-    def job_finished(self, outcome, seconds):
-        """`outcome.status`: ok / failed / skipped_done / skipped_running."""
+    def job_finished(self, outcome, seconds, next_started=False):
+        """`outcome.status`: ok / failed / skipped_done / skipped_running. `next_started`:
+        the freed slot has already taken the next job (counted as running, not started
+        again), so the line printed now counts the jobs really running."""
         with self.lock:
-            self.running -= 1
+            if not next_started:
+                self.running -= 1
             if outcome.status == "failed":
                 self.failed += 1
             else:

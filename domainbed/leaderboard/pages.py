@@ -76,11 +76,12 @@ class Row:
 
 @dataclasses.dataclass
 class Board:
-    """A sortable table; ``columns`` after the Algorithm column."""
+    """A sortable table; ``columns`` after the first (`first`: Algorithm) column."""
     columns: list
     rows: list
     heading: Optional[str] = None
     footnotes: list = dataclasses.field(default_factory=list)   # reasons, numbered from 1
+    first: str = "Algorithm"
 
     def footnote(self, reason):
         """The number of `reason`'s footnote, added once however many cells share it."""
@@ -127,24 +128,33 @@ def _published_row(row, sources, n_cols, extra_cols=0):
     return Row(row["algorithm"], cells, "published")
 
 
+# Why an overview cell is X (the dataset's page footnotes each of its own X cells).
+OVERVIEW_MISSING = ("no average: a test environment of this dataset has no selected run "
+                    "(its page says which, and why)")
+AVG_MISSING = "no average over datasets: a dataset's cell of this row is X"
+
+
 def _overview_board(ov, published_rows, sources, heading=None, lower=False):
     n = len(ov["columns"])
     best = _best(ov["rows"], lambda r, i: r["cells"][i]["mean"], n, lower)
     best_avg = _best(ov["rows"], lambda r, i: r["avg"], 1, lower)[0]
-    rows = []
+    board = Board([*ov["columns"], "Avg", "Mean rank", "Gain over ERM"], [], heading)
     for r in ov["rows"]:
         cells = [_name_cell(r["algorithm"])]
         for i, c in enumerate(r["cells"]):
+            missing = c["mean"] is None
             cells.append(Cell(c["text"], _sort_value(c["mean"]), _best_class(c["mean"], best[i]),
-                              href=dataset_page(ov["columns"][i]), rank=c.get("rank")))
-        cells.append(Cell(r["avg_text"], _sort_value(r["avg"]), _best_class(r["avg"], best_avg)))
+                              href=dataset_page(ov["columns"][i]), rank=c.get("rank"),
+                              note=board.footnote(OVERVIEW_MISSING) if missing else None))
+        cells.append(Cell(r["avg_text"], _sort_value(r["avg"]), _best_class(r["avg"], best_avg),
+                          note=board.footnote(AVG_MISSING) if r["avg"] is None else None))
         mr, gain = r["mean_rank"], r["gain_over_erm"]
         cells.append(Cell("—" if mr is None else f"{mr:.2f}",
                           _sort_value(None if mr is None else -mr)))
         cells.append(Cell("—" if gain is None else f"{gain:+.1f}", _sort_value(gain)))
-        rows.append(Row(r["algorithm"], cells, "user"))
-    rows += [_published_row(p, sources, n, extra_cols=3) for p in published_rows]
-    return Board([*ov["columns"], "Avg", "Mean rank", "Gain over ERM"], rows, heading)
+        board.rows.append(Row(r["algorithm"], cells, "user"))
+    board.rows += [_published_row(p, sources, n, extra_cols=3) for p in published_rows]
+    return board
 
 
 def _section(s, intro=None, missing=None, boards=()):

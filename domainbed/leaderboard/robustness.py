@@ -181,7 +181,8 @@ def _fmt(value: Any, digits: int) -> str:
 def frame_board(rows: list[dict[str, Any]], heading: str, digits: int = 2) -> Board:
     """A sortable board of JSON rows (first column: the row's name)."""
     columns = list(rows[0]) if rows else []
-    board = Board(columns[1:], [], heading)
+    first = str(columns[0]).replace("_", " ").capitalize() if columns else "Algorithm"
+    board = Board(columns[1:], [], heading, first=first)
     for row in rows:
         name = str(row[columns[0]])
         board.rows.append(Row(name, [Cell(name, sort=name)] + [

@@ -7,9 +7,7 @@ end, so a failed build never leaves a half-written site.
 from __future__ import annotations
 
 import collections
-import csv
 import datetime
-import io
 import json
 import os
 import shutil
@@ -26,8 +24,9 @@ from domainbed.leaderboard.published import load_published
 from domainbed.results import model_selection
 from domainbed.results import tables as reporting
 from domainbed.results.records import TABLE_FIELDS, load_records
+from oodutils.csv_out import csv_text
 from oodutils.errors import UserError
-from oodutils.fileio import finite_json
+from oodutils.fileio import atomic_write_text, current_umask, finite_json
 
 if TYPE_CHECKING:
     from domainbed.results.model_selection import SelectionMethod
@@ -77,6 +76,8 @@ def _csv_row(method: str, table: str, algorithm: str, column: str, env: int | st
              diff: float | None = None, metric: str = "accuracy") -> list[Any]:
     mean = cell.get("mean") if cell else None
     err = cell.get("err") if cell else None
+    if cell and cell.get("n_trials") == 1:
+        err = None   # one trial: no spread to show (as collect_results' CSV)
     return [method, table, algorithm, column, env,
             "" if mean is None else repr(mean), "" if err is None else repr(err),
             "" if mean is None or "n_trials" not in cell  # type: ignore[operator]
@@ -89,10 +90,9 @@ def _csv_row(method: str, table: str, algorithm: str, column: str, env: int | st
 def render_csv(model: Model) -> str:
     """Every number on the pages, one per line. The user's rows come first, in
     collect_results' CSV layout (its columns, its order, then ours; accuracy, then each
-    further metric's); published rows follow."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(CSV_COLUMNS)
+    further metric's); published rows follow. Written by ``oodutils.csv_out``: a name
+    from the records can never run as a formula or split a row."""
+    rows: list[list[Any]] = []
     published: list[list[Any]] = []
     for s in pages.all_sections(model):
         if s["missing"]:
@@ -101,10 +101,10 @@ def render_csv(model: Model) -> str:
         for t in s["tables"]:
             for r in t["rows"]:
                 for col, c in zip(t["columns"], r["cells"]):
-                    w.writerow(_csv_row(s["name"], t["dataset"], r["algorithm"], col,
-                                        c["env"], c, metric=metric))
-                w.writerow(_csv_row(s["name"], t["dataset"], r["algorithm"], "Avg", "",
-                                    {"mean": r["avg"]}, text=r["avg_text"], metric=metric))
+                    rows.append(_csv_row(s["name"], t["dataset"], r["algorithm"], col,
+                                         c["env"], c, metric=metric))
+                rows.append(_csv_row(s["name"], t["dataset"], r["algorithm"], "Avg", "",
+                                     {"mean": r["avg"]}, text=r["avg_text"], metric=metric))
             for p in t["published"]:
                 for col, c in zip([*t["columns"], "Avg"], [*p["cells"], p["avg"]]):
                     if c is not None:
@@ -115,37 +115,35 @@ def render_csv(model: Model) -> str:
         for table in [ov, *s["extra_tables"]]:
             for r in table["rows"]:
                 for col, c in zip(table["columns"], r["cells"]):
-                    w.writerow(_csv_row(s["name"], table["heading"], r["algorithm"], col, "",
-                                        c, metric=metric))
-                w.writerow(_csv_row(s["name"], table["heading"], r["algorithm"], "Avg", "",
-                                    {"mean": r["avg"]}, text=r["avg_text"], metric=metric))
+                    rows.append(_csv_row(s["name"], table["heading"], r["algorithm"], col, "",
+                                         c, metric=metric))
+                rows.append(_csv_row(s["name"], table["heading"], r["algorithm"], "Avg", "",
+                                     {"mean": r["avg"]}, text=r["avg_text"], metric=metric))
         for p in s["published_overview"]:
             for col, c in zip(ov["columns"], p["cells"]):
                 if c is not None:
                     published.append(_csv_row(s["name"], ov["heading"], p["algorithm"], col, "",
                                               c, p["source"], diff=c.get("diff")))
-    for row in published:
-        w.writerow(row)
-    return buf.getvalue()
+    return csv_text(CSV_COLUMNS, rows + published)
 
 
 def _write(stage: str, name: str, text: str) -> None:
-    path = os.path.join(stage, name)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    """One page, written whole or not at all (lone surrogates as U+FFFD)."""
+    atomic_write_text(os.path.join(stage, name), text)
 
 
 def write_cards(folder: str, model: Model, by_label: dict[str, list[Record]],
                 inputs: card.CardInputs, in_site: bool = True) -> dict[str, Any]:
     """card_<slug>.html and .md per dataset of `model`; returns {label: card} (for
     leaderboard.json). Outside a site (`in_site` False) the pages link nowhere else."""
-    cards = {}
-    for dataset in model["datasets"]:
+    cards, texts = {}, {}
+    for dataset in model["datasets"]:    # every card built before the first is written
         label = dataset["label"]
         cards[label] = card.build_card(by_label[label], label, dataset["name"], inputs)
-        _write(folder, pages.card_page(label), pages.render_card(model, cards[label], in_site))
-        _write(folder, pages.card_page(label, "md"), card.render_markdown(cards[label]))
+        texts[pages.card_page(label)] = pages.render_card(model, cards[label], in_site)
+        texts[pages.card_page(label, "md")] = card.render_markdown(cards[label])
+    for name, text in texts.items():
+        _write(folder, name, text)
     return cards
 
 
@@ -239,7 +237,7 @@ def build_site(input_dirs: PathLike | Sequence[PathLike], out: PathLike,
     try:
         model = _write_site(stage, model, loaded, list(oodselect_dirs), sources,
                             extras or SiteExtras())
-        os.chmod(stage, 0o755)
+        os.chmod(stage, 0o777 & ~current_umask())   # as a plain mkdir would make it
         _replace(stage, out)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)

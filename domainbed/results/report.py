@@ -215,7 +215,7 @@ def build_section(records: list[Record] | ColumnTable, method: type[SelectionMet
         title=f"Averages, model selection method: {what}", heading="Averages",
         columns=list(infos), rows=list(algorithms), cells=avg_cells,
         avg=[reporting.row_average(c) for c in avg_cells], colwidth=25))
-    return reporting.Section(method.name, tables, method.key)
+    return reporting.Section(method.name, tables, method.key, metric=metric)
 
 
 class _Chosen:

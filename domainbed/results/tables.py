@@ -5,6 +5,10 @@ layout is DomainBed's; the cells are laid out by the shared renderer,
 
 A Report holds Sections (one per model selection method), each a list of Tables.
 Cells are Cell(mean, err, n) in percent, or None for a missing cell ('X').
+
+The text and LaTeX formats are DomainBed's, byte for byte (one trial shows ``+/- 0.0``).
+Our own formats say more: a cell of one trial shows ``(n=1)``, not a spread that is not
+there; a table of another metric than accuracy names it; X cells are explained.
 """
 import dataclasses
 from typing import Iterable, List, Optional, Sequence
@@ -36,9 +40,19 @@ def summarize(values: Iterable[float]) -> Optional[Cell]:
                 100 * float(np.std(data / np.sqrt(len(data)))), len(data))
 
 
+# What an X cell means, for the formats (and the terminal) that explain it.
+MISSING_NOTE = ("X: no selected run for that cell (not run, not finished, or the model "
+                "selection method had no checkpoint to choose); an Avg or Averages cell is X "
+                "when any cell it averages is")
+
+
 def format_cell(cell: Optional[Cell], style: str = "text") -> str:
+    """DomainBed's cell (``mean +/- err``) in text and LaTeX; in markdown (and HTML) a
+    cell of one trial shows ``(n=1)`` instead of a ``± 0.0`` spread."""
     if cell is None:
         return "X"
+    if style == "markdown" and cell.n == 1:
+        return f"{cell.mean:.1f} (n=1)"
     sep = {"text": "+/-", "latex": "$\\pm$", "markdown": "±"}.get(style, "+/-")
     return f"{cell.mean:.1f} {sep} {cell.err:.1f}"
 
@@ -71,12 +85,25 @@ class Section:
     method_name: str
     tables: List[Table]
     key: str = ""
+    metric: Optional[str] = None   # None: accuracy; else the metric the cells report
+
+    @property
+    def heading(self) -> str:
+        """The model selection method, and the metric where it is not accuracy."""
+        return self.method_name + ("" if self.metric is None else
+                                   f", metric: {self.metric} (x100)")
 
 
 @dataclasses.dataclass
 class Report:
     total_records: int
     sections: List[Section]
+
+    def has_missing(self) -> bool:
+        """Whether any cell (or Avg) is X."""
+        return any(c is None for s in self.sections for t in s.tables
+                   for row in t.cells for c in row) or \
+            any(a is None for s in self.sections for t in s.tables for a in t.avg)
 
 
 def _table_strings(table: Table, style: str) -> tuple[list[str], list[list[str]]]:
@@ -109,7 +136,7 @@ def render_latex(report: Report) -> str:
              "\\section{Full DomainBed results}",
              f"% Total records: {report.total_records}"]
     for section in report.sections:
-        lines += ["", f"\\subsection{{Model selection: {latex_escape(section.method_name)}}}"]
+        lines += ["", f"\\subsection{{Model selection: {latex_escape(section.heading)}}}"]
         for table in section.tables:
             header, body = _table_strings(table, "latex")
             header = ["\\textbf{" + latex_escape(c) + "}" for c in header]
@@ -127,11 +154,13 @@ def render_latex(report: Report) -> str:
 def render_markdown(report: Report) -> str:
     lines = [f"Total records: {report.total_records}"]
     for section in report.sections:
-        lines += ["", f"## Model selection: {section.method_name}"]
+        lines += ["", f"## Model selection: {section.heading}"]
         for table in section.tables:
             header, body = _table_strings(table, "markdown")
             lines += ["", f"### {tables.markdown_escape(table.heading)}", ""]
             lines += tables.markdown_lines(header, body, [None] + ["center"] * (len(header) - 1))
+    if report.has_missing():
+        lines += ["", MISSING_NOTE + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -145,31 +174,35 @@ def render_html(report: Report) -> str:
             header, body = _table_strings(table, "markdown")
             shown.append({"heading": table.heading, "header": header, "rows": body,
                           "align": ["left"] + ["center"] * (len(header) - 1)})
-        sections.append({"method_name": section.method_name, "tables": shown})
+        sections.append({"method_name": section.heading, "tables": shown})
     return render_template(__package__, "report.html.j2",
-                           total_records=report.total_records, sections=sections)
+                           total_records=report.total_records, sections=sections,
+                           missing_note=MISSING_NOTE if report.has_missing() else None)
 
 
 CSV_COLUMNS = ["selection_method", "table", "algorithm", "column", "env", "mean",
-               "stderr", "n_trials"]
+               "stderr", "n_trials"]   # the leaderboard's CSV starts with these, too
 
 
 def render_csv(report: Report) -> str:
     """Long format: one line per cell (Avg cells included, with empty stderr/n_trials);
-    means and standard errors in percent, unrounded; missing cells have an empty mean."""
+    means and standard errors in percent, unrounded; missing cells have an empty mean, a
+    cell of one trial an empty stderr (no spread to show); `metric`: what the cells
+    report (accuracy unless --metric)."""
     rows = []
     for section in report.sections:
+        metric = section.metric or "accuracy"
         for table in section.tables:
             envs: Sequence[int | str] = table.env_indices or [""] * len(table.columns)
             for name, cells, avg in zip(table.rows, table.cells, table.avg):
                 for column, env, cell in zip(table.columns, envs, cells):
                     rows.append([section.method_name, table.heading, name, column, env,
                                  "" if cell is None else repr(cell.mean),
-                                 "" if cell is None else repr(cell.err),
-                                 "" if cell is None else cell.n])
+                                 "" if cell is None or cell.n < 2 else repr(cell.err),
+                                 "" if cell is None else cell.n, metric])
                 rows.append([section.method_name, table.heading, name, "Avg", "",
-                             "" if avg is None else repr(avg), "", ""])
-    return tables.csv_text(CSV_COLUMNS, rows)
+                             "" if avg is None else repr(avg), "", "", metric])
+    return tables.csv_text([*CSV_COLUMNS, "metric"], rows)
 
 
 RENDERERS = {"text": render_text, "markdown": render_markdown, "latex": render_latex,

@@ -21,7 +21,14 @@ import os
 import sys
 
 from domainbed.results import model_selection
-from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
+from oodutils.cli import (
+    ArgumentParser,
+    add_logging_flags,
+    add_option,
+    check_outputs,
+    configure_logging,
+    echo,
+)
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.heap import tune_for_tables
 from oodutils.log import get_logger
@@ -46,6 +53,7 @@ EPILOG = epilog_example("domainbed-collect-results", "domainbed.scripts.collect_
 
 def parse_args(argv=None):
     parser = ArgumentParser(
+        prog="domainbed-collect-results",
         description="Results tables of a sweep (DomainBed's collect_results)",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_option(parser, "--input_dir", required=True, nargs="+",
@@ -90,6 +98,7 @@ def check_metric_name(name):
 
 def main(argv=None):
     args = parse_args(argv)
+    check_outputs((args.export_selected, "--export_selected", True))
     from domainbed.results import tables as reporting
     from domainbed.results.records import TABLE_FIELDS, load_records
     from domainbed.results.report import build_report
@@ -113,13 +122,16 @@ def main(argv=None):
 
     if args.metric is not None:
         check_metric_name(args.metric)
-    text = reporting.render(build_report(loaded, methods, metric=args.metric), fmt)
+    report = build_report(loaded, methods, metric=args.metric)
+    text = reporting.render(report, fmt)
     if args.stats:
         from domainbed.results.stats import render_stats
         text += "\n" + render_stats(loaded.records, methods or
                                      list(model_selection.DOMAINBED_METHODS), fmt)
-    sys.stdout.write(text)
+    echo(text, end="")
     sys.stdout.flush()
+    if report.has_missing() and fmt in ("text", "latex"):   # DomainBed's tables: aside
+        logger.info(f"notice: {reporting.MISSING_NOTE}")
     if args.export_selected:
         from domainbed.results.export import export_selected
         manifest = export_selected(loaded.records, methods or

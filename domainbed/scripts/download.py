@@ -39,7 +39,16 @@ from domainbed.downloading import (
     record,
     tree_digest,
 )
-from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
+from domainbed.hub_mirrors import MIRRORS, download_from_hub
+from oodutils.cli import (
+    DATA_DIR_HELP,
+    DEFAULT_DATA_DIR,
+    ArgumentParser,
+    add_logging_flags,
+    add_option,
+    check_outputs,
+    configure_logging,
+)
 from oodutils.errors import UserError, epilog_example, require, run_cli
 from oodutils.log import get_logger
 
@@ -381,10 +390,11 @@ def download_dataset(name, data_dir):
 
 
 def build_parser():
-    p = ArgumentParser(description="Download datasets and pretrained weights",
+    p = ArgumentParser(prog="domainbed-download",
+                       description="Download datasets and pretrained weights",
                                 epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_option(p, "--data_dir", type=str, default="./domainbed/data/")
+    add_option(p, "--data_dir", type=str, default=DEFAULT_DATA_DIR, help=DATA_DIR_HELP)
     add_option(p, "--datasets", nargs="*", default=[],
                   help=f"any of: {', '.join(DATASETS)}")
     add_option(p, "--weights", nargs="*", default=[],
@@ -397,6 +407,10 @@ def build_parser():
                help="download nothing: re-check the named --datasets / --weights on disk "
                     "against their published checksums, or the sha256 recorded at their "
                     f"first download ({LOCK_FILE} beside the data)")
+    add_option(p, "--source", choices=("original", "hub"), default="original",
+               help="original: the datasets' own links (DomainBed's); hub: the Hugging Face "
+                    "Hub mirrors pinned to a revision (PACS, OfficeHome), each parquet "
+                    "file's sha256 recorded on first use, written in DomainBed's layout")
     add_option(p, "--convert_blond_split_pickles", action="store_true",
                help="UNSAFE: unpickle OoD-Bench's DATA_DIR/celeba/blond_split/*_df.pickle "
                     "once and write the CSV lists CelebA_Blond reads. Unpickling runs any "
@@ -418,11 +432,20 @@ def check_request(args):
                         f"{', '.join(weight_sources())}")
     if not args.datasets and not args.weights:
         raise UserError("nothing to download: name --datasets and/or --weights")
+    no_mirror = [d for d in args.datasets if d not in MIRRORS]
+    if args.source == "hub" and no_mirror:
+        raise UserError(f"--source hub: {no_mirror[0]} has no Hub mirror; mirrored: "
+                        f"{', '.join(MIRRORS)}")
+    if args.source == "hub" and args.verify:
+        raise UserError("--verify checks the original downloads; a --source hub download "
+                        "checks each parquet file against its recorded sha256 every time")
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
+    if not args.verify:     # --verify only reads
+        check_outputs((args.data_dir, "--data_dir", True))
     if args.convert_blond_split_pickles:
         from domainbed.datasets.oodbench_images import convert_blond_split_pickles
         for path in convert_blond_split_pickles(os.path.join(args.data_dir, "celeba")):
@@ -434,8 +457,12 @@ def main(argv=None):
     if args.verify:
         return verify_all(args)
     fetched = {}
-    checks = [(n, lambda n=n: _download_one_dataset(n, args.data_dir, fetched))
-              for n in args.datasets]
+    if args.source == "hub":
+        checks = [(n, lambda n=n: download_from_hub(n, args.data_dir))
+                  for n in args.datasets]
+    else:
+        checks = [(n, lambda n=n: _download_one_dataset(n, args.data_dir, fetched))
+                  for n in args.datasets]
     checks += [(n, lambda n=n: download_weights(n, args.weights_dir)) for n in args.weights]
     failed = run_each(checks)
     if failed:
@@ -447,6 +474,11 @@ def _download_one_dataset(name, data_dir, fetched):
     if id(steps) in fetched:  # e.g. CelebA and CelebA_Blond read the same files
         return f"done (same files as {fetched[id(steps)]})"
     fetched[id(steps)] = name
+    if name in MIRRORS:   # the original link failing: the Hub mirror is the way out
+        try:
+            return f"done ({data_dir})" if download_dataset(name, data_dir) == "done" else None
+        except UserError as e:
+            raise UserError(f"{e}; the Hub mirror may work: --source hub") from None
     if isinstance(steps[0], Manual):
         print(f"{name}: cannot be downloaded automatically (licence or login):")
     return f"done ({data_dir})" if download_dataset(name, data_dir) == "done" else None

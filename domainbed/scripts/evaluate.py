@@ -8,7 +8,16 @@ import argparse
 import sys
 
 from domainbed.config import EVAL_SPLITS_HELP, RunConfig
-from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
+from domainbed.hub_options import add_hf_flags, fold_hf_flags
+from oodutils.cli import (
+    DATA_DIR_HELP,
+    DEFAULT_DATA_DIR,
+    ArgumentParser,
+    add_logging_flags,
+    add_option,
+    check_outputs,
+    configure_logging,
+)
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.log import get_logger
 
@@ -32,7 +41,8 @@ DATA_OPTIONS = ("dataset", "test_envs", "trial_seed", "data_seed", "holdout_frac
 
 
 def build_parser():
-    p = ArgumentParser(description=__doc__.split("\n\n")[0], epilog=EPILOG,
+    p = ArgumentParser(prog="domainbed-evaluate", description=__doc__.split("\n\n")[0],
+                       epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     source = p.add_mutually_exclusive_group(required=True)
     add_option(source, "--checkpoint", metavar="PATH",
@@ -43,12 +53,12 @@ def build_parser():
     add_option(p, "--class_map", default="", metavar="FILE", help=CLASS_MAP_HELP)
     add_option(p, "--trust_pickle", action="store_true", help=TRUST_PICKLE_HELP)
     add_option(p, "--dataset", default=None,
-               help="a registered dataset, folder:PATH or csv:PATH (default with "
-                    "--checkpoint: the checkpoint's)")
+               help="a registered dataset, folder:PATH, csv:PATH or hf:REPO_OR_DIR "
+                    "(default with --checkpoint: the checkpoint's)")
     add_option(p, "--test_envs", type=int, nargs="+", default=None,
                help="default: the checkpoint's; with --model the dataset's default")
     add_option(p, "--output_dir", required=True, help="the run directory to write (new)")
-    add_option(p, "--data_dir", default="./domainbed/data/", help="dataset root folder")
+    add_option(p, "--data_dir", default=DEFAULT_DATA_DIR, help=DATA_DIR_HELP)
     add_option(p, "--trial_seed", type=int, default=None,
                help="seed of the in/out split (default: the checkpoint's, else 0)")
     add_option(p, "--data_seed", type=int, default=None,
@@ -65,6 +75,7 @@ def build_parser():
     add_option(p, "--eval_batch_size", type=int, default=64)
     add_option(p, "--weights_dir", default="",
                help="folder searched first for the zoo's weight files")
+    add_hf_flags(p, add_option)
     add_logging_flags(p)
     return p
 
@@ -94,6 +105,9 @@ def check_args(args):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
+    check_outputs((args.output_dir, "--output_dir", True))
+    if args.dataset:   # the --hf_* flags are part of an hf: dataset's name
+        args.dataset = fold_hf_flags(args.dataset, vars(args))
     check_args(args)
     RunConfig.from_options(**run_options(args)).check_numbers()
     from domainbed.training import scoring

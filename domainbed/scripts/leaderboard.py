@@ -15,7 +15,13 @@ import os
 import sys
 
 from domainbed.results import model_selection
-from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
+from oodutils.cli import (
+    ArgumentParser,
+    add_logging_flags,
+    add_option,
+    check_outputs,
+    configure_logging,
+)
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.log import get_logger
 
@@ -26,7 +32,8 @@ EPILOG = epilog_example("domainbed-leaderboard", "domainbed.scripts.leaderboard"
 
 
 def parse_args(argv=None):
-    p = ArgumentParser(description=__doc__.split("\n\n")[0], epilog=EPILOG,
+    p = ArgumentParser(prog="domainbed-leaderboard", description=__doc__.split("\n\n")[0],
+                       epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_option(p, "--input_dir", required=True, action="extend", nargs="+",
                   help="sweep output directory; repeat (or list several) to pool sweeps")
@@ -53,6 +60,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    check_outputs((args.output_dir, "--output_dir", True))
     from domainbed.leaderboard.site import SiteExtras, build_site
     if args.bootstrap < 1:
         raise UserError(f"--bootstrap must be at least 1, not {args.bootstrap}")

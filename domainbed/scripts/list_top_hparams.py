@@ -9,6 +9,7 @@ Without --algorithm every algorithm run on the dataset is listed, one after anot
 import argparse
 import sys
 
+from domainbed.hub_options import add_hf_flags, fold_hf_flags
 from domainbed.results import model_selection
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
 from oodutils.errors import UserError, epilog_example, run_cli
@@ -22,19 +23,24 @@ EPILOG = epilog_example("domainbed-list-top-hparams", "domainbed.scripts.list_to
 
 def parse_args(argv=None):
     parser = ArgumentParser(
+        prog="domainbed-list-top-hparams",
         description="List hyperparameter settings by validation accuracy "
                     "(DomainBed's list_top_hparams)",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_option(parser, "--input_dir", required=True, nargs="+")
-    add_option(parser, "--dataset", required=True)
+    add_option(parser, "--dataset", required=True,
+               help="the dataset name as in the records (hf: names with the --hf_* flags "
+                    "train was given)")
     add_option(parser, "--test_env", type=int, required=True)
     add_option(parser, "--algorithm", default=None,
                        help="default: every algorithm run on the dataset")
     add_option(parser, "--include_unfinished", action="store_true",
                        help="also read runs without a 'done' marker")
+    add_hf_flags(parser, add_option)
     add_logging_flags(parser)
     args = parser.parse_args(argv)
     configure_logging(args)
+    args.dataset = fold_hf_flags(args.dataset, vars(args))
     return args
 
 

@@ -15,7 +15,8 @@ EPILOG = epilog_example("domainbed-metrics", "domainbed.scripts.metrics",
 
 
 def build_parser():
-    p = ArgumentParser(description=__doc__.split("\n\n")[0], epilog=EPILOG,
+    p = ArgumentParser(prog="domainbed-metrics", description=__doc__.split("\n\n")[0],
+                       epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_option(p, "--input_dir", required=True, nargs="+", help="sweep or run directories")
     add_option(p, "--metrics", nargs="+", default=list(METRICS), metavar="METRIC",
@@ -45,7 +46,12 @@ def main(argv=None):
             logger.warning(f"warning: {run_dir}: its records do not say how many classes "
                            f"(args.num_classes); skipped")
             continue
-        lines = run_metrics(run_dir, num_classes, names)
+        try:
+            lines = run_metrics(run_dir, num_classes, names)
+        except OSError as e:   # a run folder this user cannot write (a read-only sweep)
+            logger.warning(f"warning: {run_dir}: metrics.jsonl not written "
+                           f"({e.strerror or e}); skipped")
+            continue
         print(f"{run_dir}: {len(lines)} checkpoint(s) -> metrics.jsonl")
     return 0
 

@@ -21,6 +21,7 @@ import os
 import sys
 
 from domainbed.config import MAX_SEED, check_limits
+from domainbed.hub_options import add_hf_flags, fold_hf_flags
 from domainbed.launch import launchers
 from domainbed.launch.fused import FUSED_MAX_MODELS
 from domainbed.launch.slurm_status import slurm_view, summarize_view
@@ -44,9 +45,12 @@ from domainbed.launch.sweep import (  # noqa: F401  (the planning API, by its ol
 from domainbed.registry import get_dataset_class
 from domainbed.training.early_stopping import check_options as check_early_stopping
 from oodutils.cli import (
+    DATA_DIR_HELP,
+    DEFAULT_DATA_DIR,
     ArgumentParser,
     add_logging_flags,
     add_option,
+    check_outputs,
     configure_logging,
     parse_json_object,
 )
@@ -91,6 +95,8 @@ PASS_THROUGH = {   # name -> argparse kwargs
     "tracker_timeout": dict(type=float, default=None, metavar="SECONDS",
                             help="train.py's --tracker_timeout"),
     "skip_model_save": dict(action="store_true", help="train.py's --skip_model_save"),
+    "skip_bad_images": dict(action="store_true",
+                            help="train.py's --skip_bad_images (folder:, csv:, hf: data)"),
     "save_model_every_checkpoint": dict(action="store_true",
                                         help="train.py's --save_model_every_checkpoint"),
     "weights_dir": dict(type=str, default=None,
@@ -121,12 +127,14 @@ def ask_for_confirmation(skip, prompt="Are you sure? (y/n) "):
 
 def build_parser():
     parser = ArgumentParser(
+        prog="domainbed-sweep",
         description="Run a sweep of train jobs (DomainBed's sweep flags).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command",
                         choices=["launch", "delete_incomplete", "delete_all", "status"])
     add_option(parser, "--datasets", nargs="+", type=str, default=None,
-                       help="default: every registered dataset except the Debug ones")
+                       help="registered names, folder:PATH, csv:PATH or hf:REPO_OR_DIR "
+                            "(default: every registered dataset except the Debug ones)")
     add_option(parser, "--algorithms", nargs="+", type=str, default=None,
                        help="default: every registered algorithm")
     add_option(parser, "--task", type=str, default="domain_generalization",
@@ -134,7 +142,7 @@ def build_parser():
     add_option(parser, "--n_hparams_from", type=int, default=0)
     add_option(parser, "--n_hparams", type=int, default=20)
     add_option(parser, "--output_dir", type=str, required=True)
-    add_option(parser, "--data_dir", type=str, required=True)
+    add_option(parser, "--data_dir", type=str, default=DEFAULT_DATA_DIR, help=DATA_DIR_HELP)
     add_option(parser, "--seed", type=int, default=0,
                        help="seeds the launch order only; as in DomainBed, job seeds come "
                              "from each job's arguments")
@@ -176,6 +184,8 @@ def build_parser():
     ray = parser.add_argument_group("ray launcher")
     add_option(ray, "--ray_address", type=str, default=None)
     add_option(ray, "--ray_gpus_per_job", type=float, default=None)
+    add_hf_flags(parser.add_argument_group("hf: datasets (folded into each hf: name)"),
+                 add_option)
     add_logging_flags(parser)
     return parser
 
@@ -226,6 +236,15 @@ def check_args(args):
         check_eval_splits(args.eval_splits)
 
 
+def hf_names(datasets, values):
+    """The datasets with the --hf_* flags folded into every hf: name (the flags with no
+    hf: dataset are an error, as train's)."""
+    if not any(str(d).startswith("hf:") for d in datasets):
+        fold_hf_flags(datasets[0] if datasets else "", values)
+        return list(datasets)
+    return [fold_hf_flags(d, values) if str(d).startswith("hf:") else d for d in datasets]
+
+
 def _needs_data_dir(datasets):
     """Whether any dataset needs files (the MNIST family and Debug build themselves)."""
     return any(getattr(get_dataset_class(d), "NEEDS_DATA_DIR", True) for d in datasets)
@@ -246,8 +265,10 @@ def print_status(jobs, sweep_dir):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
+    if args.command == "launch":
+        check_outputs((args.output_dir, "--output_dir", True))
     check_args(args)
-    datasets = args.datasets or _default_datasets()
+    datasets = hf_names(args.datasets or _default_datasets(), vars(args))
     algorithms = args.algorithms or _default_algorithms()
     check_names(datasets, algorithms)
 

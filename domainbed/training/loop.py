@@ -491,6 +491,9 @@ class RunData(NamedTuple):
 def build_run_data(dataset_cls: type, config: RunConfig, hparams: dict) -> RunData:
     dataset = build_dataset(dataset_cls, config.data_dir, config.test_envs, hparams,
                             config.data_seed)
+    check_images = getattr(dataset, "check_images", None)
+    if check_images is not None:   # a user's images: every file checked before any split
+        check_images(config.skip_bad_images, LOG.info)
     return RunData(dataset, *make_splits(dataset, config, hparams))
 
 
@@ -579,9 +582,10 @@ def checkpoint_line(results):
 
 
 def example_paths_csv(dataset):
-    """examples.csv: each example's id, environment and file path."""
-    lines = ["id,env,path"]
-    for env_i, env in enumerate(dataset):
-        for example_id, file_path in zip(env.ids, env.paths or []):
-            lines.append(f"{int(example_id)},{env_i},{json.dumps(str(file_path))}")
-    return "\n".join(lines) + "\n"
+    """examples.csv: each example's id, environment and file path (``oodutils.csv_out``:
+    a file name that starts like a formula is inert in a spreadsheet)."""
+    from oodutils.csv_out import csv_text
+    return csv_text(["id", "env", "path"],
+                    ([int(example_id), env_i, str(file_path)]
+                     for env_i, env in enumerate(dataset)
+                     for example_id, file_path in zip(env.ids, env.paths or [])))
