@@ -32,6 +32,7 @@ from analysis.aotl_options import CHECKPOINTS, SPLITS  # noqa: F401
 from oodutils.accuracy import check_accuracies
 from oodutils.errors import UnknownNameError, UserError
 from oodutils.log import get_logger
+from oodutils.untrusted import open_input
 
 logger = get_logger(__name__)
 
@@ -115,6 +116,7 @@ def check_range(values: Any, what: str) -> None:
 # ---------------------------------------------------------------------------- CSV files
 
 def _read_one_csv(path: PathLike) -> pd.DataFrame:
+    open_input(path, "accuracy CSV").close()   # a FIFO or symlink: one line, never a hang
     try:
         df = pd.read_csv(path, compression="infer")
     except (OSError, EOFError, ValueError, pd.errors.ParserError) as e:

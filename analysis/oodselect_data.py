@@ -20,6 +20,7 @@ from oodutils.accuracy import check_accuracies
 from oodutils.csv_out import csv_value
 from oodutils.errors import UserError, load_error_reason
 from oodutils.log import get_logger
+from oodutils.untrusted import open_input
 
 logger = get_logger(__name__)
 
@@ -87,9 +88,11 @@ def load_matrix(path):
     path = os.fspath(path)
     if not os.path.exists(path):
         raise UserError(f"matrix file {path!r} does not exist")
-    try:
-        with np.load(path, allow_pickle=False) as data:
+    try:   # a regular file that is no symlink: a FIFO is one line, never a hang
+        with open_input(path, "matrix file") as f, np.load(f, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
+    except UserError:
+        raise
     except Exception as e:  # noqa: BLE001 - any unreadable file is the user's input
         raise UserError(f"cannot read matrix file {path!r}: {load_error_reason(e)}") from None
     missing = [k for k in ("A", "y") if k not in arrays]

@@ -27,6 +27,7 @@ from oodutils.cli import (
 )
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.fileio import atomic_write_json, atomic_write_text
+from oodutils.untrusted import read_input
 
 EPILOG = epilog_example("ood-bench", "ood_bench",
                         "quantify --features features.npz --seed 0 --output result.json")
@@ -221,9 +222,8 @@ def cmd_plot(a):
         if not a.grid:
             raise UserError("plot heatmap needs --grid heatmap_*.json")
         try:
-            with open(a.grid) as f:
-                grid = json.load(f)
-        except (OSError, ValueError) as e:
+            grid = json.loads(read_input(a.grid, "--grid", 64 << 20))
+        except (ValueError, RecursionError) as e:
             raise UserError(f"cannot read grid {a.grid!r}: {e}") from None
         figures.plot_heatmap(grid, a.out)
     print(a.out)

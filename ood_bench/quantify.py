@@ -16,6 +16,7 @@ from ood_bench.estimator_defaults import DEFAULTS
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
 from oodutils.errors import UserError, run_cli
 from oodutils.log import show_warning
+from oodutils.untrusted import read_input
 
 
 def add_estimator_arguments(parser):
@@ -50,10 +51,11 @@ def estimator_options(args):
     eps_div, eps_cor = args.eps_div, args.eps_cor
     if args.calibration:
         try:
-            with open(args.calibration) as f:
-                cal = json.load(f)
-        except (OSError, ValueError) as e:
+            cal = json.loads(read_input(args.calibration, "--calibration", 64 << 20))
+        except (ValueError, RecursionError) as e:
             raise UserError(f"cannot read calibration file {args.calibration!r}: {e}") from None
+        if not isinstance(cal, dict):
+            raise UserError(f"calibration file {args.calibration!r} is not a JSON object")
         cal = cal.get("result", cal)  # the official calibration.json nests it
         try:
             eps_div, eps_cor = float(cal["eps_div"]), float(cal["eps_cor"])

@@ -476,3 +476,42 @@ def test_deeply_nested_class_map_is_one_line(tmp_path, capsys):
                               "--class_map", tmp_path / "map.json", "--output_dir",
                               tmp_path / "o")
     one_line_error(code, err, "--class_map", "is not JSON (nested too deeply)")
+
+
+# ------------------------------------------------------------ other commands' file inputs
+def _fifo(tmp_path, name):
+    path = tmp_path / name
+    os.mkfifo(path)
+    return str(path)
+
+
+@pytest.mark.parametrize("command", ["aotl", "oodselect", "ood-bench-calibration",
+                                     "ood-bench-grid"])
+def test_a_fifo_named_as_any_commands_input_is_one_line(tmp_path, capsys, alarm, command):
+    from oodutils.errors import run_cli
+    out = str(tmp_path / "out")
+    if command == "aotl":
+        from analysis.aotl_cli import main
+        argv, needle = [_fifo(tmp_path, "acc.csv")], "accuracy CSV"
+    elif command == "oodselect":
+        from analysis.oodselect_cli import main
+        argv, needle = ["--matrix", _fifo(tmp_path, "m.npz"), "--out", out], "matrix file"
+    elif command == "ood-bench-calibration":
+        import numpy as np
+
+        from ood_bench.quantify import main
+        rng = np.random.RandomState(0)
+        np.savez(tmp_path / "f.npz", z_p=rng.randn(40, 2), y_p=rng.randint(0, 2, 40),
+                 z_q=rng.randn(40, 2), y_q=rng.randint(0, 2, 40))
+        argv = ["--features", str(tmp_path / "f.npz"), "--calibration",
+                _fifo(tmp_path, "cal.json"), "--out", str(tmp_path / "r.json")]
+        needle = "--calibration"
+    else:
+        from ood_bench.cli import main
+        argv = ["plot", "heatmap", "--grid", _fifo(tmp_path, "grid.json"), "--out",
+                str(tmp_path / "h.png")]
+        needle = "--grid"
+    with pytest.raises(SystemExit) as stopped:
+        run_cli(main, argv)
+    one_line_error(stopped.value.code, capsys.readouterr().err, needle,
+                   "is not a regular file")
