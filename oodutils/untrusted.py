@@ -26,6 +26,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from oodutils.errors import UserError
 from oodutils.fileio import atomic_write_bytes
 
 CHUNK = 1 << 16
@@ -147,7 +148,6 @@ def open_input(path: str | os.PathLike[str], option: str, follow: bool = False
     """A file a command was told to read (`option`: its flag, for the message), opened as
     `open_regular` opens run files; anything else is one UserError naming the option and
     why (missing, a symlink: with its target to pass instead, a FIFO or folder)."""
-    from oodutils.errors import UserError
     try:
         return open_regular(path, follow)
     except NotRegularFile:
@@ -167,7 +167,6 @@ def open_input(path: str | os.PathLike[str], option: str, follow: bool = False
 def read_input(path: str | os.PathLike[str], option: str, max_bytes: int,
                follow: bool = False) -> bytes:
     """The bytes of a file a command reads (see `open_input`), at most `max_bytes`."""
-    from oodutils.errors import UserError
     with open_input(path, option, follow) as f:
         if os.fstat(f.fileno()).st_size > max_bytes:
             raise UserError(f"{option} {os.fspath(path)} is larger than {max_bytes} bytes; "
