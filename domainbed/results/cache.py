@@ -1,0 +1,163 @@
+"""The records cache of an input directory: ``.records-cache.parquet``, the tables the
+readers built from its results.jsonl files, so that a collect of an unchanged sweep reads
+one Parquet file instead of every results.jsonl.
+
+The cache is never trusted over the files. Each cached file is keyed by its path under
+the input directory and its (size, mtime_ns, inode); a file whose key differs, or that
+is not in the cache, is read again. The cache holds a checksum over its whole content
+(with the polars version that wrote it) in its Parquet metadata; a cache that is not a
+regular file of this user (a symlink, FIFO, folder, another user's file), does not parse,
+or whose checksum differs is ignored with one warning and rebuilt from the files. It is
+read without following symlinks and written atomically (``oodutils.pinned_dir``).
+Files changed in the last ``SETTLE_NS`` and files with skipped lines are not cached.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import stat
+import time
+
+import polars as pl
+
+from domainbed.results.reader import BLOCK_SCHEMA, ROW_SCHEMA, Frame
+from oodutils.log import get_logger
+from oodutils.pinned_dir import PinnedDir
+from oodutils.untrusted import open_regular
+
+logger = get_logger(__name__)
+
+CACHE_FILE = ".records-cache.parquet"
+FORMAT = "oodbed-records-cache/1"
+SETTLE_NS = 2_000_000_000
+MAX_CACHE_BYTES = 8 << 30
+KEY_COLUMNS = ("size", "mtime_ns", "inode")
+
+
+def digest(table: pl.DataFrame) -> str:
+    """A checksum over a table's columns, types and every value."""
+    h = hashlib.blake2b(digest_size=32)
+    h.update(json.dumps([FORMAT, pl.__version__, table.columns,
+                         [str(t) for t in table.dtypes], table.height]).encode())
+    for name in table.columns:
+        h.update(table[name].hash(7).to_numpy().tobytes())
+    return h.hexdigest()
+
+
+class Cache:
+    """The cache of one input directory: `load` it, `take` the runs it holds unchanged,
+    `save` the tables of a new read."""
+
+    def __init__(self, top: str) -> None:
+        self.top = top
+        self.path = os.path.join(top, CACHE_FILE)
+        self.blocks: pl.DataFrame | None = None     # with rel, size, mtime_ns, inode
+        self.rows: pl.DataFrame | None = None
+        self.warning: str | None = None
+
+    def _ignore(self, why: str) -> None:
+        self.warning = (f"warning: ignored the records cache {self.path} ({why}); read "
+                        f"the results files")
+        self.blocks = self.rows = None
+
+    def load(self) -> Cache:
+        """Read the cache, if there is one this user wrote and it is whole."""
+        try:
+            with open_regular(self.path) as f:
+                st = os.fstat(f.fileno())
+                if st.st_uid != os.geteuid() or st.st_mode & stat.S_IWOTH:
+                    self._ignore("another user's file, or writable by everyone")
+                    return self
+                data = f.read(MAX_CACHE_BYTES + 1)
+        except FileNotFoundError:
+            return self
+        except OSError as e:
+            self._ignore(f"not a regular file: {e.strerror or e}")
+            return self
+        if len(data) > MAX_CACHE_BYTES:
+            self._ignore("too large")
+            return self
+        try:
+            meta = pl.read_parquet_metadata(io.BytesIO(data))
+            table = pl.read_parquet(io.BytesIO(data))
+        except Exception as e:  # noqa: BLE001 - any error of a corrupt Parquet file
+            self._ignore(f"not a readable Parquet file: {type(e).__name__}")
+            return self
+        if meta.get("format") != FORMAT or meta.get("polars") != pl.__version__:
+            self._ignore("written by another version")
+            return self
+        if meta.get("digest") != digest(table):
+            self._ignore("its checksum does not match its content")
+            return self
+        try:
+            is_block = table["kind"] == 1
+            self.blocks = table.filter(is_block).select(
+                [*(c for c in BLOCK_SCHEMA if c != "run_dir"), "rel", *KEY_COLUMNS])
+            self.rows = table.filter(~is_block).select(
+                [c for c in table.columns if c not in BLOCK_SCHEMA and
+                 c not in ("kind", "rel", *KEY_COLUMNS)])
+        except Exception as e:  # noqa: BLE001 - a checksummed table of another shape
+            self._ignore(f"an unexpected table: {type(e).__name__}")
+        return self
+
+    def take(self, rels: list[str], keys: list[tuple[int, int, int] | None]
+             ) -> tuple[Frame, list[int]] | None:
+        """(the cached frame of the runs whose file key is the cached one, their indices
+        in `rels`), with run_dir rebuilt from the top; None when nothing is cached."""
+        if self.blocks is None or self.rows is None or not self.blocks.height:
+            return None
+        wanted = pl.DataFrame({"rel": rels, "size": [k and k[0] for k in keys],
+                               "mtime_ns": [k and k[1] for k in keys],
+                               "inode": [k and k[2] for k in keys],
+                               "at": pl.int_range(len(rels), eager=True)},
+                              schema={"rel": pl.String, "size": pl.Int64,
+                                      "mtime_ns": pl.Int64, "inode": pl.Int64,
+                                      "at": pl.Int64})
+        blocks = self.blocks.with_columns(old=pl.int_range(pl.len(), dtype=pl.Int64)) \
+            .join(wanted, on=["rel", *KEY_COLUMNS], how="inner", maintain_order="left")
+        if not blocks.height:
+            return None
+        number = blocks.select(block=pl.col("old"), new=pl.int_range(pl.len(), dtype=pl.Int64))
+        rows = self.rows.join(number, on="block", how="inner", maintain_order="left") \
+            .with_columns(block=pl.col("new")).drop("new")
+        base = self.top if self.top.endswith(os.sep) else self.top + os.sep
+        blocks = blocks.with_columns(run_dir=pl.when(pl.col("rel") == "")
+                                     .then(pl.lit(self.top))
+                                     .otherwise(pl.lit(base) + pl.col("rel")))
+        taken = blocks["at"].unique(maintain_order=True).to_list()
+        return Frame(rows, blocks.select(list(BLOCK_SCHEMA)).with_columns(
+            at=blocks["at"])), taken
+
+    def save(self, frame: Frame, rels: dict[str, str],
+             keys: dict[str, tuple[int, int, int] | None]) -> None:
+        """Write the blocks of runs with a settled file key (`keys` by run_dir; `rels`:
+        run_dir -> path under the top) and their rows; errors are only logged."""
+        settled = time.time_ns() - SETTLE_NS
+        cached = {d for d, k in keys.items() if k is not None and k[1] < settled}
+        blocks = frame.blocks.with_columns(old=pl.int_range(pl.len(), dtype=pl.Int64)) \
+            .filter(pl.col("run_dir").is_in(list(cached)))
+        run_dirs = blocks["run_dir"].to_list()
+        blocks = blocks.with_columns(
+            rel=pl.Series([rels[d] for d in run_dirs], dtype=pl.String),
+            size=pl.Series([keys[d][0] for d in run_dirs], dtype=pl.Int64),  # type: ignore[index]
+            mtime_ns=pl.Series([keys[d][1] for d in run_dirs], dtype=pl.Int64),  # type: ignore[index]
+            inode=pl.Series([keys[d][2] for d in run_dirs], dtype=pl.Int64),  # type: ignore[index]
+            kind=pl.lit(1, pl.Int8))
+        number = blocks.select(block=pl.col("old"), new=pl.int_range(pl.len(), dtype=pl.Int64))
+        rows = frame.rows.join(number, on="block", how="inner", maintain_order="left") \
+            .with_columns(block=pl.col("new"), kind=pl.lit(0, pl.Int8)).drop("new")
+        table = pl.concat([rows, blocks.drop("old", "run_dir")], how="diagonal_relaxed")
+        buffer = io.BytesIO()
+        try:
+            table.write_parquet(buffer, compression="zstd", compression_level=1,
+                                metadata={"format": FORMAT, "polars": pl.__version__,
+                                          "digest": digest(table)})
+            with PinnedDir.open(self.top, follow=True) as folder:
+                folder.write_bytes(CACHE_FILE, buffer.getvalue())
+        except OSError as e:
+            logger.debug(f"could not write the records cache {self.path}: {e}")
+
+
+__all__ = ["CACHE_FILE", "Cache", "ROW_SCHEMA", "digest"]

@@ -1,0 +1,555 @@
+"""Reading the results.jsonl files of a sweep into one polars table.
+
+Two readers give the same table. The fast one reads files in threads, joins a batch of
+them and parses it with ``polars.read_ndjson`` and a schema of the keys the tables use
+(``step``, ``epoch``, every ``env*`` key); each file's ``args`` and ``hparams`` are parsed
+once, with ``json``, from its first line, and byte counts over the batch prove that every
+line holds those very objects once and each schema key at most once (see `_batch_fits`).
+Any file the fast reader cannot read exactly as ``json`` reads each line (a bad line, other
+types, a lone surrogate, a number polars could read otherwise, a FIFO, a line over
+``MAX_LINE_BYTES``) goes to the line reader: each line parsed by ``json`` and held to
+``domainbed.results.schema``; a bad line is skipped with one note naming file and line.
+
+The table (`Frame`): ``rows``, one row per record (``block``, ``step``, ``epoch``,
+``n_envs``, the ``env*`` values as floats), and ``blocks``, one row per stretch of records
+of one run sharing their args and hparams (their JSON text, and the args the tables group
+by as columns).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from domainbed.results.grouping import DATA_KEYS
+from domainbed.results.schema import record_problem
+from oodutils.untrusted import parse_json, read_head_stat, read_lines
+
+Record = dict[str, Any]
+RESULTS_FILE = "results.jsonl"
+DONE_FILE = "done"
+PREDICTIONS_DIR = "predictions"
+MAX_LINE_BYTES = 4 << 20     # a record is a few kB; a longer line is skipped, never held
+FAST_FILE_BYTES = 16 << 20   # a larger results.jsonl is read line by line
+BATCH_BYTES = 32 << 20
+THREADS = min(8, (os.cpu_count() or 1) + 2)
+MAX_DEPTH_EXTRA = 31         # see `_batch_fits`: brackets beyond args and hparams
+
+BLOCK_SCHEMA = {
+    "run_dir": pl.String, "args_text": pl.String, "hparams_text": pl.String,
+    "dataset": pl.String, "algorithm": pl.String, "test_envs": pl.List(pl.Int64),
+    "trial_seed": pl.Int64, "hparams_seed": pl.String, "env_names": pl.List(pl.String),
+    "data_key": pl.String, "arithmetic": pl.String, "hparams_key": pl.String,
+}
+ROW_SCHEMA = {"block": pl.Int64, "step": pl.Int64, "epoch": pl.Float64, "n_envs": pl.Int64}
+# a lone surrogate escape (or half of a pair: read line by line, replaced there)
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# a number's bytes mapped to their shape: digits, ".", "+" and "-" to "0", "e" and "E" to
+# "e", others to a space; a run of 25 "0" or an "e" and five more is a literal polars
+# might read otherwise than json (long mantissas, huge exponents): line by line
+_SHAPE = bytes(48 if (48 <= b <= 57 or b in b".+-") else 101 if b in b"eE" else 32
+               for b in range(256))
+_ODD_NUMBERS = (b"0" * 25, b"e00000")
+_BLANK_STARTS = (b"\n\n", b"\n ", b"\n\t", b"\n\r")
+
+
+@dataclass
+class Frame:
+    """The records of some runs as two polars tables (module docstring), and what the
+    reading skipped."""
+    rows: pl.DataFrame
+    blocks: pl.DataFrame
+
+
+def empty_frame() -> Frame:
+    return Frame(pl.DataFrame(schema=ROW_SCHEMA), pl.DataFrame(schema=BLOCK_SCHEMA))
+
+
+def clean_strings(value: Any) -> Any:
+    """`value` with every lone surrogate in its strings (and keys) replaced by U+FFFD: what
+    json reads from ``\\ud800`` cannot be written as UTF-8, nor held by polars."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [clean_strings(v) for v in value]
+    if isinstance(value, dict):
+        return {clean_strings(k): clean_strings(v) for k, v in value.items()}
+    return value
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def block_row(run_dir: str, args: dict[str, Any], hparams: Any, args_text: str,
+              hparams_text: str | None) -> dict[str, Any]:
+    """The blocks table's row of one run's args and hparams."""
+    names = args.get("env_names")
+    seed = args.get("hparams_seed")
+    return {
+        "run_dir": run_dir, "args_text": args_text, "hparams_text": hparams_text,
+        "dataset": args.get("dataset"), "algorithm": args.get("algorithm"),
+        "test_envs": list(args.get("test_envs") or []),
+        "trial_seed": _int_or_none(args.get("trial_seed")),
+        "hparams_seed": str(seed), "env_names": names if names else None,
+        "data_key": json.dumps([args.get(k) for k in DATA_KEYS]),
+        "arithmetic": str(args.get("arithmetic") or "single"),
+        "hparams_key": json.dumps(hparams, sort_keys=True, default=str),
+    }
+
+
+def count_envs(record: Record) -> int:
+    """DomainBed's num_envs: env_names' length, else env0_out_acc, env1_out_acc, ... ."""
+    names = record["args"].get("env_names")
+    if names:
+        return len(names)
+    i = 0
+    while f"env{i}_out_acc" in record:
+        i += 1
+    return i
+
+
+def frame_from_records(records: Iterable[Record]) -> Frame:
+    """The table of record dicts (each with its ``run_dir``), a block per stretch of
+    records of one run with the same args and hparams."""
+    blocks: list[dict[str, Any]] = []
+    rows: dict[str, list[Any]] = {name: [] for name in ROW_SCHEMA}
+    env_values: dict[str, list[Any]] = {}
+    last: tuple[Any, ...] = ()
+    for n, record in enumerate(records):
+        args, hparams = record["args"], record.get("hparams")
+        key = (record.get("run_dir"), id(args), id(hparams))
+        if key != last:
+            args_text = json.dumps(args)
+            hparams_text = None if hparams is None else json.dumps(hparams)
+            previous = blocks[-1] if blocks else None
+            if previous is None or (previous["run_dir"], previous["args_text"],
+                                    previous["hparams_text"]) != \
+                    (record.get("run_dir"), args_text, hparams_text):
+                blocks.append(block_row(str(record.get("run_dir")), args, hparams,
+                                        args_text, hparams_text))
+            last = key
+        rows["block"].append(len(blocks) - 1)
+        rows["step"].append(_int_or_none(record.get("step")))
+        epoch = record.get("epoch")
+        rows["epoch"].append(float(epoch) if isinstance(epoch, (int, float)) else None)
+        rows["n_envs"].append(count_envs(record))
+        for name, value in record.items():
+            if name.startswith("env") and isinstance(value, (int, float)) and \
+                    not isinstance(value, bool):
+                column = env_values.get(name)
+                if column is None:
+                    column = env_values[name] = [None] * n
+                column.append(float(value))
+        for column in env_values.values():
+            if len(column) <= n:
+                column.append(None)
+    frame = pl.DataFrame({**rows, **env_values},
+                         schema={**ROW_SCHEMA, **{k: pl.Float64 for k in env_values}})
+    return Frame(frame, pl.DataFrame(blocks, schema=BLOCK_SCHEMA))
+
+
+def parse_lines(path: str, lines: Iterable[bytes | None], notes: list[str]
+                ) -> tuple[list[Record], int]:
+    """(records, skipped) of one results.jsonl's lines (None: a line over the cap), each
+    parsed by json and held to the schema; a skipped line adds a note naming it."""
+    records: list[Record] = []
+    skipped = 0
+    previous: Record | None = None
+    for number, raw in enumerate(lines, start=1):
+        if raw is not None and not raw.strip():
+            continue
+        record = None if raw is None else parse_json(raw)
+        if raw is None:
+            problem: str | None = f"longer than {MAX_LINE_BYTES} bytes"
+        elif record is None:
+            problem = "not JSON (corrupt, truncated or nested too deeply)"
+        else:
+            problem = record_problem(record)
+        if problem is not None:
+            skipped += 1
+            notes.append(f"{path} line {number}: {problem}")
+            continue
+        if _SURROGATE.search(raw):  # type: ignore[arg-type]
+            record = clean_strings(record)
+        if previous is not None:     # the lines of a run share their args / hparams
+            for key in ("args", "hparams"):
+                if key in record and json.dumps(record[key]) == \
+                        json.dumps(previous.get(key)):
+                    record[key] = previous[key]
+        previous = record
+        records.append(record)
+    return records, skipped
+
+
+def kept_fields(record: Record, fields: Sequence[str] | None) -> Record:
+    if fields is None:
+        return record
+    return {k: v for k, v in record.items()
+            if k in fields or k.startswith("env") or k == "run_dir"}
+
+
+# -- the fast reader ---------------------------------------------------------------------
+
+@dataclass
+class _Head:
+    """What the first line of a file gives the fast reader."""
+    lines: int
+    record: Record
+    args_text: str
+    hparams_text: str
+    args_pattern: bytes      # b'"args": {...}' as the line spells it
+    hparams_pattern: bytes
+    keys: list[str]          # the schema keys of the first line
+
+
+_KEY_AT = '"{}"\\s*:\\s*'
+_DECODER = json.JSONDecoder()
+
+
+def _value_span(text: str, key: str, outside: tuple[int, int] = (0, 0)
+                ) -> tuple[int, int, int] | None:
+    """(token start, value start, value end) of the one ``"key":`` of `text` outside the
+    span `outside`, or None where there is not exactly one."""
+    found = [m for m in re.finditer(_KEY_AT.format(key), text)
+             if not outside[0] <= m.start() < outside[1]]
+    if len(found) != 1:
+        return None
+    try:
+        _, end = _DECODER.raw_decode(text, found[0].end())
+    except (ValueError, RecursionError):
+        return None
+    return found[0].start(), found[0].end(), end
+
+
+def _head(data: bytes) -> _Head | None:
+    """The first line's record and the spelling of its args and hparams, or None where
+    the file is not for the fast reader (see the module docstring)."""
+    if not data.startswith(b"{") or data.startswith(_BLANK_STARTS[0][1:]):
+        return None
+    end = data.find(b"\n")
+    try:
+        text = (data if end < 0 else data[:end]).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    record = parse_json(text)
+    if not isinstance(record, dict) or not isinstance(record.get("hparams"), dict) or \
+            record_problem(record) is not None:
+        return None
+    args = _value_span(text, "args")
+    hparams = _value_span(text, "hparams", args[1:] if args else (0, 0))
+    if args is None or hparams is None:
+        return None
+    lines = data.count(b"\n") + (not data.endswith(b"\n"))
+    keys = [k for k in record if k.startswith("env") or k in ("step", "epoch")]
+    return _Head(lines, record, text[args[1]:args[2]], text[hparams[1]:hparams[2]],
+                 text[args[0]:args[2]].encode(), text[hparams[0]:hparams[2]].encode(), keys)
+
+
+def _schema(heads: Sequence[_Head]) -> dict[str, Any]:
+    keys = dict.fromkeys(k for h in heads for k in h.keys)
+    schema: dict[str, Any] = {"args": pl.Struct({"dataset": pl.String}),
+                              "hparams": pl.Struct({"_": pl.String})}
+    for key in keys:
+        schema[key] = pl.Int64 if key == "step" else pl.Float64
+    return schema
+
+
+def _shared_counts(heads: Sequence[_Head], tokens: Sequence[bytes]) -> list[int]:
+    """For each token: how often the files' args and hparams hold it, times their lines."""
+    by_lines: dict[int, list[bytes]] = {}
+    for h in heads:
+        by_lines.setdefault(h.lines, []).append(
+            h.args_text.encode() + b"\0" + h.hparams_text.encode())
+    joined = {n: b"\0".join(parts) for n, parts in by_lines.items()}
+    return [sum(n * text.count(token) for n, text in joined.items()) for token in tokens]
+
+
+def _batch_fits(data: bytes, heads: Sequence[_Head], table: pl.DataFrame) -> bool:
+    """Whether the polars table of these files' joined bytes is what json reads line by
+    line. Each token count below is a sum over lines of a per-line count that is at least
+    what is asked, so an equal sum makes each line's equal: every line has one top-level
+    ``args`` and ``hparams`` spelled as its file's first line spells them (and no other
+    such token), each schema key once (json keeps the last of twins, polars the first;
+    an explicit null also fails here and goes line by line), no other ``"env`` token, and
+    at most MAX_DEPTH_EXTRA brackets beyond its args and hparams (so no line nests deeper
+    than the first lines, which the schema checked). Each file's args / hparams pattern
+    is then counted in its own bytes (`_file_fits`)."""
+    rows = table.height
+    if rows != sum(h.lines for h in heads):
+        return False
+    keys = [k for k in table.columns if k not in ("args", "hparams")]
+    tokens = [b'"args"', b'"hparams"', b'"env', b"{", b"["] + \
+        [b'"' + k.encode() + b'"' for k in keys]
+    shared = _shared_counts(heads, tokens)
+    found = [data.count(t) - s for t, s in zip(tokens, shared)]
+    nonnull = {k: rows - table[k].null_count() for k in table.columns}
+    if found[0] != rows or nonnull["args"] != rows or found[1] != rows or \
+            nonnull["hparams"] != rows or nonnull.get("step") != rows:
+        return False
+    if found[3] + found[4] - rows > MAX_DEPTH_EXTRA:
+        return False
+    if found[2] != sum(nonnull[k] for k in keys if k.startswith("env")):
+        return False
+    if any(f != nonnull[k] for f, k in zip(found[5:], keys)):
+        return False
+    return table["step"].min() >= 0  # type: ignore[operator]
+
+
+def _file_fits(data: bytes, head: _Head) -> bool:
+    """Every line of the file holds its first line's args and hparams (with the batch's
+    counts: as its top-level ones)."""
+    inside = head.args_pattern.count(head.hparams_pattern)
+    return data.count(head.args_pattern) == head.lines and \
+        data.count(head.hparams_pattern) - inside * head.lines == head.lines
+
+
+def _quick_refusal(data: bytes) -> bool:
+    """Whether bytes hold what the fast reader leaves to the line reader: a blank or
+    indented line, a surrogate escape, a number literal of an odd shape."""
+    if any(s in data for s in _BLANK_STARTS) or (b"\\u" in data and _SURROGATE.search(data)):
+        return True
+    shape = data.translate(_SHAPE)
+    return any(s in shape for s in _ODD_NUMBERS)
+
+
+def _parse(data: bytes, schema: dict[str, Any]) -> pl.DataFrame | None:
+    try:
+        return pl.read_ndjson(data, schema=schema)
+    except Exception:  # noqa: BLE001 - polars' errors: any is a "not here"
+        return None
+
+
+def _fast_rows(files: Sequence[tuple[int, bytes, _Head]]) -> tuple[pl.DataFrame, list[int]]:
+    """(rows of the files the fast reader reads, the indices of `files` it leaves)."""
+    if not files:
+        return pl.DataFrame(), []
+    pieces = [data if data.endswith(b"\n") else data + b"\n" for _, data, _ in files]
+    joined = b"".join(pieces)
+    heads = [h for _, _, h in files]
+    table = None if _quick_refusal(joined) else _parse(joined, _schema(heads))
+    if table is not None and _batch_fits(joined, heads, table) and \
+            all(_file_fits(data, h) for _, data, h in files):
+        return _with_blocks(table, files), []
+    if len(files) == 1:
+        return pl.DataFrame(), [0]
+    half = len(files) // 2      # some file does not fit: halve the batch until found
+    first, left_a = _fast_rows(files[:half])
+    second, left_b = _fast_rows(files[half:])
+    return pl.concat([t for t in (first, second) if t.width], how="diagonal_relaxed") \
+        if first.width or second.width else pl.DataFrame(), \
+        left_a + [half + i for i in left_b]
+
+
+def _with_blocks(table: pl.DataFrame, files: Sequence[tuple[int, bytes, _Head]]
+                 ) -> pl.DataFrame:
+    """The table with each row's file index (in the batch) as its ``block``."""
+    blocks = pl.Series("block", [b for b, _, _ in files], dtype=pl.Int64)
+    lines = pl.Series([h.lines for _, _, h in files], dtype=pl.Int64)
+    return table.drop("args", "hparams").with_columns(block=blocks.repeat_by(lines)
+                                                      .explode())
+
+
+# -- reading the files ------------------------------------------------------------------
+
+def read_file(path: str) -> tuple[bytes | None, os.stat_result | None, str | None]:
+    """(the first bytes of a results.jsonl (more than FAST_FILE_BYTES: a large one), its
+    stat before the read, None) or (None, None, why it cannot be read)."""
+    try:
+        data, st = read_head_stat(path, FAST_FILE_BYTES)
+    except OSError as e:
+        return None, None, e.strerror or str(e)
+    return data, st, None
+
+
+@dataclass
+class FileRead:
+    """What reading one run's results.jsonl gave: its stat key (size, mtime_ns, inode)
+    taken before the read (None: not to be cached), why it is unreadable, notes on the
+    lines skipped."""
+    run_dir: str
+    key: tuple[int, int, int] | None
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+class Assembler:
+    """Blocks and rows gathered run by run: each block gets the next number (``block``)
+    and the walk position of its run (``run``); `frame` gives the table sorted by run."""
+
+    def __init__(self) -> None:
+        self.rows: list[pl.DataFrame] = []
+        self.blocks: list[pl.DataFrame] = []
+        self.count = 0
+
+    def add(self, frame: Frame, runs: Sequence[int]) -> None:
+        """Add a frame (blocks numbered from 0) whose blocks belong to these runs."""
+        n = frame.blocks.height
+        if not n:
+            return
+        self.blocks.append(frame.blocks.with_columns(
+            run=pl.Series(runs, dtype=pl.Int64), uid=pl.int_range(n, dtype=pl.Int64)
+            + self.count))
+        self.rows.append(frame.rows.with_columns(pl.col("block") + self.count))
+        self.count += n
+
+    def frame(self) -> Frame:
+        if not self.blocks:
+            return empty_frame()
+        blocks = pl.concat(self.blocks, how="diagonal_relaxed").sort(
+            "run", "uid", maintain_order=True)
+        order = blocks.select(block=pl.col("uid"), new=pl.int_range(pl.len(), dtype=pl.Int64))
+        rows = pl.concat(self.rows, how="diagonal_relaxed")
+        if not blocks["uid"].is_sorted():
+            rows = rows.join(order, on="block", how="left", maintain_order="left") \
+                .with_columns(block=pl.col("new")).drop("new") \
+                .sort("block", maintain_order=True)
+        return Frame(rows, blocks.drop("uid"))
+
+
+def read_runs(run_dirs: Sequence[str], positions: Sequence[int], into: Assembler,
+              fields: Sequence[str] | None, full: list[Record] | None = None
+              ) -> list[FileRead]:
+    """Read these runs (at these walk positions) into `into`: the fast reader where it
+    can, the line reader elsewhere. `full`: every key kept, the line reader reads every
+    file and appends its record dicts there too."""
+    paths = [os.path.join(d, RESULTS_FILE) for d in run_dirs]
+    reads: list[FileRead] = []
+    step = 1024
+    with ThreadPoolExecutor(THREADS) as pool:
+        pending = None
+        for start in range(0, len(paths) + step, step):
+            batch = paths[start:start + step]
+            future = pool.map(read_file, batch) if batch else None
+            if pending is not None:
+                reads += _read_batch(pending[0], pending[1], list(pending[2]), into,
+                                     fields, full)
+            pending = (run_dirs[start:start + step], positions[start:start + step],
+                       future) if future is not None else None
+    return reads
+
+
+def _read_batch(run_dirs: Sequence[str], positions: Sequence[int],
+                reads: list[tuple[Any, Any, Any]], into: Assembler,
+                fields: Sequence[str] | None, full: list[Record] | None) -> list[FileRead]:
+    results: list[FileRead] = []
+    line_frames: dict[int, Frame] = {}
+    fast: list[tuple[int, bytes, _Head]] = []
+    for i, (run_dir, (data, st, error)) in enumerate(zip(run_dirs, reads)):
+        key = None if st is None else (st.st_size, st.st_mtime_ns, st.st_ino)
+        results.append(FileRead(run_dir, key, error))
+        if error is not None:
+            continue
+        head = _head(data) if full is None and len(data) <= FAST_FILE_BYTES else None
+        if head is None:
+            line_frames[i] = _line_read(results[i], data, fields, full)
+        else:
+            fast.append((i, data, head))
+    table, left = _fast_rows(fast)
+    for j in left:
+        i, data, _ = fast[j]
+        line_frames[i] = _line_read(results[i], data, fields, full)
+    refused = {fast[j][0] for j in left}
+    read_fast = [(i, h) for i, _, h in fast if i not in refused]
+    if read_fast:
+        blocks = pl.DataFrame([block_row(run_dirs[i], h.record["args"], h.record["hparams"],
+                                         h.args_text, h.hparams_text) for i, h in read_fast],
+                              schema=BLOCK_SCHEMA)
+        number = {i: n for n, (i, _) in enumerate(read_fast)}
+        rows = table.filter(pl.col("block").is_in(list(number))) if refused else table
+        rows = _add_env_counts(rows.with_columns(block=pl.col("block").replace_strict(
+            number, return_dtype=pl.Int64)), blocks)
+        into.add(Frame(rows, blocks), [positions[i] for i, _ in read_fast])
+    for i, frame in line_frames.items():
+        into.add(frame, [positions[i]] * frame.blocks.height)
+    return results
+
+
+def _split_lines(data: bytes) -> list[bytes]:
+    """The lines of `data`, each with its newline (as readline gives them)."""
+    lines = [line + b"\n" for line in data.split(b"\n")]
+    lines[-1] = lines[-1][:-1]
+    return lines if lines[-1] else lines[:-1]
+
+
+def _add_env_counts(rows: pl.DataFrame, blocks: pl.DataFrame) -> pl.DataFrame:
+    """The rows with ``n_envs`` (count_envs of each record: the fast reader's rows hold no
+    null, so a value is a key) and an ``epoch`` column."""
+    names = blocks["env_names"].list.len().fill_null(0).gather(rows["block"])
+    count: Any = pl.lit(0, pl.Int64)
+    alive: Any = pl.lit(True)
+    i = 0
+    while f"env{i}_out_acc" in rows.columns:
+        alive = alive & pl.col(f"env{i}_out_acc").is_not_null()
+        count = count + alive.cast(pl.Int64)
+        i += 1
+    if "epoch" not in rows.columns:
+        rows = rows.with_columns(epoch=pl.lit(None, pl.Float64))
+    return rows.with_columns(n_envs=pl.when(names > 0).then(names.cast(pl.Int64))
+                             .otherwise(count))
+
+
+def _line_read(result: FileRead, data: bytes | None, fields: Sequence[str] | None,
+               full: list[Record] | None) -> Frame:
+    """One file by the line reader (`data`: its first bytes, read again line by line
+    where it is larger than FAST_FILE_BYTES); a file with a skipped line is not cached."""
+    path = os.path.join(result.run_dir, RESULTS_FILE)
+    try:
+        lines: Iterable[bytes | None] = (
+            _split_lines(data) if data is not None and len(data) <= FAST_FILE_BYTES
+            else list(read_lines(path, MAX_LINE_BYTES)))
+        lines = [line if line is None or len(line) <= MAX_LINE_BYTES else None
+                 for line in lines]
+        records, _ = parse_lines(path, lines, result.notes)
+    except OSError as e:
+        result.error, result.key = e.strerror or str(e), None
+        return empty_frame()
+    for record in records:
+        record["run_dir"] = result.run_dir
+    if full is not None:
+        full.extend(records)
+    if result.notes:
+        result.key = None
+    return frame_from_records(kept_fields(r, fields) for r in records)
+
+
+# -- finding the runs -------------------------------------------------------------------
+
+def walk(top: str) -> list[tuple[str, bool]]:
+    """(run directory, has ``done``) of every directory holding a ``results.jsonl`` entry
+    under `top` (itself included), in os.walk's order with sorted children; neither
+    ``predictions`` folders nor symlinked directories are entered."""
+    found: list[tuple[str, bool]] = []
+    stack = [top]
+    while stack:
+        path = stack.pop()
+        children, has_results, has_done = [], False, False
+        try:
+            with os.scandir(path) as entries:
+                for entry in entries:
+                    name = entry.name
+                    if name == DONE_FILE:
+                        has_done = not entry.is_symlink() or os.path.exists(entry.path)
+                    try:
+                        is_dir = entry.is_dir()
+                    except OSError:
+                        is_dir = False
+                    if is_dir:
+                        if name != PREDICTIONS_DIR and not entry.is_symlink():
+                            children.append(name)
+                    elif name == RESULTS_FILE:
+                        has_results = True
+        except OSError:
+            continue
+        if has_results:
+            found.append((path, has_done))
+        base = path if path.endswith(os.sep) else path + os.sep
+        stack.extend(base + name for name in sorted(children, reverse=True))
+    return found
