@@ -44,7 +44,8 @@ MAX_DEPTH_EXTRA = 31         # see `_batch_fits`: brackets beyond args and hpara
 BLOCK_SCHEMA = {
     "run_dir": pl.String, "args_text": pl.String, "hparams_text": pl.String,
     "dataset": pl.String, "algorithm": pl.String, "test_envs": pl.List(pl.Int64),
-    "trial_seed": pl.Int64, "hparams_seed": pl.String, "env_names": pl.List(pl.String),
+    "trial_seed": pl.Int64, "hparams_seed": pl.Int64, "hparams_seed_text": pl.String,
+    "env_names": pl.List(pl.String),
     "data_key": pl.String, "arithmetic": pl.String, "hparams_key": pl.String,
 }
 ROW_SCHEMA = {"block": pl.Int64, "step": pl.Int64, "epoch": pl.Float64, "n_envs": pl.Int64}
@@ -88,7 +89,7 @@ def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def block_row(run_dir: str, args: dict[str, Any], hparams: Any, args_text: str,
+def block_row(run_dir: str | None, args: dict[str, Any], hparams: Any, args_text: str,
               hparams_text: str | None) -> dict[str, Any]:
     """The blocks table's row of one run's args and hparams."""
     names = args.get("env_names")
@@ -98,7 +99,8 @@ def block_row(run_dir: str, args: dict[str, Any], hparams: Any, args_text: str,
         "dataset": args.get("dataset"), "algorithm": args.get("algorithm"),
         "test_envs": list(args.get("test_envs") or []),
         "trial_seed": _int_or_none(args.get("trial_seed")),
-        "hparams_seed": str(seed), "env_names": names if names else None,
+        "hparams_seed": _int_or_none(seed), "hparams_seed_text": str(seed),
+        "env_names": names if names else None,
         "data_key": json.dumps([args.get(k) for k in DATA_KEYS]),
         "arithmetic": str(args.get("arithmetic") or "single"),
         "hparams_key": json.dumps(hparams, sort_keys=True, default=str),
@@ -133,7 +135,7 @@ def frame_from_records(records: Iterable[Record]) -> Frame:
             if previous is None or (previous["run_dir"], previous["args_text"],
                                     previous["hparams_text"]) != \
                     (record.get("run_dir"), args_text, hparams_text):
-                blocks.append(block_row(str(record.get("run_dir")), args, hparams,
+                blocks.append(block_row(record.get("run_dir"), args, hparams,
                                         args_text, hparams_text))
             last = key
         rows["block"].append(len(blocks) - 1)

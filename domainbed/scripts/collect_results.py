@@ -23,7 +23,6 @@ import sys
 from domainbed.results import model_selection
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
 from oodutils.errors import UserError, epilog_example, run_cli
-from oodutils.heap import tune_for_tables
 from oodutils.log import get_logger
 from oodutils.tables import FORMATS
 
@@ -65,6 +64,10 @@ def parse_args(argv=None):
                     "accuracy (selection unchanged): nll, ece, brier, balanced_acc, "
                     "macro_f1, worst_class_acc, auroc, acc_class<k>; read from the "
                     "records (--metrics) or metrics.jsonl (domainbed-metrics)")
+    add_option(parser, "--arithmetic", default=None, metavar="NAME",
+               help="only runs computed by this arithmetic (args.arithmetic: single, "
+                    "fused-exact, fused-batched, probe-stack, data-parallel-<n>; records "
+                    "without it count as single)")
     add_option(parser, "--stats", action="store_true",
                help="also print how sure the tables are: rank stability, paired "
                     "comparison with ERM, selection regret, expected best accuracy")
@@ -88,6 +91,20 @@ def check_metric_name(name):
                         f"{', '.join(m for m in METRICS if m != 'class_acc')} or acc_class<k>")
 
 
+def only_arithmetic(loaded, name, where):
+    """The records of runs computed by arithmetic `name` (a UserError naming the ones
+    there are when none is)."""
+    from domainbed.results.records import Records
+    from domainbed.results.report import subset
+    found = loaded.frame.blocks["arithmetic"]
+    if not (found == name).any():
+        raise UserError(f"--arithmetic {name!r}: no run under {where} was computed by it "
+                        f"(found: {', '.join(sorted(set(found.to_list()))) or 'none'})")
+    kept = Records(None, loaded.skipped_lines, loaded.skipped_runs, loaded.run_dirs,
+                   loaded.input_dirs, loaded.notes, frame=subset(loaded.frame, found == name))
+    return kept
+
+
 def main(argv=None):
     args = parse_args(argv)
     from domainbed.results import tables as reporting
@@ -100,10 +117,11 @@ def main(argv=None):
     if args.selection_methods:
         methods = [model_selection.get_selection_method(n) for n in args.selection_methods]
 
-    tune_for_tables()   # (the tables are built, then reported, in freed memory)
     loaded = load_records(args.input_dir, require_done=not args.include_unfinished,
-                          quiet=True, fields=TABLE_FIELDS, index_in_background=True)
+                          quiet=True, fields=TABLE_FIELDS)
     where = ", ".join(args.input_dir)
+    if args.arithmetic is not None:
+        loaded = only_arithmetic(loaded, args.arithmetic, where)
     if not len(loaded):
         skipped = loaded.skip_summary()
         detail = f" (skipped {skipped})" if skipped else ""
