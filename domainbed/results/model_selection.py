@@ -116,7 +116,7 @@ def long_rows(records: RecordsLike, labels: Labels | None = None) -> pl.DataFram
         labels = frame_labels(frame)
     blocks = frame.blocks.select(
         "run_dir", "algorithm", "trial_seed", "test_envs", "env_names", "hparams_seed",
-        "arithmetic", _label_of_blocks(frame, labels).alias("dataset"),
+        "arithmetic", "hparams_seed_text", "hparams_key", _label_of_blocks(frame, labels).alias("dataset"),
         _hparams_ranks(frame.blocks)).with_columns(
         block=pl.int_range(pl.len(), dtype=pl.Int64))
     rows = frame.rows.with_columns(row=pl.int_range(pl.len(), dtype=pl.Int64)) \
@@ -288,7 +288,8 @@ class LeaveOneOutSelectionMethod(SelectionMethod):
             (pl.col("found") == needed) & pl.col("test_acc").is_not_null()) \
             .with_columns(val_acc=pl.col("total") / (pl.col("n_envs") - 1))
         single = rows.select(pl.col("row").alias("single_row"), "run_dir", "hparams_seed",
-                             "arithmetic").unique("single_row")
+                             "arithmetic", "hparams_seed_text", "hparams_key") \
+            .unique("single_row")
         table = table.join(single, on="single_row", how="left")
         return _first_best(table, CANDIDATE, "first").with_columns(row=pl.col("single_row"))
 
@@ -396,14 +397,15 @@ def candidates(records: RecordsLike, method: type[SelectionMethod],
                labels: Labels | None = None, rows: pl.DataFrame | None = None
                ) -> pl.DataFrame:
     """Every candidate `method` can choose, per group: GROUP columns, ``hparams_rank``,
-    val_acc, test_acc, step, run_dir, hparams_seed (and the method's extra columns);
+    val_acc, test_acc, step, run_dir, hparams_seed, arithmetic, the setting's
+    `hparams_key` (as its two columns) and the method's extra columns;
     groups in the order of their first record, candidates best first (the first in
     hyperparameter order among equals)."""
     rows = long_rows(records, labels) if rows is None else rows
     chosen = method.candidate_choices(rows)
     order = rows.group_by(GROUP).agg(group_first=pl.col("long").min())
     columns = [*CANDIDATE, "val_acc", "test_acc", "step", "run_dir", "hparams_seed",
-               "arithmetic", *method.extra]
+               "arithmetic", "hparams_seed_text", "hparams_key", *method.extra]
     return chosen.select(columns).join(order, on=GROUP, how="left") \
         .sort("group_first", "val_acc", "hparams_rank", descending=[False, True, False],
               maintain_order=True).drop("group_first")
