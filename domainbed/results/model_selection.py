@@ -87,9 +87,9 @@ def frame_of(records: RecordsLike) -> Frame:
 def frame_labels(frame: Frame) -> Labels:
     """dataset_labels of a frame's blocks."""
     pairs = frame.blocks.select("dataset", "data_key").unique(maintain_order=True)
-    return dataset_labels({"args": {"dataset": dataset, **dict(zip(DATA_KEYS,
-                                                                   json.loads(key)))}}
-                          for dataset, key in pairs.iter_rows())
+    stand_ins = [{"args": {"dataset": dataset, **dict(zip(DATA_KEYS, json.loads(key)))}}
+                 for dataset, key in pairs.iter_rows()]   # (a list: dataset_labels keys by id)
+    return dataset_labels(stand_ins)
 
 
 def _label_of_blocks(frame: Frame, labels: Labels) -> pl.Series:
