@@ -250,6 +250,8 @@ def _head(data: bytes) -> _Head | None:
     if args is None or hparams is None:
         return None
     lines = data.count(b"\n") + (not data.endswith(b"\n"))
+    if len(data) > MAX_LINE_BYTES and max(map(len, data.split(b"\n"))) >= MAX_LINE_BYTES:
+        return None
     keys = [k for k in record if k.startswith("env") or k in ("step", "epoch")]
     return _Head(lines, record, text[args[1]:args[2]], text[hparams[1]:hparams[2]],
                  text[args[0]:args[2]].encode(), text[hparams[0]:hparams[2]].encode(), keys)
@@ -264,13 +266,17 @@ def _schema(heads: Sequence[_Head]) -> dict[str, Any]:
     return schema
 
 
-def _shared_counts(heads: Sequence[_Head], tokens: Sequence[bytes]) -> list[int]:
-    """For each token: how often the files' args and hparams hold it, times their lines."""
+def _shared_counts(heads: Sequence[_Head], tokens: Sequence[bytes], shaped: bool = False
+                   ) -> list[int]:
+    """For each token: how often the files' args and hparams hold it (as `_SHAPE` maps
+    them where `shaped`), times their lines."""
     by_lines: dict[int, list[bytes]] = {}
     for h in heads:
         by_lines.setdefault(h.lines, []).append(
             h.args_text.encode() + b"\0" + h.hparams_text.encode())
     joined = {n: b"\0".join(parts) for n, parts in by_lines.items()}
+    if shaped:
+        joined = {n: text.translate(_SHAPE) for n, text in joined.items()}
     return [sum(n * text.count(token) for n, text in joined.items()) for token in tokens]
 
 
@@ -298,6 +304,9 @@ def _batch_fits(data: bytes, heads: Sequence[_Head], table: pl.DataFrame) -> boo
         return False
     if found[3] + found[4] - rows > MAX_DEPTH_EXTRA:
         return False
+    shape = data.translate(_SHAPE)     # odd numbers only inside args / hparams (json's)
+    if [shape.count(s) for s in _ODD_NUMBERS] != _shared_counts(heads, _ODD_NUMBERS, True):
+        return False
     if found[2] != sum(nonnull[k] for k in keys if k.startswith("env")):
         return False
     if any(f != nonnull[k] for f, k in zip(found[5:], keys)):
@@ -315,11 +324,9 @@ def _file_fits(data: bytes, head: _Head) -> bool:
 
 def _quick_refusal(data: bytes) -> bool:
     """Whether bytes hold what the fast reader leaves to the line reader: a blank or
-    indented line, a surrogate escape, a number literal of an odd shape."""
-    if any(s in data for s in _BLANK_STARTS) or (b"\\u" in data and _SURROGATE.search(data)):
-        return True
-    shape = data.translate(_SHAPE)
-    return any(s in shape for s in _ODD_NUMBERS)
+    indented line, a surrogate escape."""
+    return any(s in data for s in _BLANK_STARTS) or \
+        (b"\\u" in data and _SURROGATE.search(data) is not None)
 
 
 def _parse(data: bytes, schema: dict[str, Any]) -> pl.DataFrame | None:
