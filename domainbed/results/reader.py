@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -58,7 +59,6 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _SHAPE = bytes(48 if (48 <= b <= 57 or b in b".+-") else 101 if b in b"eE" else 32
                for b in range(256))
 _ODD_NUMBERS = (b"0" * 25, b"e00000")
-_BLANK_STARTS = (b"\n\n", b"\n ", b"\n\t", b"\n\r")
 
 
 @dataclass
@@ -209,60 +209,81 @@ class _Head:
     hparams_text: str
     args_pattern: bytes      # b'"args": {...}' as the line spells it
     hparams_pattern: bytes
-    keys: list[str]          # the schema keys of the first line
+    keys: list[str]          # the first line's keys but args and hparams
 
 
-_KEY_AT = '"{}"\\s*:\\s*'
+_COLON = re.compile(r"\s*:\s*")
 _DECODER = json.JSONDecoder()
 
 
 def _value_span(text: str, key: str, outside: tuple[int, int] = (0, 0)
-                ) -> tuple[int, int, int] | None:
-    """(token start, value start, value end) of the one ``"key":`` of `text` outside the
-    span `outside`, or None where there is not exactly one."""
-    found = [m for m in re.finditer(_KEY_AT.format(key), text)
-             if not outside[0] <= m.start() < outside[1]]
-    if len(found) != 1:
+                ) -> tuple[int, int, int, Any] | None:
+    """(token start, value start, value end, value) of the one ``"key":`` of `text`
+    outside the span `outside`, or None where there is not exactly one."""
+    token = f'"{key}"'
+    inside = text.count(token, outside[0], outside[1])
+    if text.count(token) - inside != 1:
+        return None
+    at = text.find(token)
+    if outside[0] <= at < outside[1]:
+        at = text.find(token, outside[1])
+    colon = _COLON.match(text, at + len(token))
+    if colon is None:
         return None
     try:
-        _, end = _DECODER.raw_decode(text, found[0].end())
+        value, end = _DECODER.raw_decode(text, colon.end())
     except (ValueError, RecursionError):
         return None
-    return found[0].start(), found[0].end(), end
+    return at, colon.end(), end, value
 
 
 def _head(data: bytes) -> _Head | None:
-    """The first line's record and the spelling of its args and hparams, or None where
-    the file is not for the fast reader (see the module docstring)."""
-    if not data.startswith(b"{") or data.startswith(_BLANK_STARTS[0][1:]):
+    """The first line's record and the spelling of its args and hparams (each parsed
+    once: the rest of the line with stand-ins), or None where the file is not for the
+    fast reader (see the module docstring)."""
+    if not data.startswith(b"{"):
         return None
     end = data.find(b"\n")
     try:
         text = (data if end < 0 else data[:end]).decode("utf-8")
     except UnicodeDecodeError:
         return None
-    record = parse_json(text)
-    if not isinstance(record, dict) or not isinstance(record.get("hparams"), dict) or \
-            record_problem(record) is not None:
-        return None
     args = _value_span(text, "args")
-    hparams = _value_span(text, "hparams", args[1:] if args else (0, 0))
-    if args is None or hparams is None:
+    hparams = _value_span(text, "hparams", args[1:3]) if args else None
+    if args is None or hparams is None or type(args[3]) is not dict or \
+            type(hparams[3]) is not dict:
+        return None
+    (a0, a1), (h0, h1) = sorted([args[1:3], hparams[1:3]])
+    record = parse_json(text[:a0] + "0" + text[a1:h0] + "0" + text[h1:])
+    if not isinstance(record, dict):
+        return None
+    record["args"], record["hparams"] = args[3], hparams[3]
+    if record_problem(record) is not None:
         return None
     lines = data.count(b"\n") + (not data.endswith(b"\n"))
     if len(data) > MAX_LINE_BYTES and max(map(len, data.split(b"\n"))) >= MAX_LINE_BYTES:
         return None
-    keys = [k for k in record if k.startswith("env") or k in ("step", "epoch")]
+    keys = [k for k in record if k not in ("args", "hparams")]
+    if any(type(record[k]) not in _POLARS_TYPES for k in keys):
+        return None
     return _Head(lines, record, text[args[1]:args[2]], text[hparams[1]:hparams[2]],
                  text[args[0]:args[2]].encode(), text[hparams[0]:hparams[2]].encode(), keys)
 
 
+_POLARS_TYPES = {int: pl.Float64, float: pl.Float64, str: pl.String, bool: pl.Boolean}
+
+
 def _schema(heads: Sequence[_Head]) -> dict[str, Any]:
-    keys = dict.fromkeys(k for h in heads for k in h.keys)
+    """Every key of the files' first lines: step an int, the env* and epoch values
+    floats, the others typed by their first value (they are not kept)."""
     schema: dict[str, Any] = {"args": pl.Struct({"dataset": pl.String}),
                               "hparams": pl.Struct({"_": pl.String})}
-    for key in keys:
-        schema[key] = pl.Int64 if key == "step" else pl.Float64
+    for h in heads:
+        for key in h.keys:
+            if key not in schema:
+                schema[key] = pl.Int64 if key == "step" else pl.Float64 \
+                    if key.startswith("env") or key == "epoch" else \
+                    _POLARS_TYPES[type(h.record[key])]
     return schema
 
 
@@ -282,34 +303,28 @@ def _shared_counts(heads: Sequence[_Head], tokens: Sequence[bytes], shaped: bool
 
 def _batch_fits(data: bytes, heads: Sequence[_Head], table: pl.DataFrame) -> bool:
     """Whether the polars table of these files' joined bytes is what json reads line by
-    line. Each token count below is a sum over lines of a per-line count that is at least
-    what is asked, so an equal sum makes each line's equal: every line has one top-level
-    ``args`` and ``hparams`` spelled as its file's first line spells them (and no other
-    such token), each schema key once (json keeps the last of twins, polars the first;
-    an explicit null also fails here and goes line by line), no other ``"env`` token, and
-    at most MAX_DEPTH_EXTRA brackets beyond its args and hparams (so no line nests deeper
-    than the first lines, which the schema checked). Each file's args / hparams pattern
-    is then counted in its own bytes (`_file_fits`)."""
+    line. Each count below is a sum over lines of a per-line count that is at least what
+    is asked, so an equal sum makes each line's equal: every line has one top-level
+    ``args`` and ``hparams`` spelled as its file's first line spells them (no other such
+    token), and beyond them only keys of the schema, each once, none null (json keeps the
+    last of twins, polars the first; a null goes line by line), at most MAX_DEPTH_EXTRA
+    brackets beyond its args and hparams (so no line nests deeper than the first lines,
+    which the schema checked), and number literals of an odd shape only inside args and
+    hparams (parsed by json). Each file's args and hparams are then counted in its own
+    bytes (`_file_fits`)."""
     rows = table.height
     if rows != sum(h.lines for h in heads):
         return False
-    keys = [k for k in table.columns if k not in ("args", "hparams")]
-    tokens = [b'"args"', b'"hparams"', b'"env', b"{", b"["] + \
-        [b'"' + k.encode() + b'"' for k in keys]
+    tokens = [b'"args"', b'"hparams"', b'":', b"{", b"["]
     shared = _shared_counts(heads, tokens)
     found = [data.count(t) - s for t, s in zip(tokens, shared)]
-    nonnull = {k: rows - table[k].null_count() for k in table.columns}
-    if found[0] != rows or nonnull["args"] != rows or found[1] != rows or \
-            nonnull["hparams"] != rows or nonnull.get("step") != rows:
+    nonnull = sum(rows - table[k].null_count() for k in table.columns)
+    if found[:2] != [rows, rows] or found[2] != nonnull or \
+            table["args"].null_count() or table["hparams"].null_count() or \
+            table["step"].null_count() or found[3] + found[4] - rows > MAX_DEPTH_EXTRA:
         return False
-    if found[3] + found[4] - rows > MAX_DEPTH_EXTRA:
-        return False
-    shape = data.translate(_SHAPE)     # odd numbers only inside args / hparams (json's)
+    shape = data.translate(_SHAPE)
     if [shape.count(s) for s in _ODD_NUMBERS] != _shared_counts(heads, _ODD_NUMBERS, True):
-        return False
-    if found[2] != sum(nonnull[k] for k in keys if k.startswith("env")):
-        return False
-    if any(f != nonnull[k] for f, k in zip(found[5:], keys)):
         return False
     return table["step"].min() >= 0  # type: ignore[operator]
 
@@ -323,10 +338,9 @@ def _file_fits(data: bytes, head: _Head) -> bool:
 
 
 def _quick_refusal(data: bytes) -> bool:
-    """Whether bytes hold what the fast reader leaves to the line reader: a blank or
-    indented line, a surrogate escape."""
-    return any(s in data for s in _BLANK_STARTS) or \
-        (b"\\u" in data and _SURROGATE.search(data) is not None)
+    """Whether bytes hold a surrogate escape (polars reads a lone one otherwise than json;
+    the line reader replaces it). A blank line shows in the row count."""
+    return b"\\u" in data and _SURROGATE.search(data) is not None
 
 
 def _parse(data: bytes, schema: dict[str, Any]) -> pl.DataFrame | None:
@@ -362,8 +376,8 @@ def _with_blocks(table: pl.DataFrame, files: Sequence[tuple[int, bytes, _Head]]
     """The table with each row's file index (in the batch) as its ``block``."""
     blocks = pl.Series("block", [b for b, _, _ in files], dtype=pl.Int64)
     lines = pl.Series([h.lines for _, _, h in files], dtype=pl.Int64)
-    return table.drop("args", "hparams").with_columns(block=blocks.repeat_by(lines)
-                                                      .explode())
+    kept = [c for c in table.columns if c in ("step", "epoch") or c.startswith("env")]
+    return table.select(kept).with_columns(block=blocks.repeat_by(lines).explode())
 
 
 # -- reading the files ------------------------------------------------------------------
@@ -531,32 +545,93 @@ def _line_read(result: FileRead, data: bytes | None, fields: Sequence[str] | Non
 
 # -- finding the runs -------------------------------------------------------------------
 
+# File systems whose directories have one link per subdirectory (2 + subdirectories), as
+# GNU find's leaf optimisation trusts; elsewhere (btrfs, overlayfs, NFS ...) every
+# directory is listed
+_SUBDIRECTORY_LINKS = frozenset(("ext2", "ext3", "ext4", "xfs", "tmpfs"))
+_LINK_COUNTING: dict[int, bool] = {}
+
+
+def _file_system(device: int) -> str | None:
+    """The type of the file system mounted from `device` (/proc/self/mountinfo)."""
+    try:
+        wanted = f"{os.major(device)}:{os.minor(device)}"
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 7 and fields[2] == wanted and "-" in fields[6:]:
+                    at = fields.index("-", 6) + 1
+                    return fields[at] if at < len(fields) else None
+    except (OSError, AttributeError):
+        return None
+    return None
+
+
+def _is_leaf(st: os.stat_result) -> bool:
+    """Whether the directory of this stat holds no subdirectory, by its link count."""
+    if st.st_nlink != 2:
+        return False
+    if st.st_dev not in _LINK_COUNTING:
+        _LINK_COUNTING[st.st_dev] = _file_system(st.st_dev) in _SUBDIRECTORY_LINKS
+    return _LINK_COUNTING[st.st_dev]
+
+
+def _leaf_entries(path: str) -> tuple[bool, bool] | None:
+    """(holds a results.jsonl that is not a directory, holds a ``done`` that exists) of a
+    directory without subdirectories, from two stats (following links, as a listing's
+    is_dir does); None where a stat fails otherwise than for a missing name."""
+    found = []
+    for name in (RESULTS_FILE, DONE_FILE):
+        try:
+            st = os.stat(os.path.join(path, name))
+            found.append(name == DONE_FILE or not stat.S_ISDIR(st.st_mode))
+        except FileNotFoundError:
+            found.append(name == RESULTS_FILE and os.path.lexists(os.path.join(path, name)))
+        except OSError:
+            return None
+    return found[0], found[1]
+
+
+def _listing(path: str) -> tuple[list[str], bool, bool]:
+    """(subdirectories to enter, holds a results.jsonl entry, holds a ``done``)."""
+    children, has_results, has_done = [], False, False
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                name = entry.name
+                if name == DONE_FILE:
+                    has_done = not entry.is_symlink() or os.path.exists(entry.path)
+                try:
+                    is_dir = entry.is_dir()
+                except OSError:
+                    is_dir = False
+                if is_dir:
+                    if name != PREDICTIONS_DIR and not entry.is_symlink():
+                        children.append(name)
+                elif name == RESULTS_FILE:
+                    has_results = True
+    except OSError:
+        pass
+    return children, has_results, has_done
+
+
 def walk(top: str) -> list[tuple[str, bool]]:
     """(run directory, has ``done``) of every directory holding a ``results.jsonl`` entry
     under `top` (itself included), in os.walk's order with sorted children; neither
-    ``predictions`` folders nor symlinked directories are entered."""
+    ``predictions`` folders nor symlinked directories are entered. A directory whose
+    link count shows it holds no subdirectory is not listed: two stats tell what its
+    listing would."""
     found: list[tuple[str, bool]] = []
     stack = [top]
     while stack:
         path = stack.pop()
-        children, has_results, has_done = [], False, False
         try:
-            with os.scandir(path) as entries:
-                for entry in entries:
-                    name = entry.name
-                    if name == DONE_FILE:
-                        has_done = not entry.is_symlink() or os.path.exists(entry.path)
-                    try:
-                        is_dir = entry.is_dir()
-                    except OSError:
-                        is_dir = False
-                    if is_dir:
-                        if name != PREDICTIONS_DIR and not entry.is_symlink():
-                            children.append(name)
-                    elif name == RESULTS_FILE:
-                        has_results = True
+            st = os.lstat(path) if path is not top else os.stat(path)
         except OSError:
             continue
+        leaf = _leaf_entries(path) if _is_leaf(st) else None
+        children, has_results, has_done = ([], *leaf) if leaf is not None else \
+            _listing(path)
         if has_results:
             found.append((path, has_done))
         base = path if path.endswith(os.sep) else path + os.sep
