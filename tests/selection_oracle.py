@@ -43,7 +43,6 @@ from domainbed.results.grouping import (
     test_envs_of,
 )
 
-
 _WGA_KEY = re.compile(r"^env\d+_(in|out)_wga$")
 Record = dict[str, Any]          # one results.jsonl line, with its run_dir
 Choice = dict[str, Any]          # val_acc, test_acc, step, run_dir of a chosen checkpoint

@@ -22,7 +22,7 @@ import time
 
 import polars as pl
 
-from domainbed.results.reader import BLOCK_SCHEMA, ROW_SCHEMA, Frame
+from domainbed.results.reader import BLOCK_SCHEMA, Frame, subset
 from oodutils.log import get_logger
 from oodutils.pinned_dir import PinnedDir
 from oodutils.untrusted import open_regular
@@ -136,19 +136,16 @@ class Cache:
         run_dir -> path under the top) and their rows; errors are only logged."""
         settled = time.time_ns() - SETTLE_NS
         cached = {d for d, k in keys.items() if k is not None and k[1] < settled}
-        blocks = frame.blocks.with_columns(old=pl.int_range(pl.len(), dtype=pl.Int64)) \
-            .filter(pl.col("run_dir").is_in(list(cached)))
-        run_dirs = blocks["run_dir"].to_list()
-        blocks = blocks.with_columns(
+        frame = subset(frame, frame.blocks["run_dir"].is_in(list(cached)))
+        run_dirs = frame.blocks["run_dir"].to_list()
+        blocks = frame.blocks.with_columns(
             rel=pl.Series([rels[d] for d in run_dirs], dtype=pl.String),
             size=pl.Series([keys[d][0] for d in run_dirs], dtype=pl.Int64),  # type: ignore[index]
             mtime_ns=pl.Series([keys[d][1] for d in run_dirs], dtype=pl.Int64),  # type: ignore[index]
             inode=pl.Series([keys[d][2] for d in run_dirs], dtype=pl.Int64),  # type: ignore[index]
             kind=pl.lit(1, pl.Int8))
-        number = blocks.select(block=pl.col("old"), new=pl.int_range(pl.len(), dtype=pl.Int64))
-        rows = frame.rows.join(number, on="block", how="inner", maintain_order="left") \
-            .with_columns(block=pl.col("new"), kind=pl.lit(0, pl.Int8)).drop("new")
-        table = pl.concat([rows, blocks.drop("old", "run_dir")], how="diagonal_relaxed")
+        table = pl.concat([frame.rows.with_columns(kind=pl.lit(0, pl.Int8)),
+                           blocks.drop("run_dir")], how="diagonal_relaxed")
         buffer = io.BytesIO()
         try:
             table.write_parquet(buffer, compression="zstd", compression_level=1,
@@ -159,5 +156,3 @@ class Cache:
         except OSError as e:
             logger.debug(f"could not write the records cache {self.path}: {e}")
 
-
-__all__ = ["CACHE_FILE", "Cache", "ROW_SCHEMA", "digest"]

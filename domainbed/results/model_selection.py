@@ -81,7 +81,7 @@ def frame_of(records: RecordsLike) -> Frame:
     if isinstance(records, Frame):
         return records
     frame = getattr(records, "frame", None)
-    return frame if isinstance(frame, Frame) else frame_from_records(records)  # type: ignore[arg-type]
+    return frame if isinstance(frame, Frame) else frame_from_records(records)
 
 
 def frame_labels(frame: Frame) -> Labels:
@@ -116,7 +116,8 @@ def long_rows(records: RecordsLike, labels: Labels | None = None) -> pl.DataFram
         labels = frame_labels(frame)
     blocks = frame.blocks.select(
         "run_dir", "algorithm", "trial_seed", "test_envs", "env_names", "hparams_seed",
-        "arithmetic", "hparams_seed_text", "hparams_key", _label_of_blocks(frame, labels).alias("dataset"),
+        "arithmetic", "hparams_seed_text", "hparams_key",
+        _label_of_blocks(frame, labels).alias("dataset"),
         _hparams_ranks(frame.blocks)).with_columns(
         block=pl.int_range(pl.len(), dtype=pl.Int64))
     rows = frame.rows.with_columns(row=pl.int_range(pl.len(), dtype=pl.Int64)) \

@@ -42,14 +42,15 @@ BATCH_BYTES = 32 << 20
 THREADS = min(8, (os.cpu_count() or 1) + 2)
 MAX_DEPTH_EXTRA = 31         # see `_batch_fits`: brackets beyond args and hparams
 
-BLOCK_SCHEMA = {
+BLOCK_SCHEMA: dict[str, Any] = {
     "run_dir": pl.String, "args_text": pl.String, "hparams_text": pl.String,
     "dataset": pl.String, "algorithm": pl.String, "test_envs": pl.List(pl.Int64),
     "trial_seed": pl.Int64, "hparams_seed": pl.Int64, "hparams_seed_text": pl.String,
     "env_names": pl.List(pl.String),
     "data_key": pl.String, "arithmetic": pl.String, "hparams_key": pl.String,
 }
-ROW_SCHEMA = {"block": pl.Int64, "step": pl.Int64, "epoch": pl.Float64, "n_envs": pl.Int64}
+ROW_SCHEMA: dict[str, Any] = {"block": pl.Int64, "step": pl.Int64, "epoch": pl.Float64,
+                              "n_envs": pl.Int64}
 # a lone surrogate escape (or half of a pair: read line by line, replaced there)
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -63,14 +64,21 @@ _ODD_NUMBERS = (b"0" * 25, b"e00000")
 
 @dataclass
 class Frame:
-    """The records of some runs as two polars tables (module docstring), and what the
-    reading skipped."""
+    """The records of some runs as two polars tables (module docstring)."""
     rows: pl.DataFrame
     blocks: pl.DataFrame
 
 
 def empty_frame() -> Frame:
     return Frame(pl.DataFrame(schema=ROW_SCHEMA), pl.DataFrame(schema=BLOCK_SCHEMA))
+
+
+def subset(frame: Frame, keep: pl.Series) -> Frame:
+    """The blocks where `keep` (one bool per block) holds, and their rows."""
+    number = keep.cast(pl.Int64).cum_sum() - 1
+    rows = frame.rows.filter(keep.gather(frame.rows["block"]))
+    rows = rows.with_columns(block=number.gather(rows["block"]))
+    return Frame(rows, frame.blocks.filter(keep))
 
 
 def clean_strings(value: Any) -> Any:
@@ -164,7 +172,6 @@ def parse_lines(path: str, lines: Iterable[bytes | None], notes: list[str]
     parsed by json and held to the schema; a skipped line adds a note naming it."""
     records: list[Record] = []
     skipped = 0
-    previous: Record | None = None
     for number, raw in enumerate(lines, start=1):
         if raw is not None and not raw.strip():
             continue
@@ -175,19 +182,11 @@ def parse_lines(path: str, lines: Iterable[bytes | None], notes: list[str]
             problem = "not JSON (corrupt, truncated or nested too deeply)"
         else:
             problem = record_problem(record)
-        if problem is not None:
+        if problem is not None or raw is None:
             skipped += 1
             notes.append(f"{path} line {number}: {problem}")
             continue
-        if _SURROGATE.search(raw):  # type: ignore[arg-type]
-            record = clean_strings(record)
-        if previous is not None:     # the lines of a run share their args / hparams
-            for key in ("args", "hparams"):
-                if key in record and json.dumps(record[key]) == \
-                        json.dumps(previous.get(key)):
-                    record[key] = previous[key]
-        previous = record
-        records.append(record)
+        records.append(clean_strings(record) if _SURROGATE.search(raw) else record)  # type: ignore[arg-type]
     return records, skipped
 
 
@@ -326,7 +325,7 @@ def _batch_fits(data: bytes, heads: Sequence[_Head], table: pl.DataFrame) -> boo
     shape = data.translate(_SHAPE)
     if [shape.count(s) for s in _ODD_NUMBERS] != _shared_counts(heads, _ODD_NUMBERS, True):
         return False
-    return table["step"].min() >= 0  # type: ignore[operator]
+    return bool(table["step"].min() >= 0)  # type: ignore[operator]
 
 
 def _file_fits(data: bytes, head: _Head) -> bool:

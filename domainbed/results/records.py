@@ -19,14 +19,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import zipfile
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
-import numpy as np
-import polars as pl
-
+from domainbed.predictions import (  # noqa: F401 - also this module's API
+    PredictionMatrix,
+    list_prediction_steps,
+    load_predictions,
+    prediction_matrix,
+    prediction_path,
+)
 from domainbed.results import reader
 from domainbed.results.cache import Cache
 from domainbed.results.reader import (  # noqa: F401 - also this module's API
@@ -34,10 +36,10 @@ from domainbed.results.reader import (  # noqa: F401 - also this module's API
     Assembler,
     Frame,
     frame_from_records,
+    subset,
 )
-from oodutils.errors import UserError, load_error_reason
+from oodutils.errors import UserError
 from oodutils.log import get_logger
-from oodutils.untrusted import open_regular
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -167,7 +169,7 @@ def frame_records(frame: Frame) -> list[Record]:
 
 def _as_dir_list(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
     if isinstance(input_dir, (str, bytes, os.PathLike)):
-        return [os.fspath(input_dir)]  # type: ignore[arg-type]
+        return [os.fspath(input_dir)]
     dirs = [os.fspath(d) for d in input_dir]
     if not dirs:
         raise UserError("no input directory given")
@@ -181,12 +183,6 @@ def _checked_dirs(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
             what = "does not exist" if not os.path.exists(top) else "is not a directory"
             raise UserError(f"input directory {top!r} {what}")
     return dirs
-
-
-def find_run_dirs(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
-    """Every directory holding a results.jsonl under `input_dir` (itself included), in
-    os.walk's order (sorted). Raises UserError when `input_dir` is not a directory."""
-    return [run_dir for top in _checked_dirs(input_dir) for run_dir, _ in reader.walk(top)]
 
 
 def _file_key(run_dir: str) -> tuple[int, int, int] | None:
@@ -245,7 +241,7 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
         reads = reader.read_runs([runs[i] for i in misses], [positions[i] for i in misses],
                                  into, fields, full)
         read_of = {r.run_dir: r for r in reads}
-        for i, run_dir in enumerate(runs):
+        for run_dir in runs:
             found = read_of.get(run_dir)
             if found is None:
                 kept_dirs.append(run_dir)
@@ -260,7 +256,7 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
             notes += found.notes
         if cache is not None and (misses or cache.warning):
             whole = into.frame()
-            cache.save(_frame_of(whole, set(runs)), rels,
+            cache.save(subset(whole, whole.blocks["run_dir"].is_in(runs)), rels,
                        {**{runs[i]: keys[i] for i in hit},
                         **{r.run_dir: r.key for r in reads if r.error is None}})
     result = Records(full, skipped_lines, skipped_runs, kept_dirs, dirs, notes,
@@ -271,18 +267,6 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
     if message and not quiet:
         logger.warning(message)
     return result
-
-
-def _frame_of(frame: Frame, run_dirs: set[str]) -> Frame:
-    """The blocks of these runs and their rows (blocks numbered again from 0)."""
-    blocks = frame.blocks.with_columns(old=pl.int_range(pl.len(), dtype=pl.Int64)) \
-        .filter(pl.col("run_dir").is_in(list(run_dirs)))
-    if blocks.height == frame.blocks.height:
-        return frame
-    number = blocks.select(block=pl.col("old"), new=pl.int_range(pl.len(), dtype=pl.Int64))
-    rows = frame.rows.join(number, on="block", how="inner", maintain_order="left") \
-        .with_columns(block=pl.col("new")).drop("new")
-    return Frame(rows, blocks.drop("old"))
 
 
 def _drop_empty(frame: Frame) -> Frame:
@@ -336,123 +320,3 @@ def records_to_frame(records: Records | Iterable[Record]) -> pd.DataFrame:
         return pd.DataFrame(columns=["run_dir", "dataset", "algorithm", "test_envs",
                                      "trial_seed", "hparams_seed"])
     return pd.DataFrame(rows)
-
-
-def prediction_path(run_dir: PathLike, step: int) -> str:
-    return os.path.join(os.fspath(run_dir), PREDICTIONS_DIR, f"step_{int(step):07d}.npz")
-
-
-def list_prediction_steps(run_dir: PathLike) -> list[int]:
-    """The checkpoint steps that have a predictions file in `run_dir`, ascending."""
-    directory = os.path.join(os.fspath(run_dir), PREDICTIONS_DIR)
-    if not os.path.isdir(directory):
-        return []
-    steps = []
-    for name in os.listdir(directory):
-        match = _STEP_FILE.match(name)
-        if match:
-            steps.append(int(match.group(1)))
-    return sorted(steps)
-
-
-def load_predictions(run_dir: PathLike, step: int) -> dict[str, np.ndarray]:
-    """The predictions of one checkpoint: a dict of arrays (id, env, split, label, pred,
-    correct, group, and logits when saved). Raises UserError when missing or corrupt."""
-    path = prediction_path(run_dir, step)
-    if not os.path.exists(path):
-        steps = list_prediction_steps(run_dir)
-        have = (f"steps with predictions: {', '.join(map(str, steps))}" if steps
-                else "this run has no predictions")
-        raise UserError(f"no predictions for step {step} in {os.fspath(run_dir)} ({have})")
-    try:
-        with open_regular(path) as f, np.load(f, allow_pickle=False) as data:
-            arrays = {key: data[key] for key in data.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError, zlib.error) as e:
-        raise UserError(f"corrupt predictions file {path}: {load_error_reason(e)}") from None
-    lengths = {key: (len(a) if a.ndim else None) for key, a in arrays.items()}
-    if len(set(lengths.values())) > 1:
-        shown = ", ".join(f"{k}: {n}" for k, n in sorted(lengths.items()))
-        raise UserError(f"corrupt predictions file {path}: its arrays differ in length "
-                        f"({shown})")
-    return arrays
-
-
-class PredictionMatrix:
-    """Per-example predictions of many checkpoints, aligned by example id.
-
-    Attributes:
-        values: array (checkpoints x examples) of the requested field ("correct" by
-            default: 0/1 as uint8; "pred"; or "logits" giving checkpoints x examples x
-            classes).
-        examples: pandas.DataFrame, one row per column (id, env, split, label, group),
-            sorted by example id.
-        checkpoints: the records (dicts) of the rows, in row order.
-        skipped: records skipped because their checkpoint has no predictions file.
-    """
-
-    def __init__(self, values: np.ndarray, examples: pd.DataFrame,
-                 checkpoints: Iterable[Record], skipped: int = 0) -> None:
-        self.values, self.examples = values, examples
-        self.checkpoints, self.skipped = list(checkpoints), int(skipped)
-
-    def __repr__(self) -> str:
-        return (f"PredictionMatrix({self.values.shape[0]} checkpoints x "
-                f"{self.values.shape[1]} examples, skipped={self.skipped})")
-
-
-def prediction_matrix(records: Records | Iterable[Record], env: int,
-                      splits: Sequence[int] = (0, 1), field: str = "correct"
-                      ) -> PredictionMatrix:
-    """The examples x checkpoints view: one row per record (checkpoint) whose predictions
-    file exists, one column per example of environment `env` in `splits` (0 = in,
-    1 = out, 2 = the UDA split), columns sorted by example id.
-
-    Raises UserError when no record has predictions, when the environment has no example,
-    or when checkpoints were scored on different examples (naming the runs), since
-    columns must mean the same example in every row.
-    """
-    recs = records.records if isinstance(records, Records) else list(records)
-    rows: list[np.ndarray] = []
-    kept: list[Record] = []
-    ref_ids: Any = None                # the first checkpoint's example ids
-    ref_meta: dict[str, Any] = {}
-    differ: dict[str, int] = {}
-    skipped = 0
-    have: dict[str, set[int]] = {}
-    for r in sorted(recs, key=lambda r: (r["run_dir"], r["step"])):
-        run_dir = r["run_dir"]
-        if run_dir not in have:
-            have[run_dir] = set(list_prediction_steps(run_dir))
-        if r["step"] not in have[run_dir]:
-            skipped += 1
-            continue
-        pred = load_predictions(run_dir, r["step"])
-        if field not in pred:
-            hint = " (run with --save_logits)" if field == "logits" else ""
-            raise UserError(f"{prediction_path(run_dir, r['step'])} has no {field!r}{hint}")
-        sel = (pred["env"] == env) & np.isin(pred["split"], list(splits))
-        order = np.argsort(pred["id"][sel], kind="stable")
-        ids = pred["id"][sel][order]
-        if ref_ids is None:
-            ref_ids = ids
-            ref_meta = {k: pred[k][sel][order] for k in ("env", "split", "label", "group")
-                        if k in pred}
-        elif not np.array_equal(ids, ref_ids):
-            differ.setdefault(run_dir, ids.size)
-            continue
-        value = pred[field][sel][order]
-        rows.append(value.astype(np.uint8) if field == "correct" else value)
-        kept.append(r)
-    if differ:
-        listed = "; ".join(f"{d} ({n} examples)" for d, n in list(differ.items())[:10])
-        raise UserError(f"checkpoints are not scored on the same examples of env {env}: "
-                        f"the first has {ref_ids.size}, but {len(differ)} run(s) differ: "
-                        f"{listed}")
-    if not rows:
-        raise UserError(f"none of the {len(recs)} checkpoints has a predictions file")
-    if ref_ids.size == 0:
-        raise UserError(f"the predictions hold no example of environment {env} in splits "
-                        f"{list(splits)}")
-    import pandas as pd
-    examples = pd.DataFrame({"id": ref_ids, **ref_meta})
-    return PredictionMatrix(np.stack(rows), examples, kept, skipped)

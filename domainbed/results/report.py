@@ -4,6 +4,7 @@ leaderboard both build their tables here, from records alone."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Union
@@ -13,7 +14,7 @@ import polars as pl
 from domainbed.registry import DATASETS, get_dataset_class
 from domainbed.results import model_selection
 from domainbed.results import tables as reporting
-from domainbed.results.reader import Frame
+from domainbed.results.reader import Frame, subset
 from oodutils.errors import UserError
 from oodutils.log import get_logger
 
@@ -66,37 +67,29 @@ def registered_environments(dataset: str | None) -> list[str] | None:
         return None
 
 
+@dataclasses.dataclass
 class DatasetInfo:
     """What the tables need to know about one dataset (label) from its records."""
+    label: str
+    name: Any
+    n_envs: int
+    has_worst_group: bool
+    env_names: list[str]
 
-    def __init__(self, label: str, records: list[Record]) -> None:
-        self.label = label
-        self.name = records[0]["args"].get("dataset")
-        self.n_envs = max(model_selection.num_envs(r) for r in records)
-        self.has_worst_group = model_selection.has_worst_group(records)
-        self.env_names = self._env_names(r["args"].get("env_names") for r in records)
-        self.official_splits = "val" in self.env_names and "test" in self.env_names
+    @property
+    def official_splits(self) -> bool:
+        return "val" in self.env_names and "test" in self.env_names
 
     @classmethod
     def of(cls, label: str, name: Any, n_envs: int, has_worst_group: bool,
            env_names: Iterable[Any]) -> DatasetInfo:
-        """The info from what was worked out elsewhere (a table's distinct keys);
-        env_names: the records' env_names values, in reading order."""
-        info = cls.__new__(cls)
-        info.label, info.name, info.n_envs = label, name, n_envs
-        info.has_worst_group = has_worst_group
-        info.env_names = info._env_names(env_names)
-        info.official_splits = "val" in info.env_names and "test" in info.env_names
-        return info
-
-    def _env_names(self, found: Iterable[Any]) -> list[str]:
-        for names in found:
-            if isinstance(names, list) and len(names) == self.n_envs:
-                return [str(n) for n in names]
-        names = registered_environments(self.name)
-        if names and len(names) == self.n_envs:
-            return [str(n) for n in names]
-        return [str(i) for i in range(self.n_envs)]
+        """The info of a label from its records' env_names values (in reading order):
+        the first of the right length, else the registered ones, else indices."""
+        names = next((n for n in env_names if isinstance(n, list) and len(n) == n_envs),
+                     None) or registered_environments(name)
+        shown = [str(n) for n in names] if names and len(names) == n_envs else \
+            [str(i) for i in range(n_envs)]
+        return cls(label, name, n_envs, has_worst_group, shown)
 
 
 def dataset_infos(records: Iterable[Record] | Frame, labels: dict) -> dict[str, DatasetInfo]:
@@ -172,10 +165,11 @@ def build_section(records: RecordsOrTable, method: type[SelectionMethod],
     what = method.name if metric is None else f"{method.name}, metric: {metric} (x100)"
     accs = collections.defaultdict(list)       # (dataset, algorithm, test_env) -> accs
     arithmetic = collections.defaultdict(set)  # dataset -> the arithmetics it reports
-    for row in chosen.select("dataset", "algorithm", "test_env", "trial_seed", "test_acc",
-                             "arithmetic").iter_rows():
-        accs[(row[0], row[1], row[2])].append((row[3], row[4]))
-        arithmetic[row[0]].add(row[5])
+    for dataset, algorithm, test_env, trial, acc, computed in chosen.select(
+            "dataset", "algorithm", "test_env", "trial_seed", "test_acc",
+            "arithmetic").iter_rows():
+        accs[(dataset, algorithm, test_env)].append((trial, acc))
+        arithmetic[dataset].add(computed)
     tables = []
     for info in infos.values():
         envs = list(range(info.n_envs))
@@ -189,7 +183,7 @@ def build_section(records: RecordsOrTable, method: type[SelectionMethod],
 
     avg_cells = []
     for alg in algorithms:
-        row = []
+        row: list[reporting.Cell | None] = []
         for info in infos.values():
             by_trial = collections.defaultdict(list)
             for e in range(info.n_envs):
@@ -378,14 +372,6 @@ def build_report(records: Records | list[Record] | Frame,
         sections.append(build_section(inputs[0], method, inputs[1], inputs[2], labels,
                                       metric=metric))
     return reporting.Report(frame.rows.height, sections)
-
-
-def subset(frame: Frame, keep: pl.Series) -> Frame:
-    """The blocks where `keep` (one bool per block) holds, and their rows."""
-    number = keep.cast(pl.Int64).cum_sum() - 1
-    rows = frame.rows.filter(keep.gather(frame.rows["block"]))
-    rows = rows.with_columns(block=number.gather(rows["block"]))
-    return Frame(rows, frame.blocks.filter(keep))
 
 
 def with_labels(records: RecordsOrTable, labels: dict, infos: Iterable[str]

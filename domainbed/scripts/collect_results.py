@@ -133,7 +133,7 @@ def main(argv=None):
         check_metric_name(args.metric)
     text = reporting.render(build_report(loaded, methods, metric=args.metric), fmt)
     if args.stats:
-        from domainbed.results.stats import render_stats
+        from analysis.selection_stats import render_stats
         text += "\n" + render_stats(loaded.records, methods or
                                      list(model_selection.DOMAINBED_METHODS), fmt)
     sys.stdout.write(text)
