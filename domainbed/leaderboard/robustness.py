@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis import selection_stats as stats
 from domainbed.leaderboard.pages import Board, Cell, Row, slug
 from domainbed.results import model_selection as ms
-from analysis import selection_stats as stats
 from oodutils.errors import UserError
 from oodutils.plotting import figure_and_axes, save_figure
 

@@ -1,15 +1,15 @@
-"""The records cache of an input directory: ``.records-cache.parquet``, the tables the
+"""The records cache of an input directory, ``.records-cache.parquet``: the tables the
 readers built from its results.jsonl files, so that a collect of an unchanged sweep reads
 one Parquet file instead of every results.jsonl.
 
-The cache is never trusted over the files. Each cached file is keyed by its path under
-the input directory and its (size, mtime_ns, inode); a file whose key differs, or that
-is not in the cache, is read again. The cache holds a checksum over its whole content
-(with the polars version that wrote it) in its Parquet metadata; a cache that is not a
-regular file of this user (a symlink, FIFO, folder, another user's file), does not parse,
-or whose checksum differs is ignored with one warning and rebuilt from the files. It is
-read without following symlinks and written atomically (``oodutils.pinned_dir``).
-Files changed in the last ``SETTLE_NS`` and files with skipped lines are not cached.
+Never trusted over the files: each cached file is keyed by its path under the input
+directory and its (size, mtime_ns, inode); one whose key differs, or that is not cached,
+is read again. The Parquet metadata holds a checksum over the whole content (and the
+polars version that wrote it); a cache that is not a regular file of this user (a
+symlink, FIFO, folder, another user's file), does not parse or fails its checksum is
+ignored with one warning and rebuilt. Read without following symlinks, written
+atomically (``oodutils.pinned_dir``). Files changed in the last ``SETTLE_NS`` and files
+with skipped lines are not cached.
 """
 from __future__ import annotations
 
@@ -58,8 +58,8 @@ class Cache:
         self.warning: str | None = None
 
     def _ignore(self, why: str) -> None:
-        self.warning = (f"warning: ignored the records cache {self.path} ({why}); read "
-                        f"the results files")
+        self.warning = f"warning: ignored the records cache {self.path} ({why}); read " \
+            "the results files"
         self.blocks = self.rows = None
 
     def load(self) -> Cache:

@@ -13,14 +13,9 @@ Beyond DomainBed, runs on different data (data source, fingerprint, data seed, p
 in their args) are never pooled: such variants of one dataset get their own label, e.g.
 ``ColoredMNIST[data_seed=1]``.
 
-Methods: IIDAccuracySelectionMethod (training-domain validation set),
-LeaveOneOutSelectionMethod (leave-one-domain-out cross-validation),
-OracleSelectionMethod (test-domain validation set, last checkpoint),
-WorstGroupSelectionMethod (best mean worst-group accuracy on the training domains'
-validation splits, reporting worst-group accuracy on the test domain) and
-ValWorstGroupSelectionMethod (SubpopBench's: best worst-group accuracy on the `val`
-environment of datasets whose environments are official splits; reports the `test`
-environment's worst-group and average accuracy), with its attribute-unknown variants.
+Methods: DomainBed's three (training-domain validation, leave-one-domain-out,
+test-domain oracle), worst-group selection, and SubpopBench's (val worst-group accuracy
+and its attribute-unknown variants), each a class below.
 """
 from __future__ import annotations
 

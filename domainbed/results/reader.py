@@ -1,19 +1,16 @@
 """Reading the results.jsonl files of a sweep into one polars table.
 
-Two readers give the same table. The fast one reads files in threads, joins a batch of
-them and parses it with ``polars.read_ndjson`` and a schema of the keys the tables use
-(``step``, ``epoch``, every ``env*`` key); each file's ``args`` and ``hparams`` are parsed
-once, with ``json``, from its first line, and byte counts over the batch prove that every
-line holds those very objects once and each schema key at most once (see `_batch_fits`).
-Any file the fast reader cannot read exactly as ``json`` reads each line (a bad line, other
-types, a lone surrogate, a number polars could read otherwise, a FIFO, a line over
-``MAX_LINE_BYTES``) goes to the line reader: each line parsed by ``json`` and held to
+The fast reader reads files in threads, joins a batch of them and parses it with
+``polars.read_ndjson`` and a schema of the first lines' keys; each file's ``args`` and
+``hparams`` are parsed once, with ``json``, from its first line, and byte counts over the
+batch prove that polars read what json reads (`_batch_fits`). Any file it cannot read
+exactly (a bad line, other types, a lone surrogate, an odd number literal, a FIFO, a line
+over ``MAX_LINE_BYTES``) goes to the line reader: each line parsed by ``json`` and held to
 ``domainbed.results.schema``; a bad line is skipped with one note naming file and line.
 
-The table (`Frame`): ``rows``, one row per record (``block``, ``step``, ``epoch``,
-``n_envs``, the ``env*`` values as floats), and ``blocks``, one row per stretch of records
-of one run sharing their args and hparams (their JSON text, and the args the tables group
-by as columns).
+A `Frame`: ``rows``, one per record (``block``, ``step``, ``epoch``, ``n_envs``, the
+``env*`` values as floats), and ``blocks``, one per stretch of records of one run sharing
+their args and hparams (their JSON text, and the args the tables group by as columns).
 """
 from __future__ import annotations
 
@@ -188,13 +185,6 @@ def parse_lines(path: str, lines: Iterable[bytes | None], notes: list[str]
             continue
         records.append(clean_strings(record) if _SURROGATE.search(raw) else record)  # type: ignore[arg-type]
     return records, skipped
-
-
-def kept_fields(record: Record, fields: Sequence[str] | None) -> Record:
-    if fields is None:
-        return record
-    return {k: v for k, v in record.items()
-            if k in fields or k.startswith("env") or k == "run_dir"}
 
 
 # -- the fast reader ---------------------------------------------------------------------
@@ -539,7 +529,9 @@ def _line_read(result: FileRead, data: bytes | None, fields: Sequence[str] | Non
         full.extend(records)
     if result.notes:
         result.key = None
-    return frame_from_records(kept_fields(r, fields) for r in records)
+    return frame_from_records(records if fields is None else (
+        {k: v for k, v in r.items() if k in fields or k.startswith("env") or k == "run_dir"}
+        for r in records))
 
 
 # -- finding the runs -------------------------------------------------------------------

@@ -269,6 +269,17 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
     return result
 
 
+def only_arithmetic(loaded: Records, name: str) -> Records:
+    """The records of the runs computed by arithmetic `name` (``args.arithmetic``; records
+    without it count as ``single``); a UserError naming the ones there are if none is."""
+    found = loaded.frame.blocks["arithmetic"]
+    if not (found == name).any():
+        raise UserError(f"--arithmetic {name!r}: no run was computed by it (found: "
+                        f"{', '.join(sorted(set(found.to_list()))) or 'no run'})")
+    return Records(None, loaded.skipped_lines, loaded.skipped_runs, loaded.run_dirs,
+                   loaded.input_dirs, loaded.notes, frame=subset(loaded.frame, found == name))
+
+
 def _drop_empty(frame: Frame) -> Frame:
     """The frame without env columns that hold no value (a key no record has)."""
     empty = [c for c in frame.rows.columns if c.startswith("env") and

@@ -91,24 +91,10 @@ def check_metric_name(name):
                         f"{', '.join(m for m in METRICS if m != 'class_acc')} or acc_class<k>")
 
 
-def only_arithmetic(loaded, name, where):
-    """The records of runs computed by arithmetic `name` (a UserError naming the ones
-    there are when none is)."""
-    from domainbed.results.records import Records
-    from domainbed.results.report import subset
-    found = loaded.frame.blocks["arithmetic"]
-    if not (found == name).any():
-        raise UserError(f"--arithmetic {name!r}: no run under {where} was computed by it "
-                        f"(found: {', '.join(sorted(set(found.to_list()))) or 'none'})")
-    kept = Records(None, loaded.skipped_lines, loaded.skipped_runs, loaded.run_dirs,
-                   loaded.input_dirs, loaded.notes, frame=subset(loaded.frame, found == name))
-    return kept
-
-
 def main(argv=None):
     args = parse_args(argv)
     from domainbed.results import tables as reporting
-    from domainbed.results.records import TABLE_FIELDS, load_records
+    from domainbed.results.records import TABLE_FIELDS, load_records, only_arithmetic
     from domainbed.results.report import build_report
     if args.latex and args.format not in (None, "latex"):
         raise UserError(f"--latex conflicts with --format {args.format}")
@@ -121,7 +107,7 @@ def main(argv=None):
                           quiet=True, fields=TABLE_FIELDS)
     where = ", ".join(args.input_dir)
     if args.arithmetic is not None:
-        loaded = only_arithmetic(loaded, args.arithmetic, where)
+        loaded = only_arithmetic(loaded, args.arithmetic)
     if not len(loaded):
         skipped = loaded.skip_summary()
         detail = f" (skipped {skipped})" if skipped else ""
