@@ -255,3 +255,29 @@ def test_a_checksummed_cache_with_other_numbers_is_refused(tmp_path, monkeypatch
     loaded = load_records(top, fields=TABLE_FIELDS, quiet=True)
     assert render(build_report(loaded), "text") == want
     assert any("checksum" in n for n in loaded.notes)
+
+
+def test_arithmetic_filter_and_the_note_on_tables_that_mix_them(tmp_path, capsys):
+    """Records without args.arithmetic count as single; a table mixing arithmetics says
+    so under it (and the leaderboard marks its cells); --arithmetic NAME keeps one."""
+    from domainbed.leaderboard import model as lbmodel
+    from domainbed.leaderboard import pages
+    from domainbed.scripts import collect_results
+    from oodutils.errors import UserError
+    top = tmp_path / "s"
+    run(top, "a", [record(0, hparams_seed=0), record(1, hparams_seed=0)])
+    run(top, "b", [record(0, trial_seed=1, arithmetic="fused-batched")])
+    collect_results.main(["--input_dir", str(top), "--no_save"])
+    out = capsys.readouterr().out
+    assert "mixes runs computed by different arithmetics (fused-batched, single)" in out
+    collect_results.main(["--input_dir", str(top), "--no_save", "--arithmetic", "single"])
+    only = capsys.readouterr().out
+    assert "mixes" not in only and "Total records: 2" in only
+    with pytest.raises(UserError, match="fused-exact.*found: fused-batched, single"):
+        collect_results.main(["--input_dir", str(top), "--no_save", "--arithmetic",
+                              "fused-exact"])
+    model = lbmodel.build_model(load_records(top, fields=TABLE_FIELDS), {})
+    table = model["sections"][0]["tables"][0]
+    assert table["arithmetics"] == ["fused-batched", "single"]
+    titles = [pages._arithmetic_title(table, c) for r in table["rows"] for c in r["cells"]]
+    assert any(t and t.startswith("computed by fused-batched, single;") for t in titles)
