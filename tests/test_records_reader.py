@@ -118,15 +118,19 @@ ODD_LINES = {
 
 
 @pytest.mark.parametrize("case", sorted(ODD_LINES))
-def test_an_odd_line_reads_as_json_reads_it(tmp_path, case):
+def test_an_odd_line_reads_as_json_reads_it(tmp_path, monkeypatch, case):
     """A file holding one odd line among good ones: the same records, notes and numbers
     as json line by line gives (the file goes to the line reader, or the fast reader
-    reads it exactly)."""
+    reads it exactly); the good files of its batch stay with the fast reader."""
     top = tmp_path / "s"
-    run(top, "a", [record(0), record(1)])
+    for i in range(12):
+        run(top, f"a{i:02d}", [record(0, trial_seed=i), record(1, trial_seed=i)])
     run(top, "b", [record(0), ODD_LINES[case], record(2)])
     run(top, "c", [record(5, envs=4)])
+    lined = fast_reads(monkeypatch)
     fast = load_records(top, fields=TABLE_FIELDS, use_cache=False, quiet=True)
+    assert set(lined) <= {str(top / "b")}
+    monkeypatch.undo()
     slow = load_records(top, fields=None, quiet=True)
     same_values(fast.records, by_lines(top))
     assert fast.notes == slow.notes and fast.skipped_lines == slow.skipped_lines

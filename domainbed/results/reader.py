@@ -352,12 +352,13 @@ def _fast_rows(files: Sequence[tuple[int, bytes, _Head]]) -> tuple[pl.DataFrame,
         return _with_blocks(table, files), []
     if len(files) == 1:
         return pl.DataFrame(), [0]
-    half = len(files) // 2      # some file does not fit: halve the batch until found
-    first, left_a = _fast_rows(files[:half])
-    second, left_b = _fast_rows(files[half:])
-    return pl.concat([t for t in (first, second) if t.width], how="diagonal_relaxed") \
-        if first.width or second.width else pl.DataFrame(), \
-        left_a + [half + i for i in left_b]
+    step = -(-len(files) // 8)   # some file does not fit: eighths of the batch, until found
+    tables, left = [], []
+    for start in range(0, len(files), step):
+        table, missed = _fast_rows(files[start:start + step])
+        tables += [table] if table.width else []
+        left += [start + i for i in missed]
+    return pl.concat(tables, how="diagonal_relaxed") if tables else pl.DataFrame(), left
 
 
 def _with_blocks(table: pl.DataFrame, files: Sequence[tuple[int, bytes, _Head]]
