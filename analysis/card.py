@@ -219,8 +219,8 @@ def labelfree_section(name: str, found: dict[str, Any] | str | None) -> Section:
 
 
 def rank_section(records: list, n_boot: int, seed: int) -> Section:
-    from domainbed.results import model_selection as ms
     from analysis import selection_stats as stats
+    from domainbed.results import model_selection as ms
     s = Section("rank_stability", "Rank stability")
     method = ms.IIDAccuracySelectionMethod
     candidates = stats.candidate_table(records, method)
