@@ -105,7 +105,7 @@ class Cache:
     def take(self, rels: list[str], keys: list[tuple[int, int, int] | None]
              ) -> tuple[Frame, list[int]] | None:
         """(the cached frame of the runs whose file key is the cached one, their indices
-        in `rels`), with run_dir rebuilt from the top; None when nothing is cached."""
+        in `rels`), or None."""
         if self.blocks is None or self.rows is None or not self.blocks.height:
             return None
         wanted = pl.DataFrame({"rel": rels, "size": [k and k[0] for k in keys],
@@ -132,8 +132,8 @@ class Cache:
 
     def save(self, frame: Frame, rels: dict[str, str],
              keys: dict[str, tuple[int, int, int] | None]) -> None:
-        """Write the blocks of runs with a settled file key (`keys` by run_dir; `rels`:
-        run_dir -> path under the top) and their rows; errors are only logged."""
+        """Write the blocks of runs with a settled file key (`keys`, `rels`: by run_dir)
+        and their rows; errors are only logged."""
         settled = time.time_ns() - SETTLE_NS
         cached = {d for d, k in keys.items() if k is not None and k[1] < settled}
         frame = subset(frame, frame.blocks["run_dir"].is_in(list(cached)))

@@ -101,21 +101,21 @@ def _hparams_ranks(blocks: pl.DataFrame) -> pl.Series:
     return pl.Series("hparams_rank", [rank[k] for k in keys], dtype=pl.Int64)
 
 
-def long_rows(records: RecordsLike, labels: Labels | None = None) -> pl.DataFrame:
+def long_rows(records: RecordsLike, labels: Labels | None = None,
+              block_columns: Sequence[str] = ()) -> pl.DataFrame:
     """One row per (record, test env) of the records that have a dataset, an algorithm
     and a trial seed: the group key columns, ``hparams_rank``, ``row`` (reading order),
-    ``n_test`` (how many test envs the record has), the block's env_names, run_dir and
-    hparams_seed, and the record's values."""
+    ``block``, ``n_test`` (how many test envs the record has), the record's values (and
+    these columns of its block)."""
     frame = frame_of(records)
     if labels is None:
         labels = frame_labels(frame)
     blocks = frame.blocks.select(
-        "run_dir", "algorithm", "trial_seed", "test_envs", "env_names", "hparams_seed",
-        "arithmetic", "hparams_seed_text", "hparams_key",
+        "algorithm", "trial_seed", "test_envs", *block_columns,
         _label_of_blocks(frame, labels).alias("dataset"),
         _hparams_ranks(frame.blocks)).with_columns(
         block=pl.int_range(pl.len(), dtype=pl.Int64))
-    rows = frame.rows.with_columns(row=pl.int_range(pl.len(), dtype=pl.Int64)) \
+    rows = frame.rows.drop("epoch").with_columns(row=pl.int_range(pl.len(), dtype=pl.Int64)) \
         .join(blocks, on="block", how="left", maintain_order="left") \
         .filter(pl.col("dataset").is_not_null() & pl.col("algorithm").is_not_null() &
                 pl.col("trial_seed").is_not_null())
@@ -151,6 +151,7 @@ class SelectionMethod:
     key: str = None  # type: ignore[assignment]     # as spelled on the command line
     metric = "accuracy"
     extra: tuple[str, ...] = ()                     # columns beyond select()'s own
+    block_columns: tuple[str, ...] = ()             # what it reads of a block but keys
 
     def __init__(self) -> None:
         raise TypeError("selection methods are used through their class methods")
@@ -194,7 +195,8 @@ class _TrainingDomainMethod(SelectionMethod):
                 values.append(pl.when((pl.col("test_env") != i) & (pl.col("n_envs") > i))
                               .then(_finite(pl.col(column))).otherwise(None))
         if not values:
-            return _empty_choices(rows)
+            return rows.clear().with_columns(val_acc=pl.lit(None, pl.Float64),
+                                             test_acc=pl.lit(None, pl.Float64))
         count = pl.sum_horizontal([v.is_not_null().cast(pl.Int64) for v in values])
         table = rows.with_columns(
             val_acc=pl.when(count > 0).then(pl.sum_horizontal(values) / count),
@@ -283,9 +285,7 @@ class LeaveOneOutSelectionMethod(SelectionMethod):
             (pl.col("singles") == 1) & (pl.col("n_envs") >= 2) &
             (pl.col("found") == needed) & pl.col("test_acc").is_not_null()) \
             .with_columns(val_acc=pl.col("total") / (pl.col("n_envs") - 1))
-        single = rows.select(pl.col("row").alias("single_row"), "run_dir", "hparams_seed",
-                             "arithmetic", "hparams_seed_text", "hparams_key") \
-            .unique("single_row")
+        single = rows.select(pl.col("row").alias("single_row"), "block").unique("single_row")
         table = table.join(single, on="single_row", how="left")
         return _first_best(table, CANDIDATE, "first").with_columns(row=pl.col("single_row"))
 
@@ -300,6 +300,7 @@ class ValWorstGroupSelectionMethod(SelectionMethod):
     metric = "worst-group accuracy"
     val_suffix = "wga"   # the `val` environment's `in`-split key the method selects by
     extra = ("test_avg_acc",)
+    block_columns = ("env_names",)
 
     @classmethod
     def required_keys(cls, record: Record) -> list[str]:
@@ -328,9 +329,8 @@ class ValWorstGroupSelectionMethod(SelectionMethod):
 
 
 class _ValLabelOnlyMethod(ValWorstGroupSelectionMethod):
-    """SubpopBench's attribute-unknown selections: pick by a label-only score of the `val`
-    environment; report, like val_worst_group, the `test` environment's worst-group and
-    average accuracy. The per-class scores come from runs trained with `--metrics`."""
+    """SubpopBench's attribute-unknown selections: by a label-only score of `val` (from
+    runs trained with `--metrics`), reported as val_worst_group reports."""
 
 
 class ValAverageSelectionMethod(_ValLabelOnlyMethod):
@@ -384,11 +384,6 @@ def get_selection_method(name: str) -> type[SelectionMethod]:
                     f"{', '.join(SELECTION_METHODS)}")
 
 
-def _empty_choices(rows: pl.DataFrame) -> pl.DataFrame:
-    return rows.clear().with_columns(val_acc=pl.lit(None, pl.Float64),
-                                     test_acc=pl.lit(None, pl.Float64))
-
-
 def candidates(records: RecordsLike, method: type[SelectionMethod],
                labels: Labels | None = None, rows: pl.DataFrame | None = None
                ) -> pl.DataFrame:
@@ -397,11 +392,15 @@ def candidates(records: RecordsLike, method: type[SelectionMethod],
     `hparams_key` (as its two columns) and the method's extra columns;
     groups in the order of their first record, candidates best first (the first in
     hyperparameter order among equals)."""
-    rows = long_rows(records, labels) if rows is None else rows
+    rows = long_rows(records, labels, method.block_columns) if rows is None else rows
     chosen = method.candidate_choices(rows)
     order = rows.group_by(GROUP).agg(group_first=pl.col("long").min())
+    about = frame_of(records).blocks.select(
+        "run_dir", "hparams_seed", "arithmetic", "hparams_seed_text", "hparams_key"
+    ).with_columns(block=pl.int_range(pl.len(), dtype=pl.Int64))
     columns = [*CANDIDATE, "val_acc", "test_acc", "step", "run_dir", "hparams_seed",
                "arithmetic", "hparams_seed_text", "hparams_key", *method.extra]
+    chosen = chosen.join(about, on="block", how="left", maintain_order="left")
     return chosen.select(columns).join(order, on=GROUP, how="left") \
         .sort("group_first", "val_acc", "hparams_rank", descending=[False, True, False],
               maintain_order=True).drop("group_first")

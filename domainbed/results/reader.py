@@ -66,10 +66,6 @@ class Frame:
     blocks: pl.DataFrame
 
 
-def empty_frame() -> Frame:
-    return Frame(pl.DataFrame(schema=ROW_SCHEMA), pl.DataFrame(schema=BLOCK_SCHEMA))
-
-
 def subset(frame: Frame, keep: pl.Series) -> Frame:
     """The blocks where `keep` (one bool per block) holds, and their rows."""
     number = keep.cast(pl.Int64).cum_sum() - 1
@@ -319,11 +315,17 @@ def _batch_fits(data: bytes, heads: Sequence[_Head], table: pl.DataFrame) -> boo
 
 
 def _file_fits(data: bytes, head: _Head) -> bool:
-    """Every line of the file holds its first line's args and hparams (with the batch's
-    counts: as its top-level ones)."""
-    inside = head.args_pattern.count(head.hparams_pattern)
-    return data.count(head.args_pattern) == head.lines and \
-        data.count(head.hparams_pattern) - inside * head.lines == head.lines
+    """Every line of the file holds its first line's args and hparams: each ``"args": ``
+    (one a line, by the batch's counts) is followed by the first line's args, as many
+    ``"hparams": `` by its hparams as there are lines (the others inside the args)."""
+    for pattern, value in ((head.args_pattern, head.args_text.encode()),
+                           (head.hparams_pattern, head.hparams_text.encode())):
+        parts = data.split(pattern[:len(pattern) - len(value)])[1:]
+        if sum(map(value.__eq__, (p[:len(value)] for p in parts))) != head.lines:
+            return False
+    hparams = head.hparams_text.encode()
+    inside = head.args_text.encode().split(head.hparams_pattern[:-len(hparams)])
+    return not any(p.startswith(hparams) for p in inside[1:])
 
 
 def _quick_refusal(data: bytes) -> bool:
@@ -373,8 +375,8 @@ def _with_blocks(table: pl.DataFrame, files: Sequence[tuple[int, bytes, _Head]]
 # -- reading the files ------------------------------------------------------------------
 
 def read_file(path: str) -> tuple[bytes | None, os.stat_result | None, str | None]:
-    """(the first bytes of a results.jsonl (more than FAST_FILE_BYTES: a large one), its
-    stat before the read, None) or (None, None, why it cannot be read)."""
+    """(up to FAST_FILE_BYTES + 1 bytes, the stat before the read, None), or (None, None,
+    why the file cannot be read)."""
     try:
         data, st = read_head_stat(path, FAST_FILE_BYTES)
     except OSError as e:
@@ -384,9 +386,8 @@ def read_file(path: str) -> tuple[bytes | None, os.stat_result | None, str | Non
 
 @dataclass
 class FileRead:
-    """What reading one run's results.jsonl gave: its stat key (size, mtime_ns, inode)
-    taken before the read (None: not to be cached), why it is unreadable, notes on the
-    lines skipped."""
+    """One run's results.jsonl read: its (size, mtime_ns, inode) before the read (None:
+    not to be cached), why it is unreadable, notes on the lines skipped."""
     run_dir: str
     key: tuple[int, int, int] | None
     error: str | None = None
@@ -415,7 +416,7 @@ class Assembler:
 
     def frame(self) -> Frame:
         if not self.blocks:
-            return empty_frame()
+            return frame_from_records([])
         blocks = pl.concat(self.blocks, how="diagonal_relaxed").sort(
             "run", "uid", maintain_order=True)
         order = blocks.select(block=pl.col("uid"), new=pl.int_range(pl.len(), dtype=pl.Int64))
@@ -485,13 +486,6 @@ def _read_batch(run_dirs: Sequence[str], positions: Sequence[int],
     return results
 
 
-def _split_lines(data: bytes) -> list[bytes]:
-    """The lines of `data`, each with its newline (as readline gives them)."""
-    lines = [line + b"\n" for line in data.split(b"\n")]
-    lines[-1] = lines[-1][:-1]
-    return lines if lines[-1] else lines[:-1]
-
-
 def _add_env_counts(rows: pl.DataFrame, blocks: pl.DataFrame) -> pl.DataFrame:
     """The rows with ``n_envs`` (count_envs of each record: the fast reader's rows hold no
     null, so a value is a key) and an ``epoch`` column."""
@@ -516,14 +510,15 @@ def _line_read(result: FileRead, data: bytes | None, fields: Sequence[str] | Non
     path = os.path.join(result.run_dir, RESULTS_FILE)
     try:
         lines: Iterable[bytes | None] = (
-            _split_lines(data) if data is not None and len(data) <= FAST_FILE_BYTES
+            data.splitlines(keepends=True) if data is not None and b"\r" not in data and
+            len(data) <= FAST_FILE_BYTES
             else list(read_lines(path, MAX_LINE_BYTES)))
         lines = [line if line is None or len(line) <= MAX_LINE_BYTES else None
                  for line in lines]
         records, _ = parse_lines(path, lines, result.notes)
     except OSError as e:
         result.error, result.key = e.strerror or str(e), None
-        return empty_frame()
+        return frame_from_records([])
     for record in records:
         record["run_dir"] = result.run_dir
     if full is not None:

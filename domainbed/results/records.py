@@ -60,19 +60,12 @@ TABLE_FIELDS = ("args", "hparams", "step", "epoch")
 
 
 class Records:
-    """The records read from one or more input directories.
-
-    Attributes:
-        frame: the records as polars tables (``domainbed.results.reader.Frame``).
-        records: list of dicts, each a results.jsonl line plus ``"run_dir"`` (built from
-            the frame when first asked for).
-        skipped_lines: number of corrupt or truncated results.jsonl lines skipped.
-        skipped_runs: number of run directories skipped (no ``done`` marker, or an
-            unreadable results.jsonl).
-        run_dirs: the run directories whose records were kept, in reading order.
-        input_dirs: the directories that were searched.
-        notes: one line per skipped line or unreadable file, naming it and why.
-    """
+    """The records read from one or more input directories: ``frame`` (polars tables,
+    ``reader.Frame``), ``records`` (dicts, each a results.jsonl line plus ``"run_dir"``,
+    built from the frame when first asked for), ``skipped_lines`` (corrupt or truncated
+    lines), ``skipped_runs`` (no ``done`` marker, or an unreadable results.jsonl),
+    ``run_dirs`` (kept, in reading order), ``input_dirs``, ``notes`` (one line per skipped
+    line or file, naming it and why)."""
 
     def __init__(self, records: Iterable[Record] | None = None, skipped_lines: int = 0,
                  skipped_runs: int = 0, run_dirs: Iterable[str] = (),
@@ -282,7 +275,7 @@ def only_arithmetic(loaded: Records, name: str) -> Records:
 
 def _drop_empty(frame: Frame) -> Frame:
     """The frame without env columns that hold no value (a key no record has)."""
-    empty = [c for c in frame.rows.columns if c.startswith("env") and
+    empty = [c for c in frame.rows.columns if c not in reader.ROW_SCHEMA and
              frame.rows[c].null_count() == frame.rows.height]
     blocks = frame.blocks.drop([c for c in ("run",) if c in frame.blocks.columns])
     return Frame(frame.rows.drop(empty), blocks)

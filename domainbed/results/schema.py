@@ -63,16 +63,29 @@ def _args_problem(args: Mapping[str, Any]) -> str | None:
     return None
 
 
+_ENV_INDEX: dict[str, int | None] = {}   # the keys seen: a sweep repeats a few keys
+
+
+def _env_index(key: str) -> int | None:
+    """The i of an ``env<i>_...acc...`` / ``..._wga`` key, None for any other key."""
+    if key not in _ENV_INDEX:
+        match = _ENV_KEY.match(key)
+        if len(_ENV_INDEX) > 4096 or len(key) > 64:
+            return None if match is None else int(match.group(1))
+        _ENV_INDEX[key] = None if match is None else int(match.group(1))
+    return _ENV_INDEX[key]
+
+
 def _metrics_problem(record: Mapping[str, Any], n_envs: int) -> str | None:
     if not _is_int(record.get("step")) or record["step"] < 0:
         return "step is not an int >= 0"
     if record.get("epoch") is not None and not _is_number(record["epoch"]):
         return "epoch is not a number"
     for key, value in record.items():
-        match = _ENV_KEY.match(key) if key.startswith("env") else None
-        if match is None:
+        env = _env_index(key)
+        if env is None:
             continue
-        if int(match.group(1)) >= n_envs:
+        if env >= n_envs:
             return f"{key} names an environment beyond {n_envs - 1}"
         if value is not None and not _is_number(value):
             return f"{key} is not a number"
