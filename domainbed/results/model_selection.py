@@ -54,7 +54,8 @@ _WGA_KEY = re.compile(r"^env\d+_(in|out)_wga$")
 Record = dict[str, Any]
 RecordsLike = Union[Sequence[Record], "Records", Frame]
 GROUP = list(GroupKey._fields)
-CANDIDATE = [*GROUP, "hparams_rank"]
+KEYS = ["trial_seed", "dataset", "algorithm"]    # a group: these (as `gkey`) and test_env
+CANDIDATE = ["gkey", "test_env", "hparams_rank"]
 
 
 def has_worst_group(records: Iterable[Record]) -> bool:
@@ -102,11 +103,12 @@ def _hparams_ranks(blocks: pl.DataFrame) -> pl.Series:
 
 
 def long_rows(records: RecordsLike, labels: Labels | None = None,
-              block_columns: Sequence[str] = ()) -> pl.DataFrame:
-    """One row per (record, test env) of the records that have a dataset, an algorithm
-    and a trial seed: the group key columns, ``hparams_rank``, ``row`` (reading order),
-    ``block``, ``n_test`` (how many test envs the record has), the record's values (and
-    these columns of its block)."""
+              block_columns: Sequence[str] = ()) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(one row per (record, test env) of the records that have a dataset, an algorithm
+    and a trial seed: ``gkey`` (its trial_seed, dataset label and algorithm, numbered),
+    ``test_env``, ``hparams_rank``, ``row`` (reading order), ``block``, ``n_test`` (how
+    many test envs the record has), the record's values and these columns of its block;
+    the table of KEYS by ``gkey``)."""
     frame = frame_of(records)
     if labels is None:
         labels = frame_labels(frame)
@@ -114,15 +116,16 @@ def long_rows(records: RecordsLike, labels: Labels | None = None,
         "algorithm", "trial_seed", "test_envs", *block_columns,
         _label_of_blocks(frame, labels).alias("dataset"),
         _hparams_ranks(frame.blocks)).with_columns(
-        block=pl.int_range(pl.len(), dtype=pl.Int64))
+        block=pl.int_range(pl.len(), dtype=pl.Int64)).drop_nulls(KEYS)
+    keys = blocks.select(KEYS).unique(maintain_order=True).with_columns(
+        gkey=pl.int_range(pl.len(), dtype=pl.Int64))
+    blocks = blocks.join(keys, on=KEYS, how="left", maintain_order="left").drop(KEYS)
     rows = frame.rows.drop("epoch").with_columns(row=pl.int_range(pl.len(), dtype=pl.Int64)) \
-        .join(blocks, on="block", how="left", maintain_order="left") \
-        .filter(pl.col("dataset").is_not_null() & pl.col("algorithm").is_not_null() &
-                pl.col("trial_seed").is_not_null())
+        .join(blocks, on="block", how="inner", maintain_order="left")
     return rows.with_columns(n_test=pl.col("test_envs").list.len(),
                              test_env=pl.col("test_envs")).explode("test_env") \
         .filter(pl.col("test_env").is_not_null()) \
-        .with_columns(long=pl.int_range(pl.len(), dtype=pl.Int64))
+        .with_columns(long=pl.int_range(pl.len(), dtype=pl.Int64)), keys
 
 
 def _finite(expr: pl.Expr) -> pl.Expr:
@@ -141,8 +144,8 @@ def env_value(rows: pl.DataFrame, index: pl.Expr, suffix: str) -> pl.Expr:
 
 def _first_best(table: pl.DataFrame, keys: list[str], order: str) -> pl.DataFrame:
     """Per `keys`, the row with the largest val_acc, the first by `order` among equals."""
-    return table.sort("val_acc", order, descending=[True, False], maintain_order=True) \
-        .group_by(keys, maintain_order=True).first()
+    return table.sort(order).filter(pl.col("val_acc") == pl.col("val_acc").max().over(keys)) \
+        .unique(keys, keep="first", maintain_order=True)
 
 
 class SelectionMethod:
@@ -233,8 +236,9 @@ class OracleSelectionMethod(SelectionMethod):
 
     @classmethod
     def candidate_choices(cls, rows: pl.DataFrame) -> pl.DataFrame:
-        last = rows.filter(pl.col("n_test") == 1).sort("step", "row", maintain_order=True) \
-            .group_by(CANDIDATE, maintain_order=True).last()
+        singles = rows.filter(pl.col("n_test") == 1)     # (in reading order)
+        last = singles.filter(pl.col("step") == pl.col("step").max().over(CANDIDATE)) \
+            .unique(CANDIDATE, keep="last", maintain_order=True)
         return last.with_columns(
             val_acc=env_value(last, pl.col("test_env"), "out_acc"),
             test_acc=env_value(last, pl.col("test_env"), "in_acc")) \
@@ -256,7 +260,7 @@ class LeaveOneOutSelectionMethod(SelectionMethod):
     def candidate_choices(cls, rows: pl.DataFrame) -> pl.DataFrame:
         step_keys = [*CANDIDATE, "step"]
         rows = rows.with_columns(in_acc=env_value(rows, pl.col("test_env"), "in_acc"))
-        steps = rows.sort("row", maintain_order=True).group_by(step_keys, maintain_order=True) \
+        steps = rows.group_by(step_keys, maintain_order=True) \
             .agg(first=pl.col("row").first(), n_envs=pl.col("n_envs").first(),
                  singles=(pl.col("n_test") == 1).sum(),
                  test_acc=pl.col("in_acc").filter(pl.col("n_test") == 1).first(),
@@ -267,7 +271,6 @@ class LeaveOneOutSelectionMethod(SelectionMethod):
             .otherwise(envs.list.get(0)))
         pairs = pairs.filter(pl.col("val_env") != pl.col("test_env")) \
             .with_columns(value=env_value(pairs, pl.col("val_env"), "in_acc")) \
-            .sort("row", maintain_order=True) \
             .group_by([*step_keys, "val_env"], maintain_order=True).last()
         held = steps.join(pairs.select(*step_keys, "val_env", "value"), on=step_keys,
                           how="left").filter(
@@ -385,21 +388,22 @@ def get_selection_method(name: str) -> type[SelectionMethod]:
 
 
 def candidates(records: RecordsLike, method: type[SelectionMethod],
-               labels: Labels | None = None, rows: pl.DataFrame | None = None
-               ) -> pl.DataFrame:
+               labels: Labels | None = None) -> pl.DataFrame:
     """Every candidate `method` can choose, per group: GROUP columns, ``hparams_rank``,
     val_acc, test_acc, step, run_dir, hparams_seed, arithmetic, the setting's
     `hparams_key` (as its two columns) and the method's extra columns;
     groups in the order of their first record, candidates best first (the first in
     hyperparameter order among equals)."""
-    rows = long_rows(records, labels, method.block_columns) if rows is None else rows
-    chosen = method.candidate_choices(rows)
-    order = rows.group_by(GROUP).agg(group_first=pl.col("long").min())
+    rows, keys = long_rows(records, labels, method.block_columns)
+    chosen = method.candidate_choices(rows).join(keys, on="gkey", how="left",
+                                                 maintain_order="left")
+    order = rows.group_by("gkey", "test_env").agg(group_first=pl.col("long").min()) \
+        .join(keys, on="gkey", how="left").drop("gkey")
     about = frame_of(records).blocks.select(
         "run_dir", "hparams_seed", "arithmetic", "hparams_seed_text", "hparams_key"
     ).with_columns(block=pl.int_range(pl.len(), dtype=pl.Int64))
-    columns = [*CANDIDATE, "val_acc", "test_acc", "step", "run_dir", "hparams_seed",
-               "arithmetic", "hparams_seed_text", "hparams_key", *method.extra]
+    columns = [*GROUP, "hparams_rank", "val_acc", "test_acc", "step", "run_dir",
+               "hparams_seed", "arithmetic", "hparams_seed_text", "hparams_key", *method.extra]
     chosen = chosen.join(about, on="block", how="left", maintain_order="left")
     return chosen.select(columns).join(order, on=GROUP, how="left") \
         .sort("group_first", "val_acc", "hparams_rank", descending=[False, True, False],
