@@ -53,14 +53,14 @@ class Cache:
     def __init__(self, top: str) -> None:
         self.top = top
         self.path = os.path.join(top, CACHE_FILE)
-        self.blocks: pl.DataFrame | None = None     # with rel, size, mtime_ns, inode
-        self.rows: pl.DataFrame | None = None
+        self.table: pl.DataFrame | None = None   # a row per block, its records' as lists
+        self.row_columns: list[str] = []
         self.warning: str | None = None
 
     def _ignore(self, why: str) -> None:
         self.warning = f"warning: ignored the records cache {self.path} ({why}); read " \
             "the results files"
-        self.blocks = self.rows = None
+        self.table = None
 
     def load(self) -> Cache:
         """Read the cache, if there is one this user wrote and it is whole."""
@@ -91,13 +91,12 @@ class Cache:
         if meta.get("digest") != digest(table):
             self._ignore("its checksum does not match its content")
             return self
+        self.row_columns = [c for c in table.columns
+                            if c not in BLOCK_SCHEMA and c not in ("rel", *KEY_COLUMNS)]
         try:
-            is_block = table["kind"] == 1
-            self.blocks = table.filter(is_block).select(
-                [*(c for c in BLOCK_SCHEMA if c != "run_dir"), "rel", *KEY_COLUMNS])
-            self.rows = table.filter(~is_block).select(
-                [c for c in table.columns if c not in BLOCK_SCHEMA and
-                 c not in ("kind", "rel", *KEY_COLUMNS)])
+            table.select([*(c for c in BLOCK_SCHEMA if c != "run_dir"), "rel",
+                          *KEY_COLUMNS, *self.row_columns]).head(0).explode(self.row_columns)
+            self.table = table
         except Exception as e:  # noqa: BLE001 - a checksummed table of another shape
             self._ignore(f"an unexpected table: {type(e).__name__}")
         return self
@@ -106,22 +105,22 @@ class Cache:
              ) -> tuple[Frame, list[int]] | None:
         """(the cached frame of the runs whose file key is the cached one, their indices
         in `rels`), or None."""
-        if self.blocks is None or self.rows is None or not self.blocks.height:
+        if self.table is None or not self.table.height:
             return None
-        wanted = pl.DataFrame({"rel": rels, "size": [k and k[0] for k in keys],
-                               "mtime_ns": [k and k[1] for k in keys],
-                               "inode": [k and k[2] for k in keys],
-                               "at": pl.int_range(len(rels), eager=True)},
-                              schema={"rel": pl.String, "size": pl.Int64,
-                                      "mtime_ns": pl.Int64, "inode": pl.Int64,
-                                      "at": pl.Int64})
-        blocks = self.blocks.with_columns(old=pl.int_range(pl.len(), dtype=pl.Int64)) \
-            .join(wanted, on=["rel", *KEY_COLUMNS], how="inner", maintain_order="left")
+        wanted = pl.DataFrame(
+            [(rel, *(key or (None,) * 3), at) for at, (rel, key) in enumerate(zip(rels, keys))],
+            schema={"rel": pl.String, **dict.fromkeys(KEY_COLUMNS, pl.Int64), "at": pl.Int64},
+            orient="row")
+        blocks = self.table.join(wanted, on=["rel", *KEY_COLUMNS], how="inner",
+                                 maintain_order="left")
         if not blocks.height:
             return None
-        number = blocks.select(block=pl.col("old"), new=pl.int_range(pl.len(), dtype=pl.Int64))
-        rows = self.rows.join(number, on="block", how="inner", maintain_order="left") \
-            .with_columns(block=pl.col("new")).drop("new")
+        try:
+            rows = blocks.select(self.row_columns).with_columns(
+                block=pl.int_range(pl.len(), dtype=pl.Int64)).explode(self.row_columns)
+        except Exception as e:  # noqa: BLE001
+            self._ignore(f"an unexpected table: {type(e).__name__}")
+            return None
         base = self.top if self.top.endswith(os.sep) else self.top + os.sep
         blocks = blocks.with_columns(run_dir=pl.when(pl.col("rel") == "")
                                      .then(pl.lit(self.top))
@@ -142,10 +141,10 @@ class Cache:
             rel=pl.Series([rels[d] for d in run_dirs], dtype=pl.String),
             size=pl.Series([keys[d][0] for d in run_dirs], dtype=pl.Int64),  # type: ignore[index]
             mtime_ns=pl.Series([keys[d][1] for d in run_dirs], dtype=pl.Int64),  # type: ignore[index]
-            inode=pl.Series([keys[d][2] for d in run_dirs], dtype=pl.Int64),  # type: ignore[index]
-            kind=pl.lit(1, pl.Int8))
-        table = pl.concat([frame.rows.with_columns(kind=pl.lit(0, pl.Int8)),
-                           blocks.drop("run_dir")], how="diagonal_relaxed")
+            inode=pl.Series([keys[d][2] for d in run_dirs], dtype=pl.Int64))  # type: ignore[index]
+        lists = frame.rows.group_by("block", maintain_order=True).agg(pl.exclude("block"))
+        table = pl.concat([blocks.select(*(c for c in BLOCK_SCHEMA if c != "run_dir"), "rel",
+                                         *KEY_COLUMNS), lists.drop("block")], how="horizontal")
         buffer = io.BytesIO()
         try:
             table.write_parquet(buffer, compression="zstd", compression_level=1,
