@@ -1,7 +1,6 @@
-"""How records are grouped for model selection, as DomainBed groups them: the
-(trial_seed, dataset, algorithm, test_env) group keys, the dataset labels that keep runs on
-different data apart, and the key of one hyperparameter setting. Shared by the per-record
-selection (``model_selection``), the leaderboard and the analyses, on record dicts."""
+"""How record dicts are grouped for model selection, as DomainBed groups them: the
+(trial_seed, dataset, algorithm, test_env) keys, the dataset labels that keep runs on
+different data apart, the key of one hyperparameter setting."""
 from __future__ import annotations
 
 import collections
@@ -23,8 +22,7 @@ def test_envs_of(record: Record) -> list[int]:
 
 
 def num_envs(record: Record) -> int:
-    """Number of environments in a record: its env_names, else env0_out_acc, env1_out_acc,
-    ... (as DomainBed; env_names first so that --eval_splits without out splits counts)."""
+    """Number of environments: env_names, else env0_out_acc, env1_out_acc, ... (DomainBed's)."""
     names = (record.get("args") or {}).get("env_names")
     if names:
         return len(names)
@@ -91,8 +89,7 @@ def group_keys(record: Record, labels: Labels) -> list[GroupKey]:
 
 def group_records(records: Iterable[Record], labels: Labels | None = None
                   ) -> dict[GroupKey, list[Record]]:
-    """{GroupKey: [records]}; a record with several test envs is in each of their groups.
-    Records whose args lack dataset/algorithm/trial_seed are left out."""
+    """{GroupKey: [records]}; a record with several test envs is in each of their groups."""
     records = list(records)
     labels = dataset_labels(records) if labels is None else labels
     groups: dict[GroupKey, list[Record]] = collections.defaultdict(list)

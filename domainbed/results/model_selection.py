@@ -64,8 +64,7 @@ def has_worst_group(records: Iterable[Record]) -> bool:
 
 
 def official_split_envs(record: Record) -> tuple[int, int] | None:
-    """(val, test) environment indices of a dataset whose environments are official splits
-    (SubpopBench framing: env_names holding "val" and "test"), else None."""
+    """(val, test) env indices where env_names hold "val" and "test" (SubpopBench's)."""
     names = record["args"].get("env_names") or []
     if "val" in names and "test" in names:
         return names.index("val"), names.index("test")
@@ -73,7 +72,7 @@ def official_split_envs(record: Record) -> tuple[int, int] | None:
 
 
 def frame_of(records: RecordsLike) -> Frame:
-    """The polars frame of a Records, a Frame, or a list of record dicts."""
+    """The polars frame of a Records, a Frame or a list of record dicts."""
     if isinstance(records, Frame):
         return records
     frame = getattr(records, "frame", None)
@@ -103,12 +102,13 @@ def _hparams_ranks(blocks: pl.DataFrame) -> pl.Series:
 
 
 def long_rows(records: RecordsLike, labels: Labels | None = None,
-              block_columns: Sequence[str] = ()) -> tuple[pl.DataFrame, pl.DataFrame]:
+              block_columns: Sequence[str] = (), values: str = r"env.*"
+              ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(one row per (record, test env) of the records that have a dataset, an algorithm
     and a trial seed: ``gkey`` (its trial_seed, dataset label and algorithm, numbered),
     ``test_env``, ``hparams_rank``, ``row`` (reading order), ``block``, ``n_test`` (how
     many test envs the record has), the record's values and these columns of its block;
-    the table of KEYS by ``gkey``)."""
+    the table of KEYS by ``gkey``); `values`: the record keys kept (a regex)."""
     frame = frame_of(records)
     if labels is None:
         labels = frame_labels(frame)
@@ -120,7 +120,9 @@ def long_rows(records: RecordsLike, labels: Labels | None = None,
     keys = blocks.select(KEYS).unique(maintain_order=True).with_columns(
         gkey=pl.int_range(pl.len(), dtype=pl.Int64))
     blocks = blocks.join(keys, on=KEYS, how="left", maintain_order="left").drop(KEYS)
-    rows = frame.rows.drop("epoch").with_columns(row=pl.int_range(pl.len(), dtype=pl.Int64)) \
+    kept = [c for c in frame.rows.columns if re.fullmatch(values, c)]
+    rows = frame.rows.select("block", "step", "n_envs", *kept) \
+        .with_columns(row=pl.int_range(pl.len(), dtype=pl.Int64)) \
         .join(blocks, on="block", how="inner", maintain_order="left")
     return rows.with_columns(n_test=pl.col("test_envs").list.len(),
                              test_env=pl.col("test_envs")).explode("test_env") \
@@ -155,14 +157,14 @@ class SelectionMethod:
     metric = "accuracy"
     extra: tuple[str, ...] = ()                     # columns beyond select()'s own
     block_columns: tuple[str, ...] = ()             # what it reads of a block but keys
+    values = r"env\d+_(in|out)_acc"                 # the record keys it reads
 
     def __init__(self) -> None:
         raise TypeError("selection methods are used through their class methods")
 
     @classmethod
     def candidate_choices(cls, rows: pl.DataFrame) -> pl.DataFrame:
-        """From `long_rows`: one row per candidate that can be chosen (CANDIDATE columns,
-        val_acc, test_acc, step, run_dir, hparams_seed, first: its first row)."""
+        """From `long_rows`: per candidate its choice (CANDIDATE, val/test_acc, step, block)."""
         raise NotImplementedError
 
     @classmethod
@@ -181,6 +183,7 @@ class _TrainingDomainMethod(SelectionMethod):
     """Argmax over all checkpoints of a mean over the training envs' `out` splits."""
     val_suffix = "out_acc"
     test_suffix = "in_acc"
+    values = r"env\d+_(in|out)_(acc|wga)"
 
     @classmethod
     def _required(cls, test_env: int, train_envs: list[int]) -> list[str]:
@@ -251,6 +254,7 @@ class LeaveOneOutSelectionMethod(SelectionMethod):
     whose test envs are {test_env, v}. Needs those two-test-env runs."""
     name = "leave-one-domain-out cross-validation"
     key = "leave_one_out"
+    values = r"env\d+_in_acc"
 
     @classmethod
     def _required(cls, test_env: int, train_envs: list[int]) -> list[str]:
@@ -304,6 +308,7 @@ class ValWorstGroupSelectionMethod(SelectionMethod):
     val_suffix = "wga"   # the `val` environment's `in`-split key the method selects by
     extra = ("test_avg_acc",)
     block_columns = ("env_names",)
+    values = r"env\d+_in_.*"
 
     @classmethod
     def required_keys(cls, record: Record) -> list[str]:
@@ -394,7 +399,7 @@ def candidates(records: RecordsLike, method: type[SelectionMethod],
     `hparams_key` (as its two columns) and the method's extra columns;
     groups in the order of their first record, candidates best first (the first in
     hyperparameter order among equals)."""
-    rows, keys = long_rows(records, labels, method.block_columns)
+    rows, keys = long_rows(records, labels, method.block_columns, method.values)
     chosen = method.candidate_choices(rows).join(keys, on="gkey", how="left",
                                                  maintain_order="left")
     order = rows.group_by("gkey", "test_env").agg(group_first=pl.col("long").min()) \

@@ -35,7 +35,6 @@ DONE_FILE = "done"
 PREDICTIONS_DIR = "predictions"
 MAX_LINE_BYTES = 4 << 20     # a record is a few kB; a longer line is skipped, never held
 FAST_FILE_BYTES = 16 << 20   # a larger results.jsonl is read line by line
-BATCH_BYTES = 32 << 20
 THREADS = min(8, (os.cpu_count() or 1) + 2)
 MAX_DEPTH_EXTRA = 31         # see `_batch_fits`: brackets beyond args and hparams
 
@@ -51,12 +50,12 @@ ROW_SCHEMA: dict[str, Any] = {"block": pl.Int64, "step": pl.Int64, "epoch": pl.F
 # a lone surrogate escape (or half of a pair: read line by line, replaced there)
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-# a number's bytes mapped to their shape: digits, ".", "+" and "-" to "0", "e" and "E" to
-# "e", others to a space; a run of 25 "0" or an "e" and five more is a literal polars
-# might read otherwise than json (long mantissas, huge exponents): line by line
-_SHAPE = bytes(48 if (48 <= b <= 57 or b in b".+-") else 101 if b in b"eE" else 32
-               for b in range(256))
-_ODD_NUMBERS = (b"0" * 25, b"e00000")
+# bytes mapped to a shape: digits, ".", "+" and "-" to "0", "e" and "E" to "e", "{" and
+# "[" to "(", others to a space; a run of 25 "0" or an "e" and five more is a literal
+# polars might read otherwise than json (long mantissas, huge exponents): line by line
+_SHAPE = bytes(48 if (48 <= b <= 57 or b in b".+-") else 101 if b in b"eE" else
+               40 if b in b"{[" else 32 for b in range(256))
+_ODD_NUMBERS = (b"0" * 25, b"e00000", b"(")
 
 
 @dataclass
@@ -300,16 +299,16 @@ def _batch_fits(data: bytes, heads: Sequence[_Head], table: pl.DataFrame) -> boo
     rows = table.height
     if rows != sum(h.lines for h in heads):
         return False
-    tokens = [b'"args"', b'"hparams"', b'":', b"{", b"["]
-    shared = _shared_counts(heads, tokens)
-    found = [data.count(t) - s for t, s in zip(tokens, shared)]
+    tokens = [b'"args"', b'"hparams"', b'":']
+    found = [data.count(t) - s for t, s in zip(tokens, _shared_counts(heads, tokens))]
     nonnull = sum(rows - table[k].null_count() for k in table.columns)
-    if found[:2] != [rows, rows] or found[2] != nonnull or \
-            table["args"].null_count() or table["hparams"].null_count() or \
-            table["step"].null_count() or found[3] + found[4] - rows > MAX_DEPTH_EXTRA:
+    if found != [rows, rows, nonnull] or table["args"].null_count() or \
+            table["hparams"].null_count() or table["step"].null_count():
         return False
-    shape = data.translate(_SHAPE)
-    if [shape.count(s) for s in _ODD_NUMBERS] != _shared_counts(heads, _ODD_NUMBERS, True):
+    shape = data.translate(_SHAPE)       # odd numbers, then brackets ("(")
+    odd = [shape.count(s) - n for s, n in zip(_ODD_NUMBERS,
+                                              _shared_counts(heads, _ODD_NUMBERS, True))]
+    if odd[:2] != [0, 0] or odd[2] - rows > MAX_DEPTH_EXTRA:
         return False
     return bool(table["step"].min() >= 0)  # type: ignore[operator]
 
@@ -329,8 +328,7 @@ def _file_fits(data: bytes, head: _Head) -> bool:
 
 
 def _quick_refusal(data: bytes) -> bool:
-    """Whether bytes hold a surrogate escape (polars reads a lone one otherwise than json;
-    the line reader replaces it). A blank line shows in the row count."""
+    """Whether bytes hold a surrogate escape (polars reads it otherwise than json)."""
     return b"\\u" in data and _SURROGATE.search(data) is not None
 
 
