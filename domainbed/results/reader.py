@@ -299,7 +299,7 @@ def _batch_fits(data: bytes, heads: Sequence[_Head], table: pl.DataFrame) -> boo
     rows = table.height
     if rows != sum(h.lines for h in heads):
         return False
-    tokens = [b'"args"', b'"hparams"', b'":']
+    tokens = [b'args"', b'hparams"', b":"]   # (one-byte or rare first bytes: fast scans)
     found = [data.count(t) - s for t, s in zip(tokens, _shared_counts(heads, tokens))]
     nonnull = sum(rows - table[k].null_count() for k in table.columns)
     if found != [rows, rows, nonnull] or table["args"].null_count() or \
