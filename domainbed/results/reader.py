@@ -562,16 +562,16 @@ def _is_leaf(st: os.stat_result) -> bool:
 
 
 def _leaf_entries(path: str) -> tuple[bool, bool] | None:
-    """(holds a results.jsonl that is not a directory, holds a ``done`` that exists) of a
-    directory without subdirectories, from two stats (following links, as a listing's
-    is_dir does); None where a stat fails otherwise than for a missing name."""
+    """(holds a results.jsonl that is no directory, holds a ``done`` that exists), by two
+    stats following links as a listing's is_dir does; None where a stat fails oddly."""
     found = []
+    base = path if path.endswith(os.sep) else path + os.sep
     for name in (RESULTS_FILE, DONE_FILE):
         try:
-            st = os.stat(os.path.join(path, name))
-            found.append(name == DONE_FILE or not stat.S_ISDIR(st.st_mode))
+            is_dir = stat.S_ISDIR(os.stat(base + name).st_mode)
+            found.append(name == DONE_FILE or not is_dir)
         except FileNotFoundError:
-            found.append(name == RESULTS_FILE and os.path.lexists(os.path.join(path, name)))
+            found.append(name == RESULTS_FILE and os.path.lexists(base + name))
         except OSError:
             return None
     return found[0], found[1]

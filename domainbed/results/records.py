@@ -181,7 +181,7 @@ def _checked_dirs(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
 def _file_key(run_dir: str) -> tuple[int, int, int] | None:
     """(size, mtime_ns, inode) of a run's results.jsonl where it is a regular file."""
     try:
-        st = os.lstat(os.path.join(run_dir, RESULTS_FILE))
+        st = os.lstat(run_dir + os.sep + RESULTS_FILE)
     except OSError:
         return None
     return (st.st_size, st.st_mtime_ns, st.st_ino) if (st.st_mode & 0o170000) == 0o100000 \
