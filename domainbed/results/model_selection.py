@@ -268,7 +268,10 @@ class LeaveOneOutSelectionMethod(SelectionMethod):
             .agg(first=pl.col("row").first(), n_envs=pl.col("n_envs").first(),
                  singles=(pl.col("n_test") == 1).sum(),
                  test_acc=pl.col("in_acc").filter(pl.col("n_test") == 1).first(),
-                 single_row=pl.col("row").filter(pl.col("n_test") == 1).first())
+                 single_row=pl.col("row").filter(pl.col("n_test") == 1).first(),
+                 block=pl.col("block").filter(pl.col("n_test") == 1).first()) \
+            .filter((pl.col("singles") == 1) & (pl.col("n_envs") >= 2) &
+                    pl.col("test_acc").is_not_null())
         envs = pl.col("test_envs")
         pairs = rows.filter(pl.col("n_test") == 2).with_columns(
             val_env=pl.when(envs.list.get(0) == pl.col("test_env")).then(envs.list.get(1))
@@ -288,12 +291,8 @@ class LeaveOneOutSelectionMethod(SelectionMethod):
             total = total + pl.col("values").list.get(j, null_on_oob=True).fill_null(0.0)
         sums = sums.with_columns(total=total)
         needed = pl.col("n_envs") - (pl.col("test_env") < pl.col("n_envs")).cast(pl.Int64)
-        table = steps.join(sums, on=step_keys, how="left").filter(
-            (pl.col("singles") == 1) & (pl.col("n_envs") >= 2) &
-            (pl.col("found") == needed) & pl.col("test_acc").is_not_null()) \
+        table = steps.join(sums, on=step_keys, how="left").filter(pl.col("found") == needed) \
             .with_columns(val_acc=pl.col("total") / (pl.col("n_envs") - 1))
-        single = rows.select(pl.col("row").alias("single_row"), "block").unique("single_row")
-        table = table.join(single, on="single_row", how="left")
         return _first_best(table, CANDIDATE, "first").with_columns(row=pl.col("single_row"))
 
 
