@@ -313,11 +313,11 @@ def with_metric(selected: pl.DataFrame, records: RecordsOrTable, metric: str
                                                    maintain_order=True)
     joined = selected.drop([c for c in wanted if c in selected.columns]).join(
         rows, on=["run_dir", "step"], how="left", maintain_order="left")
-    values = joined.select(model_selection.env_value(joined, pl.col("test_env"),
-                                                     f"in_{metric}"))
+    values = joined.with_columns(model_selection.env_value(
+        joined, pl.col("test_env"), f"in_{metric}").alias("_value"))["_value"]
     sides: dict[str, dict] = {}
     filled = []
-    for value, run_dir, step, env in zip(values.to_series().to_list(),
+    for value, run_dir, step, env in zip(values.to_list(),
                                          joined["run_dir"].to_list(), joined["step"].to_list(),
                                          joined["test_env"].to_list()):
         if value is None and run_dir:
