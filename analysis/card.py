@@ -5,7 +5,7 @@ Sections, in order: accuracy on the line per OOD split and its verdict
 (``analysis.aotl``), the spread of effective robustness around those lines, validity
 desiderata (``analysis.validity``: ERM Failure, Discriminative Power), diversity and
 correlation shift (``ood_bench`` summaries), OODSelect's worst subsets, label-free
-estimation error (``analysis.labelfree``) and rank stability (``domainbed.results.stats``).
+estimation error (``analysis.labelfree``) and rank stability (``analysis.selection_stats``).
 A section the inputs cannot support is kept, with what it needs (a flag, an input).
 
     card = build_card(records, label, name, inputs=CardInputs(...))
@@ -220,8 +220,8 @@ def labelfree_section(name: str, found: dict[str, Any] | str | None) -> Section:
 
 
 def rank_section(records: list, n_boot: int, seed: int) -> Section:
+    from analysis import selection_stats as stats
     from domainbed.results import model_selection as ms
-    from domainbed.results import stats
     s = Section("rank_stability", "Rank stability")
     method = ms.IIDAccuracySelectionMethod
     candidates = stats.candidate_table(records, method)

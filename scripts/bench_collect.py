@@ -1,10 +1,11 @@
 """Time and peak memory of collect_results on a DomainBed-format sweep of many runs:
-ours cold (no index), ours warm (the records index), DomainBed's collect_results on the
-same files, and optionally an older checkout of ours.
+ours cold (no records cache), ours warm (the records cache the cold run wrote), DomainBed's
+collect_results on the same files, and optionally an older checkout of ours.
 
     python scripts/bench_collect.py --runs 100000            # builds 1.2 GB in a temp dir
     python scripts/bench_collect.py --runs 10000 --record    # writes docs/benchmarks/...
     python scripts/bench_collect.py --sweep_dir /tmp/s --keep --domainbed PATH --old PATH
+    python scripts/bench_collect.py --runs 100000 --background_load 2   # a busy machine
 
 The sweep comes from scripts/sweep_replica.py (DomainBed's test sweep replicated with
 distinct datasets, algorithms, seeds and hparams; 12 checkpoints a run). Each command runs
@@ -26,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sweep_replica import build_sweep  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-INDEX_FILE = ".records-index"
+CACHE_FILE = ".records-cache.parquet"
 DOMAINBED_SNAPSHOT = "/work/.mirror/facebookresearch+DomainBed/repo"
 
 
@@ -50,7 +51,7 @@ def timed(command, cwd):
 
 def read_through(sweep):
     """Read every file of the sweep, so that the next command finds it in the page
-    cache ("cold" is without the records index, not from the disk; this VM's memory
+    cache ("cold" is without the records cache, not from the disk; this VM's memory
     monitor reclaims idle cache pages, which otherwise adds seconds of disk reads at
     random)."""
     for folder, _, files in os.walk(sweep):
@@ -86,11 +87,11 @@ def measure(sweep, domainbed, old, repeats):
     `sweep` (ours `repeats` times cold then warm), each after the sweep is read through."""
     ours = [sys.executable, "-m", "domainbed.scripts.collect_results", "--input_dir", sweep,
             "--no_save"]
-    index = os.path.join(sweep, INDEX_FILE)
-    results = {"ours cold": [], "ours warm (index)": []}
+    cache = os.path.join(sweep, CACHE_FILE)
+    results = {"ours cold": [], "ours warm (cache)": []}
     for _ in range(repeats):
-        if os.path.exists(index):
-            os.remove(index)
+        if os.path.exists(cache):
+            os.remove(cache)
         for name in results:
             read_through(sweep)
             results[name].append(timed(ours, ROOT))
@@ -120,6 +121,8 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3,
                         help="time ours cold and warm this many times (the median is "
                              "reported, with every run's wall time)")
+    parser.add_argument("--background_load", type=int, default=0, metavar="N",
+                        help="start N busy processes for the whole run (a shared machine)")
     parser.add_argument("--record", action="store_true",
                         help="write the figure to docs/benchmarks (benchfigures.record)")
     args = parser.parse_args(argv)
@@ -131,12 +134,19 @@ def main(argv=None):
             size = build_sweep(sweep, args.runs, args.checkpoints)
             print(f"built {args.runs} runs, {size / 1e9:.2f} GB of records in "
                   f"{time.perf_counter() - start:.0f} s")
-            time.sleep(2.5)   # the index stores only files settled for 2 s
+            time.sleep(2.5)   # the cache stores only files settled for 2 s
         runs = sum(1 for _ in os.scandir(sweep) if _.is_dir())
         domainbed = None if args.no_domainbed else domainbed_checkout(args.domainbed, workdir)
         for checkout in filter(None, (ROOT, domainbed, args.old)):
             compile_bytecode(checkout)
-        results = measure(sweep, domainbed, args.old, max(args.repeats, 1))
+        busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                for _ in range(args.background_load)]
+        try:
+            results = measure(sweep, domainbed, args.old, max(args.repeats, 1))
+        finally:
+            for process in busy:
+                process.kill()
+                process.wait()
         report(results, runs, args, domainbed)
     finally:
         if not args.keep:
@@ -149,6 +159,8 @@ def main(argv=None):
 def report(results, runs, args, domainbed):
     cold = results["ours cold"][0][0]
     lines = []
+    medians = {name: statistics.median(wall for _, wall, *_ in timings)
+               for name, timings in results.items()}
     for name, timings in results.items():
         same = all(output == cold for output, *_ in timings)
         compared = "" if name == "ours cold" and same else \
@@ -161,6 +173,11 @@ def report(results, runs, args, domainbed):
         load = timings[0][4]
         lines.append(f"{name}: {statistics.median(walls):.1f} s wall{spread}, {cpu:.1f} s "
                      f"CPU, {peak:.0f} MB peak (load {load:.1f}){compared}")
+    if "DomainBed" in medians:
+        lines.append(f"DomainBed / ours: cold {medians['DomainBed'] / medians['ours cold']:.1f}x,"
+                     f" warm {medians['DomainBed'] / medians['ours warm (cache)']:.1f}x")
+    if args.background_load:
+        lines.append(f"with {args.background_load} busy background processes throughout")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
     print(f"{runs} runs, {cores} cores; wall and CPU seconds (user + system, worker "
           f"processes included), peak resident memory, the 1-minute load average before "
@@ -176,7 +193,7 @@ def report(results, runs, args, domainbed):
                     f"({args.checkpoints} checkpoints a run, built from DomainBed's test "
                     f"sweep)",
                command=f"python scripts/bench_collect.py --runs {args.runs} --repeats "
-                       f"{args.repeats} --record"
+                       f"{args.repeats} --background_load {args.background_load} --record"
                        + (" --no_domainbed" if args.no_domainbed else "")
                        + (" --old CHECKOUT" if args.old else ""),
                result="; ".join(lines),
@@ -184,8 +201,9 @@ def report(results, runs, args, domainbed):
                       "CPU, peak resident memory), bytecode compiled beforehand as an "
                       "installed package has it, the sweep's files read through before "
                       "each command (in the page cache: this VM's memory monitor pages out "
-                      "idle cache); cold: no index; warm: the records index written by "
-                      "the cold run before it; ours cold and warm run --repeats times, "
+                      "idle cache); cold: no records cache; warm: the Parquet records cache "
+                      "written by the cold run before it; ours cold and warm run --repeats "
+                      "times, "
                       "the median reported; outputs compared byte for byte with ours "
                       "cold")
 

@@ -96,18 +96,6 @@ def need_probe_kernel():
     return _compiled(probe_kernel.load(), "probe kernel")
 
 
-def need_records_kernel():
-    """The compiled reader of results files (domainbed.results.rows_kernel), or skip/fail."""
-    from domainbed.results import rows_kernel
-    return _compiled(rows_kernel.load(), "records kernel")
-
-
-def need_stat_kernel():
-    """The compiled stats of many paths (domainbed.results.parallel_read), or skip/fail."""
-    from domainbed.results import parallel_read
-    return _compiled(parallel_read._stat_kernel(), "stat kernel")
-
-
 def _compiled(kernel, what):
     """`kernel`, or skip/fail where it was not built: each needs a C compiler."""
     if kernel is None:

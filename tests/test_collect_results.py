@@ -12,6 +12,7 @@ import pytest
 from domainbed.results import model_selection as ms
 from domainbed.scripts import collect_results, list_top_hparams
 from oodutils.errors import run_cli
+from tests import selection_oracle
 from tests.requirements import data_dir, need_data
 
 SWEEP_ROOT = data_dir("domainbed_test_sweep")
@@ -161,6 +162,23 @@ def rec(test_envs, step, accs, hparams_seed=0, trial_seed=0, algorithm="ERM",
     return r
 
 
+def hparams_accs(method, records):
+    """The candidates of the records' one group, best first, as (choice, None) pairs; the
+    record-by-record oracle (tests/selection_oracle.py) agrees."""
+    table = ms.candidates(records, method).to_dicts()
+    oracle = selection_oracle.ORACLES[method.key].hparams_accs(records)
+    assert [a["val_acc"] for a, _ in oracle] == [c["val_acc"] for c in table]
+    return [(c, None) for c in table]
+
+
+def sweep_acc(method, records):
+    """The test accuracy of the model `method` selects in the records' one group."""
+    rows = ms.select_table(records, method).to_dicts()
+    oracle = selection_oracle.select_rows(records, selection_oracle.ORACLES[method.key])
+    assert [r["test_acc"] for r in rows] == [r["test_acc"] for r in oracle]
+    return rows[0]["test_acc"] if rows else None
+
+
 def test_training_domain_validation_picks_best_checkpoint_over_hparams():
     records = [
         rec([0], 0, {0: (0.5, 0.5), 1: (0, 0.6), 2: (0, 0.6)}, hparams_seed=0),
@@ -168,16 +186,16 @@ def test_training_domain_validation_picks_best_checkpoint_over_hparams():
         rec([0], 0, {0: (0.9, 0.1), 1: (0, 0.7), 2: (0, 0.7)}, hparams_seed=1),
         rec([0, 1], 0, {0: (1.0, 1.0), 1: (1, 1.0), 2: (0, 1.0)}, hparams_seed=2),
     ]
-    accs = ms.IIDAccuracySelectionMethod.hparams_accs(records)
+    accs = hparams_accs(ms.IIDAccuracySelectionMethod, records)
     assert [a["val_acc"] for a, _ in accs] == pytest.approx([0.8, 0.7])
-    assert ms.IIDAccuracySelectionMethod.sweep_acc(records) == 0.4
+    assert sweep_acc(ms.IIDAccuracySelectionMethod, records) == 0.4
     assert accs[0][0]["step"] == 100
     # Oracle: last checkpoint only, best test-env out accuracy across hparams.
-    assert ms.OracleSelectionMethod.sweep_acc(records) == 0.4      # out 0.9 beats 0.1
+    assert sweep_acc(ms.OracleSelectionMethod, records) == 0.4      # out 0.9 beats 0.1
     records[1]["env0_out_acc"] = 0.05
-    assert ms.OracleSelectionMethod.sweep_acc(records) == 0.9
+    assert sweep_acc(ms.OracleSelectionMethod, records) == 0.9
     # Leave-one-out needs the runs with two test envs.
-    assert ms.LeaveOneOutSelectionMethod.sweep_acc(records) is None
+    assert sweep_acc(ms.LeaveOneOutSelectionMethod, records) is None
 
 
 def test_leave_one_domain_out():
@@ -186,9 +204,9 @@ def test_leave_one_domain_out():
                 rec([0, 1], 0, {0: (0, 0), 1: (val1, 0), 2: (0, 0)}, hparams_seed=hp),
                 rec([0, 2], 0, {0: (0, 0), 1: (0, 0), 2: (val2, 0)}, hparams_seed=hp)]
     records = runs(0, 0.6, 0.8, 0.3) + runs(1, 0.9, 0.9, 0.7) + runs(2, 1.0, 0.1, 0.2)
-    accs = ms.LeaveOneOutSelectionMethod.hparams_accs(records)
+    accs = hparams_accs(ms.LeaveOneOutSelectionMethod, records)
     assert [a["val_acc"] for a, _ in accs] == pytest.approx([0.9, 0.7, 0.55])
-    assert ms.LeaveOneOutSelectionMethod.sweep_acc(records) == 0.7
+    assert sweep_acc(ms.LeaveOneOutSelectionMethod, records) == 0.7
     # A run with two test envs belongs to both test envs' groups.
     groups = ms.group_records(records)
     assert {k.test_env for k in groups} == {0, 1, 2}
@@ -203,8 +221,8 @@ def test_worst_group_selection():
             wga={0: (0, 0.6), 1: (0, 0.6), 2: (0.5, 0)}, hparams_seed=1),
     ]
     assert ms.has_worst_group(records)
-    assert ms.IIDAccuracySelectionMethod.sweep_acc(records) == 0.9
-    assert ms.WorstGroupSelectionMethod.sweep_acc(records) == 0.5
+    assert sweep_acc(ms.IIDAccuracySelectionMethod, records) == 0.9
+    assert sweep_acc(ms.WorstGroupSelectionMethod, records) == 0.5
 
 
 def test_data_variants_are_not_pooled():
@@ -362,3 +380,37 @@ class K: pass
     expected = [n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
     assert len(expected) == 11
     assert [n.name for n in registry._class_defs(tree)] == expected
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_polars_selection_equals_the_record_by_record_oracle(seed):
+    """Random sweeps with ties, missing values, repeated steps and two-test-env runs:
+    every method chooses what the record-by-record reference chooses, row for row."""
+    import random
+    rng = random.Random(seed)
+    values = [0.25, 0.5, 0.75, 1.0, None]
+    records = []
+    for run in range(rng.randint(5, 40)):
+        envs = sorted(rng.sample(range(3), rng.choice((1, 1, 2))))
+        hp = rng.randint(0, 3)
+        for step in sorted(rng.choices(range(4), k=rng.randint(1, 4))):
+            r = rec(envs, step, {}, hparams_seed=hp, trial_seed=rng.randint(0, 1),
+                    algorithm=rng.choice(("ERM", "IRM")))
+            for e in range(3):
+                for split in ("in", "out"):
+                    for kind in ("acc", "wga"):
+                        value = rng.choice(values)
+                        if value is not None:
+                            r[f"env{e}_{split}_{kind}"] = value
+            r["run_dir"] = f"run{run}"
+            records.append(r)
+    chosen = 0
+    for key in ("training_domain", "leave_one_out", "oracle", "worst_group"):
+        got = ms.select_table(records, ms.SELECTION_METHODS[key]).to_dicts()
+        chosen += len(got)
+        want = selection_oracle.select_rows(records, selection_oracle.ORACLES[key])
+        columns = ["trial_seed", "dataset", "algorithm", "test_env", "val_acc", "test_acc",
+                   "step", "run_dir", "hparams_seed", "n_candidates"]
+        assert [[r[c] for c in columns] for r in got] == \
+            [[r[c] for c in columns] for r in want], key
+    assert chosen > 3

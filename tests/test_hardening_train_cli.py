@@ -78,12 +78,13 @@ def test_data_dir_that_is_a_file(tmp_path, capsys):
 
 
 def test_empty_split_is_nan_and_read_as_missing():
-    from domainbed.results.model_selection import IIDAccuracySelectionMethod
+    from domainbed.results.model_selection import IIDAccuracySelectionMethod, candidates
     from domainbed.training.evaluation import split_metrics
     metrics = split_metrics("env1_out", np.zeros(0, np.uint8), None, 0)
     assert math.isnan(metrics["env1_out_acc"])
-    record = {"args": {"test_envs": [0]}, "step": 5, "env0_in_acc": 0.7,
+    record = {"args": {"test_envs": [0], "dataset": "D", "algorithm": "ERM",
+                       "trial_seed": 0}, "step": 5, "env0_in_acc": 0.7,
               "env0_out_acc": 0.6, "env1_out_acc": metrics["env1_out_acc"],
               "env2_out_acc": 0.5, "env1_in_acc": 0.9, "env2_in_acc": 0.8}
-    choice = IIDAccuracySelectionMethod.run_acc([record])
+    choice = candidates([record], IIDAccuracySelectionMethod).to_dicts()[0]
     assert choice["val_acc"] == 0.5  # the mean of the splits that exist, not (0 + 0.5) / 2

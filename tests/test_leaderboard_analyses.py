@@ -1,5 +1,5 @@
 """The leaderboard's analyses beyond the tables (issue 28): effective robustness per
-selected cell, how sure the ranking is (domainbed.results.stats), and the benchmark
+selected cell, how sure the ranking is (analysis.selection_stats), and the benchmark
 cards (analysis.card), on a synthetic sweep with a known answer, on DomainBed's test
 sweep and on a tiny sweep trained here with logits."""
 import io

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from analysis import selection_stats as stats
 from domainbed.results import model_selection as ms
-from domainbed.results import stats
 from tests.requirements import data_dir, need_data
 
 ROOT = Path(__file__).resolve().parents[1]

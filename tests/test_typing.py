@@ -13,9 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 USER_FACING = (
     "domainbed", "domainbed.api", "domainbed.config", "domainbed.registry", "domainbed.hparams",
     "domainbed.run_hparams", "domainbed.results", "domainbed.results.records",
-    "domainbed.results.model_selection", "domainbed.results.report", "domainbed.results.stats",
+    "domainbed.results.model_selection", "domainbed.results.report", "analysis.selection_stats",
     "domainbed.results.tables", "domainbed.results.schema", "domainbed.results.export",
-    "domainbed.results.metrics",
+    "domainbed.predictions", "domainbed.results.reader", "domainbed.results.cache",
     "domainbed.leaderboard.site", "domainbed.leaderboard.published",
     "analysis.aotl", "analysis.aotl_inputs", "analysis.aotl_stats", "analysis.aotl_study",
     "analysis.labelfree", "analysis.oodselect", "analysis.oodselect_config", "analysis.theory",

@@ -95,6 +95,7 @@ def _dataset_table(table, method, info, index, runs, metric=None):
                        "step": _plain(r["step"]), "hparams_seed": _plain(r["hparams_seed"]),
                        "val_acc": r["val_acc"], "test_acc": r["test_acc"],
                        "n_candidates": int(r["n_candidates"]),
+                       "arithmetic": r.get("arithmetic") or "single",
                        "hparams": index.run_hparams.get(r["run_dir"])}
                       for r in runs.get((info.label, alg, env), [])]
             extra = {"env": env, "n_hparams": len(index.hparams[(info.label, alg, env)]),
@@ -105,8 +106,10 @@ def _dataset_table(table, method, info, index, runs, metric=None):
             out.append(_cell(cell, **extra))
         rows.append({"algorithm": alg, "cells": out, "avg": avg,
                      "avg_text": reporting.format_avg(avg)})
+    computed = sorted({run["arithmetic"] for row in rows for c in row["cells"]
+                       for run in c["runs"]})
     return {"title": table.title, "dataset": info.label, "name": info.name,
-            "columns": list(table.columns),
+            "columns": list(table.columns), "arithmetics": computed,
             "env_indices": list(table.env_indices), "rows": rows}
 
 

@@ -65,6 +65,7 @@ class Cell:
     counts: Optional[str] = None   # "2 trials · 3 hparams"
     note: Optional[int] = None     # a missing cell: the number of its board's footnote
     diff: Optional[str] = None     # user minus published
+    arithmetic: Optional[str] = None  # a table mixing arithmetics: this cell's, explained
 
 
 @dataclasses.dataclass
@@ -251,11 +252,23 @@ def _dataset_board(section, table, sources):
                 continue
             cells.append(Cell(c["text"], _sort_value(c["mean"]),
                               _best_class(c["mean"], best[i]), href=href,
-                              counts=f'{c["n_trials"]} trials · {c["n_hparams"]} hparams'))
+                              counts=f'{c["n_trials"]} trials · {c["n_hparams"]} hparams',
+                              arithmetic=_arithmetic_title(table, c)))
         cells.append(Cell(r["avg_text"], _sort_value(r["avg"]), _best_class(r["avg"], best_avg)))
         board.rows.append(Row(r["algorithm"], cells, "user"))
     board.rows += [_published_row(p, sources, n) for p in table["published"]]
     return board
+
+
+def _arithmetic_title(table, cell):
+    """The marker's title of a cell in a table whose runs were computed by several
+    arithmetics (``args.arithmetic``), or None."""
+    mixed = table.get("arithmetics") or []
+    if len(mixed) < 2:
+        return None
+    mine = sorted({r.get("arithmetic", "single") for r in cell.get("runs", [])})
+    return (f"computed by {', '.join(mine)}; this table mixes runs computed by "
+            f"{', '.join(mixed)} (the leaderboard's --arithmetic NAME keeps one)")
 
 
 def _dataset_level_board(section, label):

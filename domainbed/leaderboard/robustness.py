@@ -1,5 +1,5 @@
 """Two leaderboard analyses beyond the tables: each algorithm's effective robustness
-(``analysis.aotl``) and how sure the ranking is (``domainbed.results.stats``).
+(``analysis.aotl``) and how sure the ranking is (``analysis.selection_stats``).
 
 ``effective_robustness(model, records_by_label)`` gives leaderboard.json's
 ``effective_robustness``; ``leaderboard_stats(records, methods)`` its ``stats``. The
@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis import selection_stats as stats
 from domainbed.leaderboard.pages import Board, Cell, Row, slug
 from domainbed.results import model_selection as ms
-from domainbed.results import stats
 from oodutils.errors import UserError
 from oodutils.plotting import figure_and_axes, save_figure
 
@@ -245,6 +245,6 @@ def stats_panel(data: dict[str, Any], model: dict, site_dir: str | None = None
             images.append({"src": image, "caption": f"Expected best accuracy against "
                                                     f"hyperparameter draws, {name}"})
     return {"kind": "boards", "title": "How sure is this leaderboard?",
-            "intro": "From domainbed.results.stats (collect_results --stats).",
+            "intro": "From analysis.selection_stats (collect_results --stats).",
             "missing": "; ".join(missing) if missing and not boards else None,
             "boards": [b for b in boards if b.rows], "images": images}

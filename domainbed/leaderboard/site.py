@@ -23,7 +23,7 @@ from domainbed.leaderboard import pages, panels, robustness
 from domainbed.leaderboard.published import load_published
 from domainbed.results import model_selection
 from domainbed.results import tables as reporting
-from domainbed.results.records import TABLE_FIELDS, load_records
+from domainbed.results.records import TABLE_FIELDS, load_records, only_arithmetic
 from oodutils.csv_out import csv_text
 from oodutils.errors import UserError
 from oodutils.fileio import atomic_write_text, current_umask, finite_json
@@ -46,6 +46,7 @@ class SiteExtras:
     bootstrap resamples for the statistics."""
     ood_bench_dirs: Sequence[PathLike] = ()
     n_boot: int = robustness.DEFAULT_BOOTSTRAPS
+    arithmetic: str | None = None     # only runs computed by it (--arithmetic)
 
 
 def check_out_dir(out: str) -> None:
@@ -227,6 +228,8 @@ def build_site(input_dirs: PathLike | Sequence[PathLike], out: PathLike,
         panels.check_oodselect_dir(path)
     loaded = load_records(input_dirs, require_done=not include_unfinished, quiet=True,
                           fields=TABLE_FIELDS)
+    if extras is not None and extras.arithmetic is not None:
+        loaded = only_arithmetic(loaded, extras.arithmetic)
     sources = load_published()
     model = lbmodel.build_model(loaded, sources, methods)
     model["sweeps"] = sweep_names(input_dirs)

@@ -1,14 +1,12 @@
-"""How records are grouped for model selection, as DomainBed groups them: the
-(trial_seed, dataset, algorithm, test_env) group keys, the dataset labels that keep runs on
-different data apart, and the key of one hyperparameter setting. Shared by the per-record
-selection (``model_selection``) and the column-wise one (``column_selection``)."""
+"""How record dicts are grouped for model selection, as DomainBed groups them: the
+(trial_seed, dataset, algorithm, test_env) keys, the dataset labels that keep runs on
+different data apart, the key of one hyperparameter setting."""
 from __future__ import annotations
 
 import collections
-import contextlib
 import itertools
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 DATA_KEYS = ("data_source", "data_fingerprint", "data_seed", "precision", "weights_sha256")
@@ -24,8 +22,7 @@ def test_envs_of(record: Record) -> list[int]:
 
 
 def num_envs(record: Record) -> int:
-    """Number of environments in a record: its env_names, else env0_out_acc, env1_out_acc,
-    ... (as DomainBed; env_names first so that --eval_splits without out splits counts)."""
+    """Number of environments: env_names, else env0_out_acc, env1_out_acc, ... (DomainBed's)."""
     names = (record.get("args") or {}).get("env_names")
     if names:
         return len(names)
@@ -45,36 +42,6 @@ def hparams_key(record: Record) -> tuple[str, str]:
     args = record["args"]
     return (str(args.get("hparams_seed")),
             json.dumps(record.get("hparams"), sort_keys=True, default=str))
-
-
-# (id(args), id(hparams)) -> hparams_key, while `shared_keys()` is open: the records of a
-# run share these objects, so a report computes each run's key once for every group and
-# method (records do not change while it is built)
-_HPARAMS_KEYS: dict[tuple[int, int], tuple[str, str]] | None = None
-
-
-@contextlib.contextmanager
-def shared_keys() -> Iterator[None]:
-    """Within it, each (args, hparams) object pair's hparams_key is computed once."""
-    global _HPARAMS_KEYS
-    outer = _HPARAMS_KEYS
-    _HPARAMS_KEYS = {} if outer is None else outer
-    try:
-        yield
-    finally:
-        _HPARAMS_KEYS = outer
-
-
-def cached_hparams_key(record: Record) -> tuple[str, str]:
-    """hparams_key(record), computed once per (args, hparams) objects inside
-    `shared_keys()`."""
-    if _HPARAMS_KEYS is None:
-        return hparams_key(record)
-    shared = (id(record["args"]), id(record.get("hparams")))
-    key = _HPARAMS_KEYS.get(shared)
-    if key is None:
-        key = _HPARAMS_KEYS[shared] = hparams_key(record)
-    return key
 
 
 def dataset_labels(records: Iterable[Record]) -> Labels:
@@ -118,6 +85,18 @@ def group_keys(record: Record, labels: Labels) -> list[GroupKey]:
         return []
     return [GroupKey(args["trial_seed"], dataset_label(record, labels), args["algorithm"],
                      test_env) for test_env in test_envs_of(record)]
+
+
+def group_records(records: Iterable[Record], labels: Labels | None = None
+                  ) -> dict[GroupKey, list[Record]]:
+    """{GroupKey: [records]}; a record with several test envs is in each of their groups."""
+    records = list(records)
+    labels = dataset_labels(records) if labels is None else labels
+    groups: dict[GroupKey, list[Record]] = collections.defaultdict(list)
+    for r in records:
+        for key in group_keys(r, labels):
+            groups[key].append(r)
+    return dict(groups)
 
 
 def hparams_sort_key(key: tuple[str, str]) -> tuple[int, int | str, str]:

@@ -1,53 +1,48 @@
-"""Model selection over hyperparameters and checkpoints, with DomainBed's semantics.
+"""Model selection over hyperparameters and checkpoints, with DomainBed's semantics, as
+polars table operations.
 
-Records (dicts, as read by ``domainbed.results.records``) are grouped as DomainBed groups them:
-by (trial_seed, dataset, algorithm, test_env), a run with two test envs belonging to
-both groups (leave-one-domain-out needs those runs). Inside a group the runs of one
-hyperparameter setting (same ``hparams_seed`` and hyperparameter values) form a candidate;
-a method gives each candidate a validation and a test accuracy and the sweep keeps the
-test accuracy of the candidate with the best validation accuracy.
+Records are grouped as DomainBed groups them: by (trial_seed, dataset, algorithm,
+test_env), a run with two test envs belonging to both groups (leave-one-domain-out needs
+those runs). Inside a group the runs of one hyperparameter setting (same ``hparams_seed``
+and hyperparameter values) form a candidate; a method gives each candidate a validation
+and a test accuracy (at the candidate's best checkpoint, the first among equals in reading
+order) and the sweep keeps the candidate with the best validation accuracy (the first
+among equals in hyperparameter order).
 
-Beyond DomainBed, runs on different data (data source, fingerprint, data seed,
-precision in their args) are never pooled: such variants of one dataset get their own
-label, e.g. ``ColoredMNIST[data_seed=1]``.
+Beyond DomainBed, runs on different data (data source, fingerprint, data seed, precision
+in their args) are never pooled: such variants of one dataset get their own label, e.g.
+``ColoredMNIST[data_seed=1]``.
 
-Methods: IIDAccuracySelectionMethod (training-domain validation set),
-LeaveOneOutSelectionMethod (leave-one-domain-out cross-validation),
-OracleSelectionMethod (test-domain validation set, last checkpoint) and
-WorstGroupSelectionMethod (best mean worst-group accuracy on the training domains'
-validation splits, reporting worst-group accuracy on the test domain) and
-ValWorstGroupSelectionMethod (SubpopBench's: best worst-group accuracy on the `val`
-environment of datasets whose environments are official splits; reports the `test`
-environment's worst-group and average accuracy).
+Methods: DomainBed's three (training-domain validation, leave-one-domain-out,
+test-domain oracle), worst-group selection, and SubpopBench's (val worst-group accuracy
+and its attribute-unknown variants), each a class below.
 """
 from __future__ import annotations
 
 import collections
-import math
+import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Union
 
-import numpy as np
+import polars as pl
 
-from domainbed.results import column_selection
-from domainbed.results.columns import ColumnTable
 from domainbed.results.grouping import (  # noqa: F401 - also this module's API
     DATA_KEYS,
     DataKey,
     GroupKey,
     Labels,
-    cached_hparams_key,
     data_key,
     dataset_label,
     dataset_labels,
     group_keys,
+    group_records,
     hparams_key,
     hparams_sort_key,
     num_envs,
-    shared_keys,
     test_envs_of,
 )
+from domainbed.results.reader import Frame, frame_from_records
 from oodutils.errors import UserError
 
 if TYPE_CHECKING:
@@ -56,99 +51,125 @@ if TYPE_CHECKING:
     from domainbed.results.records import Records
 
 _WGA_KEY = re.compile(r"^env\d+_(in|out)_wga$")
-Record = dict[str, Any]          # one results.jsonl line, with its run_dir
-Choice = dict[str, Any]          # val_acc, test_acc, step, run_dir of a chosen checkpoint
-
-
-def _value(record: Mapping[str, Any], key: str) -> float | None:
-    """record[key] as a finite float, or None."""
-    value = record.get(key)
-    if type(value) is float:            # the common case, answered without float()
-        return value if value - value == 0 else None   # inf - inf and nan - nan are nan
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
-
-
-def _mean(values: list[float]) -> float:
-    """np.mean of a list, to the bit: under 8 values numpy adds them in order, as sum()
-    does, and divides by their count (no array built for the few envs of a record)."""
-    return sum(values) / len(values) if len(values) < 8 else float(np.mean(values))
-
-
-def single_test_env_records(records: Iterable[Record]) -> list[Record]:
-    """The records with exactly one test env (DomainBed's get_test_records)."""
-    return [r for r in records if len(r["args"].get("test_envs") or ()) == 1]
+Record = dict[str, Any]
+RecordsLike = Union[Sequence[Record], "Records", Frame]
+GROUP = list(GroupKey._fields)
+KEYS = ["trial_seed", "dataset", "algorithm"]    # a group: these (as `gkey`) and test_env
+CANDIDATE = ["gkey", "test_env", "hparams_rank"]
 
 
 def has_worst_group(records: Iterable[Record]) -> bool:
     """Whether any record carries worst-group accuracies (env{i}_{in,out}_wga)."""
-    keys: set[str] = set()
-    for r in records:
-        keys.update(r)
-    return any(_WGA_KEY.match(k) for k in keys)
+    return any(_WGA_KEY.match(k) for r in records for k in r)
 
 
-def group_records(records: Sequence[Record], labels: Labels | None = None
-                  ) -> dict[GroupKey, list[Record]]:
-    """{GroupKey: [records]}; a record with several test envs is in each of their groups.
-    Records whose args lack dataset/algorithm/trial_seed/test_envs are left out."""
-    labels = dataset_labels(records) if labels is None else labels
-    groups: dict[GroupKey, list[Record]] = collections.defaultdict(list)
-    keys_of: dict[int, list[GroupKey]] = {}   # id(args) -> its groups (args shared by a run)
-    for r in records:
-        args = r["args"]
-        keys = keys_of.get(id(args))
-        if keys is None:
-            keys = keys_of[id(args)] = group_keys(r, labels)
-        for key in keys:
-            groups[key].append(r)
-    return dict(groups)
+def official_split_envs(record: Record) -> tuple[int, int] | None:
+    """(val, test) env indices where env_names hold "val" and "test" (SubpopBench's)."""
+    names = record["args"].get("env_names") or []
+    if "val" in names and "test" in names:
+        return names.index("val"), names.index("test")
+    return None
+
+
+def frame_of(records: RecordsLike) -> Frame:
+    """The polars frame of a Records, a Frame or a list of record dicts."""
+    if isinstance(records, Frame):
+        return records
+    frame = getattr(records, "frame", None)
+    return frame if isinstance(frame, Frame) else frame_from_records(records)
+
+
+def frame_labels(frame: Frame) -> Labels:
+    """dataset_labels of a frame's blocks."""
+    pairs = frame.blocks.select("dataset", "data_key").unique(maintain_order=True)
+    stand_ins = [{"args": {"dataset": dataset, **dict(zip(DATA_KEYS, json.loads(key)))}}
+                 for dataset, key in pairs.iter_rows()]   # (a list: dataset_labels keys by id)
+    return dataset_labels(stand_ins)
+
+
+def _label_of_blocks(frame: Frame, labels: Labels) -> pl.Series:
+    pairs = frame.blocks.select("dataset", "data_key")
+    known = {(d, k): labels.get((d, tuple(json.loads(k)))) for d, k in
+             pairs.unique().iter_rows()}
+    return pl.Series("label", [known[p] for p in pairs.iter_rows()], dtype=pl.String)
+
+
+def _hparams_ranks(blocks: pl.DataFrame) -> pl.Series:
+    """Each block's place in the hyperparameter order (hparams_sort_key)."""
+    keys = list(zip(blocks["hparams_seed_text"].to_list(), blocks["hparams_key"].to_list()))
+    rank = {k: i for i, k in enumerate(sorted(set(keys), key=hparams_sort_key))}
+    return pl.Series("hparams_rank", [rank[k] for k in keys], dtype=pl.Int64)
+
+
+def long_rows(records: RecordsLike, labels: Labels | None = None,
+              block_columns: Sequence[str] = (), values: str = r"env.*"
+              ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(one row per (record, test env) of the records that have a dataset, an algorithm
+    and a trial seed: ``gkey`` (its trial_seed, dataset label and algorithm, numbered),
+    ``test_env``, ``hparams_rank``, ``row`` (reading order), ``block``, ``n_test`` (how
+    many test envs the record has), the record's values and these columns of its block;
+    the table of KEYS by ``gkey``); `values`: the record keys kept (a regex)."""
+    frame = frame_of(records)
+    if labels is None:
+        labels = frame_labels(frame)
+    blocks = frame.blocks.select(
+        "algorithm", "trial_seed", "test_envs", *block_columns,
+        _label_of_blocks(frame, labels).alias("dataset"),
+        _hparams_ranks(frame.blocks)).with_columns(
+        block=pl.int_range(pl.len(), dtype=pl.Int64)).drop_nulls(KEYS)
+    keys = blocks.select(KEYS).unique(maintain_order=True).with_columns(
+        gkey=pl.int_range(pl.len(), dtype=pl.Int64))
+    blocks = blocks.join(keys, on=KEYS, how="left", maintain_order="left").drop(KEYS)
+    kept = [c for c in frame.rows.columns if re.fullmatch(values, c)]
+    rows = frame.rows.select("block", "step", "n_envs", *kept) \
+        .with_columns(row=pl.int_range(pl.len(), dtype=pl.Int64)) \
+        .join(blocks, on="block", how="inner", maintain_order="left")
+    return rows.with_columns(n_test=pl.col("test_envs").list.len(),
+                             test_env=pl.col("test_envs")).explode("test_env") \
+        .filter(pl.col("test_env").is_not_null()) \
+        .with_columns(long=pl.int_range(pl.len(), dtype=pl.Int64)), keys
+
+
+def _finite(expr: pl.Expr) -> pl.Expr:
+    return pl.when(expr.is_finite()).then(expr).otherwise(None)
+
+
+def env_value(rows: pl.DataFrame, index: pl.Expr, suffix: str) -> pl.Expr:
+    """The finite value of ``env{index}_{suffix}`` of each row (null where absent)."""
+    out: pl.Expr = pl.lit(None, pl.Float64)
+    for column in rows.columns:
+        match = re.fullmatch(rf"env(\d+)_{re.escape(suffix)}", column)
+        if match:
+            out = pl.when(index == int(match.group(1))).then(pl.col(column)).otherwise(out)
+    return _finite(out)
+
+
+def _first_best(table: pl.DataFrame, keys: list[str], order: str) -> pl.DataFrame:
+    """Per `keys`, the row with the largest val_acc, the first by `order` among equals."""
+    return table.sort(order).filter(pl.col("val_acc") == pl.col("val_acc").max().over(keys)) \
+        .unique(keys, keep="first", maintain_order=True)
 
 
 class SelectionMethod:
     """Strategy for choosing hyperparameters and checkpoint. Class-level, as DomainBed."""
-    # every method sets both; the base class has none
     name: str = None  # type: ignore[assignment]    # as printed in table headers
     key: str = None  # type: ignore[assignment]     # as spelled on the command line
     metric = "accuracy"
+    extra: tuple[str, ...] = ()                     # columns beyond select()'s own
+    block_columns: tuple[str, ...] = ()             # what it reads of a block but keys
+    values = r"env\d+_(in|out)_acc"                 # the record keys it reads
 
     def __init__(self) -> None:
         raise TypeError("selection methods are used through their class methods")
 
     @classmethod
-    def run_acc(cls, run_records: Sequence[Record]) -> Choice | None:
-        """Records of one hyperparameter setting (one group) -> {val_acc, test_acc,
-        step, run_dir} of the chosen checkpoint, or None when none can be chosen."""
+    def candidate_choices(cls, rows: pl.DataFrame) -> pl.DataFrame:
+        """From `long_rows`: per candidate its choice (CANDIDATE, val/test_acc, step, block)."""
         raise NotImplementedError
 
     @classmethod
     def _required(cls, test_env: int, train_envs: list[int]) -> list[str]:
-        """The keys `required_keys` names, given the test env and the training envs."""
         raise NotImplementedError
-
-    @classmethod
-    def column_choices(cls, table: ColumnTable, labels: Labels) -> list[Choice] | None:
-        """select()'s rows computed column-wise (``column_selection``), or None where the
-        method has no column form (then the records are selected one by one)."""
-        return None
-
-    @classmethod
-    def hparams_accs(cls, records: Sequence[Record]) -> list[tuple[Choice, list[Record]]]:
-        """Records of one group -> [(run_acc, run_records)], best val_acc first."""
-        by_hparams: dict[tuple[str, str], list[Record]] = collections.defaultdict(list)
-        for r in records:
-            by_hparams[cached_hparams_key(r)].append(r)
-        accs = []
-        for key in sorted(by_hparams, key=hparams_sort_key):
-            acc = cls.run_acc(by_hparams[key])
-            if acc is not None:
-                accs.append((acc, by_hparams[key]))
-        return sorted(accs, key=lambda a: a[0]["val_acc"], reverse=True)
 
     @classmethod
     def required_keys(cls, record: Record) -> list[str]:
@@ -157,25 +178,12 @@ class SelectionMethod:
         train = [i for i in range(num_envs(record)) if i != test_env]
         return cls._required(test_env, train)
 
-    @classmethod
-    def sweep_acc(cls, records: Sequence[Record]) -> float | None:
-        """Records of one group -> test accuracy of the selected model, or None."""
-        accs = cls.hparams_accs(records)
-        return accs[0][0]["test_acc"] if accs else None
-
-    @classmethod
-    def _choice(cls, val_acc: float | None, test_acc: float | None, record: Record
-                ) -> Choice | None:
-        if val_acc is None or test_acc is None:
-            return None
-        return {"val_acc": float(val_acc), "test_acc": float(test_acc),
-                "step": record.get("step"), "run_dir": record.get("run_dir")}
-
 
 class _TrainingDomainMethod(SelectionMethod):
     """Argmax over all checkpoints of a mean over the training envs' `out` splits."""
     val_suffix = "out_acc"
     test_suffix = "in_acc"
+    values = r"env\d+_(in|out)_(acc|wga)"
 
     @classmethod
     def _required(cls, test_env: int, train_envs: list[int]) -> list[str]:
@@ -183,30 +191,24 @@ class _TrainingDomainMethod(SelectionMethod):
             [f"env{test_env}_{cls.test_suffix}"]
 
     @classmethod
-    def _step_acc(cls, record: Record) -> Choice | None:
-        test_env = test_envs_of(record)[0]
-        found = [_value(record, f"env{i}_{cls.val_suffix}")
-                 for i in range(num_envs(record)) if i != test_env]
-        vals = [v for v in found if v is not None]
-        if not vals:
-            return None
-        return cls._choice(_mean(vals),
-                           _value(record, f"env{test_env}_{cls.test_suffix}"), record)
-
-    @classmethod
-    def run_acc(cls, run_records: Sequence[Record]) -> Choice | None:
-        best = None
-        for record in single_test_env_records(run_records):
-            acc = cls._step_acc(record)
-            if acc is not None and (best is None or acc["val_acc"] > best["val_acc"]):
-                best = acc
-        return best
-
-
-    @classmethod
-    def column_choices(cls, table: ColumnTable, labels: Labels) -> list[Choice] | None:
-        return column_selection.training_domain(table, labels, cls.val_suffix,
-                                                cls.test_suffix)
+    def candidate_choices(cls, rows: pl.DataFrame) -> pl.DataFrame:
+        rows = rows.filter(pl.col("n_test") == 1)
+        values = []
+        for column in rows.columns:
+            match = re.fullmatch(rf"env(\d+)_{cls.val_suffix}", column)
+            if match:
+                i = int(match.group(1))
+                values.append(pl.when((pl.col("test_env") != i) & (pl.col("n_envs") > i))
+                              .then(_finite(pl.col(column))).otherwise(None))
+        if not values:
+            return rows.clear().with_columns(val_acc=pl.lit(None, pl.Float64),
+                                             test_acc=pl.lit(None, pl.Float64))
+        count = pl.sum_horizontal([v.is_not_null().cast(pl.Int64) for v in values])
+        table = rows.with_columns(
+            val_acc=pl.when(count > 0).then(pl.sum_horizontal(values) / count),
+            test_acc=env_value(rows, pl.col("test_env"), cls.test_suffix)) \
+            .filter(pl.col("val_acc").is_not_null() & pl.col("test_acc").is_not_null())
+        return _first_best(table, CANDIDATE, "row")
 
 
 class IIDAccuracySelectionMethod(_TrainingDomainMethod):
@@ -236,18 +238,14 @@ class OracleSelectionMethod(SelectionMethod):
         return [f"env{test_env}_out_acc", f"env{test_env}_in_acc"]
 
     @classmethod
-    def column_choices(cls, table: ColumnTable, labels: Labels) -> list[Choice] | None:
-        return column_selection.oracle(table, labels)
-
-    @classmethod
-    def run_acc(cls, run_records: Sequence[Record]) -> Choice | None:
-        singles = single_test_env_records(run_records)
-        if not singles:
-            return None
-        test_env = test_envs_of(singles[0])[0]
-        last = sorted(singles, key=lambda r: r.get("step", 0))[-1]
-        return cls._choice(_value(last, f"env{test_env}_out_acc"),
-                           _value(last, f"env{test_env}_in_acc"), last)
+    def candidate_choices(cls, rows: pl.DataFrame) -> pl.DataFrame:
+        singles = rows.filter(pl.col("n_test") == 1)     # (in reading order)
+        last = singles.filter(pl.col("step") == pl.col("step").max().over(CANDIDATE)) \
+            .unique(CANDIDATE, keep="last", maintain_order=True)
+        return last.with_columns(
+            val_acc=env_value(last, pl.col("test_env"), "out_acc"),
+            test_acc=env_value(last, pl.col("test_env"), "in_acc")) \
+            .filter(pl.col("val_acc").is_not_null() & pl.col("test_acc").is_not_null())
 
 
 class LeaveOneOutSelectionMethod(SelectionMethod):
@@ -256,85 +254,60 @@ class LeaveOneOutSelectionMethod(SelectionMethod):
     whose test envs are {test_env, v}. Needs those two-test-env runs."""
     name = "leave-one-domain-out cross-validation"
     key = "leave_one_out"
+    values = r"env\d+_in_acc"
 
     @classmethod
     def _required(cls, test_env: int, train_envs: list[int]) -> list[str]:
-        # of the two-test-env runs, and the test
         return [f"env{i}_in_acc" for i in train_envs] + [f"env{test_env}_in_acc"]
 
     @classmethod
-    def _step_acc(cls, records: Sequence[Record]) -> Choice | None:
-        tests = single_test_env_records(records)
-        if len(tests) != 1:
-            return None
-        test = tests[0]
-        test_env = test_envs_of(test)[0]
-        n_envs = num_envs(records[0])
-        if n_envs < 2:
-            return None
-        val_accs: list[float | None] = [None] * n_envs
-        for r in records:
-            envs = test_envs_of(r)
-            if len(envs) != 2 or test_env not in envs:
-                continue
-            val_env = (set(envs) - {test_env}).pop()
-            if 0 <= val_env < n_envs:
-                val_accs[val_env] = _value(r, f"env{val_env}_in_acc")
-        others = val_accs[:test_env] + val_accs[test_env + 1:]
-        held_out = [v for v in others if v is not None]
-        if len(held_out) != len(others):
-            return None
-        return cls._choice(sum(held_out) / (n_envs - 1),
-                           _value(test, f"env{test_env}_in_acc"), test)
-
-    @classmethod
-    def column_choices(cls, table: ColumnTable, labels: Labels) -> list[Choice] | None:
-        return column_selection.leave_one_out(table, labels)
-
-    @classmethod
-    def run_acc(cls, run_records: Sequence[Record]) -> Choice | None:
-        by_step: dict[Any, list[Record]] = collections.defaultdict(list)
-        for r in run_records:
-            by_step[r.get("step")].append(r)
-        best = None
-        for step in by_step:
-            acc = cls._step_acc(by_step[step])
-            if acc is not None and (best is None or acc["val_acc"] > best["val_acc"]):
-                best = acc
-        return best
-
-
-def official_split_envs(record: Record) -> tuple[int, int] | None:
-    """(val, test) environment indices of a dataset whose environments are official splits
-    (SubpopBench framing: env_names holding "val" and "test"), else None."""
-    names = record["args"].get("env_names") or []
-    if "val" in names and "test" in names:
-        return names.index("val"), names.index("test")
-    return None
+    def candidate_choices(cls, rows: pl.DataFrame) -> pl.DataFrame:
+        step_keys = [*CANDIDATE, "step"]
+        rows = rows.with_columns(in_acc=env_value(rows, pl.col("test_env"), "in_acc"))
+        steps = rows.group_by(step_keys, maintain_order=True) \
+            .agg(first=pl.col("row").first(), n_envs=pl.col("n_envs").first(),
+                 singles=(pl.col("n_test") == 1).sum(),
+                 test_acc=pl.col("in_acc").filter(pl.col("n_test") == 1).first(),
+                 single_row=pl.col("row").filter(pl.col("n_test") == 1).first(),
+                 block=pl.col("block").filter(pl.col("n_test") == 1).first()) \
+            .filter((pl.col("singles") == 1) & (pl.col("n_envs") >= 2) &
+                    pl.col("test_acc").is_not_null())
+        envs = pl.col("test_envs")
+        pairs = rows.filter(pl.col("n_test") == 2).with_columns(
+            val_env=pl.when(envs.list.get(0) == pl.col("test_env")).then(envs.list.get(1))
+            .otherwise(envs.list.get(0)))
+        pairs = pairs.filter(pl.col("val_env") != pl.col("test_env")) \
+            .with_columns(value=env_value(pairs, pl.col("val_env"), "in_acc")) \
+            .group_by([*step_keys, "val_env"], maintain_order=True).last()
+        held = steps.join(pairs.select(*step_keys, "val_env", "value"), on=step_keys,
+                          how="left").filter(
+            pl.col("val_env").is_null() | ((pl.col("val_env") >= 0) &
+                                           (pl.col("val_env") < pl.col("n_envs"))))
+        sums = held.sort("val_env", maintain_order=True).group_by(step_keys).agg(
+            found=pl.col("value").is_not_null().sum(), values=pl.col("value").drop_nulls())
+        longest = int(sums["values"].list.len().max() or 0)  # type: ignore[arg-type]
+        total: pl.Expr = pl.lit(0.0)
+        for j in range(longest):     # in env order, one after another (as sum() adds)
+            total = total + pl.col("values").list.get(j, null_on_oob=True).fill_null(0.0)
+        sums = sums.with_columns(total=total)
+        needed = pl.col("n_envs") - (pl.col("test_env") < pl.col("n_envs")).cast(pl.Int64)
+        table = steps.join(sums, on=step_keys, how="left").filter(pl.col("found") == needed) \
+            .with_columns(val_acc=pl.col("total") / (pl.col("n_envs") - 1))
+        return _first_best(table, CANDIDATE, "first").with_columns(row=pl.col("single_row"))
 
 
 class ValWorstGroupSelectionMethod(SelectionMethod):
     """SubpopBench's default selection: the hyperparameters and checkpoint with the best
-    worst-group accuracy on the `val` environment (env{val}_in_wga: val and test are both held
-    out, and `in` is their larger part); reports the `test` environment's worst-group accuracy
-    (test_acc) and average accuracy (test_avg_acc), both on its `in` split. Only for runs
-    that hold out both val and test."""
+    worst-group accuracy on the `val` environment (env{val}_in_wga); reports the `test`
+    environment's worst-group accuracy (test_acc) and average accuracy (test_avg_acc),
+    both on its `in` split. Only for runs that hold out both val and test."""
     name = "validation worst-group accuracy (SubpopBench)"
     key = "val_worst_group"
     metric = "worst-group accuracy"
     val_suffix = "wga"   # the `val` environment's `in`-split key the method selects by
-
-    @classmethod
-    def _step_acc(cls, record: Record) -> Choice | None:
-        envs = official_split_envs(record)
-        if envs is None or not set(envs) <= set(test_envs_of(record)):
-            return None
-        val, test = envs
-        choice = cls._choice(_value(record, f"env{val}_in_{cls.val_suffix}"),
-                             _value(record, f"env{test}_in_wga"), record)
-        if choice is not None:
-            choice["test_avg_acc"] = _value(record, f"env{test}_in_acc")
-        return choice
+    extra = ("test_avg_acc",)
+    block_columns = ("env_names",)
+    values = r"env\d+_in_.*"
 
     @classmethod
     def required_keys(cls, record: Record) -> list[str]:
@@ -345,20 +318,26 @@ class ValWorstGroupSelectionMethod(SelectionMethod):
         return [f"env{val}_in_{cls.val_suffix}", f"env{test}_in_wga", f"env{test}_in_acc"]
 
     @classmethod
-    def run_acc(cls, run_records: Sequence[Record]) -> Choice | None:
-        best = None
-        for record in run_records:
-            acc = cls._step_acc(record)
-            if acc is not None and (best is None or acc["val_acc"] > best["val_acc"]):
-                best = acc
-        return best
+    def candidate_choices(cls, rows: pl.DataFrame) -> pl.DataFrame:
+        names = pl.col("env_names").fill_null([])
+        val = names.list.eval(pl.element() == "val").list.arg_max()
+        test = names.list.eval(pl.element() == "test").list.arg_max()
+        rows = rows.with_columns(val_index=val.cast(pl.Int64), test_index=test.cast(pl.Int64)) \
+            .filter(names.list.contains("val") & names.list.contains("test") &
+                    pl.col("test_envs").list.contains(pl.col("val_index")) &
+                    pl.col("test_envs").list.contains(pl.col("test_index")))
+        table = rows.with_columns(
+            val_acc=env_value(rows, pl.col("val_index"), f"in_{cls.val_suffix}"),
+            test_acc=env_value(rows, pl.col("test_index"), "in_wga"),
+            test_avg_acc=env_value(rows, pl.col("test_index"), "in_acc")) \
+            .filter(pl.col("val_acc").is_not_null() & pl.col("test_acc").is_not_null())
+        best = _first_best(table, CANDIDATE, "row")
+        return best.filter(pl.col("test_env") == pl.col("test_index"))
 
 
 class _ValLabelOnlyMethod(ValWorstGroupSelectionMethod):
-    """SubpopBench's attribute-unknown selections: pick by a label-only score of the `val`
-    environment (no group labels needed to select); report, like val_worst_group, the
-    `test` environment's worst-group and average accuracy. The per-class scores come from
-    runs trained with `--metrics` (worst_class_acc, balanced_acc, macro_f1)."""
+    """SubpopBench's attribute-unknown selections: by a label-only score of `val` (from
+    runs trained with `--metrics`), reported as val_worst_group reports."""
 
 
 class ValAverageSelectionMethod(_ValLabelOnlyMethod):
@@ -387,8 +366,6 @@ class ValMacroF1SelectionMethod(_ValLabelOnlyMethod):
 
 LABEL_ONLY_METHODS = (ValAverageSelectionMethod, ValWorstClassSelectionMethod,
                       ValBalancedSelectionMethod, ValMacroF1SelectionMethod)
-
-
 SELECTION_METHODS: dict[str, type[SelectionMethod]] = {
     m.key: m for m in (IIDAccuracySelectionMethod, LeaveOneOutSelectionMethod,
                        OracleSelectionMethod, WorstGroupSelectionMethod,
@@ -400,40 +377,6 @@ ALIASES = {"iid": "training_domain", "training_domain_validation": "training_dom
            "subpopbench": "val_worst_group", "val_wga": "val_worst_group"}
 DOMAINBED_METHODS = (IIDAccuracySelectionMethod, LeaveOneOutSelectionMethod,
                      OracleSelectionMethod)
-
-
-def missing_split_notes(records: Sequence[Record], methods: Iterable[type[SelectionMethod]],
-                        counts: Sequence[int] | None = None) -> list[str]:
-    """One line per selection method that some records cannot serve because a split was
-    not evaluated (--eval_splits): which keys are absent, in how many records.
-    counts: how many records each of `records` stands for (a block's first record)."""
-    notes = []
-    weights = counts if counts is not None else [1] * len(records)
-    for method in methods:
-        absent: collections.Counter[str] = collections.Counter()
-        # SubpopBench's runs hold out two environments (val and test)
-        two_envs = issubclass(method, ValWorstGroupSelectionMethod)
-        missing_of: dict[tuple[Any, ...], list[str]] = {}   # a run's records: one shape
-        for record, weight in zip(records, weights):
-            if not two_envs and len(record["args"].get("test_envs") or ()) != 1:
-                continue
-            args = record["args"]     # what required_keys reads, and the record's keys
-            shape = (tuple(args.get("test_envs") or ()), repr(args.get("env_names")),
-                     *record)
-            missing = missing_of.get(shape)
-            if missing is None:
-                keys = method.required_keys(record)
-                if method is LeaveOneOutSelectionMethod:
-                    keys = keys[-1:]   # val keys live in the two-test-env runs
-                missing = missing_of[shape] = [k for k in keys if k not in record]
-            if missing:
-                absent.update({key: weight for key in missing})
-        if absent:
-            names = ", ".join(sorted(absent))
-            notes.append(f"note: {method.name}: {sum(absent.values())} missing values "
-                         f"({names}): those splits were not evaluated (--eval_splits), so "
-                         f"this method leaves the affected runs out")
-    return notes
 
 
 def get_selection_method(name: str) -> type[SelectionMethod]:
@@ -448,69 +391,72 @@ def get_selection_method(name: str) -> type[SelectionMethod]:
                     f"{', '.join(SELECTION_METHODS)}")
 
 
-def table_of(records: Sequence[Record] | Records | ColumnTable) -> ColumnTable:
-    """The column table of a Records, or of a list of record dicts."""
-    if isinstance(records, ColumnTable):
-        return records
-    table = getattr(records, "table", None)
-    return table if table is not None else ColumnTable.from_records(records)
+def candidates(records: RecordsLike, method: type[SelectionMethod],
+               labels: Labels | None = None) -> pl.DataFrame:
+    """Every candidate `method` can choose, per group: GROUP columns, ``hparams_rank``,
+    val_acc, test_acc, step, run_dir, hparams_seed, arithmetic, the setting's
+    `hparams_key` (as its two columns) and the method's extra columns;
+    groups in the order of their first record, candidates best first (the first in
+    hyperparameter order among equals)."""
+    rows, keys = long_rows(records, labels, method.block_columns, method.values)
+    chosen = method.candidate_choices(rows).join(keys, on="gkey", how="left",
+                                                 maintain_order="left")
+    order = rows.group_by("gkey", "test_env").agg(group_first=pl.col("long").min()) \
+        .join(keys, on="gkey", how="left").drop("gkey")
+    about = frame_of(records).blocks.select(
+        "run_dir", "hparams_seed", "arithmetic", "hparams_seed_text", "hparams_key"
+    ).with_columns(block=pl.int_range(pl.len(), dtype=pl.Int64))
+    columns = [*GROUP, "hparams_rank", "val_acc", "test_acc", "step", "run_dir",
+               "hparams_seed", "arithmetic", "hparams_seed_text", "hparams_key", *method.extra]
+    chosen = chosen.join(about, on="block", how="left", maintain_order="left")
+    return chosen.select(columns).join(order, on=GROUP, how="left") \
+        .sort("group_first", "val_acc", "hparams_rank", descending=[False, True, False],
+              maintain_order=True).drop("group_first")
 
 
-def block_records(table: ColumnTable) -> list[Record]:
-    """The first record of each block: a stand-in for its block wherever only the args and
-    the keys count (labels, environments, which splits were evaluated)."""
-    return [table.first_record(b) for b in table.blocks]
+def select_table(records: RecordsLike, method: type[SelectionMethod],
+                 labels: Labels | None = None) -> pl.DataFrame:
+    """`select` as a polars table."""
+    table = candidates(records, method, labels)
+    counts = table.group_by(GROUP, maintain_order=True).agg(n_candidates=pl.len())
+    best = table.group_by(GROUP, maintain_order=True).first().join(
+        counts, on=GROUP, how="left", maintain_order="left")
+    return best.select(*GROUP, "val_acc", "test_acc", "step", "run_dir", "hparams_seed",
+                       "n_candidates", "arithmetic", *method.extra)
 
 
-def select(records: Sequence[Record] | Records | ColumnTable, method: type[SelectionMethod],
-           labels: Labels | None = None) -> pd.DataFrame:
+def select(records: RecordsLike, method: type[SelectionMethod], labels: Labels | None = None
+           ) -> pd.DataFrame:
     """Run `method` on every group: a pandas DataFrame with one row per
     (trial_seed, dataset, algorithm, test_env) where a model could be selected, columns
     trial_seed, dataset, algorithm, test_env, val_acc, test_acc (= DomainBed's sweep
-    accuracy), step, run_dir, hparams_seed, n_candidates."""
+    accuracy), step, run_dir, hparams_seed, n_candidates, arithmetic."""
     import pandas as pd
 
-    rows, columns = select_rows(records, method, labels)
-    return pd.DataFrame(rows, columns=columns)
+    table = select_table(records, method, labels)
+    return pd.DataFrame(table.to_dict(as_series=False), columns=table.columns)
 
 
-def select_rows(records: Sequence[Record] | Records | ColumnTable,
-                method: type[SelectionMethod], labels: Labels | None = None
-                ) -> tuple[list[dict[str, Any]], list[str]]:
-    """`select`'s rows (dicts) and columns, without pandas (what the report reads)."""
-    table = table_of(records)
-    if labels is None:
-        labels = column_selection.table_labels(table)
-    rows = method.column_choices(table, labels)
-    extra: list[str] = []
-    if rows is None:
-        rows, extra = _select_records(table.records, method, labels)
-    columns = list(GroupKey._fields) + ["val_acc", "test_acc", "step", "run_dir",
-                                        "hparams_seed", "n_candidates"] + extra
-    return rows, columns
-
-
-def _select_records(record_list: Sequence[Record], method: type[SelectionMethod],
-                    labels: Labels) -> tuple[list[dict[str, Any]], list[str]]:
-    """select()'s rows and extra columns, one record at a time."""
-    rows: list[dict[str, Any]] = []
-    extra: list[str] = []
-    for key, group in group_records(record_list, labels).items():
-        accs = method.hparams_accs(group)
-        if not accs:
-            continue
-        best, run_records = accs[0]
-        if issubclass(method, ValWorstGroupSelectionMethod) and \
-                key.test_env != official_split_envs(run_records[0])[1]:  # type: ignore[index]
-            continue  # one row per run: the test env's (its val env is not a test result)
-        rows.append({**key._asdict(), "val_acc": best["val_acc"],
-                     "test_acc": best["test_acc"], "step": best["step"],
-                     "run_dir": best["run_dir"],
-                     "hparams_seed": run_records[0]["args"].get("hparams_seed"),
-                     "n_candidates": len(accs),
-                     **{k: v for k, v in best.items() if k not in _CHOICE_KEYS}})
-        extra += [k for k in best if k not in _CHOICE_KEYS and k not in extra]
-    return rows, extra
-
-
-_CHOICE_KEYS = ("val_acc", "test_acc", "step", "run_dir")
+def missing_split_notes(records: Sequence[Record], methods: Iterable[type[SelectionMethod]],
+                        counts: Sequence[int] | None = None) -> list[str]:
+    """One line per selection method that some records cannot serve because a split was
+    not evaluated (--eval_splits): which keys are absent, in how many records.
+    counts: how many records each of `records` stands for."""
+    notes = []
+    weights = counts if counts is not None else [1] * len(records)
+    for method in methods:
+        absent: collections.Counter[str] = collections.Counter()
+        two_envs = issubclass(method, ValWorstGroupSelectionMethod)
+        for record, weight in zip(records, weights):
+            if not two_envs and len(record["args"].get("test_envs") or ()) != 1:
+                continue
+            keys = method.required_keys(record)
+            if method is LeaveOneOutSelectionMethod:
+                keys = keys[-1:]   # val keys live in the two-test-env runs
+            absent.update({key: weight for key in keys if key not in record})
+        if absent:
+            names = ", ".join(sorted(absent))
+            notes.append(f"note: {method.name}: {sum(absent.values())} missing values "
+                         f"({names}): those splits were not evaluated (--eval_splits), so "
+                         f"this method leaves the affected runs out")
+    return notes

@@ -16,31 +16,30 @@ read.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
-import zipfile
-import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
-import numpy as np
-
-from domainbed.results import discovery
-from domainbed.results.columns import ColumnTable
-from domainbed.results.lines import MAX_LINE_BYTES  # noqa: F401 - also this module's API
-from domainbed.results.record_index import RecordIndex
-from domainbed.results.run_keys import KEY_FIELDS, key_texts
-from domainbed.results.schema import record_problem
-from domainbed.results.sweep_reader import (  # noqa: F401 - also this module's API
-    WHOLE_FILE_BYTES,
-    SweepReader,
-    read_run,
-    read_run_parts,
+from domainbed.predictions import (  # noqa: F401 - also this module's API
+    PredictionMatrix,
+    list_prediction_steps,
+    load_predictions,
+    prediction_matrix,
+    prediction_path,
 )
-from oodutils.errors import UserError, load_error_reason
-from oodutils.gc_pause import paused_gc
+from domainbed.results import reader
+from domainbed.results.cache import Cache
+from domainbed.results.reader import (  # noqa: F401 - also this module's API
+    MAX_LINE_BYTES,
+    Assembler,
+    Frame,
+    frame_from_records,
+    subset,
+)
+from oodutils.errors import UserError
 from oodutils.log import get_logger
-from oodutils.untrusted import open_regular
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -50,9 +49,9 @@ logger = get_logger(__name__)
 Record = dict[str, Any]           # one results.jsonl line, plus "run_dir"
 PathLike = Union[str, "os.PathLike[str]"]
 
-RESULTS_FILE = "results.jsonl"
-DONE_FILE = "done"
-PREDICTIONS_DIR = "predictions"
+RESULTS_FILE = reader.RESULTS_FILE
+DONE_FILE = reader.DONE_FILE
+PREDICTIONS_DIR = reader.PREDICTIONS_DIR
 _STEP_FILE = re.compile(r"^step_(\d+)\.npz$")
 MAX_NOTES_SHOWN = 20
 # What the results tables, the leaderboard and the analyses read of a record (with every
@@ -61,24 +60,19 @@ TABLE_FIELDS = ("args", "hparams", "step", "epoch")
 
 
 class Records:
-    """The records read from one or more input directories.
-
-    Attributes:
-        records: list of dicts, each a results.jsonl line plus ``"run_dir"``.
-        skipped_lines: number of corrupt or truncated results.jsonl lines skipped.
-        skipped_runs: number of run directories skipped (no ``done`` marker, or an
-            unreadable results.jsonl).
-        run_dirs: the run directories whose records were kept, in reading order.
-        input_dirs: the directories that were searched.
-        notes: one line per skipped line or unreadable file, naming it and why.
-    """
+    """The records read from one or more input directories: ``frame`` (polars tables,
+    ``reader.Frame``), ``records`` (dicts, each a results.jsonl line plus ``"run_dir"``,
+    built from the frame when first asked for), ``skipped_lines`` (corrupt or truncated
+    lines), ``skipped_runs`` (no ``done`` marker, or an unreadable results.jsonl),
+    ``run_dirs`` (kept, in reading order), ``input_dirs``, ``notes`` (one line per skipped
+    line or file, naming it and why)."""
 
     def __init__(self, records: Iterable[Record] | None = None, skipped_lines: int = 0,
                  skipped_runs: int = 0, run_dirs: Iterable[str] = (),
                  input_dirs: Iterable[str] = (), notes: Iterable[str] = (),
-                 table: ColumnTable | None = None) -> None:
+                 frame: Frame | None = None) -> None:
         self._records = list(records) if records is not None else None
-        self._table = table
+        self._frame = frame
         self.notes = list(notes)
         self.skipped_lines = int(skipped_lines)
         self.skipped_runs = int(skipped_runs)
@@ -87,25 +81,22 @@ class Records:
 
     @property
     def records(self) -> list[Record]:
-        """The record dicts (built from the column table on first use; see
-        `load_records` for a table read through a records index)."""
         if self._records is None:
-            self._records = self.table.records
+            self._records = frame_records(self.frame)
         return self._records
 
     @records.setter
     def records(self, records: Iterable[Record]) -> None:
-        self._records, self._table = list(records), None
+        self._records, self._frame = list(records), None
 
     @property
-    def table(self) -> ColumnTable:
-        """The records column-wise (``domainbed.results.columns``)."""
-        if self._table is None:
-            self._table = ColumnTable.from_records(self._records or [])
-        return self._table
+    def frame(self) -> Frame:
+        if self._frame is None:
+            self._frame = frame_from_records(self._records or [])
+        return self._frame
 
     def __len__(self) -> int:
-        return len(self._records) if self._records is not None else len(self.table)
+        return len(self._records) if self._records is not None else self.frame.rows.height
 
     def __iter__(self) -> Iterator[Record]:
         return iter(self.records)
@@ -149,6 +140,26 @@ class Records:
         return f"warning: skipped {summary} under {', '.join(self.input_dirs)}{named}"
 
 
+def frame_records(frame: Frame) -> list[Record]:
+    """The record dicts of a frame: args and hparams parsed once per block (shared by its
+    records), then step, epoch and each env value the record holds."""
+    blocks = frame.blocks
+    args = [json.loads(t) for t in blocks["args_text"].to_list()]
+    hparams = [None if t is None else json.loads(t) for t in blocks["hparams_text"].to_list()]
+    run_dirs = blocks["run_dir"].to_list()
+    names = [c for c in frame.rows.columns if c not in ("block", "n_envs")]
+    records = []
+    for row in frame.rows.select("block", *names).iter_rows():
+        block = row[0]
+        record: Record = {"args": args[block]}
+        if hparams[block] is not None:
+            record["hparams"] = hparams[block]
+        record.update((k, v) for k, v in zip(names, row[1:]) if v is not None)
+        record["run_dir"] = run_dirs[block]
+        records.append(record)
+    return records
+
+
 def _as_dir_list(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
     if isinstance(input_dir, (str, bytes, os.PathLike)):
         return [os.fspath(input_dir)]
@@ -156,13 +167,6 @@ def _as_dir_list(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
     if not dirs:
         raise UserError("no input directory given")
     return dirs
-
-
-def find_run_dirs(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
-    """Every directory holding a results.jsonl under `input_dir` (itself included),
-    in os.walk's order (sorted). Raises UserError when `input_dir` is not a directory."""
-    return [run_dir for top in _checked_dirs(input_dir)
-            for run_dir in discovery.walk(top).run_dirs]
 
 
 def _checked_dirs(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
@@ -174,36 +178,83 @@ def _checked_dirs(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
     return dirs
 
 
+def _file_key(run_dir: str) -> tuple[int, int, int] | None:
+    """(size, mtime_ns, inode) of a run's results.jsonl where it is a regular file."""
+    try:
+        st = os.lstat(run_dir + os.sep + RESULTS_FILE)
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ino) if (st.st_mode & 0o170000) == 0o100000 \
+        else None
+
+
 def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = True,
                  quiet: bool = False, fields: Sequence[str] | None = None,
-                 use_index: bool = True, index_in_background: bool = False) -> Records:
+                 use_cache: bool = True) -> Records:
     """Read every run under `input_dir` (a path, or a list of paths) into a Records.
 
     require_done: skip runs without a ``done`` marker (still running, or killed).
     quiet: do not log the skip warning (it stays available as ``Records.warning()``).
     fields: ``TABLE_FIELDS`` keeps only the keys the tables, the leaderboard and the
-    analyses read; then an index of each input directory's records
-    (``domainbed.results.record_index``, unless `use_index` is False) serves the files that
-    have not changed since it was written. None keeps every key and reads every file.
+    analyses read, read by the fast reader and through each input directory's records
+    cache (``domainbed.results.cache``, unless `use_cache` is False); None keeps every
+    key, every file read line by line.
     Lines that do not fit the records schema (``domainbed.results.schema``) and files that
     are not regular files are skipped, each with a note (``Records.notes``).
-    index_in_background: write the indexes in a thread (a command that reports next;
-    joined before the process exits or reads them again).
     Raises UserError when an input directory is missing.
     """
     dirs = _checked_dirs(input_dir)
-    reader = SweepReader(fields, use_index and fields is not None and
-                         tuple(fields) == TABLE_FIELDS, require_done)
-    with paused_gc():         # lists of lists per run and directory: no full collections
-        for top in dirs:
-            reader.read_tree(top)
-        table = reader.finish(index_in_background)
-    result = Records(None, reader.skipped_lines, reader.skipped_runs, reader.kept_dirs, dirs,
-                     reader.notes, table=table)
-    if reader.served:    # args decoded from an index are checked when dicts are built
-        result.table.before_records = lambda table: _check_or_reread(
-            result, table, lambda: _reread(dirs, require_done, fields))
-    logger.debug(f"read {len(result)} records from {len(reader.kept_dirs)} run(s) "
+    into = Assembler()
+    full: list[Record] | None = None if fields is not None else []
+    notes: list[str] = []
+    skipped_lines = skipped_runs = 0
+    kept_dirs: list[str] = []
+    position = 0
+    for top in dirs:
+        walked = reader.walk(top)
+        runs = [d for d, done in walked if done or not require_done]
+        skipped_runs += len(walked) - len(runs)
+        positions = list(range(position, position + len(runs)))
+        position += len(runs)
+        cache = Cache(top).load() if use_cache and full is None else None
+        if cache is not None and cache.warning:
+            logger.warning(cache.warning)
+            notes.append(cache.warning)
+        base = top if top.endswith(os.sep) else top + os.sep
+        rels = {d: d[len(base):] if d != top else "" for d in runs}
+        keys = [_file_key(d) for d in runs] if cache is not None else []
+        taken = cache.take([rels[d] for d in runs], keys) if cache is not None else None
+        hit: set[int] = set()
+        if taken is not None:
+            frame, hit_list = taken
+            hit = set(hit_list)
+            into.add(Frame(frame.rows, frame.blocks.drop("at")),
+                     [positions[a] for a in frame.blocks["at"].to_list()])
+        misses = [i for i in range(len(runs)) if i not in hit]
+        reads = reader.read_runs([runs[i] for i in misses], [positions[i] for i in misses],
+                                 into, fields, full)
+        read_of = {r.run_dir: r for r in reads}
+        for run_dir in runs:
+            found = read_of.get(run_dir)
+            if found is None:
+                kept_dirs.append(run_dir)
+                continue
+            path = os.path.join(run_dir, RESULTS_FILE)
+            if found.error is not None:
+                skipped_runs += 1
+                notes.append(f"{path}: unreadable ({found.error})")
+                continue
+            kept_dirs.append(run_dir)
+            skipped_lines += len(found.notes)
+            notes += found.notes
+        if cache is not None and (misses or cache.warning):
+            whole = into.frame()
+            cache.save(subset(whole, whole.blocks["run_dir"].is_in(runs)), rels,
+                       {**{runs[i]: keys[i] for i in hit},
+                        **{r.run_dir: r.key for r in reads if r.error is None}})
+    result = Records(full, skipped_lines, skipped_runs, kept_dirs, dirs, notes,
+                     frame=None if full is not None else _drop_empty(into.frame()))
+    logger.debug(f"read {len(result)} records from {len(kept_dirs)} run(s) "
                  f"under {', '.join(map(str, dirs))}")
     message = result.warning()
     if message and not quiet:
@@ -211,56 +262,23 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
     return result
 
 
-def _reread(dirs: list[str], require_done: bool, fields: Sequence[str] | None) -> Records:
-    """The same read from the files, the indexes of `dirs` removed (and so rebuilt)."""
-    for top in dirs:
-        try:
-            os.remove(RecordIndex(top).path)
-        except OSError:
-            pass
-    return load_records(dirs, require_done, True, fields, True)
+def only_arithmetic(loaded: Records, name: str) -> Records:
+    """The records of the runs computed by arithmetic `name` (``args.arithmetic``; records
+    without it count as ``single``); a UserError naming the ones there are if none is."""
+    found = loaded.frame.blocks["arithmetic"]
+    if not (found == name).any():
+        raise UserError(f"--arithmetic {name!r}: no run was computed by it (found: "
+                        f"{', '.join(sorted(set(found.to_list()))) or 'no run'})")
+    return Records(None, loaded.skipped_lines, loaded.skipped_runs, loaded.run_dirs,
+                   loaded.input_dirs, loaded.notes, frame=subset(loaded.frame, found == name))
 
 
-def _check_or_reread(result: Records, table: ColumnTable, reread: Callable[[], Records]
-                     ) -> None:
-    """Before a table read through a records index gives record dicts: each block's
-    args and hparams checked (`_index_problem`); where one fails, the read is done again
-    from the files and replaces the table's (and the Records') contents, with a warning."""
-    problem = _index_problem(table)
-    if problem is None:
-        return
-    note = (f"warning: ignored the records index of {', '.join(result.input_dirs)} "
-            f"({problem}); read the files")
-    logger.warning(note)
-    fresh = reread()
-    table.__dict__.update(fresh.table.__dict__)
-    result.notes = fresh.notes + [note]
-    result.run_dirs = fresh.run_dirs
-    result.skipped_lines, result.skipped_runs = fresh.skipped_lines, fresh.skipped_runs
-
-
-def _index_problem(table: ColumnTable) -> str | None:
-    """What keeps a table read through a records index from matching its records: a
-    block's args / hparams that do not parse, do not fit the schema with the block's first
-    record, or do not give the key values the tables used; None when all fit."""
-    keys = table.keys
-    texts = keys.texts
-    for i in range(table.n_blocks):
-        if i in table.kept:
-            continue
-        try:
-            block = table.block(i)
-        except (ValueError, RecursionError):
-            return f"block {i}: its args or hparams are not JSON"
-        record = table.first_record(block)
-        del record["run_dir"]
-        problem = record_problem(record)
-        if problem is None and key_texts(block.args, block.hparams) != tuple(
-                texts[f][c] for f, c in zip(range(len(KEY_FIELDS)), keys.codes[i].tolist())):
-            problem = "its key values differ from its args"
-        if problem is not None:
-            return f"{block.run_dir}: a record {problem}"
-    return None
+def _drop_empty(frame: Frame) -> Frame:
+    """The frame without env columns that hold no value (a key no record has)."""
+    empty = [c for c in frame.rows.columns if c not in reader.ROW_SCHEMA and
+             frame.rows[c].null_count() == frame.rows.height]
+    blocks = frame.blocks.drop([c for c in ("run",) if c in frame.blocks.columns])
+    return Frame(frame.rows.drop(empty), blocks)
 
 
 def _hashable(value: Any) -> Any:
@@ -306,123 +324,3 @@ def records_to_frame(records: Records | Iterable[Record]) -> pd.DataFrame:
         return pd.DataFrame(columns=["run_dir", "dataset", "algorithm", "test_envs",
                                      "trial_seed", "hparams_seed"])
     return pd.DataFrame(rows)
-
-
-def prediction_path(run_dir: PathLike, step: int) -> str:
-    return os.path.join(os.fspath(run_dir), PREDICTIONS_DIR, f"step_{int(step):07d}.npz")
-
-
-def list_prediction_steps(run_dir: PathLike) -> list[int]:
-    """The checkpoint steps that have a predictions file in `run_dir`, ascending."""
-    directory = os.path.join(os.fspath(run_dir), PREDICTIONS_DIR)
-    if not os.path.isdir(directory):
-        return []
-    steps = []
-    for name in os.listdir(directory):
-        match = _STEP_FILE.match(name)
-        if match:
-            steps.append(int(match.group(1)))
-    return sorted(steps)
-
-
-def load_predictions(run_dir: PathLike, step: int) -> dict[str, np.ndarray]:
-    """The predictions of one checkpoint: a dict of arrays (id, env, split, label, pred,
-    correct, group, and logits when saved). Raises UserError when missing or corrupt."""
-    path = prediction_path(run_dir, step)
-    if not os.path.exists(path):
-        steps = list_prediction_steps(run_dir)
-        have = (f"steps with predictions: {', '.join(map(str, steps))}" if steps
-                else "this run has no predictions")
-        raise UserError(f"no predictions for step {step} in {os.fspath(run_dir)} ({have})")
-    try:
-        with open_regular(path) as f, np.load(f, allow_pickle=False) as data:
-            arrays = {key: data[key] for key in data.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError, zlib.error) as e:
-        raise UserError(f"corrupt predictions file {path}: {load_error_reason(e)}") from None
-    lengths = {key: (len(a) if a.ndim else None) for key, a in arrays.items()}
-    if len(set(lengths.values())) > 1:
-        shown = ", ".join(f"{k}: {n}" for k, n in sorted(lengths.items()))
-        raise UserError(f"corrupt predictions file {path}: its arrays differ in length "
-                        f"({shown})")
-    return arrays
-
-
-class PredictionMatrix:
-    """Per-example predictions of many checkpoints, aligned by example id.
-
-    Attributes:
-        values: array (checkpoints x examples) of the requested field ("correct" by
-            default: 0/1 as uint8; "pred"; or "logits" giving checkpoints x examples x
-            classes).
-        examples: pandas.DataFrame, one row per column (id, env, split, label, group),
-            sorted by example id.
-        checkpoints: the records (dicts) of the rows, in row order.
-        skipped: records skipped because their checkpoint has no predictions file.
-    """
-
-    def __init__(self, values: np.ndarray, examples: pd.DataFrame,
-                 checkpoints: Iterable[Record], skipped: int = 0) -> None:
-        self.values, self.examples = values, examples
-        self.checkpoints, self.skipped = list(checkpoints), int(skipped)
-
-    def __repr__(self) -> str:
-        return (f"PredictionMatrix({self.values.shape[0]} checkpoints x "
-                f"{self.values.shape[1]} examples, skipped={self.skipped})")
-
-
-def prediction_matrix(records: Records | Iterable[Record], env: int,
-                      splits: Sequence[int] = (0, 1), field: str = "correct"
-                      ) -> PredictionMatrix:
-    """The examples x checkpoints view: one row per record (checkpoint) whose predictions
-    file exists, one column per example of environment `env` in `splits` (0 = in,
-    1 = out, 2 = the UDA split), columns sorted by example id.
-
-    Raises UserError when no record has predictions, when the environment has no example,
-    or when checkpoints were scored on different examples (naming the runs), since
-    columns must mean the same example in every row.
-    """
-    recs = records.records if isinstance(records, Records) else list(records)
-    rows: list[np.ndarray] = []
-    kept: list[Record] = []
-    ref_ids: Any = None                # the first checkpoint's example ids
-    ref_meta: dict[str, Any] = {}
-    differ: dict[str, int] = {}
-    skipped = 0
-    have: dict[str, set[int]] = {}
-    for r in sorted(recs, key=lambda r: (r["run_dir"], r["step"])):
-        run_dir = r["run_dir"]
-        if run_dir not in have:
-            have[run_dir] = set(list_prediction_steps(run_dir))
-        if r["step"] not in have[run_dir]:
-            skipped += 1
-            continue
-        pred = load_predictions(run_dir, r["step"])
-        if field not in pred:
-            hint = " (run with --save_logits)" if field == "logits" else ""
-            raise UserError(f"{prediction_path(run_dir, r['step'])} has no {field!r}{hint}")
-        sel = (pred["env"] == env) & np.isin(pred["split"], list(splits))
-        order = np.argsort(pred["id"][sel], kind="stable")
-        ids = pred["id"][sel][order]
-        if ref_ids is None:
-            ref_ids = ids
-            ref_meta = {k: pred[k][sel][order] for k in ("env", "split", "label", "group")
-                        if k in pred}
-        elif not np.array_equal(ids, ref_ids):
-            differ.setdefault(run_dir, ids.size)
-            continue
-        value = pred[field][sel][order]
-        rows.append(value.astype(np.uint8) if field == "correct" else value)
-        kept.append(r)
-    if differ:
-        listed = "; ".join(f"{d} ({n} examples)" for d, n in list(differ.items())[:10])
-        raise UserError(f"checkpoints are not scored on the same examples of env {env}: "
-                        f"the first has {ref_ids.size}, but {len(differ)} run(s) differ: "
-                        f"{listed}")
-    if not rows:
-        raise UserError(f"none of the {len(recs)} checkpoints has a predictions file")
-    if ref_ids.size == 0:
-        raise UserError(f"the predictions hold no example of environment {env} in splits "
-                        f"{list(splits)}")
-    import pandas as pd
-    examples = pd.DataFrame({"id": ref_ids, **ref_meta})
-    return PredictionMatrix(np.stack(rows), examples, kept, skipped)

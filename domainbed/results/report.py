@@ -4,23 +4,17 @@ leaderboard both build their tables here, from records alone."""
 from __future__ import annotations
 
 import collections
+import dataclasses
+import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
-import numpy as np
+import polars as pl
 
 from domainbed.registry import DATASETS, get_dataset_class
-from domainbed.results import column_selection, model_selection
+from domainbed.results import model_selection
 from domainbed.results import tables as reporting
-from domainbed.results.columns import ColumnTable
-from domainbed.results.run_keys import (
-    ALGORITHM,
-    DATASET,
-    ENV_NAMES,
-    TEST_ENVS,
-    distinct_rows,
-    first_seen,
-)
+from domainbed.results.reader import Frame, subset
 from oodutils.errors import UserError
 from oodutils.log import get_logger
 
@@ -32,7 +26,7 @@ if TYPE_CHECKING:
 
 logger = get_logger(__name__)
 Record = dict[str, Any]
-RecordsOrTable = Union[list[Record], ColumnTable]
+RecordsOrTable = Union[list[Record], Frame]
 
 # DomainBed's own orders for its datasets and algorithms; other names follow, sorted.
 DOMAINBED_DATASETS = [
@@ -73,49 +67,35 @@ def registered_environments(dataset: str | None) -> list[str] | None:
         return None
 
 
+@dataclasses.dataclass
 class DatasetInfo:
     """What the tables need to know about one dataset (label) from its records."""
+    label: str
+    name: Any
+    n_envs: int
+    has_worst_group: bool
+    env_names: list[str]
 
-    def __init__(self, label: str, records: list[Record]) -> None:
-        self.label = label
-        self.name = records[0]["args"].get("dataset")
-        self.n_envs = max(model_selection.num_envs(r) for r in records)
-        self.has_worst_group = model_selection.has_worst_group(records)
-        self.env_names = self._env_names(r["args"].get("env_names") for r in records)
-        self.official_splits = "val" in self.env_names and "test" in self.env_names
+    @property
+    def official_splits(self) -> bool:
+        return "val" in self.env_names and "test" in self.env_names
 
     @classmethod
     def of(cls, label: str, name: Any, n_envs: int, has_worst_group: bool,
            env_names: Iterable[Any]) -> DatasetInfo:
-        """The info from what was worked out elsewhere (a table's distinct keys);
-        env_names: the records' env_names values, in reading order."""
-        info = cls.__new__(cls)
-        info.label, info.name, info.n_envs = label, name, n_envs
-        info.has_worst_group = has_worst_group
-        info.env_names = info._env_names(env_names)
-        info.official_splits = "val" in info.env_names and "test" in info.env_names
-        return info
-
-    def _env_names(self, found: Iterable[Any]) -> list[str]:
-        for names in found:
-            if isinstance(names, list) and len(names) == self.n_envs:
-                return [str(n) for n in names]
-        names = registered_environments(self.name)
-        if names and len(names) == self.n_envs:
-            return [str(n) for n in names]
-        return [str(i) for i in range(self.n_envs)]
+        """The info of a label from its records' env_names values (in reading order):
+        the first of the right length, else the registered ones, else indices."""
+        names = next((n for n in env_names if isinstance(n, list) and len(n) == n_envs),
+                     None) or registered_environments(name)
+        shown = [str(n) for n in names] if names and len(names) == n_envs else \
+            [str(i) for i in range(n_envs)]
+        return cls(label, name, n_envs, has_worst_group, shown)
 
 
-def dataset_infos(records: Iterable[Record], labels: dict) -> dict[str, DatasetInfo]:
-    by_label = collections.defaultdict(list)
-    label_of: dict[int, str] = {}     # id(args) -> label: a run's records share one args
-    for r in records:
-        if r["args"].get("dataset") is not None:
-            label = label_of.get(id(r["args"]))
-            if label is None:
-                label = label_of[id(r["args"])] = model_selection.dataset_label(r, labels)
-            by_label[label].append(r)
-    return _ordered({label: DatasetInfo(label, rs) for label, rs in by_label.items()})
+def dataset_infos(records: Iterable[Record] | Frame, labels: dict) -> dict[str, DatasetInfo]:
+    """{label: DatasetInfo} of the records (dicts, or a Frame), in DomainBed's order."""
+    frame = model_selection.frame_of(records if isinstance(records, Frame) else list(records))
+    return table_infos(frame, labels)
 
 
 def _ordered(infos: dict[str, DatasetInfo]) -> dict[str, DatasetInfo]:
@@ -124,71 +104,72 @@ def _ordered(infos: dict[str, DatasetInfo]) -> dict[str, DatasetInfo]:
     return {i.label: i for i in ordered}
 
 
-def table_infos(table: ColumnTable, labels: dict) -> dict[str, DatasetInfo]:
-    """dataset_infos of a table's records, from the blocks' key codes and layouts."""
-    keys = table.keys
-    label_codes, names = column_selection.block_labels(table, labels)
-    n_envs = column_selection.block_env_counts(table)
-    wga_layouts = np.array([model_selection.has_worst_group([dict.fromkeys(k)])
-                            for k, _ in table.store.layouts], dtype=bool)
+def _labelled(frame: Frame, labels: dict) -> pl.DataFrame:
+    """The rows with their block's dataset, label and env_names."""
+    blocks = frame.blocks.select(
+        "dataset", "env_names", "algorithm",
+        model_selection._label_of_blocks(frame, labels)).with_columns(
+        block=pl.int_range(pl.len(), dtype=pl.Int64))
+    return frame.rows.join(blocks, on="block", how="left", maintain_order="left")
+
+
+def table_infos(frame: Frame, labels: dict) -> dict[str, DatasetInfo]:
+    """dataset_infos of a frame's records."""
+    rows = _labelled(frame, labels).filter(pl.col("dataset").is_not_null())
+    wga = [c for c in rows.columns if model_selection._WGA_KEY.match(c)]
+    per_label = rows.group_by("label", maintain_order=True).agg(
+        name=pl.col("dataset").first(), n_envs=pl.col("n_envs").max(),
+        wga=pl.any_horizontal([pl.col(c).is_not_null().any() for c in wga])
+        if wga else pl.lit(False),
+        env_names=pl.col("env_names").unique(maintain_order=True))
     infos = {}
-    for code, label in enumerate(names):
-        if label is None:
-            continue
-        blocks = np.flatnonzero(label_codes == code)
-        env_codes = keys.column(ENV_NAMES)[blocks]
-        _, first = first_seen(env_codes)
-        env_values = [keys.values[ENV_NAMES][c] for c in env_codes[first]]
-        infos[label] = DatasetInfo.of(label, keys.value(DATASET, int(blocks[0])),
-                                      int(n_envs[blocks].max()),
-                                      bool(wga_layouts[table.layout[blocks]].any()),
-                                      env_values)
+    for label, name, n_envs, wga_found, env_names in per_label.iter_rows():
+        infos[label] = DatasetInfo.of(label, name, int(n_envs), bool(wga_found), env_names)
     return _ordered(infos)
 
 
-def table_split_notes(table: ColumnTable, methods: Sequence[type[SelectionMethod]]
-                      ) -> list[str]:
-    """model_selection.missing_split_notes of a table's records, from one stand-in record
-    per distinct (test envs, env_names, key layout), weighted by its records."""
-    keys = table.keys
-    shapes = np.stack([keys.column(TEST_ENVS), keys.column(ENV_NAMES), table.layout],
-                      axis=1) if table.n_blocks else np.zeros((0, 3), dtype=np.int64)
-    if not len(shapes):
+def table_split_notes(frame: Frame, methods: Sequence[type[SelectionMethod]]) -> list[str]:
+    """model_selection.missing_split_notes of a frame's records, from one stand-in record
+    per distinct (test envs, env_names, keys holding a value), weighted by its records."""
+    envs = [c for c in frame.rows.columns if c.startswith("env")]
+    if not frame.rows.height:
         return []
-    combos, inverse, _ = distinct_rows(shapes)
-    weights = np.bincount(inverse, weights=table.rows, minlength=len(combos))
-    stand_ins = []
-    for test_envs, env_names, layout in combos.tolist():
-        record = dict.fromkeys(table.store.layouts[layout][0])
-        record["args"] = {"test_envs": keys.values[TEST_ENVS][test_envs],
-                          "env_names": keys.values[ENV_NAMES][env_names]}
+    blocks = frame.blocks.select("test_envs", "env_names").with_columns(
+        block=pl.int_range(pl.len(), dtype=pl.Int64))
+    shapes = frame.rows.select("block", *[pl.col(c).is_not_null() for c in envs]) \
+        .join(blocks, on="block", how="left").drop("block") \
+        .group_by(pl.all(), maintain_order=True).agg(weight=pl.len())
+    stand_ins, weights = [], []
+    for row in shapes.iter_rows(named=True):
+        record: Record = {c: None for c in envs if row[c]}
+        record["args"] = {"test_envs": row["test_envs"], "env_names": row["env_names"]}
         stand_ins.append(record)
-    return model_selection.missing_split_notes(stand_ins, methods,
-                                               [int(w) for w in weights])
+        weights.append(int(row["weight"]))
+    return model_selection.missing_split_notes(stand_ins, methods, weights)
 
 
-def build_section(records: list[Record] | ColumnTable, method: type[SelectionMethod],
+def build_section(records: RecordsOrTable, method: type[SelectionMethod],
                   infos: dict[str, DatasetInfo], algorithms: Sequence[str], labels: dict,
                   selected: pd.DataFrame | None = None,
                   metric: str | None = None) -> reporting.Section:
     """One Section: a table per dataset in `infos`, then the averages table.
     `selected`: model_selection.select's frame for these records, when already computed.
     `metric`: report that metric of the selected checkpoints instead of accuracy."""
-    if selected is None and metric is None:
-        rows, _ = model_selection.select_rows(records, method, labels)
-        selected_rows: Iterable[Any] = [_Chosen(r) for r in rows]
+    if selected is None:
+        chosen = model_selection.select_table(records, method, labels)
     else:
-        if selected is None:
-            selected = model_selection.select(records, method, labels)
-        if metric is not None:
-            listed = records.records if isinstance(records, ColumnTable) else records
-            selected = with_metric(selected, listed, metric)
-        selected_rows = selected.itertuples(index=False)
+        chosen = pl.from_pandas(selected) if len(selected) else \
+            model_selection.select_table(records, method, labels).clear()
+    if metric is not None:
+        chosen = with_metric(chosen, records, metric)
     what = method.name if metric is None else f"{method.name}, metric: {metric} (x100)"
     accs = collections.defaultdict(list)       # (dataset, algorithm, test_env) -> accs
-    for row in selected_rows:
-        accs[(row.dataset, row.algorithm, row.test_env)].append((row.trial_seed,
-                                                                  row.test_acc))
+    arithmetic = collections.defaultdict(set)  # dataset -> the arithmetics it reports
+    for dataset, algorithm, test_env, trial, acc, computed in chosen.select(
+            "dataset", "algorithm", "test_env", "trial_seed", "test_acc",
+            "arithmetic").iter_rows():
+        accs[(dataset, algorithm, test_env)].append((trial, acc))
+        arithmetic[dataset].add(computed)
     tables = []
     for info in infos.values():
         envs = list(range(info.n_envs))
@@ -198,11 +179,11 @@ def build_section(records: list[Record] | ColumnTable, method: type[SelectionMet
             title=f"Dataset: {info.label}, model selection method: {what}",
             heading=info.label, columns=info.env_names, rows=list(algorithms),
             cells=cells, avg=[reporting.row_average(c) for c in cells],
-            colwidth=20, env_indices=envs))
+            colwidth=20, env_indices=envs, notes=mixed_note(arithmetic[info.label])))
 
     avg_cells = []
     for alg in algorithms:
-        row = []
+        row: list[reporting.Cell | None] = []
         for info in infos.values():
             by_trial = collections.defaultdict(list)
             for e in range(info.n_envs):
@@ -211,20 +192,23 @@ def build_section(records: list[Record] | ColumnTable, method: type[SelectionMet
             row.append(reporting.summarize(
                 sum(v) / len(v) for v in by_trial.values()))
         avg_cells.append(row)
+    every = set().union(*arithmetic.values()) if arithmetic else set()
     tables.append(reporting.Table(
         title=f"Averages, model selection method: {what}", heading="Averages",
         columns=list(infos), rows=list(algorithms), cells=avg_cells,
-        avg=[reporting.row_average(c) for c in avg_cells], colwidth=25))
+        avg=[reporting.row_average(c) for c in avg_cells], colwidth=25,
+        notes=mixed_note(every)))
     return reporting.Section(method.name, tables, method.key, metric=metric)
 
 
-class _Chosen:
-    """A selected row's values as attributes (as DataFrame.itertuples gives them)."""
-    __slots__ = ("dataset", "algorithm", "test_env", "trial_seed", "test_acc")
-
-    def __init__(self, row: dict[str, Any]) -> None:
-        for name in self.__slots__:
-            setattr(self, name, row[name])
+def mixed_note(arithmetics: Iterable[str]) -> list[str]:
+    """The line under a table whose selected runs were computed by several arithmetics
+    (``args.arithmetic``; records without it count as ``single``), or none."""
+    found = sorted(set(arithmetics))
+    if len(found) < 2:
+        return []
+    return [f"note: this table mixes runs computed by different arithmetics "
+            f"({', '.join(found)}); --arithmetic NAME keeps one"]
 
 
 def build_val_worst_group_section(records: RecordsOrTable, infos: dict[str, DatasetInfo],
@@ -242,12 +226,13 @@ def build_val_worst_group_section(records: RecordsOrTable, infos: dict[str, Data
         return None
     records = with_labels(records, labels, infos)
     algorithms = algorithms_of(records)
-    selected = model_selection.select(records, method, labels)
+    selected = model_selection.select_table(records, method, labels)
     tables = []
     for column, what in (("test_acc", "worst-group"), ("test_avg_acc", "average")):
         accs = collections.defaultdict(list)
-        for row in selected.itertuples(index=False):
-            accs[(row.dataset, row.algorithm)].append(getattr(row, column))
+        for dataset, algorithm, value in selected.select("dataset", "algorithm",
+                                                         column).iter_rows():
+            accs[(dataset, algorithm)].append(float("nan") if value is None else value)
         cells = [[reporting.summarize(a for a in accs[(label, alg)] if a == a)
                   for label in infos] for alg in algorithms]
         tables.append(reporting.Table(
@@ -257,30 +242,19 @@ def build_val_worst_group_section(records: RecordsOrTable, infos: dict[str, Data
     return reporting.Section(method.name, tables, method.key)
 
 
-def metric_value(record: Record, side: dict, test_env: int, metric: str) -> float | None:
-    """The test environment's `in` split value of `metric` at this checkpoint: from the
-    record (trained with --metrics) or the run's metrics.jsonl (domainbed-metrics)."""
-    key = f"env{test_env}_in_{metric}"
-    value = record.get(key, side.get(key))
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
-        else None
-
-
 def _side_file(run_dir: str) -> dict[int, dict]:
-    import json
+    """{step: line} of a run's metrics.jsonl (domainbed-metrics), read the no-follow way."""
     import os
-    path = os.path.join(run_dir, "metrics.jsonl")
+
+    from oodutils.untrusted import parse_json, read_lines
     lines: dict[int, dict] = {}
-    if not os.path.isfile(path) or os.path.islink(path):
-        return lines
-    with open(path) as f:
-        for line in f:
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
+    try:
+        for line in read_lines(os.path.join(run_dir, "metrics.jsonl"), 1 << 20):
+            entry = None if line is None else parse_json(line)
             if isinstance(entry, dict) and isinstance(entry.get("step"), int):
                 lines[entry["step"]] = entry
+    except OSError:
+        pass
     return lines
 
 
@@ -290,8 +264,6 @@ LOWER_IS_BETTER = ("nll", "ece", "brier")   # losses and errors: the smallest is
 def metric_names(keys: Iterable[str]) -> set[str]:
     """The metrics beyond accuracy among record keys `env{i}_in_{metric}` (the names
     `--metrics` writes: oodutils.metrics.METRICS, per-class `acc_class<k>`)."""
-    import re
-
     from oodutils.metrics import METRICS
     found = set()
     for key in keys:
@@ -302,63 +274,77 @@ def metric_names(keys: Iterable[str]) -> set[str]:
     return found
 
 
-def metrics_in(records: list[Record], labels: dict) -> dict[str, set[str]]:
+def metrics_in(records: RecordsOrTable, labels: dict) -> dict[str, set[str]]:
     """{metric: the dataset labels with it} for the metrics beyond accuracy that the
     records (trained with --metrics) or their runs' metrics.jsonl (domainbed-metrics)
     carry; in METRICS' order, then acc_class<k> by k."""
     from oodutils.metrics import METRICS
+    frame = model_selection.frame_of(records)
+    rows = _labelled(frame, labels).join(
+        frame.blocks.select("run_dir").with_columns(block=pl.int_range(pl.len(),
+                                                                        dtype=pl.Int64)),
+        on="block", how="left")
     found: dict[str, set[str]] = collections.defaultdict(set)
-    sides: dict[str, set[str]] = {}
-    for r in records:
-        run_dir = str(r.get("run_dir") or "")
-        if run_dir and run_dir not in sides:
-            sides[run_dir] = metric_names(k for line in _side_file(run_dir).values()
-                                          for k in line)
-        label = model_selection.dataset_label(r, labels)
-        for name in metric_names(r) | sides.get(run_dir, set()):
-            found[name].add(label)
+    for column in rows.columns:
+        for name in metric_names([column]):
+            found[name].update(rows.filter(pl.col(column).is_not_null())["label"].unique()
+                               .drop_nulls().to_list())
+    for run_dir, label in rows.select("run_dir", "label").unique(maintain_order=True) \
+            .iter_rows():
+        if run_dir and label is not None:
+            for name in metric_names(k for line in _side_file(run_dir).values()
+                                     for k in line):
+                found[name].add(label)
     order = [m for m in METRICS if m in found]
     order += sorted((m for m in found if m not in METRICS), key=lambda m: int(m[9:]))
     return {m: found[m] for m in order}
 
 
-def with_metric(selected: pd.DataFrame, records: list[Record], metric: str) -> pd.DataFrame:
-    """The selection frame with `test_acc` replaced by `metric` of the same checkpoints;
-    cells without that metric are left out (their tables show X)."""
-    by_checkpoint = {(r.get("run_dir"), r.get("step")): r for r in records}
+def with_metric(selected: pl.DataFrame, records: RecordsOrTable, metric: str
+                ) -> pl.DataFrame:
+    """The selection table with `test_acc` replaced by `metric` of the same checkpoints
+    (the record's value, else the run's metrics.jsonl's); cells without it are left out
+    (their tables show X)."""
+    frame = model_selection.frame_of(records)
+    wanted = [c for c in frame.rows.columns if re.fullmatch(rf"env\d+_in_{metric}", c)]
+    rows = frame.rows.join(frame.blocks.select("run_dir").with_columns(
+        block=pl.int_range(pl.len(), dtype=pl.Int64)), on="block", how="left") \
+        .select("run_dir", "step", *wanted).unique(["run_dir", "step"], keep="last",
+                                                   maintain_order=True)
+    joined = selected.drop([c for c in wanted if c in selected.columns]).join(
+        rows, on=["run_dir", "step"], how="left", maintain_order="left")
+    values = joined.with_columns(model_selection.env_value(
+        joined, pl.col("test_env"), f"in_{metric}").alias("_value"))["_value"]
     sides: dict[str, dict] = {}
-    values = []
-    for row in selected.itertuples(index=False):
-        record = by_checkpoint.get((row.run_dir, row.step), {})
-        if row.run_dir not in sides:
-            sides[row.run_dir] = _side_file(row.run_dir) if row.run_dir else {}
-        values.append(metric_value(record, sides[row.run_dir].get(row.step, {}),
-                                   int(row.test_env), metric))
-    out = selected.assign(test_acc=values)
-    missing = out["test_acc"].isna().sum()
+    filled = []
+    for value, run_dir, step, env in zip(values.to_list(),
+                                         joined["run_dir"].to_list(), joined["step"].to_list(),
+                                         joined["test_env"].to_list()):
+        if value is None and run_dir:
+            if run_dir not in sides:
+                sides[run_dir] = _side_file(run_dir)
+            side = sides[run_dir].get(step, {}).get(f"env{env}_in_{metric}")
+            value = float(side) if isinstance(side, (int, float)) and \
+                not isinstance(side, bool) else None
+        filled.append(value)
+    out = selected.with_columns(test_acc=pl.Series(filled, dtype=pl.Float64))
+    missing = out["test_acc"].null_count()
     if missing:
         logger.warning(f"warning: {missing} selected checkpoint(s) have no {metric!r} "
                        f"(train with --metrics {metric}, or run domainbed-metrics); "
                        f"their cells are X")
-    return out[out["test_acc"].notna()]
+    return out.filter(pl.col("test_acc").is_not_null())
 
 
-def build_report(records: Records | list[Record],
+def build_report(records: Records | list[Record] | Frame,
                  methods: Sequence[type[SelectionMethod]] | None = None,
                  metric: str | None = None) -> reporting.Report:
     """Records -> reporting.Report. `methods`: selection method classes; default
     DomainBed's three, plus worst-group selection when any record has worst-group
     accuracies. Worst-group tables cover only the datasets that have them."""
-    with model_selection.shared_keys():
-        return _build_report(records, methods, metric)
-
-
-def _build_report(records: Records | list[Record],
-                  methods: Sequence[type[SelectionMethod]] | None,
-                  metric: str | None) -> reporting.Report:
-    table = model_selection.table_of(records)
-    labels = column_selection.table_labels(table)
-    infos = table_infos(table, labels)
+    frame = model_selection.frame_of(records)
+    labels = model_selection.frame_labels(frame)
+    infos = table_infos(frame, labels)
     if methods is None:
         defaults: list[type[SelectionMethod]] = list(model_selection.DOMAINBED_METHODS)
         if any(i.has_worst_group for i in infos.values()):
@@ -366,44 +352,42 @@ def _build_report(records: Records | list[Record],
         if any(i.official_splits and i.has_worst_group for i in infos.values()):
             defaults.append(model_selection.ValWorstGroupSelectionMethod)
         methods = defaults
-    for note in table_split_notes(table, methods):
+    for note in table_split_notes(frame, methods):
         logger.warning(note)
     sections = []
     for method in methods:
         if issubclass(method, model_selection.ValWorstGroupSelectionMethod):
-            section = build_val_worst_group_section(table, infos, labels, method)
+            section = build_val_worst_group_section(frame, infos, labels, method)
             sections += [section] if section else []
             continue
         if metric is not None and method.metric != "accuracy":
             logger.warning(f"warning: --metric applies to accuracy-based selection; no "
                            f"{method.name} tables")
             continue
-        inputs = section_inputs(table, method, infos, labels)
+        inputs = section_inputs(frame, method, infos, labels)
         if inputs is None:
             logger.warning("warning: no records carry worst-group accuracies (env*_wga); "
                            "no worst-group tables")
             continue
         sections.append(build_section(inputs[0], method, inputs[1], inputs[2], labels,
                                       metric=metric))
-    return reporting.Report(len(table), sections)
+    return reporting.Report(frame.rows.height, sections)
 
 
 def with_labels(records: RecordsOrTable, labels: dict, infos: Iterable[str]
                 ) -> RecordsOrTable:
-    """The records (or the blocks of a table) whose dataset label is one of `infos`."""
+    """The records (or the blocks of a frame) whose dataset label is one of `infos`."""
     keep = set(infos)
-    if isinstance(records, ColumnTable):
-        codes, names = column_selection.block_labels(records, labels)
-        wanted = np.array([name in keep for name in names], dtype=bool)
-        return records.subset(np.flatnonzero(wanted[codes]) if len(names) else codes)
+    if isinstance(records, Frame):
+        return subset(records, model_selection._label_of_blocks(records, labels)
+                      .is_in(list(keep)).fill_null(False))
     return [r for r in records if model_selection.dataset_label(r, labels) in keep]
 
 
 def algorithms_of(records: RecordsOrTable) -> list[str]:
     """The algorithms of the records, DomainBed's first, in its order."""
-    if isinstance(records, ColumnTable):
-        keys = records.keys
-        found = {keys.values[ALGORITHM][c] for c in np.unique(keys.column(ALGORITHM))}
+    if isinstance(records, Frame):
+        found = set(records.blocks["algorithm"].drop_nulls().to_list())
     else:
         found = {r["args"].get("algorithm") for r in records}
     return order_names({a for a in found if a is not None}, DOMAINBED_ALGORITHMS)
@@ -413,8 +397,7 @@ def section_inputs(records: RecordsOrTable, method: type[SelectionMethod],
                    infos: dict[str, DatasetInfo], labels: dict
                    ) -> tuple[RecordsOrTable, dict[str, DatasetInfo], list[str]] | None:
     """(records, infos, algorithms) that `method`'s section covers, or None when it
-    covers nothing (worst-group selection without worst-group accuracies). `records`: a
-    list of record dicts or a ColumnTable (then the records are its blocks)."""
+    covers nothing (worst-group selection without worst-group accuracies)."""
     section_infos, section_records = infos, records
     if method is model_selection.WorstGroupSelectionMethod:
         section_infos = {k: i for k, i in infos.items() if i.has_worst_group}

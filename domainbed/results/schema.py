@@ -28,6 +28,7 @@ MAX_DEPTH = 32
 SCALAR_ARGS = ("data_source", "data_fingerprint", "data_seed", "precision", "weights_sha256",
                "holdout_fraction", "uda_holdout_fraction")
 _ENV_KEY = re.compile(r"^env(\d+)_\w*(?:acc|wga)\w*$")
+_SCALARS = (str, int, float, bool)
 
 
 def _is_int(value: object) -> bool:
@@ -36,13 +37,6 @@ def _is_int(value: object) -> bool:
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _is_scalar(value: object) -> bool:
-    return value is None or isinstance(value, (str, int, float, bool))
-
-
-_SCALAR_CLASSES = (str, int, float, bool)    # (with None: what _is_scalar accepts)
 
 
 def _args_problem(args: Mapping[str, Any]) -> str | None:
@@ -64,25 +58,22 @@ def _args_problem(args: Mapping[str, Any]) -> str | None:
             return f"args.{key} is not an int"
     for key in SCALAR_ARGS:
         value = get(key)
-        if value is not None and not isinstance(value, _SCALAR_CLASSES):
+        if value is not None and not isinstance(value, _SCALARS):
             return f"args.{key} is not a plain value"
     return None
 
 
-_ENV_INDEX: dict[str, int | None] = {}   # key -> its env index, for the keys seen so far
+_ENV_INDEX: dict[str, int | None] = {}   # the keys seen: a sweep repeats a few keys
 
 
 def _env_index(key: str) -> int | None:
-    """The i of an ``env<i>_...acc...`` / ``..._wga`` key, or None for any other key
-    (remembered for short keys: a sweep repeats the same few keys a million times)."""
-    found = _ENV_INDEX.get(key, -1)
-    if found != -1:
-        return found
-    match = _ENV_KEY.match(key)
-    index = None if match is None else int(match.group(1))
-    if len(key) <= 64 and len(_ENV_INDEX) < 4096:
-        _ENV_INDEX[key] = index
-    return index
+    """The i of an ``env<i>_...acc...`` / ``..._wga`` key, None for any other key."""
+    if key not in _ENV_INDEX:
+        match = _ENV_KEY.match(key)
+        if len(_ENV_INDEX) > 4096 or len(key) > 64:
+            return None if match is None else int(match.group(1))
+        _ENV_INDEX[key] = None if match is None else int(match.group(1))
+    return _ENV_INDEX[key]
 
 
 def _metrics_problem(record: Mapping[str, Any], n_envs: int) -> str | None:
@@ -101,88 +92,28 @@ def _metrics_problem(record: Mapping[str, Any], n_envs: int) -> str | None:
     return None
 
 
-_NUMBER_OR_NULL = frozenset((int, float, type(None)))
-_ENV_KEYS_OF: dict[tuple[tuple[str, ...], int], tuple[str, ...] | None] = {}
-
-
-def _metrics_fit(record: Mapping[str, Any], n_envs: int) -> bool:
-    """A quick yes for `_metrics_problem(record, n_envs) is None`, from the accuracy keys of
-    the record's key tuple (worked out once per tuple); False means: ask it."""
-    shape = (tuple(record), n_envs)
-    env_keys = _ENV_KEYS_OF.get(shape, ())
-    if env_keys == ():
-        indices = [(key, _env_index(key)) for key in shape[0]]
-        env_keys = None if any(i is not None and i >= n_envs for _, i in indices) else \
-            tuple(key for key, i in indices if i is not None)
-        if len(_ENV_KEYS_OF) < 1024 and sum(map(len, shape[0])) < 4096:
-            _ENV_KEYS_OF[shape] = env_keys
-    if env_keys is None:
-        return False
-    step, epoch = record.get("step"), record.get("epoch")
-    return type(step) is int and step >= 0 and type(epoch) in _NUMBER_OR_NULL and \
-        set(map(type, map(record.__getitem__, env_keys))) <= _NUMBER_OR_NULL
-
-
-_CONTAINERS = frozenset((dict, list))
-
-
-def _nests_within(value: object, levels: int) -> bool:
-    """Whether `value` holds lists / objects at most `levels` levels deep (a quick yes for
-    the shallow records every reader writes; recursion at most `levels` deep)."""
-    children = value.values() if type(value) is dict else value if type(value) is list \
-        else None
-    if children is None:
-        return True
-    if levels <= 1:
-        return False if levels <= 0 else not _CONTAINERS & set(map(type, children))
-    if not _CONTAINERS & set(map(type, children)):
-        return True
-    return all(_nests_within(c, levels - 1) for c in children if type(c) in _CONTAINERS)
-
-
 def _nesting_depth_exceeds(value: object, limit: int) -> bool:
     """Whether `value` nests lists / objects deeper than `limit` (walked without recursion,
-    so later recursive code such as grouping keys stays far from the recursion limit)."""
-    if limit >= 4 and _nests_within(value, 4):
-        return False
+    so later recursive code stays far from the recursion limit)."""
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, (list, dict)):
+        children = item.values() if type(item) is dict else item if type(item) is list \
+            else None
+        if children is not None:
             if depth >= limit:
                 return True
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
+            stack.extend((child, depth + 1) for child in children
+                         if type(child) is dict or type(child) is list)
     return False
 
 
-def record_problem(record: object, checked: Mapping[str, Any] | None = None) -> str | None:
-    """What keeps `record` from fitting the schema (module docstring), or None.
-
-    checked: a record of the same run already found to fit; when `record` holds the very
-    same ``args`` and ``hparams`` objects (a reader shares them between the lines of a run),
-    only the record's own keys are checked again."""
+def record_problem(record: object) -> str | None:
+    """What keeps `record` from fitting the schema (module docstring), or None."""
     if not isinstance(record, dict):
         return "not a JSON object"
-    if checked is not None and record.get("args") is checked.get("args") and \
-            record.get("hparams") is checked.get("hparams") and "args" in record:
-        for key, value in record.items():
-            if isinstance(value, (list, dict)) and key not in ("args", "hparams") and \
-                    _nesting_depth_exceeds(value, MAX_DEPTH - 1):
-                return f"nested deeper than {MAX_DEPTH} levels"
-        names = record["args"].get("env_names")
-        n_envs = len(names) if names else MAX_ENVS
-        if _metrics_fit(record, n_envs):
-            return None
-        return _metrics_problem(record, n_envs)
     if _nesting_depth_exceeds(record, MAX_DEPTH):
         return f"nested deeper than {MAX_DEPTH} levels"
-    return shallow_record_problem(record)
-
-
-def shallow_record_problem(record: dict[str, Any]) -> str | None:
-    """`record_problem(record)` for a dict its caller knows to nest at most MAX_DEPTH
-    levels (a reader that bounds the nesting from the bytes it parsed)."""
     args = record.get("args")
     if not isinstance(args, dict):
         return "no args object"
@@ -192,5 +123,4 @@ def shallow_record_problem(record: dict[str, Any]) -> str | None:
     if problem:
         return problem
     names = args.get("env_names")
-    n_envs = len(names) if names else MAX_ENVS
-    return None if _metrics_fit(record, n_envs) else _metrics_problem(record, n_envs)
+    return _metrics_problem(record, len(names) if names else MAX_ENVS)

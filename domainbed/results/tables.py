@@ -78,6 +78,7 @@ class Table:
     avg: List[Optional[float]]
     colwidth: int = 20
     env_indices: Optional[List[int]] = None   # column -> env index (dataset tables)
+    notes: List[str] = dataclasses.field(default_factory=list)  # lines under the table
 
 
 @dataclasses.dataclass
@@ -124,6 +125,7 @@ def render_text(report: Report) -> str:
             lines += ["", f"-------- {table.title}"]
             lines += tables.text_lines(header, body, min_width=table.colwidth, uniform=True,
                                        rule=False, end=" ")
+            lines += table.notes
     return "\n".join(lines) + "\n"
 
 
@@ -159,6 +161,7 @@ def render_markdown(report: Report) -> str:
             header, body = _table_strings(table, "markdown")
             lines += ["", f"### {tables.markdown_escape(table.heading)}", ""]
             lines += tables.markdown_lines(header, body, [None] + ["center"] * (len(header) - 1))
+            lines += ["", *table.notes] if table.notes else []
     if report.has_missing():
         lines += ["", MISSING_NOTE + "."]
     return "\n".join(lines) + "\n"

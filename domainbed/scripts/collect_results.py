@@ -30,7 +30,6 @@ from oodutils.cli import (
     echo,
 )
 from oodutils.errors import UserError, epilog_example, run_cli
-from oodutils.heap import tune_for_tables
 from oodutils.log import get_logger
 from oodutils.tables import FORMATS
 
@@ -73,6 +72,10 @@ def parse_args(argv=None):
                     "accuracy (selection unchanged): nll, ece, brier, balanced_acc, "
                     "macro_f1, worst_class_acc, auroc, acc_class<k>; read from the "
                     "records (--metrics) or metrics.jsonl (domainbed-metrics)")
+    add_option(parser, "--arithmetic", default=None, metavar="NAME",
+               help="only runs computed by this arithmetic (args.arithmetic: single, "
+                    "fused-exact, fused-batched, probe-stack, data-parallel-<n>; records "
+                    "without it count as single)")
     add_option(parser, "--stats", action="store_true",
                help="also print how sure the tables are: rank stability, paired "
                     "comparison with ERM, selection regret, expected best accuracy")
@@ -100,7 +103,7 @@ def main(argv=None):
     args = parse_args(argv)
     check_outputs((args.export_selected, "--export_selected", True))
     from domainbed.results import tables as reporting
-    from domainbed.results.records import TABLE_FIELDS, load_records
+    from domainbed.results.records import TABLE_FIELDS, load_records, only_arithmetic
     from domainbed.results.report import build_report
     if args.latex and args.format not in (None, "latex"):
         raise UserError(f"--latex conflicts with --format {args.format}")
@@ -109,10 +112,11 @@ def main(argv=None):
     if args.selection_methods:
         methods = [model_selection.get_selection_method(n) for n in args.selection_methods]
 
-    tune_for_tables()   # (the tables are built, then reported, in freed memory)
     loaded = load_records(args.input_dir, require_done=not args.include_unfinished,
-                          quiet=True, fields=TABLE_FIELDS, index_in_background=True)
+                          quiet=True, fields=TABLE_FIELDS)
     where = ", ".join(args.input_dir)
+    if args.arithmetic is not None:
+        loaded = only_arithmetic(loaded, args.arithmetic)
     if not len(loaded):
         skipped = loaded.skip_summary()
         detail = f" (skipped {skipped})" if skipped else ""
@@ -125,7 +129,7 @@ def main(argv=None):
     report = build_report(loaded, methods, metric=args.metric)
     text = reporting.render(report, fmt)
     if args.stats:
-        from domainbed.results.stats import render_stats
+        from analysis.selection_stats import render_stats
         text += "\n" + render_stats(loaded.records, methods or
                                      list(model_selection.DOMAINBED_METHODS), fmt)
     echo(text, end="")

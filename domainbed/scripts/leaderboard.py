@@ -52,6 +52,9 @@ def parse_args(argv=None):
                   " (default: all)")
     add_option(p, "--include_unfinished", action="store_true",
                   help="also read runs without a 'done' marker")
+    add_option(p, "--arithmetic", default=None, metavar="NAME",
+               help="only runs computed by this arithmetic (args.arithmetic; records "
+                    "without it count as single)")
     add_logging_flags(p)
     args = p.parse_args(argv)
     configure_logging(args)
@@ -68,7 +71,7 @@ def main(argv=None):
     if args.selection_methods:
         methods = [model_selection.get_selection_method(n) for n in args.selection_methods]
     model = build_site(args.input_dir, args.output_dir, args.oodselect, args.include_unfinished,
-                       methods, SiteExtras(args.ood_bench, args.bootstrap))
+                       methods, SiteExtras(args.ood_bench, args.bootstrap, args.arithmetic))
     for note in model["notes"]:
         logger.warning(f"warning: {note}")
     print(f"leaderboard: {os.path.join(os.path.abspath(args.output_dir), 'index.html')} "

@@ -115,7 +115,10 @@ def main(argv=None):
                     print(f"dataset: {label}")
                 for trial_seed, group in groups:
                     print(f"trial_seed: {trial_seed}")
-                    for run_acc, hparam_records in method.hparams_accs(group):
+                    for run_acc in model_selection.candidates(group, method).to_dicts():
+                        setting = (run_acc["hparams_seed_text"], run_acc["hparams_key"])
+                        hparam_records = [r for r in group
+                                          if model_selection.hparams_key(r) == setting]
                         print(f"\t{_run_acc_text(run_acc)}")
                         print("\t\thparams:")
                         for k, v in sorted((hparam_records[0].get("hparams") or {}).items()):

@@ -31,7 +31,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
     names = check_metrics(args.metrics)
-    from domainbed.results.metrics import run_metrics
+    from domainbed.predictions import run_metrics
     from domainbed.results.records import load_records
     loaded = load_records(args.input_dir, require_done=not args.include_unfinished,
                           quiet=True)

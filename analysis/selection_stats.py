@@ -40,14 +40,12 @@ def candidate_table(records: list[Record], method: type[ms.SelectionMethod],
                     labels: dict | None = None) -> pd.DataFrame:
     """One row per (trial_seed, dataset, algorithm, test_env, hyperparameter setting)
     with the validation and test accuracy `method` gives that candidate (percent)."""
-    rows = []
-    for key, group in ms.group_records(records, labels).items():
-        for i, (acc, run_records) in enumerate(method.hparams_accs(group)):
-            rows.append({**key._asdict(), "candidate": i,
-                         "hparams_seed": run_records[0]["args"].get("hparams_seed"),
-                         "val_acc": 100 * acc["val_acc"], "test_acc": 100 * acc["test_acc"]})
-    return pd.DataFrame(rows, columns=list(ms.GroupKey._fields) +
-                        ["candidate", "hparams_seed", "val_acc", "test_acc"])
+    import polars as pl
+    table = ms.candidates(records, method, labels).with_columns(
+        candidate=pl.int_range(pl.len()).over(ms.GROUP),
+        val_acc=pl.col("val_acc") * 100, test_acc=pl.col("test_acc") * 100)
+    columns = list(ms.GroupKey._fields) + ["candidate", "hparams_seed", "val_acc", "test_acc"]
+    return pd.DataFrame(table.select(columns).to_dict(as_series=False), columns=columns)
 
 
 def _best_test(val: np.ndarray, test: np.ndarray) -> float:

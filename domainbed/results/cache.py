@@ -1,0 +1,157 @@
+"""The records cache of an input directory, ``.records-cache.parquet``: the tables the
+readers built from its results.jsonl files, so that a collect of an unchanged sweep reads
+one Parquet file instead of every results.jsonl.
+
+Never trusted over the files: each cached file is keyed by its path under the input
+directory and its (size, mtime_ns, inode); one whose key differs, or that is not cached,
+is read again. The Parquet metadata holds a checksum over the whole content (and the
+polars version that wrote it); a cache that is not a regular file of this user (a
+symlink, FIFO, folder, another user's file), does not parse or fails its checksum is
+ignored with one warning and rebuilt. Read without following symlinks, written
+atomically (``oodutils.pinned_dir``). Files changed in the last ``SETTLE_NS`` and files
+with skipped lines are not cached.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import stat
+import time
+
+import polars as pl
+
+from domainbed.results.reader import BLOCK_SCHEMA, Frame, subset
+from oodutils.log import get_logger
+from oodutils.pinned_dir import PinnedDir
+from oodutils.untrusted import open_regular
+
+logger = get_logger(__name__)
+
+CACHE_FILE = ".records-cache.parquet"
+FORMAT = "oodbed-records-cache/1"
+SETTLE_NS = 2_000_000_000
+MAX_CACHE_BYTES = 8 << 30
+KEY_COLUMNS = ("size", "mtime_ns", "inode")
+
+
+def digest(table: pl.DataFrame) -> str:
+    """A checksum over a table's columns, types and every value."""
+    h = hashlib.blake2b(digest_size=32)
+    h.update(json.dumps([FORMAT, pl.__version__, table.columns,
+                         [str(t) for t in table.dtypes], table.height]).encode())
+    for name in table.columns:
+        h.update(table[name].hash(7).to_numpy().tobytes())
+    return h.hexdigest()
+
+
+class Cache:
+    """The cache of one input directory: `load` it, `take` the runs it holds unchanged,
+    `save` the tables of a new read."""
+
+    def __init__(self, top: str) -> None:
+        self.top = top
+        self.path = os.path.join(top, CACHE_FILE)
+        self.table: pl.DataFrame | None = None   # a row per block, its records' as lists
+        self.row_columns: list[str] = []
+        self.warning: str | None = None
+
+    def _ignore(self, why: str) -> None:
+        self.warning = f"warning: ignored the records cache {self.path} ({why}); read " \
+            "the results files"
+        self.table = None
+
+    def load(self) -> Cache:
+        """Read the cache, if there is one this user wrote and it is whole."""
+        try:
+            with open_regular(self.path) as f:
+                st = os.fstat(f.fileno())
+                if st.st_uid != os.geteuid() or st.st_mode & stat.S_IWOTH:
+                    self._ignore("another user's file, or writable by everyone")
+                    return self
+                data = f.read(MAX_CACHE_BYTES + 1)
+        except FileNotFoundError:
+            return self
+        except OSError as e:
+            self._ignore(f"not a regular file: {e.strerror or e}")
+            return self
+        if len(data) > MAX_CACHE_BYTES:
+            self._ignore("too large")
+            return self
+        try:
+            meta = pl.read_parquet_metadata(io.BytesIO(data))
+            table = pl.read_parquet(io.BytesIO(data))
+        except Exception as e:  # noqa: BLE001 - any error of a corrupt Parquet file
+            self._ignore(f"not a readable Parquet file: {type(e).__name__}")
+            return self
+        if meta.get("format") != FORMAT or meta.get("polars") != pl.__version__:
+            self._ignore("written by another version")
+            return self
+        if meta.get("digest") != digest(table):
+            self._ignore("its checksum does not match its content")
+            return self
+        self.row_columns = [c for c in table.columns
+                            if c not in BLOCK_SCHEMA and c not in ("rel", *KEY_COLUMNS)]
+        try:
+            table.select([*(c for c in BLOCK_SCHEMA if c != "run_dir"), "rel",
+                          *KEY_COLUMNS, *self.row_columns]).head(0).explode(self.row_columns)
+            self.table = table
+        except Exception as e:  # noqa: BLE001 - a checksummed table of another shape
+            self._ignore(f"an unexpected table: {type(e).__name__}")
+        return self
+
+    def take(self, rels: list[str], keys: list[tuple[int, int, int] | None]
+             ) -> tuple[Frame, list[int]] | None:
+        """(the cached frame of the runs whose file key is the cached one, their indices
+        in `rels`), or None."""
+        if self.table is None or not self.table.height:
+            return None
+        wanted = pl.DataFrame(
+            [(rel, *(key or (None,) * 3), at) for at, (rel, key) in enumerate(zip(rels, keys))],
+            schema={"rel": pl.String, **dict.fromkeys(KEY_COLUMNS, pl.Int64), "at": pl.Int64},
+            orient="row")
+        blocks = self.table.join(wanted, on=["rel", *KEY_COLUMNS], how="inner",
+                                 maintain_order="left")
+        if not blocks.height:
+            return None
+        try:
+            rows = blocks.select(self.row_columns).with_columns(
+                block=pl.int_range(pl.len(), dtype=pl.Int64)).explode(self.row_columns)
+        except Exception as e:  # noqa: BLE001
+            self._ignore(f"an unexpected table: {type(e).__name__}")
+            return None
+        base = self.top if self.top.endswith(os.sep) else self.top + os.sep
+        blocks = blocks.with_columns(run_dir=pl.when(pl.col("rel") == "")
+                                     .then(pl.lit(self.top))
+                                     .otherwise(pl.lit(base) + pl.col("rel")))
+        taken = blocks["at"].unique(maintain_order=True).to_list()
+        return Frame(rows, blocks.select(list(BLOCK_SCHEMA)).with_columns(
+            at=blocks["at"])), taken
+
+    def save(self, frame: Frame, rels: dict[str, str],
+             keys: dict[str, tuple[int, int, int] | None]) -> None:
+        """Write the blocks of runs with a settled file key (`keys`, `rels`: by run_dir)
+        and their rows; errors are only logged."""
+        settled = time.time_ns() - SETTLE_NS
+        cached = {d for d, k in keys.items() if k is not None and k[1] < settled}
+        frame = subset(frame, frame.blocks["run_dir"].is_in(list(cached)))
+        run_dirs = frame.blocks["run_dir"].to_list()
+        blocks = frame.blocks.with_columns(
+            rel=pl.Series([rels[d] for d in run_dirs], dtype=pl.String),
+            size=pl.Series([keys[d][0] for d in run_dirs], dtype=pl.Int64),  # type: ignore[index]
+            mtime_ns=pl.Series([keys[d][1] for d in run_dirs], dtype=pl.Int64),  # type: ignore[index]
+            inode=pl.Series([keys[d][2] for d in run_dirs], dtype=pl.Int64))  # type: ignore[index]
+        lists = frame.rows.group_by("block", maintain_order=True).agg(pl.exclude("block"))
+        table = pl.concat([blocks.select(*(c for c in BLOCK_SCHEMA if c != "run_dir"), "rel",
+                                         *KEY_COLUMNS), lists.drop("block")], how="horizontal")
+        buffer = io.BytesIO()
+        try:
+            table.write_parquet(buffer, compression="zstd", compression_level=1,
+                                metadata={"format": FORMAT, "polars": pl.__version__,
+                                          "digest": digest(table)})
+            with PinnedDir.open(self.top, follow=True) as folder:
+                folder.write_bytes(CACHE_FILE, buffer.getvalue())
+        except OSError as e:
+            logger.debug(f"could not write the records cache {self.path}: {e}")
+
