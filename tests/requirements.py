@@ -90,12 +90,6 @@ def need_ray():
     need_commands(("ray",), "pip install 'ray[default]'")
 
 
-def need_probe_kernel():
-    """The compiled probe kernel (domainbed.training.probe_kernel), or skip/fail."""
-    from domainbed.training import probe_kernel
-    return _compiled(probe_kernel.load(), "probe kernel")
-
-
 def need_records_kernel():
     """The compiled reader of results files (domainbed.results.rows_kernel), or skip/fail."""
     from domainbed.results import rows_kernel

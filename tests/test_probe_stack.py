@@ -1,7 +1,8 @@
 """Linear probes trained as one stack (domainbed.launch.probe_stack): a few heads on cached
 pretrained features, stacked, leave the records and predictions each probe leaves when
-it trains alone (a stack of one: every key equal, the loss and logits too, by the
-compiled kernel and by torch's operations); runs that cannot stack say why."""
+it trains alone (a stack of one: every key equal, the loss and logits too, whatever the
+heads beside it, their chunking and torch's thread count); runs that cannot stack say
+why; a stack is reproducible, killed and relaunched too."""
 import json
 import os
 import subprocess
@@ -21,9 +22,8 @@ from domainbed.launch import probe_stack
 from domainbed.networks import feature_cache
 from domainbed.registry import get_algorithm_class
 from domainbed.training import loop as training
-from domainbed.training import probe_kernel
 from domainbed.training import probe_stack as stacking
-from tests.requirements import need_package, need_probe_kernel
+from tests.requirements import need_package
 
 REPO = Path(__file__).resolve().parents[1]
 # (seed, lr, weight decay, batch size): each head its own
@@ -79,14 +79,14 @@ def _build(tmp_path, prefix, heads):
                 for i, (seed, lr, wd, b) in enumerate(heads)]
 
 
-def _stacked(tmp_path, heads, threads=1):
+def _stacked(tmp_path, heads):
     runs = _build(tmp_path, "stack", heads)
     assert [stacking.why_not(r) for r in runs] == [None] * len(runs)
+    assert {r.arithmetic for r in runs} == {"probe-stack"}
     starts = {r.restore() for r in runs}
     assert starts == {0}
     finished = probe_stack.train_probe_group(runs, 0, lambda run, results: None,
-                                             lambda run, error: pytest.fail(str(error)),
-                                             threads=threads)
+                                             lambda run, error: pytest.fail(str(error)))
     for run in finished:
         run.finish()
     return finished
@@ -97,36 +97,36 @@ OTHERS = [(3, 5e-3, 0.0, 4), (4, 1e-2, 1e-4, 8), (5, 2e-3, 0.0, 16), (6, 4e-2, 1
           (8, 1e-3, 0.0, 4)]
 
 
-@pytest.fixture(params=["kernel", "torch"])
-def arithmetic(request, monkeypatch):
-    """Heads trained by the compiled kernel, or by torch's operations (no C compiler)."""
-    if request.param == "torch":
-        monkeypatch.setattr(probe_kernel, "load", lambda: None)
-    else:
-        need_probe_kernel()
-    return request.param
+@pytest.fixture
+def torch_threads():
+    """Set torch's thread count for a test, restored after it."""
+    before = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("others, chunk", [([], 1), (OTHERS, 3)],
                          ids=["three_heads", "eight_heads"])
-def test_stacked_heads_leave_the_records_of_each_probe_alone(tmp_path, monkeypatch, arithmetic,
-                                                             others, chunk):
-    """Each probe trained alone (a stack of one) and in a stack of 3 heads, one head a
-    chunk, or of 8, 3 a chunk (HEADS among others, elsewhere in their chunks): the same
-    head, Adam state, records (loss included) and predictions (logits included)."""
+def test_stacked_heads_leave_the_records_of_each_probe_alone(tmp_path, monkeypatch, others,
+                                                             chunk, torch_threads):
+    """Each probe trained alone (a stack of one, torch on one thread) and in a stack of 3
+    heads, one head a chunk, or of 8, 3 a chunk (HEADS among others, elsewhere in their
+    chunks), torch on two threads: the same head, Adam state, records (loss and
+    arithmetic included) and predictions (logits included)."""
+    torch_threads(1)
     alone = []
     for i, (seed, lr, wd, b) in enumerate(HEADS):
         alone.append(training.TrainingRun(_config(tmp_path, f"alone{i}", seed),
                                           _hparams(lr, wd, batch_size=b), ERM, Tiny32,
                                           log=lambda m: None))
+        assert alone[-1].arithmetic == "probe-stack"
         training.train_loop(alone[-1])
-        assert alone[-1].probe.kernel is None if arithmetic == "torch" else alone[-1].probe.kernel
-    # indices drawn 3 steps at a time (drawn again at steps 3 and 6), chunks trained in
-    # 2 threads
-    monkeypatch.setattr(stacking, "CHUNK_BYTES", chunk * 8 * 2 * 1280 * 4)
-    monkeypatch.setattr(stacking, "KERNEL_CHUNK_HEADS", chunk)
+        assert alone[-1].probe
+    # indices drawn 3 steps at a time (drawn again at steps 3 and 6), torch on 2 threads
+    monkeypatch.setattr(stacking, "CHUNK_BYTES", chunk * 8 * 2 * 1281 * 4)
     monkeypatch.setattr(stacking, "INDEX_STEPS", 3)
-    stacked = _stacked(tmp_path, HEADS + others, threads=2)
+    torch_threads(2)
+    stacked = _stacked(tmp_path, HEADS + others)
     assert len(stacked) == len(HEADS + others)
     by_dir = {Path(run.out).name: run for run in stacked}
     for i, run in enumerate(alone):   # the heads and their Adam states, bit for bit

@@ -16,6 +16,7 @@ import stat
 import numpy as np
 import torch
 
+from domainbed.training.arithmetic import resume_problem
 from oodutils import fileio
 from oodutils.errors import UserError, load_error_reason
 
@@ -25,7 +26,9 @@ STATE_VERSION = 2
 # Arguments that may differ between an interrupted run and its resumption.
 # where and how a run is kept, not what it computes
 NON_IDENTITY_ARGS = ("output_dir", "progress", "eval_batch_size", "num_threads", "restart",
-                     "save_best_model", "metrics", "trackers", "distributed")
+                     "save_best_model", "metrics", "trackers", "distributed",
+                     # how it is computed: checked on its own (training.arithmetic)
+                     "arithmetic", "torch_version", "device_kind")
 RESTART_HINT = ("rerun with --restart to discard it and start over (the old records are "
                 "moved aside to results.jsonl.prev, or .prev.N when that exists)")
 
@@ -190,12 +193,19 @@ def records_problem(records, next_step):
     return None
 
 
-def load_resume_state(run_dir, name, algorithm, identity, schedule=None):
+def load_resume_state(run_dir, name, algorithm, identity, schedule=None, arithmetic=None):
+    """Load the state into `algorithm` and the global generators; refused when it was
+    written for other arguments or, given `arithmetic` (this run's, see
+    training.arithmetic), when its records were computed in another arithmetic."""
     path = run_dir.join(name)
     state = _read_state(run_dir, name)
     if state["identity"] != identity:
         raise UserError(f"{run_dir.path} holds an unfinished run with other "
                         f"arguments; use another --output_dir, or {RESTART_HINT}")
+    problem = arithmetic and resume_problem(state["records"], arithmetic)
+    if problem:
+        raise UserError(f"{run_dir.path} holds an unfinished run that cannot be resumed "
+                        f"here: {problem}; resume it as it started, or {RESTART_HINT}")
     try:
         algorithm.load_state_dict(state["algorithm"])
         for name, optimizer in optimizer_attributes(algorithm).items():
