@@ -46,6 +46,8 @@ STACKABLE_ALGORITHMS = ("ERM",)
 CHUNK_BYTES = 2 << 20  # gathered float32 rows per chunk of heads: about an L2's worth
 INDEX_STEPS = 32       # steps of minibatch indices drawn at once
 EVAL_ROWS = 1024       # rows per product at a checkpoint (fixed: see the module docstring)
+ADAM_HEADS = 64        # heads per block of the Adam step
+ROW_ALIGN = 16         # a row of features, its 1 and zeros: a multiple of 16 float32 (64 bytes)
 
 
 def why_not(run):
@@ -86,9 +88,17 @@ def _minus_mean(rows):
     return (torch.tensor(-1.0) / rows).item()
 
 
-def _with_ones(x):
-    """Rows [n, F] and a last column of ones (the bias's feature), in x's dtype."""
-    return torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype, device=x.device)], dim=1)
+def _with_ones(x, width):
+    """Rows [n, F] as [n, width], in x's dtype: the F features, a 1 (the bias's feature),
+    then zeros (rows a multiple of ROW_ALIGN values long: aligned for the products)."""
+    out = torch.zeros(len(x), width, dtype=x.dtype, device=x.device)
+    out[:, :x.shape[1]] = x
+    out[:, x.shape[1]] = 1
+    return out
+
+
+def _width(n_features):
+    return -(-(n_features + 1) // ROW_ALIGN) * ROW_ALIGN
 
 
 class ProbeStack:
@@ -107,13 +117,16 @@ class ProbeStack:
         table = torch.cat([s.x for s in self.splits])
         if table.dtype not in (torch.float16, torch.float32):
             table = table.float()
-        self.table = _with_ones(table)
+        self.n_features = table.shape[1]
+        self.table = _with_ones(table, _width(self.n_features))
         self.labels = torch.cat([s.y for s in self.splits])
         sizes = [len(s.x) for s in self.splits]
         self.offsets = [sum(sizes[:e]) for e in range(len(sizes))]
         heads = [m.algorithm.classifier for m in self.members]
-        self.params = torch.stack([torch.cat([h.weight.detach(), h.bias.detach()[:, None]], 1)
-                                   for h in heads]).float()
+        weight = torch.stack([h.weight.detach() for h in heads]).float()
+        self.params = torch.zeros(*weight.shape[:2], self.table.shape[1], device=weight.device)
+        self.params[:, :, :self.n_features] = weight
+        self.params[:, :, self.n_features] = torch.stack([h.bias.detach() for h in heads])
         self._load_adam()
         self._layout()
 
@@ -128,25 +141,35 @@ class ProbeStack:
         self.adam_steps = [0] * len(self.members)
         for i, member in enumerate(self.members):
             head, optimizer = member.algorithm.classifier, member.algorithm.optimizer
-            for column, name in ((slice(0, -1), "weight"), (-1, "bias")):
+            for column, name in self._columns():
                 state = optimizer.state.get(getattr(head, name))
                 if state:
                     self.exp_avg[i, :, column] = state["exp_avg"]
                     self.exp_avg_sq[i, :, column] = state["exp_avg_sq"]
                     self.adam_steps[i] = int(float(state["step"]))
 
+    def _columns(self):
+        """Where a head's weight and bias are in `params` (the rest: zeros)."""
+        return (slice(0, self.n_features), "weight"), (self.n_features, "bias")
+
     def _layout(self):
         """Chunks of heads, work buffers, and no drawn indices yet (after a drop too)."""
         device = self.params.device
         self.rows_per_head = [m.hparams["batch_size"] * len(self.splits) for m in self.members]
-        self.layout = self.chunks(self.rows_per_head)
+        chunks = self.chunks(self.rows_per_head)
         self.groups = self.chunks(self.rows_per_head, limit=float("inf"))  # one a batch size
+        self.layout = {g: [c for c in chunks if g[0] <= c[0] < g[1]] for g in self.groups}
+        classes = self.params.shape[1]
+        # per batch size: logits, log-probabilities and their upstream gradient [k, C, R]
+        self._per_group = {(start, end): [torch.empty(end - start, classes,
+                                                      self.rows_per_head[start], device=device)
+                                          for _ in range(3)] for start, end in self.groups}
         self.decay_factors = torch.tensor(self.decay, dtype=torch.float32,
                                           device=device).view(-1, 1, 1)
         self.grad = torch.empty_like(self.params)
         self._scratch = (torch.empty_like(self.params), torch.empty_like(self.params))
         self.losses = torch.empty(len(self.members), device=device)
-        rows = max(((end - start) * self.rows_per_head[start] for start, end in self.layout),
+        rows = max(((end - start) * self.rows_per_head[start] for start, end in chunks),
                    default=0)
         self._rows = {dtype: torch.empty(rows, self.table.shape[1], dtype=dtype, device=device)
                       for dtype in {self.table.dtype, torch.float32}}
@@ -178,40 +201,41 @@ class ProbeStack:
         rows = rows.to(self.table.device)
         return step, rows, self.labels.to(self.table.device)[rows]
 
-    def _step_rows(self, step, start, end):
-        """Rows and labels [heads, rows] of heads start..end at `step` (drawn for every
-        head of their batch size at once, INDEX_STEPS steps at a time)."""
-        group = next(g for g in self.groups if g[0] <= start < g[1])
+    def _step_rows(self, step, group):
+        """Rows and labels [heads, rows] of the heads of `group` (one batch size) at `step`
+        (drawn INDEX_STEPS steps at a time)."""
         drawn = self._drawn.get(group)
         if drawn is None or not 0 <= step - drawn[0] < len(drawn[1]):
             drawn = self._drawn[group] = self._draw(step, *group)
-        first = step - drawn[0]
-        return (drawn[1][first, start - group[0]:end - group[0]],
-                drawn[2][first, start - group[0]:end - group[0]])
+        return drawn[1][step - drawn[0]], drawn[2][step - drawn[0]]
 
     @torch.no_grad()
     def train_step(self, step):
         """One Adam step of every head; returns each head's loss (float)."""
         factors = self._adam_factors()
-        for start, end in self.layout:
-            self._gradients(step, start, end)
+        for group in self.groups:
+            self._gradients(step, group)
         self._adam(*factors)
         return self.losses.tolist()
 
-    def _gradients(self, step, start, end):
-        """Heads start..end: their mean cross-entropy into `losses` and its gradient into
-        `grad` (the weight's and, in the last column, the bias's)."""
-        rows, y = self._step_rows(step, start, end)
-        x = self._gather(rows)                                        # [k, R, F + 1]
-        logits = torch.bmm(self.params[start:end], x.transpose(1, 2))  # [k, C, R]
-        log_probs = logits.transpose(1, 2).contiguous().log_softmax(2)  # [k, R, C]
-        y = y.unsqueeze(2)
-        torch.neg(log_probs.gather(2, y).squeeze(2).mean(1), out=self.losses[start:end])
-        # -1/R at each label (the mean's and the gather's backward), then log_softmax's
-        upstream = torch.zeros_like(log_probs).scatter_(2, y, _minus_mean(rows.shape[1]))
-        grad_logits = torch.ops.aten._log_softmax_backward_data(
-            upstream, log_probs, 2, torch.float32)
-        torch.bmm(grad_logits.transpose(1, 2).contiguous(), x, out=self.grad[start:end])
+    def _gradients(self, step, group):
+        """The heads of `group` (one batch size): their mean cross-entropy into `losses`
+        and its gradient into `grad` (the weight's and, in the last column, the bias's),
+        classes before rows ([k, C, R]): no transposed copies."""
+        rows, y = self._step_rows(step, group)
+        logits, log_probs, upstream = self._per_group[group]
+        y = y.unsqueeze(1)
+        # -1/R at each label (the mean's and the gather's backward)
+        upstream.zero_().scatter_(1, y, _minus_mean(rows.shape[1]))
+        for start, end in self.layout[group]:
+            at = slice(start - group[0], end - group[0])
+            x = self._gather(rows[at])                                  # [k, R, F + 1]
+            torch.bmm(self.params[start:end], x.transpose(1, 2), out=logits[at])
+            torch.log_softmax(logits[at], 1, out=log_probs[at])
+            grad_logits = torch.ops.aten._log_softmax_backward_data.out(
+                upstream[at], log_probs[at], 1, torch.float32, out=logits[at])
+            torch.bmm(grad_logits, x, out=self.grad[start:end])
+        torch.neg(log_probs.gather(1, y).squeeze(1).mean(1), out=self.losses[group[0]:group[1]])
 
     def _gather(self, rows):
         """The table's rows [heads, rows] as float32 [heads, rows, F + 1], in the kept
@@ -240,12 +264,15 @@ class ProbeStack:
         head, each operation rounding once per element (no lerp, no sum with a factor)."""
         beta1, beta2 = self.betas
         grad, param, exp_avg, exp_avg_sq = self.grad, self.params, self.exp_avg, self.exp_avg_sq
-        scratch, update = self._scratch
-        grad.add_(torch.mul(param, self.decay_factors, out=scratch))
-        exp_avg.mul_(beta1).add_(torch.mul(grad, 1 - beta1, out=scratch))
-        exp_avg_sq.mul_(beta2).add_(torch.mul(grad, grad, out=scratch).mul_(1 - beta2))
-        denom = torch.sqrt(exp_avg_sq, out=scratch).div_(bias2_sqrt).add_(self.eps)
-        param.add_(torch.mul(exp_avg, step_size, out=update).div_(denom))
+        for start in range(0, len(param), ADAM_HEADS):   # a block's tensors stay in cache
+            at = slice(start, start + ADAM_HEADS)
+            g, p, m, v = grad[at], param[at], exp_avg[at], exp_avg_sq[at]
+            scratch, update = (t[at] for t in self._scratch)
+            g.add_(torch.mul(p, self.decay_factors[at], out=scratch))
+            m.mul_(beta1).add_(torch.mul(g, 1 - beta1, out=scratch))
+            v.mul_(beta2).add_(torch.mul(g, g, out=scratch).mul_(1 - beta2))
+            denom = torch.sqrt(v, out=scratch).div_(bias2_sqrt[at]).add_(self.eps)
+            p.add_(torch.mul(m, step_size[at], out=update).div_(denom))
 
     # ------------------------------------------------------------ evaluation, write-back
     @torch.no_grad()
@@ -256,10 +283,11 @@ class ProbeStack:
         out = {}
         for name, _, _, split in first.named_splits:
             blocks = list(iterate_split(split, first.ctx.eval_batch_size, first.ctx.n_workers))
-            x = torch.cat(blocks) if blocks else torch.empty(0, self.table.shape[1] - 1)
+            x = torch.cat(blocks) if blocks else torch.empty(0, self.n_features)
             parts = []
             for start in range(0, len(x), EVAL_ROWS):
-                block = _with_ones(x[start:start + EVAL_ROWS].to(self.params.device).float())
+                block = _with_ones(x[start:start + EVAL_ROWS].to(self.params.device).float(),
+                                   self.table.shape[1])
                 logits = torch.bmm(self.params, block.t().expand(heads, *block.t().shape))
                 parts.append(logits.transpose(1, 2))
             out[name] = torch.cat(parts, dim=1).cpu() if parts else torch.empty(
@@ -272,7 +300,7 @@ class ProbeStack:
         as the single run would hold them (for model.pkl)."""
         for i, member in enumerate(self.members):
             head, optimizer = member.algorithm.classifier, member.algorithm.optimizer
-            for column, name in ((slice(0, -1), "weight"), (-1, "bias")):
+            for column, name in self._columns():
                 target = getattr(head, name)
                 target.copy_(self.params[i, :, column])
                 optimizer.state[target] = {
