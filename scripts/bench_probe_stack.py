@@ -134,7 +134,6 @@ def main():
                help="print only (no docs/benchmarks entry)")
     opts = ap.parse_args()
     import torch
-    torch.set_num_threads(opts.threads)
     load_start = os.getloadavg()[0]
     opts.work = tempfile.mkdtemp(prefix="bench_probe_stack_")
     os.environ["DOMAINBED_FEATURE_CACHE"] = opts.cache or os.path.join(opts.work, "cache")
@@ -151,6 +150,7 @@ def main():
         for head in heads:
             head.restore()
             head.saves_resume_state = False
+        torch.set_num_threads(opts.threads)   # after the heads' own --num_threads 1
         stack = stacking.ProbeStack(sorted(heads, key=lambda m: m.hparams["batch_size"]))
         n = min(opts.timed_steps, opts.steps)
         _, step_cpu, step_wall = timed(lambda: [stack.train_step(s) for s in range(n)])
