@@ -339,3 +339,77 @@ def test_a_probe_alone_resumes_from_its_checkpoint_as_if_never_stopped(tmp_path)
         for key in ("exp_avg", "exp_avg_sq"):
             assert torch.equal(whole.algorithm.optimizer.state[mine][key],
                                resumed.algorithm.optimizer.state[theirs][key])
+
+
+def _probe_commands(tmp_path, data, prefix, steps=2000, checkpoint_freq=400):
+    """Four linear probes of ColoredMNIST (a few real digits) as the fused launcher gets
+    them: one stack."""
+    from tests.test_fused import command, train_flags
+    heads = [(0, 1e-2, 0.0, 8), (1, 3e-3, 1e-3, 8), (2, 2e-2, 0.0, 16), (3, 1e-3, 1e-4, 8)]
+    return [command(train_flags(tmp_path / prefix / f"h{i}", data, seed=seed, steps=steps,
+                                checkpoint_freq=checkpoint_freq, arch="resnet",
+                                backbone="efficientnet_lite0", pretrained=True,
+                                transfer="linear_probe", batch_size=b, lr=lr,
+                                weight_decay=wd))
+            for i, (seed, lr, wd, b) in enumerate(heads)]
+
+
+def _comparable(commands):
+    """Each member's records but for what differs between two runs of the same command
+    (seconds, memory, the output folder), and its last checkpoint's predictions."""
+    out = []
+    for c in commands:
+        run_dir = Path(c.output_dir)
+        records = _records(run_dir)
+        for r in records:
+            r.pop("mem_gb")
+        out.append((records, _predictions(run_dir)[-1]))
+    return out
+
+
+def _same(a, b):
+    for (records_a, predictions_a), (records_b, predictions_b) in zip(a, b, strict=True):
+        assert records_a == records_b
+        assert predictions_a.keys() == predictions_b.keys()
+        for key in predictions_a:
+            np.testing.assert_array_equal(predictions_a[key], predictions_b[key])
+
+
+@pytest.mark.slow
+def test_a_stack_is_reproducible_and_a_killed_stack_relaunched_ends_the_same(tmp_path,
+                                                                           monkeypatch):
+    """The same stack twice: identical records and predictions. SIGKILLed mid-run and
+    relaunched (its members start again from step 0: a stack keeps no resume state):
+    identical to the uninterrupted stack."""
+    import multiprocessing
+    import signal
+    import time
+
+    from domainbed.launch.fused import run_group
+    monkeypatch.setenv("DOMAINBED_FEATURE_CACHE", str(tmp_path / "cache"))
+    data = tiny_mnist(tmp_path / "data")
+    first, second = (_probe_commands(tmp_path, data, name) for name in ("first", "second"))
+    for commands in (first, second):
+        result = run_group(commands)
+        assert [o.status for o in result.outcomes] == ["ok"] * 4, result.fallback_reason
+    assert {_records(Path(c.output_dir))[-1]["args"]["arithmetic"] for c in first} == \
+        {"probe-stack"}
+    assert "running fused with 4 models" in (Path(first[0].output_dir) / "launcher.log") \
+        .read_text()
+    _same(_comparable(first), _comparable(second))
+
+    killed = _probe_commands(tmp_path, data, "killed")
+    child = multiprocessing.get_context("fork").Process(target=run_group, args=(killed,))
+    child.start()
+    results = Path(killed[0].output_dir) / "results.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and child.is_alive() and not (
+            results.exists() and len(results.read_text().splitlines()) >= 2):
+        time.sleep(0.02)
+    assert child.is_alive(), "the stack finished before it could be killed"
+    os.kill(child.pid, signal.SIGKILL)
+    child.join()
+    assert not any((Path(c.output_dir) / "done").exists() for c in killed)
+    result = run_group(killed)
+    assert [o.status for o in result.outcomes] == ["ok"] * 4, result.fallback_reason
+    _same(_comparable(first), _comparable(killed))
