@@ -43,7 +43,7 @@ from domainbed.training.bulk_sampling import draw_indices
 from domainbed.training.evaluation import iterate_split
 
 STACKABLE_ALGORITHMS = ("ERM",)
-CHUNK_BYTES = 2 << 20  # gathered float32 rows per chunk of heads: about an L2's worth
+CHUNK_BYTES = 2 << 20  # gathered float32 rows per chunk of heads: in cache for both products
 INDEX_STEPS = 32       # steps of minibatch indices drawn at once
 EVAL_ROWS = 1024       # rows per product at a checkpoint (fixed: see the module docstring)
 ADAM_HEADS = 64        # heads per block of the Adam step
