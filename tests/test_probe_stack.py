@@ -123,7 +123,7 @@ def test_stacked_heads_leave_the_records_of_each_probe_alone(tmp_path, monkeypat
         training.train_loop(alone[-1])
         assert alone[-1].probe
     # indices drawn 3 steps at a time (drawn again at steps 3 and 6), torch on 2 threads
-    monkeypatch.setattr(stacking, "CHUNK_BYTES", chunk * 8 * 2 * 1281 * 4)
+    monkeypatch.setattr(stacking, "CHUNK_BYTES", chunk * 8 * 2 * stacking._width(1280) * 4)
     monkeypatch.setattr(stacking, "INDEX_STEPS", 3)
     torch_threads(2)
     stacked = _stacked(tmp_path, HEADS + others)
