@@ -174,6 +174,11 @@ class ProbeStack:
         self._rows = {dtype: torch.empty(rows, self.table.shape[1], dtype=dtype, device=device)
                       for dtype in {self.table.dtype, torch.float32}}
         self._drawn = {}   # (start, end) -> (first step, rows [steps, heads, rows], labels)
+        # per chunk of a group: its rows' place in the group, its parameters and gradient,
+        # its logits, log-probabilities and upstream gradient (views made once)
+        self._views = {g: [(slice(s - g[0], e - g[0]), self.params[s:e], self.grad[s:e],
+                            *(t[s - g[0]:e - g[0]] for t in self._per_group[g]))
+                           for s, e in self.layout[g]] for g in self.groups}
 
     def chunks(self, rows, limit=None):
         """(start, end) ranges of heads: each within one batch size (members come sorted
@@ -223,18 +228,17 @@ class ProbeStack:
         and its gradient into `grad` (the weight's and, in the last column, the bias's),
         classes before rows ([k, C, R]): no transposed copies."""
         rows, y = self._step_rows(step, group)
-        logits, log_probs, upstream = self._per_group[group]
+        _, log_probs, upstream = self._per_group[group]
         y = y.unsqueeze(1)
         # -1/R at each label (the mean's and the gather's backward)
         upstream.zero_().scatter_(1, y, _minus_mean(rows.shape[1]))
-        for start, end in self.layout[group]:
-            at = slice(start - group[0], end - group[0])
+        for at, params, grad, logits_k, log_probs_k, upstream_k in self._views[group]:
             x = self._gather(rows[at])                                  # [k, R, F + 1]
-            torch.bmm(self.params[start:end], x.transpose(1, 2), out=logits[at])
-            torch.log_softmax(logits[at], 1, out=log_probs[at])
-            grad_logits = torch.ops.aten._log_softmax_backward_data.out(
-                upstream[at], log_probs[at], 1, torch.float32, out=logits[at])
-            torch.bmm(grad_logits, x, out=self.grad[start:end])
+            torch.bmm(params, x.transpose(1, 2), out=logits_k)
+            torch.log_softmax(logits_k, 1, out=log_probs_k)
+            torch.ops.aten._log_softmax_backward_data.out(       # the logits' gradient
+                upstream_k, log_probs_k, 1, torch.float32, out=logits_k)
+            torch.bmm(logits_k, x, out=grad)
         torch.neg(log_probs.gather(1, y).squeeze(1).mean(1), out=self.losses[group[0]:group[1]])
 
     def _gather(self, rows):
