@@ -211,6 +211,7 @@ def test_processes_started_by_torchrun(tmp_path, one_process_run):
                    "--nproc_per_node", "2", "-m", "domainbed.scripts.train", *argv(out)])
     assert_same_run(out, one_process_run)
     assert records(out)[-1]["args"]["distributed"] == 2
+    assert records(out)[-1]["args"]["arithmetic"] == "data-parallel-2"
     assert proc.stdout.count("run directory:") == 1
 
 
