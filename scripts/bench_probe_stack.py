@@ -10,12 +10,12 @@ all on test environment 0, so they form one stack; runs of `--steps` steps with 
 checkpoints, every split evaluated. Timed in this process, wall seconds and CPU seconds
 (every thread's; what a shared, loaded machine inflates least): the first run (it extracts
 the features on a cache miss; an earlier run's `--cache` hits), building the heads'
-TrainingRuns, compiling the probe kernel (into a fresh cache: what a first run pays),
-`--timed_steps` stacked steps (`--threads` threads), one checkpoint (every head's
-evaluation, record and predictions), and `finish`; the whole run is set-up + kernel +
-steps x step + 5 x checkpoint + finish, extrapolated from the timed steps where
-`--timed_steps` is less than `--steps`. The load average (1 minute) is printed at the
-start and the end: on a loaded machine the wall time is an upper bound.
+TrainingRuns, `--timed_steps` stacked steps (torch's operations on `--threads` threads),
+one checkpoint (every head's evaluation, record and predictions), and `finish`; the
+whole run is set-up + steps x step + 5 x checkpoint + finish, extrapolated from the
+timed steps where `--timed_steps` is less than `--steps`. The load average (1 minute)
+is printed at the start and the end: on a loaded machine the wall time is an upper
+bound.
 
 The limit: every head-step reads its minibatch rows once (the cached features' float16,
 2 bytes a feature) for its logits and weight gradient; every checkpoint reads each
@@ -106,7 +106,7 @@ def build_heads(opts, runs):
 
 
 def cpu_seconds():
-    """This process's CPU time and its finished children's (the kernel's compiler)."""
+    """This process's CPU time and its finished children's."""
     times = os.times()
     return time.process_time() + times.children_user + times.children_system
 
@@ -127,19 +127,16 @@ def main():
     add_option(ap, "--dataset", default="ColoredMNIST")
     add_option(ap, "--backbone", default="efficientnet_lite0")
     add_option(ap, "--cores", type=int, default=2)
-    add_option(ap, "--threads", type=int, default=2,
-               help="threads training the stack (each runs torch single-threaded)")
+    add_option(ap, "--threads", type=int, default=2, help="torch's threads")
     add_option(ap, "--data_dir", default=os.path.join(REPO, "data"))
     add_option(ap, "--cache", default="", help="feature cache (default: a fresh temporary one)")
     add_option(ap, "--no_record", action="store_true",
                help="print only (no docs/benchmarks entry)")
     opts = ap.parse_args()
     import torch
-    torch.set_num_threads(1)
     load_start = os.getloadavg()[0]
     opts.work = tempfile.mkdtemp(prefix="bench_probe_stack_")
     os.environ["DOMAINBED_FEATURE_CACHE"] = opts.cache or os.path.join(opts.work, "cache")
-    os.environ["XDG_CACHE_HOME"] = os.path.join(opts.work, "xdg")   # the kernel compiled anew
     from domainbed.launch import probe_stack, zoo
     from domainbed.training import probe_stack as stacking
     freq = max(1, opts.steps // (opts.checkpoints - 1)) if opts.checkpoints > 1 else opts.steps
@@ -153,13 +150,10 @@ def main():
         for head in heads:
             head.restore()
             head.saves_resume_state = False
-        from domainbed.training import probe_kernel
-        kernel, kernel_cpu, kernel_wall = timed(probe_kernel.load)
-        stack = stacking.ProbeStack(sorted(heads, key=lambda m: m.hparams["batch_size"]),
-                                       threads=opts.threads)
+        torch.set_num_threads(opts.threads)   # after the heads' own --num_threads 1
+        stack = stacking.ProbeStack(sorted(heads, key=lambda m: m.hparams["batch_size"]))
         n = min(opts.timed_steps, opts.steps)
         _, step_cpu, step_wall = timed(lambda: [stack.train_step(s) for s in range(n)])
-        stack.close()
         _, ckpt_cpu, ckpt_wall = timed(lambda: probe_stack._checkpoint(
             stack, n - 1, lambda run, results: None, lambda run, error: None))
         _, finish_cpu, finish_wall = timed(lambda: [h.finish() for h in stack.members])
@@ -171,9 +165,9 @@ def main():
     finally:
         shutil.rmtree(opts.work, ignore_errors=True)
     scale = opts.steps / n
-    total_cpu = setup_cpu + kernel_cpu + scale * step_cpu + opts.checkpoints * ckpt_cpu + \
+    total_cpu = setup_cpu + scale * step_cpu + opts.checkpoints * ckpt_cpu + \
         finish_cpu
-    total_wall = setup_wall + kernel_wall + scale * step_wall + opts.checkpoints * ckpt_wall + \
+    total_wall = setup_wall + scale * step_wall + opts.checkpoints * ckpt_wall + \
         finish_wall
     n_bytes, n_flops = workload(runs[1:], n_features, n_classes, env_sizes, opts.checkpoints,
                                 feature_bytes)
@@ -190,8 +184,7 @@ def main():
         "first_run_extracted_features": extracted,
         "first_run_cpu_s": round(extract_cpu, 1), "first_run_wall_s": round(extract_wall, 1),
         "setup_cpu_s": round(setup_cpu, 1), "setup_wall_s": round(setup_wall, 1),
-        "kernel": "compiled C" if kernel is not None else "torch operations (no C compiler)",
-        "kernel_build_cpu_s": round(kernel_cpu, 2), "kernel_build_wall_s": round(kernel_wall, 2),
+        "arithmetic": "probe-stack (torch " + torch.__version__ + ")",
         "step_cpu_s": round(step_cpu / n, 4), "step_wall_s": round(step_wall / n, 4),
         "checkpoint_cpu_s": round(ckpt_cpu, 1), "checkpoint_wall_s": round(ckpt_wall, 1),
         "finish_cpu_s": round(finish_cpu, 1), "finish_wall_s": round(finish_wall, 1),

@@ -17,6 +17,8 @@ WHOLE_FILES = {
 }
 
 TESTS = {
+    "tests/test_arithmetic.py::test_a_fused_group_refuses_a_member_computed_otherwise",
+    "tests/test_arithmetic.py::test_fused_members_name_their_arithmetic",
     "tests/test_algorithms_registry.py::test_builds_steps_and_predicts_on_debug28[ADRMX]",
     "tests/test_algorithms_registry.py::test_builds_steps_and_predicts_on_debug28[BSoftmax]",
     "tests/test_algorithms_registry.py::test_builds_steps_and_predicts_on_debug28[EQRM]",
@@ -116,7 +118,7 @@ TESTS = {
     "tests/test_plugins.py::test_nan_loss_stops_run_with_recorded_error",
     "tests/test_plugins.py::test_registry_lists_plugins_and_builtins",
     "tests/test_probe_stack.py::test_stacked_heads_leave_the_records_of_each_probe_alone"
-    "[torch-eight_heads]",
+    "[eight_heads]",
     "tests/test_requirements.py::test_a_pytest_run_reports_the_skip_or_fails",
     "tests/test_results_stats.py::test_collect_results_stats_on_domainbeds_test_sweep",
     "tests/test_spawrious_generate.py::test_settings_mismatch_and_bad_input",

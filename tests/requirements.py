@@ -88,17 +88,3 @@ def need_ray():
     """Ray's Python package and its `ray` command."""
     need_package("ray")
     need_commands(("ray",), "pip install 'ray[default]'")
-
-
-def need_probe_kernel():
-    """The compiled probe kernel (domainbed.training.probe_kernel), or skip/fail."""
-    from domainbed.training import probe_kernel
-    return _compiled(probe_kernel.load(), "probe kernel")
-
-
-def _compiled(kernel, what):
-    """`kernel`, or skip/fail where it was not built: each needs a C compiler."""
-    if kernel is None:
-        missing(f"the {what} was not built: no working C compiler (`cc` or $CC; Debian: "
-                f"apt-get install gcc; .ci/run installs it)")
-    return kernel

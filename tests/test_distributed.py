@@ -197,6 +197,7 @@ def test_two_processes_give_the_one_process_records(tmp_path, one_process_run):
     assert sorted(os.listdir(out)) == sorted(os.listdir(one_process_run))
     assert not (out / "resume_state.pt").exists()
     assert records(out)[-1]["args"]["distributed"] == 2
+    assert {r["args"]["arithmetic"] for r in records(out)} == {"data-parallel-2"}
     # one set of notices and checkpoint lines (rank 0's), not one per process
     assert proc.stderr.count("step 0 ") == 1
 
@@ -210,31 +211,45 @@ def test_processes_started_by_torchrun(tmp_path, one_process_run):
                    "--nproc_per_node", "2", "-m", "domainbed.scripts.train", *argv(out)])
     assert_same_run(out, one_process_run)
     assert records(out)[-1]["args"]["distributed"] == 2
+    assert records(out)[-1]["args"]["arithmetic"] == "data-parallel-2"
     assert proc.stdout.count("run directory:") == 1
 
 
+def refused(proc_or_code, err, before, after):
+    """A resume in another arithmetic: a non-zero exit and one line naming both."""
+    lines = [line for line in err.strip().splitlines() if line.startswith("error:")]
+    assert proc_or_code not in (0, None) and len(lines) == 1, err
+    assert f"'{before}'" in lines[0] and f"'{after}'" in lines[0]
+
+
 @pytest.mark.slow
-def test_resume_with_more_processes(tmp_path, one_process_run):
+def test_more_processes_do_not_resume_a_one_process_run(tmp_path, one_process_run):
+    """Another number of processes is another arithmetic: refused in one line; the run
+    then resumes in one process as it started."""
     out = tmp_path / "run"
     train_partially(argv(out), stop_after=2)   # one process, stopped as a kill would
     assert [r["step"] for r in records(out)] == [0, 2]
-    proc = run_ok(train_command(out, "--distributed", "2"))
-    assert "resuming" in proc.stderr and "at step 3" in proc.stderr
+    proc = subprocess.run(train_command(out, "--distributed", "2"), cwd=REPO,
+                          capture_output=True, text=True)
+    refused(proc.returncode, proc.stderr, "single", "data-parallel-2")
+    assert [r["step"] for r in records(out)] == [0, 2]
+    code, _ = train(argv(out))
+    assert code in (0, None)
     assert_same_run(out, one_process_run)
 
 
 @pytest.mark.slow
-def test_resume_with_fewer_processes(tmp_path, one_process_run):
+def test_fewer_processes_do_not_resume_a_two_process_run(tmp_path, capsys, one_process_run):
     """Two processes killed (the whole process group, as Ctrl-C or a scheduler does)
-    after their first checkpoint; one process finishes the run."""
+    after their first checkpoint: one process refuses to finish the run in one line; two
+    processes finish it."""
     out = tmp_path / "run"
     proc = subprocess.Popen(train_command(out, "--distributed", "2"), cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
         deadline = time.time() + 300
-        while time.time() < deadline and not (
-                (out / "results.jsonl").exists() and records(out)):
+        while time.time() < deadline and not (out / "resume_state.pt").exists():
             time.sleep(0.05)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -242,8 +257,10 @@ def test_resume_with_fewer_processes(tmp_path, one_process_run):
     assert records(out) and not (out / "done").exists()
     last_step = json.loads((out / "results.jsonl").read_text().splitlines()[-1])["step"]
     assert last_step < 5
-    code, _ = train(argv(out))
-    assert code in (0, None)
+    code, err = train(argv(out), capsys)
+    refused(code, err, "data-parallel-2", "single")
+    run_ok(train_command(out, "--distributed", "2"))
+    assert {r["args"]["arithmetic"] for r in records(out)} == {"data-parallel-2"}
     assert_same_run(out, one_process_run)
 
 

@@ -104,6 +104,7 @@ def test_checkpoint_scores_every_split_into_a_run_directory(tmp_path):
     assert record["args"]["algorithm"] == "ERM" and record["args"]["dataset"] == "Debug28"
     assert record["args"]["test_envs"] == [0]   # the checkpoint's
     assert record["args"]["trained_on"] == {"dataset": "Debug28", "test_envs": [0]}
+    assert record["args"]["arithmetic"] == "single"   # one forward pass
     assert {"env0_in_ece", "env2_out_balanced_acc", "env1_in_wga"} <= set(record)
     assert (out / "confusion" / "step_0000003.npz").exists()
 

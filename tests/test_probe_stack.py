@@ -1,7 +1,8 @@
 """Linear probes trained as one stack (domainbed.launch.probe_stack): a few heads on cached
 pretrained features, stacked, leave the records and predictions each probe leaves when
-it trains alone (a stack of one: every key equal, the loss and logits too, by the
-compiled kernel and by torch's operations); runs that cannot stack say why."""
+it trains alone (a stack of one: every key equal, the loss and logits too, whatever the
+heads beside it, their chunking and torch's thread count); runs that cannot stack say
+why; a stack is reproducible, killed and relaunched too."""
 import json
 import os
 import subprocess
@@ -21,9 +22,8 @@ from domainbed.launch import probe_stack
 from domainbed.networks import feature_cache
 from domainbed.registry import get_algorithm_class
 from domainbed.training import loop as training
-from domainbed.training import probe_kernel
 from domainbed.training import probe_stack as stacking
-from tests.requirements import need_package, need_probe_kernel
+from tests.requirements import need_package
 
 REPO = Path(__file__).resolve().parents[1]
 # (seed, lr, weight decay, batch size): each head its own
@@ -79,14 +79,14 @@ def _build(tmp_path, prefix, heads):
                 for i, (seed, lr, wd, b) in enumerate(heads)]
 
 
-def _stacked(tmp_path, heads, threads=1):
+def _stacked(tmp_path, heads):
     runs = _build(tmp_path, "stack", heads)
     assert [stacking.why_not(r) for r in runs] == [None] * len(runs)
+    assert {r.arithmetic for r in runs} == {"probe-stack"}
     starts = {r.restore() for r in runs}
     assert starts == {0}
     finished = probe_stack.train_probe_group(runs, 0, lambda run, results: None,
-                                             lambda run, error: pytest.fail(str(error)),
-                                             threads=threads)
+                                             lambda run, error: pytest.fail(str(error)))
     for run in finished:
         run.finish()
     return finished
@@ -97,36 +97,36 @@ OTHERS = [(3, 5e-3, 0.0, 4), (4, 1e-2, 1e-4, 8), (5, 2e-3, 0.0, 16), (6, 4e-2, 1
           (8, 1e-3, 0.0, 4)]
 
 
-@pytest.fixture(params=["kernel", "torch"])
-def arithmetic(request, monkeypatch):
-    """Heads trained by the compiled kernel, or by torch's operations (no C compiler)."""
-    if request.param == "torch":
-        monkeypatch.setattr(probe_kernel, "load", lambda: None)
-    else:
-        need_probe_kernel()
-    return request.param
+@pytest.fixture
+def torch_threads():
+    """Set torch's thread count for a test, restored after it."""
+    before = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("others, chunk", [([], 1), (OTHERS, 3)],
                          ids=["three_heads", "eight_heads"])
-def test_stacked_heads_leave_the_records_of_each_probe_alone(tmp_path, monkeypatch, arithmetic,
-                                                             others, chunk):
-    """Each probe trained alone (a stack of one) and in a stack of 3 heads, one head a
-    chunk, or of 8, 3 a chunk (HEADS among others, elsewhere in their chunks): the same
-    head, Adam state, records (loss included) and predictions (logits included)."""
+def test_stacked_heads_leave_the_records_of_each_probe_alone(tmp_path, monkeypatch, others,
+                                                             chunk, torch_threads):
+    """Each probe trained alone (a stack of one, torch on one thread) and in a stack of 3
+    heads, one head a chunk, or of 8, 3 a chunk (HEADS among others, elsewhere in their
+    chunks), torch on two threads: the same head, Adam state, records (loss and
+    arithmetic included) and predictions (logits included)."""
+    torch_threads(1)
     alone = []
     for i, (seed, lr, wd, b) in enumerate(HEADS):
         alone.append(training.TrainingRun(_config(tmp_path, f"alone{i}", seed),
                                           _hparams(lr, wd, batch_size=b), ERM, Tiny32,
                                           log=lambda m: None))
+        assert alone[-1].arithmetic == "probe-stack"
         training.train_loop(alone[-1])
-        assert alone[-1].probe.kernel is None if arithmetic == "torch" else alone[-1].probe.kernel
-    # indices drawn 3 steps at a time (drawn again at steps 3 and 6), chunks trained in
-    # 2 threads
-    monkeypatch.setattr(stacking, "CHUNK_BYTES", chunk * 8 * 2 * 1280 * 4)
-    monkeypatch.setattr(stacking, "KERNEL_CHUNK_HEADS", chunk)
+        assert alone[-1].probe
+    # indices drawn 3 steps at a time (drawn again at steps 3 and 6), torch on 2 threads
+    monkeypatch.setattr(stacking, "CHUNK_BYTES", chunk * 8 * 2 * stacking._width(1280) * 4)
     monkeypatch.setattr(stacking, "INDEX_STEPS", 3)
-    stacked = _stacked(tmp_path, HEADS + others, threads=2)
+    torch_threads(2)
+    stacked = _stacked(tmp_path, HEADS + others)
     assert len(stacked) == len(HEADS + others)
     by_dir = {Path(run.out).name: run for run in stacked}
     for i, run in enumerate(alone):   # the heads and their Adam states, bit for bit
@@ -339,3 +339,77 @@ def test_a_probe_alone_resumes_from_its_checkpoint_as_if_never_stopped(tmp_path)
         for key in ("exp_avg", "exp_avg_sq"):
             assert torch.equal(whole.algorithm.optimizer.state[mine][key],
                                resumed.algorithm.optimizer.state[theirs][key])
+
+
+def _probe_commands(tmp_path, data, prefix, steps=2000, checkpoint_freq=400):
+    """Four linear probes of ColoredMNIST (a few real digits) as the fused launcher gets
+    them: one stack."""
+    from tests.test_fused import command, train_flags
+    heads = [(0, 1e-2, 0.0, 8), (1, 3e-3, 1e-3, 8), (2, 2e-2, 0.0, 16), (3, 1e-3, 1e-4, 8)]
+    return [command(train_flags(tmp_path / prefix / f"h{i}", data, seed=seed, steps=steps,
+                                checkpoint_freq=checkpoint_freq, arch="resnet",
+                                backbone="efficientnet_lite0", pretrained=True,
+                                transfer="linear_probe", batch_size=b, lr=lr,
+                                weight_decay=wd))
+            for i, (seed, lr, wd, b) in enumerate(heads)]
+
+
+def _comparable(commands):
+    """Each member's records but for what differs between two runs of the same command
+    (seconds, memory, the output folder), and its last checkpoint's predictions."""
+    out = []
+    for c in commands:
+        run_dir = Path(c.output_dir)
+        records = _records(run_dir)
+        for r in records:
+            r.pop("mem_gb")
+        out.append((records, _predictions(run_dir)[-1]))
+    return out
+
+
+def _same(a, b):
+    for (records_a, predictions_a), (records_b, predictions_b) in zip(a, b, strict=True):
+        assert records_a == records_b
+        assert predictions_a.keys() == predictions_b.keys()
+        for key in predictions_a:
+            np.testing.assert_array_equal(predictions_a[key], predictions_b[key])
+
+
+@pytest.mark.slow
+def test_a_stack_is_reproducible_and_a_killed_stack_relaunched_ends_the_same(tmp_path,
+                                                                           monkeypatch):
+    """The same stack twice: identical records and predictions. SIGKILLed mid-run and
+    relaunched (its members start again from step 0: a stack keeps no resume state):
+    identical to the uninterrupted stack."""
+    import multiprocessing
+    import signal
+    import time
+
+    from domainbed.launch.fused import run_group
+    monkeypatch.setenv("DOMAINBED_FEATURE_CACHE", str(tmp_path / "cache"))
+    data = tiny_mnist(tmp_path / "data")
+    first, second = (_probe_commands(tmp_path, data, name) for name in ("first", "second"))
+    for commands in (first, second):
+        result = run_group(commands)
+        assert [o.status for o in result.outcomes] == ["ok"] * 4, result.fallback_reason
+    assert {_records(Path(c.output_dir))[-1]["args"]["arithmetic"] for c in first} == \
+        {"probe-stack"}
+    assert "running fused with 4 models" in (Path(first[0].output_dir) / "launcher.log") \
+        .read_text()
+    _same(_comparable(first), _comparable(second))
+
+    killed = _probe_commands(tmp_path, data, "killed")
+    child = multiprocessing.get_context("fork").Process(target=run_group, args=(killed,))
+    child.start()
+    results = Path(killed[0].output_dir) / "results.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and child.is_alive() and not (
+            results.exists() and len(results.read_text().splitlines()) >= 2):
+        time.sleep(0.02)
+    assert child.is_alive(), "the stack finished before it could be killed"
+    os.kill(child.pid, signal.SIGKILL)
+    child.join()
+    assert not any((Path(c.output_dir) / "done").exists() for c in killed)
+    result = run_group(killed)
+    assert [o.status for o in result.outcomes] == ["ok"] * 4, result.fallback_reason
+    _same(_comparable(first), _comparable(killed))

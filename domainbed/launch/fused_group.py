@@ -20,6 +20,7 @@ from domainbed.config import RunConfig
 from domainbed.launch import jobs
 from domainbed.launch.pooled import train_flags
 from domainbed.networks import feature_cache
+from domainbed.training import arithmetic
 from domainbed.training import loop as training
 from domainbed.training.random_states import RandomStates
 from oodutils.errors import UserError
@@ -103,6 +104,7 @@ class GroupRunner:
         if not self._build(member):
             return None
         try:
+            member.run.set_arithmetic(self._arithmetic(member.run))
             start = member.run.restore()
         except Exception as e:   # a resume state that does not fit: this member only
             member.fail(e)
@@ -141,11 +143,28 @@ class GroupRunner:
                 return data
         return self.shared_data or None
 
+    def _arithmetic(self, run):
+        """How the group computes `run` (training.arithmetic): a linear probe on cached
+        features as a head of the probe stack, any other run as the fused arithmetic
+        (exact or batched) says."""
+        from domainbed.launch.fused_training import resolve_arithmetic
+        if run.arithmetic == arithmetic.PROBE_STACK:
+            return arithmetic.PROBE_STACK
+        if resolve_arithmetic(self.arithmetic, run.device) == "exact":
+            return arithmetic.FUSED_EXACT
+        return arithmetic.FUSED_BATCHED
+
     def _train(self, members, start):
+        """The stackable linear probes as one probe stack, the others as one fused group."""
+        probes = [m for m in members if m.run.arithmetic == arithmetic.PROBE_STACK]
+        others = [m for m in members if m.run.arithmetic != arithmetic.PROBE_STACK]
+        for part, probe in ((probes, True), (others, False)):
+            if part:
+                self._train_part(part, start, probe)
+
+    def _train_part(self, members, start, probes):
         from domainbed.launch import probe_stack
         from domainbed.launch.fused_training import train_group
-        from domainbed.training.probe_stack import why_not
-        probes = all(why_not(m.run) is None for m in members)
         train = probe_stack.train_probe_group if probes else train_group
         # a probe stack draws from no global generator; each head's arithmetic is its own
         extra = {} if probes else {"arithmetic": self.arithmetic,

@@ -12,8 +12,9 @@ member's minibatches with its own sampler (the indices a single run would draw),
 computes all members' gradients in one `torch.func.vmap` of the algorithm's
 `FusedForm.objective`, and applies Adam to the stacked tensors with each member's lr and
 weight decay. At a checkpoint the stacked tensors are written back into each member's
-algorithm (so its resume state and model.pkl have a single run's form, and either can
-resume the other) and one vmapped evaluation pass predicts every split for all members.
+algorithm (so its resume state and model.pkl have a single run's form; its records say
+`fused-batched`, and only a batched group resumes it: training.arithmetic) and one
+vmapped evaluation pass predicts every split for all members.
 Batched matrix products round differently from the single run's kernels (on CPU the
 single run's `addmm` adds the bias inside the product, the batched one after it): a
 member parts from its single run in the last bits at step 0, and the difference grows

@@ -30,28 +30,24 @@ def why_not_job(config, hparams):
     return None
 
 
-def train_probe_group(members, start_step, on_checkpoint, on_failure, threads=1):
-    """Train `members` (all at `start_step`) to the end as one stack (`threads`: see
-    ProbeStack.train_step); the same callbacks as fused_training.train_group. Returns the
-    members that finished."""
+def train_probe_group(members, start_step, on_checkpoint, on_failure):
+    """Train `members` (all at `start_step`) to the end as one stack; the same callbacks
+    as fused_training.train_group. Returns the members that finished."""
     for member in members:
         member.saves_resume_state = False
-    stack = ProbeStack(sorted(members, key=lambda m: m.hparams["batch_size"]), threads)
+    stack = ProbeStack(sorted(members, key=lambda m: m.hparams["batch_size"]))
     first = members[0]
-    try:
-        for step in range(start_step, first.n_steps):
-            started = time.time()
-            losses = stack.train_step(step)
-            seconds = (time.time() - started) / len(stack.members)
-            if not accumulate_step(stack, step, [{"loss": loss} for loss in losses], seconds,
-                                   on_failure):
-                return []
-            if first.is_checkpoint(step):
-                failed = _checkpoint(stack, step, on_checkpoint, on_failure)
-                if failed:
-                    stack.drop(failed)
-    finally:
-        stack.close()
+    for step in range(start_step, first.n_steps):
+        started = time.time()
+        losses = stack.train_step(step)
+        seconds = (time.time() - started) / len(stack.members)
+        if not accumulate_step(stack, step, [{"loss": loss} for loss in losses], seconds,
+                               on_failure):
+            return []
+        if first.is_checkpoint(step):
+            failed = _checkpoint(stack, step, on_checkpoint, on_failure)
+            if failed:
+                stack.drop(failed)
     stack.write_back()
     return stack.members
 

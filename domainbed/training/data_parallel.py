@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from domainbed.config import RunConfig
 from domainbed.hparams import seed_hash
+from domainbed.training import arithmetic
 from domainbed.training.evaluation import predict_split
 from domainbed.training.loop import TrainingRun
 from domainbed.training.resume import RESUME_FILE, load_resume_state, optimizer_attributes
@@ -159,6 +160,7 @@ class DataParallelRun(TrainingRun):
         self.is_main = self.rank == 0
         super().__init__(config, hparams, algorithm_cls, dataset_cls,
                          log if self.is_main else (lambda message: None))
+        self.set_arithmetic(arithmetic.data_parallel(self.world_size))
         for source in (self.minibatches, self.uda_source):
             if source is not None:
                 source.shard(self.rank, self.world_size)

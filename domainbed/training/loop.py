@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from domainbed.config import RunConfig
-from domainbed.training import trackers
+from domainbed.training import arithmetic, trackers
 from domainbed.training.batches import (  # noqa: F401  (re-exported: part of training's API)
     BatchSampler,
     MinibatchSource,
@@ -158,6 +158,22 @@ class TrainingRun:
         self.stopped = False   # early stopping ended the run at its last checkpoint
         self.trackers = None   # opened by restore(), closed by finish() / close()
         self.probe = None      # its probe stack of one once training starts, False if none
+        self.set_arithmetic(self._own_arithmetic())
+
+    def _own_arithmetic(self):
+        """How this run computes when it trains by itself: `probe-stack` for a linear probe
+        on cached features that `probe_stack.why_not` accepts (a stack of one), else
+        `single`."""
+        from domainbed.training import probe_stack
+        if self.uses_feature_cache and probe_stack.why_not(self) is None:
+            return arithmetic.PROBE_STACK
+        return arithmetic.SINGLE
+
+    def set_arithmetic(self, name):
+        """The arithmetic its records name (training.arithmetic; a launcher that computes
+        the run another way says so before restore(), which refuses a resume in another)."""
+        self.arithmetic = name
+        self.args_dict.update(arithmetic.args_entries(name, self.device))
 
     def _build_data(self, data=None):
         config, hparams = self.config, self.hparams
@@ -233,7 +249,8 @@ class TrainingRun:
             discard_resume_state(run_dir, self.log)
         if run_dir.exists(RESUME_FILE):
             state = load_resume_state(run_dir, RESUME_FILE, self.algorithm, self.identity,
-                                      self.schedule, (self.n_steps, self.checkpoint_freq))
+                                      self.schedule, (self.n_steps, self.checkpoint_freq),
+                                      self.arithmetic)
             self.accumulators = state["accumulators"]
             self.records = read_kept_records(run_dir, RESULTS_FILE, state["records"],
                                              self.log)
@@ -313,7 +330,7 @@ class TrainingRun:
         restore(): it starts from the restored head and Adam state), or None."""
         if self.probe is None:
             from domainbed.training import probe_stack
-            self.probe = self.uses_feature_cache and probe_stack.why_not(self) is None and \
+            self.probe = self.arithmetic == arithmetic.PROBE_STACK and \
                 probe_stack.ProbeStack([self])
         return self.probe or None
 

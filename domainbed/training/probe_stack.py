@@ -1,25 +1,33 @@
 """Linear probes trained as one stack: K heads on one frozen backbone's cached features.
 
 On cached features (domainbed.networks.feature_cache) a linear probe is one matrix and one
-bias, so the K probes of a group are a (K, classes, features) tensor and a (K, classes)
-one. Each step every head reads its own minibatch rows (the indices its single run draws:
-its seed, its batch size, its environments' samplers) and takes its own Adam step with its
-own learning rate and weight decay, a chunk of heads at a time (heads of one batch size).
-At a checkpoint one pass over each evaluated split gives every head's logits, and each
-member, an ordinary `TrainingRun`, writes its own record and predictions.
+bias, so the K probes of a group are one (K, classes, features + 1) tensor: each head's
+weight, and its bias as the weight of a feature that is always 1 (a column of ones beside
+the cached features). Each step every head reads its own minibatch rows (the indices its
+single run draws: its seed, its batch size, its environments' samplers) and takes its own
+Adam step with its own learning rate and weight decay. At a checkpoint one pass over each
+evaluated split gives every head's logits, and each member, an ordinary `TrainingRun`,
+writes its own record and predictions.
+
+Torch's operations alone, no Python loop over heads: per chunk of heads of one batch size
+(their gathered rows a cache's worth), one gather of the rows by index into a kept
+buffer, one batched product for the logits, the cross-entropy's log-softmax and its
+backward, one batched product for the gradient; then one Adam step of every head.
 
 A single linear-probe run on cached features trains as a stack of one (`TrainingRun`
 does, where `why_not` accepts it), so a stacked head's record equals the run alone by
-construction, provided a head's arithmetic never depends on the other heads: on CPU the
-compiled kernel (domainbed.training.probe_kernel) computes each head's logits,
-cross-entropy gradient and Adam step in a fixed order of its own; where it is not built
-(no C compiler, DOMAINBED_PROBE_KERNEL=torch) or on a GPU, torch's operations do
-(`baddbmm`/`bmm` slices, autograd's backward kernels, torch.optim.Adam's single-tensor
-arithmetic per head), the same choice for a run alone and in a stack. What differs
-between a stacked member and the run alone: `step_time` (each head's share of the
-stack's step), `mem_gb` on a GPU, and no resume state in a stack (a killed stack's
-members restart from step 0: a probe costs seconds, a resume state would hold the whole
-frozen backbone).
+construction, because a head's numbers never depend on the other heads: a batched
+product is one matrix product per head (the same call alone or among many), the
+log-softmax and the sums over a head's rows run row by row, the Adam step is elementwise
+and avoids the operations whose vectorised and scalar forms round differently (lerp, a
+sum with a factor), and a checkpoint's logits come from blocks of EVAL_ROWS rows
+whatever `--eval_batch_size` says. What differs between a stacked member and the run
+alone: `step_time` (each head's share of the stack's step), `mem_gb` on a GPU, and no
+resume state in a stack (a killed stack's members restart from step 0: a probe costs
+seconds, a resume state would hold the whole frozen backbone). Against a probe that
+computes its features every step (`--feature_cache_dir none`: autograd and
+torch.optim.Adam, the `single` arithmetic) the records agree within float32 rounding
+(docs/guide/backbones.md states the tolerance).
 
 Supported: ERM (a probe's plain objective) with a linear head, no dropout, float32, no
 unlabeled data, a constant learning rate, no gradient clipping, accumulation or early
@@ -27,22 +35,19 @@ stopping, one process. ``why_not(run)`` names what keeps a run out: such a run t
 through its algorithm's update, and the fused launcher runs it as an ordinary job.
 """
 import functools
-import math
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import torch.nn as nn
 
-from domainbed.training import probe_kernel
 from domainbed.training.bulk_sampling import draw_indices
 from domainbed.training.evaluation import iterate_split
 
 STACKABLE_ALGORITHMS = ("ERM",)
-CHUNK_BYTES = 4 << 20  # gathered float32 rows per chunk of heads: about an L2/L3 share
-KERNEL_CHUNK_HEADS = 32  # heads per call of the compiled kernel (the threads share the calls)
+CHUNK_BYTES = 2 << 20  # gathered float32 rows per chunk of heads: in cache for both products
 INDEX_STEPS = 32       # steps of minibatch indices drawn at once
-_THREAD_BUFFERS = threading.local()
+EVAL_ROWS = 1024       # rows per product at a checkpoint (fixed: see the module docstring)
+ADAM_HEADS = 64        # heads per block of the Adam step
+ROW_ALIGN = 16         # a row of features, its 1 and zeros: a multiple of 16 float32 (64 bytes)
 
 
 def why_not(run):
@@ -83,35 +88,45 @@ def _minus_mean(rows):
     return (torch.tensor(-1.0) / rows).item()
 
 
-def _per_head(values, dtype=torch.float32):
-    return torch.tensor(values, dtype=dtype).view(-1, 1, 1)
+def _with_ones(x, width):
+    """Rows [n, F] as [n, width], in x's dtype: the F features, a 1 (the bias's feature),
+    then zeros (rows a multiple of ROW_ALIGN values long: aligned for the products)."""
+    out = torch.zeros(len(x), width, dtype=x.dtype, device=x.device)
+    out[:, :x.shape[1]] = x
+    out[:, x.shape[1]] = 1
+    return out
+
+
+def _width(n_features):
+    return -(-(n_features + 1) // ROW_ALIGN) * ROW_ALIGN
 
 
 class ProbeStack:
     """Members (TrainingRuns of linear probes on one dataset's cached features, all at the
     same next step, sorted by batch size) trained as one stack of heads."""
 
-    def __init__(self, members, threads=1):
+    def __init__(self, members):
         self.members = list(members)
         self.splits = self.members[0].minibatches.splits
         for m in self.members:
             if [s.x.data_ptr() for s in m.minibatches.splits] != \
                     [s.x.data_ptr() for s in self.splits]:
                 raise ValueError("stacked probes must share their cached features")
-        # every training row once (float16 cached features stay float16, see _gather),
-        # with each split's offset: one gather per chunk of heads, not one per environment
-        self.table = torch.cat([s.x for s in self.splits])
-        if self.table.dtype not in (torch.float16, torch.float32):
-            self.table = self.table.float()
+        # every training row once, with a column of ones; float16 cached features stay
+        # float16 (half the bytes gathered; widening to float32 is exact)
+        table = torch.cat([s.x for s in self.splits])
+        if table.dtype not in (torch.float16, torch.float32):
+            table = table.float()
+        self.n_features = table.shape[1]
+        self.table = _with_ones(table, _width(self.n_features))
         self.labels = torch.cat([s.y for s in self.splits])
         sizes = [len(s.x) for s in self.splits]
         self.offsets = [sum(sizes[:e]) for e in range(len(sizes))]
-        self.threads = max(1, threads)
-        self.kernel = probe_kernel.load() if self.table.device.type == "cpu" else None
-        self._pool = None
         heads = [m.algorithm.classifier for m in self.members]
-        self.weight = torch.stack([h.weight.detach() for h in heads]).clone()
-        self.bias = torch.stack([h.bias.detach() for h in heads]).clone().unsqueeze(1)
+        weight = torch.stack([h.weight.detach() for h in heads]).float()
+        self.params = torch.zeros(*weight.shape[:2], self.table.shape[1], device=weight.device)
+        self.params[:, :, :self.n_features] = weight
+        self.params[:, :, self.n_features] = torch.stack([h.bias.detach() for h in heads])
         self._load_adam()
         self._layout()
 
@@ -122,45 +137,63 @@ class ProbeStack:
         self.lr = [m.algorithm.optimizer.param_groups[0]["lr"] for m in self.members]
         self.decay = [m.algorithm.optimizer.param_groups[0]["weight_decay"]
                       for m in self.members]
-        self.moments = {"weight": [torch.zeros_like(self.weight), torch.zeros_like(self.weight)],
-                        "bias": [torch.zeros_like(self.bias), torch.zeros_like(self.bias)]}
+        self.exp_avg, self.exp_avg_sq = (torch.zeros_like(self.params) for _ in range(2))
         self.adam_steps = [0] * len(self.members)
         for i, member in enumerate(self.members):
             head, optimizer = member.algorithm.classifier, member.algorithm.optimizer
-            for name in ("weight", "bias"):
+            for column, name in self._columns():
                 state = optimizer.state.get(getattr(head, name))
                 if state:
-                    exp_avg, exp_avg_sq = self.moments[name]
-                    exp_avg[i] = state["exp_avg"].view_as(exp_avg[i])
-                    exp_avg_sq[i] = state["exp_avg_sq"].view_as(exp_avg_sq[i])
+                    self.exp_avg[i, :, column] = state["exp_avg"]
+                    self.exp_avg_sq[i, :, column] = state["exp_avg_sq"]
                     self.adam_steps[i] = int(float(state["step"]))
 
-    def _layout(self):
-        """Chunks of heads (see `chunks`), and no drawn indices yet (after a drop too)."""
-        batch = [m.hparams["batch_size"] for m in self.members]
-        self.rows_per_head = [b * len(self.splits) for b in batch]
-        self.layout = self.chunks(self.rows_per_head, heads=KERNEL_CHUNK_HEADS
-                                  if self.kernel is not None else None)
-        self.decay_factors = torch.tensor(self.decay, dtype=torch.float32)
-        self.groups = self.chunks(self.rows_per_head, limit=math.inf)   # one per batch size
-        self.decaying = {(start, end): [i for i in range(start, end) if self.decay[i] != 0]
-                         for start, end in self.layout}
-        self._drawn = {}   # (start, end) -> (first step, rows [steps, heads, rows], labels)
+    def _columns(self):
+        """Where a head's weight and bias are in `params` (the rest: zeros)."""
+        return (slice(0, self.n_features), "weight"), (self.n_features, "bias")
 
-    # ------------------------------------------------------------ one step
-    def chunks(self, rows, limit=None, heads=None):
+    def _layout(self):
+        """Chunks of heads, work buffers, and no drawn indices yet (after a drop too)."""
+        device = self.params.device
+        self.rows_per_head = [m.hparams["batch_size"] * len(self.splits) for m in self.members]
+        chunks = self.chunks(self.rows_per_head)
+        self.groups = self.chunks(self.rows_per_head, limit=float("inf"))  # one a batch size
+        self.layout = {g: [c for c in chunks if g[0] <= c[0] < g[1]] for g in self.groups}
+        classes = self.params.shape[1]
+        # per batch size: logits, log-probabilities and their upstream gradient [k, C, R]
+        self._per_group = {(start, end): [torch.empty(end - start, classes,
+                                                      self.rows_per_head[start], device=device)
+                                          for _ in range(3)] for start, end in self.groups}
+        self.decay_factors = torch.tensor(self.decay, dtype=torch.float32,
+                                          device=device).view(-1, 1, 1)
+        self.grad = torch.empty_like(self.params)
+        self._scratch = (torch.empty_like(self.params), torch.empty_like(self.params))
+        self.losses = torch.empty(len(self.members), device=device)
+        rows = max(((end - start) * self.rows_per_head[start] for start, end in chunks),
+                   default=0)
+        self._rows = {dtype: torch.empty(rows, self.table.shape[1], dtype=dtype, device=device)
+                      for dtype in {self.table.dtype, torch.float32}}
+        self._drawn = {}   # (start, end) -> (first step, rows [steps, heads, rows], labels)
+        # per chunk of a group: its rows' place in the group, its parameters and gradient,
+        # its logits, log-probabilities and upstream gradient (views made once)
+        self._views = {g: [(slice(s - g[0], e - g[0]), self.params[s:e], self.grad[s:e],
+                            *(t[s - g[0]:e - g[0]] for t in self._per_group[g]))
+                           for s, e in self.layout[g]] for g in self.groups}
+
+    def chunks(self, rows, limit=None):
         """(start, end) ranges of heads: each within one batch size (members come sorted
-        by it), with at most `heads` heads, or else at most `limit` (default CHUNK_BYTES)
-        bytes of gathered float32 rows (`rows[head]` each)."""
+        by it), with at most `limit` (default CHUNK_BYTES) bytes of gathered float32 rows
+        (`rows[head]` each), at least one head."""
         out, start = [], 0
-        width, limit = self.weight.shape[2] * 4, limit or CHUNK_BYTES
+        width, limit = self.table.shape[1] * 4, limit or CHUNK_BYTES
         for k in range(1, len(self.members) + 1):
-            full = k - start >= heads if heads else (k - start) * rows[start] * width >= limit
+            full = (k + 1 - start) * rows[start] * width > limit
             if k == len(self.members) or full or rows[k] != rows[start]:
                 out.append((start, k))
                 start = k
         return out
 
+    # ------------------------------------------------------------ one step
     def _draw(self, step, start, end):
         """The table rows and labels [steps, heads, rows] of heads start..end (one batch
         size) for INDEX_STEPS steps from `step`: per head its environments' minibatch
@@ -170,154 +203,100 @@ class ProbeStack:
         rows = torch.cat([
             draw_indices([m.minibatches.samplers[e] for m in self.members[start:end]], steps)
             + offset for e, offset in enumerate(self.offsets)], dim=2)
-        return step, rows, self.labels[rows]
+        rows = rows.to(self.table.device)
+        return step, rows, self.labels.to(self.table.device)[rows]
 
-    def _step_rows(self, step, start, end):
-        """Rows and labels [heads, rows] of heads start..end at `step` (drawn for every
-        head of their batch size at once, INDEX_STEPS steps at a time)."""
-        group = next(g for g in self.groups if g[0] <= start < g[1])
+    def _step_rows(self, step, group):
+        """Rows and labels [heads, rows] of the heads of `group` (one batch size) at `step`
+        (drawn INDEX_STEPS steps at a time)."""
         drawn = self._drawn.get(group)
         if drawn is None or not 0 <= step - drawn[0] < len(drawn[1]):
             drawn = self._drawn[group] = self._draw(step, *group)
-        first = step - drawn[0]
-        return (drawn[1][first, start - group[0]:end - group[0]],
-                drawn[2][first, start - group[0]:end - group[0]])
+        return drawn[1][step - drawn[0]], drawn[2][step - drawn[0]]
 
+    @torch.no_grad()
     def train_step(self, step):
-        """One Adam step of every head; returns each head's loss (float). With `threads`
-        above 1, chunks of heads train in that many threads, each running torch's
-        operations single-threaded (no chunk shares a head with another)."""
-        losses = torch.empty(len(self.members))
+        """One Adam step of every head; returns each head's loss (float)."""
         factors = self._adam_factors()
-        for start, end in self.groups:   # drawn here, before the threads read them
-            self._step_rows(step, start, end)
-        jobs = [(step, start, end, losses, factors) for start, end in self.layout]
-        if self.threads == 1:
-            for job in jobs:
-                self._train_chunk(*job)
-            return losses.tolist()
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.threads)
-        ops_threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            list(self._pool.map(lambda job: self._train_chunk(*job), jobs))
-        finally:
-            torch.set_num_threads(ops_threads)
-        return losses.tolist()
+        for group in self.groups:
+            self._gradients(step, group)
+        self._adam(*factors)
+        return self.losses.tolist()
 
-    def _train_chunk(self, step, start, end, losses, factors):
-        """Loss, gradients and Adam step of heads start..end."""
-        rows, y = self._step_rows(step, start, end)
-        weight, bias = self.weight[start:end], self.bias[start:end]
-        if self.kernel is not None:   # gradient and Adam step of each head in turn
-            moments = {k: [t[start:end] for t in v] for k, v in self.moments.items()}
-            step_size, bias2_sqrt = (f.view(-1)[start:end] for f in factors)
-            losses[start:end] = probe_kernel.train(
-                self.kernel, self.table, rows, y, (weight, bias), moments,
-                (self.decay_factors[start:end], step_size, bias2_sqrt), self.betas, self.eps)
-            return
-        grad_w, grad_b = self._torch_gradients(rows, y, weight, bias, losses[start:end])
-        self._adam(start, end, {"weight": grad_w, "bias": grad_b}, factors)
-
-    def _torch_gradients(self, rows, y, weight, bias, losses):
-        """The weight and bias gradients (and each head's loss into `losses`) by torch's
-        operations, where the kernel is not built: batched products and autograd's own
-        backward kernels, without the engine."""
-        x = self._gather(rows)
-        logits = torch.baddbmm(bias, x, weight.transpose(1, 2))
-        log_probs = logits.log_softmax(2)
-        torch.neg(log_probs.gather(2, y.unsqueeze(2)).squeeze(2).mean(1), out=losses)
-        # -1/rows at each label (mean, then gather's backward), then log_softmax's backward
-        upstream = torch.zeros_like(log_probs).scatter_(2, y.unsqueeze(2), _minus_mean(y.shape[1]))
-        grad_logits = torch.ops.aten._log_softmax_backward_data(
-            upstream, log_probs, 2, torch.float32)
-        # the weight gradient as one bmm of (classes x rows) by (rows x features)
-        return torch.bmm(grad_logits.transpose(1, 2), x), grad_logits.sum(1, keepdim=True)
+    def _gradients(self, step, group):
+        """The heads of `group` (one batch size): their mean cross-entropy into `losses`
+        and its gradient into `grad` (the weight's and, in the last column, the bias's),
+        classes before rows ([k, C, R]): no transposed copies."""
+        rows, y = self._step_rows(step, group)
+        _, log_probs, upstream = self._per_group[group]
+        y = y.unsqueeze(1)
+        # -1/R at each label (the mean's and the gather's backward)
+        upstream.zero_().scatter_(1, y, _minus_mean(rows.shape[1]))
+        for at, params, grad, logits_k, log_probs_k, upstream_k in self._views[group]:
+            x = self._gather(rows[at])                                  # [k, R, F + 1]
+            torch.bmm(params, x.transpose(1, 2), out=logits_k)
+            torch.log_softmax(logits_k, 1, out=log_probs_k)
+            torch.ops.aten._log_softmax_backward_data.out(       # the logits' gradient
+                upstream_k, log_probs_k, 1, torch.float32, out=logits_k)
+            torch.bmm(logits_k, x, out=grad)
+        torch.neg(log_probs.gather(1, y).squeeze(1).mean(1), out=self.losses[group[0]:group[1]])
 
     def _gather(self, rows):
-        """The table's rows [heads, rows], as float32, into this thread's buffers kept
-        between chunks (fresh megabytes each time would cost page faults). A float16 table
-        (cached features) is gathered as such and widened in the buffer (exact): half the
-        bytes read, and a table half the size in the shared cache."""
-        local, n = _THREAD_BUFFERS.__dict__, rows.numel()
-        shape = (n, self.table.shape[1])
-        for dtype in {self.table.dtype, torch.float32}:
-            buffer = local.get(dtype)
-            if buffer is None or buffer.shape[0] < n or buffer.shape[1] != shape[1]:
-                local[dtype] = torch.empty(shape, dtype=dtype)
-        out = local[torch.float32][:n]
+        """The table's rows [heads, rows] as float32 [heads, rows, F + 1], in the kept
+        buffer (float16 gathered as such, then widened in place)."""
+        n = rows.numel()
+        out = self._rows[torch.float32][:n]
         if self.table.dtype == torch.float32:
-            torch.index_select(self.table, 0, rows.view(-1), out=out)
+            torch.index_select(self.table, 0, rows.reshape(-1), out=out)
         else:
-            out.copy_(torch.index_select(self.table, 0, rows.view(-1),
-                                         out=local[self.table.dtype][:n]))
+            out.copy_(torch.index_select(self.table, 0, rows.reshape(-1),
+                                         out=self._rows[self.table.dtype][:n]))
         return out.view(*rows.shape, -1)
 
     def _adam_factors(self):
-        """Each head's step size and bias correction of this step (Python floats, as
-        torch.optim.Adam computes them), as float32 [heads, 1, 1]."""
+        """Each head's step size (-lr / (1 - beta1^t)) and sqrt(1 - beta2^t) of this step
+        (Python floats, as torch.optim.Adam computes them), as float32 [heads, 1, 1]."""
         beta1, beta2 = self.betas
         self.adam_steps = [s + 1 for s in self.adam_steps]
-        step_size = _per_head([-(lr / (1 - beta1 ** s))
-                               for lr, s in zip(self.lr, self.adam_steps)])
-        bias2_sqrt = _per_head([(1 - beta2 ** s) ** 0.5 for s in self.adam_steps])
-        return step_size, bias2_sqrt
+        step_size = [-(lr / (1 - beta1 ** s)) for lr, s in zip(self.lr, self.adam_steps)]
+        bias2_sqrt = [(1 - beta2 ** s) ** 0.5 for s in self.adam_steps]
+        return (torch.tensor(v, dtype=torch.float32, device=self.params.device).view(-1, 1, 1)
+                for v in (step_size, bias2_sqrt))
 
-    @torch.no_grad()
-    def _adam(self, start, end, grads, factors):
-        """torch.optim.Adam's single-tensor step of heads start..end (module docstring)."""
+    def _adam(self, step_size, bias2_sqrt):
+        """Adam (torch.optim.Adam's update, weight decay added to the gradient) of every
+        head, each operation rounding once per element (no lerp, no sum with a factor)."""
         beta1, beta2 = self.betas
-        step_size, bias2_sqrt = (f[start:end] for f in factors)
-        for name, param in (("weight", self.weight[start:end]), ("bias", self.bias[start:end])):
-            grad = grads[name]
-            for i in self.decaying[(start, end)]:   # grad.add(param, alpha=wd): torch's kernel
-                grad[i - start].add_(param[i - start], alpha=self.decay[i])
-            exp_avg, exp_avg_sq = (t[start:end] for t in self.moments[name])
-            exp_avg.lerp_(grad, 1 - beta1)
-            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            denom = (exp_avg_sq.sqrt() / bias2_sqrt).add_(self.eps)
-            param.add_(torch.mul(step_size, exp_avg).div_(denom))
+        grad, param, exp_avg, exp_avg_sq = self.grad, self.params, self.exp_avg, self.exp_avg_sq
+        for start in range(0, len(param), ADAM_HEADS):   # a block's tensors stay in cache
+            at = slice(start, start + ADAM_HEADS)
+            g, p, m, v = grad[at], param[at], exp_avg[at], exp_avg_sq[at]
+            scratch, update = (t[at] for t in self._scratch)
+            g.add_(torch.mul(p, self.decay_factors[at], out=scratch))
+            m.mul_(beta1).add_(torch.mul(g, 1 - beta1, out=scratch))
+            v.mul_(beta2).add_(torch.mul(g, g, out=scratch).mul_(1 - beta2))
+            denom = torch.sqrt(v, out=scratch).div_(bias2_sqrt[at]).add_(self.eps)
+            p.add_(torch.mul(m, step_size[at], out=update).div_(denom))
 
     # ------------------------------------------------------------ evaluation, write-back
     @torch.no_grad()
     def predict(self):
-        """{split name: logits [heads, n, classes]} of every evaluated split."""
-        if self.kernel is not None:
-            return self._kernel_predict()
-        first = self.members[0]
+        """{split name: logits [heads, n, classes]} of every evaluated split, EVAL_ROWS
+        rows per product."""
+        first, heads = self.members[0], len(self.members)
         out = {}
         for name, _, _, split in first.named_splits:
+            blocks = list(iterate_split(split, first.ctx.eval_batch_size, first.ctx.n_workers))
+            x = torch.cat(blocks) if blocks else torch.empty(0, self.n_features)
             parts = []
-            for x in iterate_split(split, first.ctx.eval_batch_size, first.ctx.n_workers):
-                x = x.float()
-                part = torch.empty(len(self.members), len(x), self.weight.shape[1])
-                for start, end in self.chunks([len(x)] * len(self.members)):
-                    torch.baddbmm(self.bias[start:end], x.expand(end - start, *x.shape),
-                                  self.weight[start:end].transpose(1, 2), out=part[start:end])
-                parts.append(part)
-            out[name] = torch.cat(parts, dim=1) if parts else torch.empty(
-                len(self.members), 0, self.weight.shape[1])
+            for start in range(0, len(x), EVAL_ROWS):
+                block = _with_ones(x[start:start + EVAL_ROWS].to(self.params.device).float(),
+                                   self.table.shape[1])
+                logits = torch.bmm(self.params, block.t().expand(heads, *block.t().shape))
+                parts.append(logits.transpose(1, 2))
+            out[name] = torch.cat(parts, dim=1).cpu() if parts else torch.empty(
+                heads, 0, self.params.shape[1])
         return out
-
-    def _kernel_predict(self):
-        """predict() by the kernel (each head's logits as its training step computes
-        them), the heads in `threads` parts."""
-        first, heads = self.members[0], len(self.members)
-        bounds = [heads * t // self.threads for t in range(self.threads + 1)]
-        parts = list(zip(bounds, bounds[1:]))
-        out = {}
-        with ThreadPoolExecutor(self.threads) as pool:
-            for name, _, _, split in first.named_splits:
-                x = split.x if split.x is not None else torch.cat(list(
-                    iterate_split(split, first.ctx.eval_batch_size, first.ctx.n_workers)))
-                out[name] = torch.cat(list(pool.map(
-                    functools.partial(self._kernel_logits, x), parts)))
-        return out
-
-    def _kernel_logits(self, x, heads):
-        start, end = heads
-        return probe_kernel.logits(self.kernel, x, self.weight[start:end], self.bias[start:end])
 
     @torch.no_grad()
     def write_back(self):
@@ -325,29 +304,22 @@ class ProbeStack:
         as the single run would hold them (for model.pkl)."""
         for i, member in enumerate(self.members):
             head, optimizer = member.algorithm.classifier, member.algorithm.optimizer
-            for name, param in (("weight", self.weight), ("bias", self.bias)):
+            for column, name in self._columns():
                 target = getattr(head, name)
-                target.copy_(param[i].view_as(target))
-                exp_avg, exp_avg_sq = self.moments[name]
+                target.copy_(self.params[i, :, column])
                 optimizer.state[target] = {
                     "step": torch.tensor(float(self.adam_steps[i])),
-                    "exp_avg": exp_avg[i].view_as(target).clone(),
-                    "exp_avg_sq": exp_avg_sq[i].view_as(target).clone()}
-
-    def close(self):
-        """Stop the training threads (a stack trains on after a drop, not after this)."""
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+                    "exp_avg": self.exp_avg[i, :, column].clone(),
+                    "exp_avg_sq": self.exp_avg_sq[i, :, column].clone()}
 
     def drop(self, positions):
         """Remove heads (one that diverged, one whose disk is full); the others go on."""
         keep = [i for i in range(len(self.members)) if i not in set(positions)]
-        index = torch.tensor(keep, dtype=torch.long)
+        index = torch.tensor(keep, dtype=torch.long, device=self.params.device)
         self.members = [self.members[i] for i in keep]
         self.lr = [self.lr[i] for i in keep]
         self.decay = [self.decay[i] for i in keep]
         self.adam_steps = [self.adam_steps[i] for i in keep]
-        self.weight, self.bias = self.weight[index], self.bias[index]
-        self.moments = {k: [t[index] for t in v] for k, v in self.moments.items()}
+        self.params, self.exp_avg, self.exp_avg_sq = (
+            t[index] for t in (self.params, self.exp_avg, self.exp_avg_sq))
         self._layout()

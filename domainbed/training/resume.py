@@ -16,6 +16,7 @@ import stat
 import numpy as np
 import torch
 
+from domainbed.training.arithmetic import resume_problem
 from oodutils import fileio
 from oodutils.errors import UserError, load_error_reason
 
@@ -25,7 +26,9 @@ STATE_VERSION = 2
 # Arguments that may differ between an interrupted run and its resumption.
 # where and how a run is kept, not what it computes
 NON_IDENTITY_ARGS = ("output_dir", "progress", "eval_batch_size", "num_threads", "restart",
-                     "save_best_model", "metrics", "trackers", "distributed")
+                     "save_best_model", "metrics", "trackers", "distributed",
+                     # how it is computed: checked on its own (training.arithmetic)
+                     "arithmetic", "torch_version", "device_kind")
 RESTART_HINT = ("rerun with --restart to discard it and start over (the old records are "
                 "moved aside to results.jsonl.prev, or .prev.N when that exists)")
 
@@ -246,10 +249,12 @@ def _tensors(value):
             yield from _tensors(item)
 
 
-def load_resume_state(run_dir, name, algorithm, identity, schedule=None, run_steps=None):
+def load_resume_state(run_dir, name, algorithm, identity, schedule=None, run_steps=None,
+                      arithmetic=None):
     """The resume state `name` of `run_dir`, checked and loaded into `algorithm` (and
     the RNGs and `schedule`). `run_steps`: (n_steps, checkpoint_freq) of the run, which
-    the state's place and records must fit."""
+    the state's place and records must fit; `arithmetic`: this run's (see
+    training.arithmetic), which its records must have been computed in."""
     path = run_dir.join(name)
     state = _read_state(run_dir, name)
     if state["identity"] != identity:
@@ -261,6 +266,10 @@ def load_resume_state(run_dir, name, algorithm, identity, schedule=None, run_ste
     if problem:
         raise ResumeStateError(f"the resume state {path} does not fit this run "
                                f"({problem}); {RESTART_HINT}")
+    problem = arithmetic and resume_problem(state["records"], arithmetic)
+    if problem:
+        raise UserError(f"{run_dir.path} holds an unfinished run that cannot be resumed "
+                        f"here: {problem}; resume it as it started, or {RESTART_HINT}")
     try:
         algorithm.load_state_dict(state["algorithm"])
         for name, optimizer in optimizer_attributes(algorithm).items():

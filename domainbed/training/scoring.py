@@ -24,6 +24,7 @@ from domainbed import run_hparams
 from domainbed.config import RunConfig
 from domainbed.networks.backbones import MAX_WEIGHTS_BYTES
 from domainbed.registry import get_algorithm_class
+from domainbed.training import arithmetic
 from domainbed.training.evaluation import RunContext, evaluate
 from domainbed.training.loop import (
     build_run_data,
@@ -140,7 +141,8 @@ def score(model, config: RunConfig, data, dataset_cls, hparams, model_args, step
         model, named, ctx, len(group_names or []), config.save_logits,
         extra_metrics=config.metrics, num_classes=data.dataset.num_classes)
     model.eval()
-    args = {**data_args(config, data.dataset, dataset_cls), **model_args}
+    args = {**data_args(config, data.dataset, dataset_cls),   # one forward pass: single
+            **arithmetic.args_entries(arithmetic.SINGLE, device), **model_args}
     record = {"step": step, **metrics, "mem_gb": 0.0, "hparams": hparams, "args": args}
     with PinnedDir.open(config.output_dir, create=True) as run_dir:
         write_checkpoint(run_dir, step, table, confusion, [json.dumps(record, sort_keys=True)])
