@@ -572,7 +572,7 @@ def test_metrics_on_a_sweep_it_cannot_write_warns_per_run(tmp_path, capsys, monk
     (a read-only sweep) is one warning, the other runs go on."""
     import errno
 
-    import domainbed.results.metrics as metrics
+    import domainbed.predictions as metrics
     from domainbed.scripts.metrics import main
     cps = zoo(2, -0.5, n=50)
     write_sweep(tmp_path / "sweep", cps)
@@ -718,3 +718,21 @@ def test_a_name_that_is_not_valid_mathtext_still_gives_plots(tmp_path, capsys):
                                           str(tmp_path / "site"), "--bootstrap", "5"], capsys)
     assert code == 0, err
     assert list((tmp_path / "site" / "img").glob("*.png"))
+
+
+def test_a_run_folder_named_in_no_utf8_is_skipped_with_a_note(tmp_path, capsys):
+    """A run folder whose name is not UTF-8 is skipped with one note naming it; the other
+    runs give their tables (it stopped collect_results and the leaderboard before)."""
+    from domainbed.scripts.collect_results import main as collect
+    from domainbed.scripts.leaderboard import main as leaderboard
+    sweep = hostile_sweep(tmp_path / "sweep")
+    os.rename(sweep / "run000", os.fsdecode(bytes(sweep / "run000") + b"\xff"))
+    code, out, err = run_main(collect, ["--input_dir", str(sweep), "--format", "csv"],
+                              capsys)
+    assert code == 0 and "Traceback" not in err, err
+    assert "run000\\udcff: skipped, its folder name is not valid UTF-8" in err
+    assert ",ERM," in out
+    code, out, err = run_main(leaderboard, ["--input_dir", str(sweep), "--output_dir",
+                                            str(tmp_path / "site")], capsys)
+    assert code == 0 and "Traceback" not in err, err
+    assert (tmp_path / "site" / "index.html").is_file()

@@ -178,6 +178,13 @@ def _checked_dirs(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
     return dirs
 
 
+def _is_text(path: str) -> bool:
+    try:
+        return bool(path.encode("utf-8")) or True
+    except UnicodeEncodeError:
+        return False
+
+
 def _file_key(run_dir: str) -> tuple[int, int, int] | None:
     """(size, mtime_ns, inode) of a run's results.jsonl where it is a regular file."""
     try:
@@ -211,7 +218,12 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
     kept_dirs: list[str] = []
     position = 0
     for top in dirs:
-        walked = reader.walk(top)
+        walked = reader.walk(top)   # a path that is not UTF-8 fits no table nor page
+        unnamed = [d for d, _ in walked if not d.isascii() and not _is_text(d)]
+        walked = [w for w in walked if w[0] not in unnamed]
+        skipped_runs += len(unnamed)
+        notes += [f"{d.encode('utf-8', 'backslashreplace').decode()}: skipped, its folder "
+                  f"name is not valid UTF-8 (rename the folder)" for d in unnamed]
         runs = [d for d, done in walked if done or not require_done]
         skipped_runs += len(walked) - len(runs)
         positions = list(range(position, position + len(runs)))
