@@ -279,9 +279,8 @@ def _shared_counts(heads: Sequence[_Head], tokens: Sequence[bytes], shaped: bool
     by_lines: dict[int, list[bytes]] = {}
     for h in heads:
         by_lines.setdefault(h.lines, []).extend((h.args_bytes, h.hparams_bytes))
-    joined = {n: b"\0".join(parts) for n, parts in by_lines.items()}
-    if shaped:
-        joined = {n: text.translate(_SHAPE) for n, text in joined.items()}
+    joined = {n: b"\0".join(parts).translate(_SHAPE if shaped else None)
+              for n, parts in by_lines.items()}
     return [sum(n * text.count(token) for n, text in joined.items()) for token in tokens]
 
 
@@ -312,13 +311,13 @@ def _batch_fits(data: bytes, heads: Sequence[_Head], parsing: Future[Any]) -> bo
 
 
 def _file_fits(data: bytes, head: _Head) -> bool:
-    """Every line of the file holds its first line's args and hparams: each ``"args": ``
-    (one a line, by the batch's counts) is followed by the first line's args, as many
-    ``"hparams": `` by its hparams as there are lines (the others inside the args)."""
+    """Every line of the file holds its first line's args and hparams: ``"args": `` (one a
+    line, by the batch's counts) and the args as often as there are lines, as ``"hparams": ``
+    and the hparams (the others in the args). Two such never overlap (a key token has no
+    border, a value ends with "}") unless the value holds the key token: refused."""
     for pattern, value in ((head.args_pattern, head.args_bytes),
                            (head.hparams_pattern, head.hparams_bytes)):
-        parts = data.split(pattern[:len(pattern) - len(value)])[1:]
-        if sum(map(value.__eq__, (p[:len(value)] for p in parts))) != head.lines:
+        if pattern[:len(pattern) - len(value)] in value or data.count(pattern) != head.lines:
             return False
     inside = head.args_bytes.split(head.hparams_pattern[:-len(head.hparams_bytes)])
     return not any(p.startswith(head.hparams_bytes) for p in inside[1:])
@@ -553,27 +552,28 @@ def _file_system(device: int) -> str | None:
 
 def _is_leaf(st: os.stat_result) -> bool:
     """Whether the directory of this stat holds no subdirectory, by its link count."""
-    if st.st_nlink != 2:
-        return False
-    if st.st_dev not in _LINK_COUNTING:
+    if st.st_nlink == 2 and st.st_dev not in _LINK_COUNTING:
         _LINK_COUNTING[st.st_dev] = _file_system(st.st_dev) in _SUBDIRECTORY_LINKS
-    return _LINK_COUNTING[st.st_dev]
+    return st.st_nlink == 2 and _LINK_COUNTING[st.st_dev]
 
 
-def _leaf_entries(path: str) -> tuple[bool, bool] | None:
-    """(holds a results.jsonl that is no directory, holds a ``done`` that exists), by two
-    stats following links as a listing's is_dir does; None where a stat fails oddly."""
-    found = []
+def _leaf_entries(path: str) -> tuple[bool, bool, tuple[int, int, int] | None] | None:
+    """(holds a results.jsonl that is no directory, holds a ``done`` that exists, its key
+    (`walk`)), by lstats (a link's target as is_dir sees it); None where one fails oddly."""
+    found, key = [], None
     base = path if path.endswith(os.sep) else path + os.sep
     for name in (RESULTS_FILE, DONE_FILE):
         try:
-            is_dir = stat.S_ISDIR(os.stat(base + name).st_mode)
-            found.append(name == DONE_FILE or not is_dir)
+            st = os.lstat(base + name)
+            if name == RESULTS_FILE and stat.S_ISREG(st.st_mode):
+                key = (st.st_size, st.st_mtime_ns, st.st_ino)
+            st = os.stat(base + name) if stat.S_ISLNK(st.st_mode) else st
+            found.append(name == DONE_FILE or not stat.S_ISDIR(st.st_mode))
         except FileNotFoundError:
             found.append(name == RESULTS_FILE and os.path.lexists(base + name))
         except OSError:
             return None
-    return found[0], found[1]
+    return found[0], found[1], key
 
 
 def _listing(path: str) -> tuple[list[str], bool, bool]:
@@ -599,13 +599,13 @@ def _listing(path: str) -> tuple[list[str], bool, bool]:
     return children, has_results, has_done
 
 
-def walk(top: str) -> list[tuple[str, bool]]:
-    """(run directory, has ``done``) of every directory holding a ``results.jsonl`` entry
-    under `top` (itself included), in os.walk's order with sorted children; neither
-    ``predictions`` folders nor symlinked directories are entered. A directory whose
-    link count shows it holds no subdirectory is not listed: two stats tell what its
-    listing would."""
-    found: list[tuple[str, bool]] = []
+def walk(top: str) -> list[tuple[str, bool, tuple[int, int, int] | None]]:
+    """(run directory, has ``done``, key: its regular results.jsonl's (size, mtime_ns,
+    inode) or None) of every directory holding a ``results.jsonl`` entry under `top`
+    (itself included), in os.walk's order with sorted children; neither ``predictions``
+    folders nor symlinked directories are entered. A directory whose link count shows it
+    holds no subdirectory is not listed: two lstats tell what its listing would."""
+    found: list[tuple[str, bool, tuple[int, int, int] | None]] = []
     stack = [top]
     while stack:
         path = stack.pop()
@@ -614,10 +614,10 @@ def walk(top: str) -> list[tuple[str, bool]]:
         except OSError:
             continue
         leaf = _leaf_entries(path) if _is_leaf(st) else None
-        children, has_results, has_done = ([], *leaf) if leaf is not None else \
-            _listing(path)
+        children, has_results, has_done, key = ([], *leaf) if leaf is not None else \
+            (*_listing(path), None)
         if has_results:
-            found.append((path, has_done))
+            found.append((path, has_done, key))
         base = path if path.endswith(os.sep) else path + os.sep
         stack.extend(base + name for name in sorted(children, reverse=True))
     return found

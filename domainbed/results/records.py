@@ -212,7 +212,7 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
     position = 0
     for top in dirs:
         walked = reader.walk(top)
-        runs = [d for d, done in walked if done or not require_done]
+        runs = [d for d, done, _ in walked if done or not require_done]
         skipped_runs += len(walked) - len(runs)
         positions = list(range(position, position + len(runs)))
         position += len(runs)
@@ -222,7 +222,8 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
             notes.append(cache.warning)
         base = top if top.endswith(os.sep) else top + os.sep
         rels = {d: d[len(base):] if d != top else "" for d in runs}
-        keys = [_file_key(d) for d in runs] if cache is not None else []
+        keys = [k or _file_key(d) for d, done, k in walked if done or not require_done] \
+            if cache is not None else []     # (the walk's lstat where it took one)
         taken = cache.take([rels[d] for d in runs], keys) if cache is not None else None
         hit: set[int] = set()
         if taken is not None:
