@@ -19,7 +19,7 @@ import os
 import re
 import stat
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -189,8 +189,8 @@ class _Head:
     """What the first line of a file gives the fast reader."""
     lines: int
     record: Record
-    args_text: str
-    hparams_text: str
+    args_bytes: bytes        # the args and hparams as the line spells them
+    hparams_bytes: bytes
     args_pattern: bytes      # b'"args": {...}' as the line spells it
     hparams_pattern: bytes
     keys: list[str]          # the first line's keys but args and hparams
@@ -250,8 +250,9 @@ def _head(data: bytes) -> _Head | None:
     keys = [k for k in record if k not in ("args", "hparams")]
     if any(type(record[k]) not in _POLARS_TYPES for k in keys):
         return None
-    return _Head(lines, record, text[args[1]:args[2]], text[hparams[1]:hparams[2]],
-                 text[args[0]:args[2]].encode(), text[hparams[0]:hparams[2]].encode(), keys)
+    a, h = (text[v[1]:v[2]].encode() for v in (args, hparams))
+    return _Head(lines, record, a, h, text[args[0]:args[1]].encode() + a,
+                 text[hparams[0]:hparams[1]].encode() + h, keys)
 
 
 _POLARS_TYPES = {int: pl.Float64, float: pl.Float64, str: pl.String, bool: pl.Boolean}
@@ -277,15 +278,13 @@ def _shared_counts(heads: Sequence[_Head], tokens: Sequence[bytes], shaped: bool
     them where `shaped`), times their lines."""
     by_lines: dict[int, list[bytes]] = {}
     for h in heads:
-        by_lines.setdefault(h.lines, []).append(
-            h.args_text.encode() + b"\0" + h.hparams_text.encode())
-    joined = {n: b"\0".join(parts) for n, parts in by_lines.items()}
-    if shaped:
-        joined = {n: text.translate(_SHAPE) for n, text in joined.items()}
+        by_lines.setdefault(h.lines, []).extend((h.args_bytes, h.hparams_bytes))
+    joined = {n: b"\0".join(parts).translate(_SHAPE if shaped else None)
+              for n, parts in by_lines.items()}
     return [sum(n * text.count(token) for n, text in joined.items()) for token in tokens]
 
 
-def _batch_fits(data: bytes, heads: Sequence[_Head], table: pl.DataFrame) -> bool:
+def _batch_fits(data: bytes, heads: Sequence[_Head], parsing: Future[Any]) -> bool:
     """Whether the polars table of these files' joined bytes is what json reads line by
     line. Each count below is a sum over lines of a per-line count that is at least what
     is asked, so an equal sum makes each line's equal: every line has one top-level
@@ -295,41 +294,38 @@ def _batch_fits(data: bytes, heads: Sequence[_Head], table: pl.DataFrame) -> boo
     brackets beyond its args and hparams (so no line nests deeper than the first lines,
     which the schema checked), and number literals of an odd shape only inside args and
     hparams (parsed by json). Each file's args and hparams are then counted in its own
-    bytes (`_file_fits`)."""
-    rows = table.height
-    if rows != sum(h.lines for h in heads):
-        return False
+    bytes (`_file_fits`). Bytes are counted while polars parses them (`parsing`)."""
+    rows = sum(h.lines for h in heads)
     tokens = [b'args"', b'hparams"', b":"]   # (one-byte or rare first bytes: fast scans)
     found = [data.count(t) - s for t, s in zip(tokens, _shared_counts(heads, tokens))]
-    nonnull = sum(rows - table[k].null_count() for k in table.columns)
-    if found != [rows, rows, nonnull] or table["args"].null_count() or \
-            table["hparams"].null_count() or table["step"].null_count():
-        return False
     shape = data.translate(_SHAPE)       # odd numbers, then brackets ("(")
     odd = [shape.count(s) - n for s, n in zip(_ODD_NUMBERS,
                                               _shared_counts(heads, _ODD_NUMBERS, True))]
-    if odd[:2] != [0, 0] or odd[2] - rows > MAX_DEPTH_EXTRA:
+    table = parsing.result()
+    if table is None or table.height != rows or odd[:2] != [0, 0] or \
+            odd[2] - rows > MAX_DEPTH_EXTRA:
         return False
-    return bool(table["step"].min() >= 0)  # type: ignore[operator]
+    nonnull = sum(rows - table[k].null_count() for k in table.columns)
+    return found == [rows, rows, nonnull] and not (table["args"].null_count() or table[
+        "hparams"].null_count() or table["step"].null_count()) and table["step"].min() >= 0
 
 
 def _file_fits(data: bytes, head: _Head) -> bool:
-    """Every line of the file holds its first line's args and hparams: each ``"args": ``
-    (one a line, by the batch's counts) is followed by the first line's args, as many
-    ``"hparams": `` by its hparams as there are lines (the others inside the args)."""
-    for pattern, value in ((head.args_pattern, head.args_text.encode()),
-                           (head.hparams_pattern, head.hparams_text.encode())):
-        parts = data.split(pattern[:len(pattern) - len(value)])[1:]
-        if sum(map(value.__eq__, (p[:len(value)] for p in parts))) != head.lines:
+    """Every line of the file holds its first line's args and hparams: ``"args": `` (one a
+    line, by the batch's counts) and the args as often as there are lines, as ``"hparams": ``
+    and the hparams (the others in the args). Two such never overlap (a key token has no
+    border, a value ends with "}") unless the value holds the key token: refused."""
+    for pattern, value in ((head.args_pattern, head.args_bytes),
+                           (head.hparams_pattern, head.hparams_bytes)):
+        if pattern[:len(pattern) - len(value)] in value or data.count(pattern) != head.lines:
             return False
-    hparams = head.hparams_text.encode()
-    inside = head.args_text.encode().split(head.hparams_pattern[:-len(hparams)])
-    return not any(p.startswith(hparams) for p in inside[1:])
+    inside = head.args_bytes.split(head.hparams_pattern[:-len(head.hparams_bytes)])
+    return not any(p.startswith(head.hparams_bytes) for p in inside[1:])
 
 
 def _quick_refusal(data: bytes) -> bool:
     """Whether bytes hold a surrogate escape (polars reads it otherwise than json)."""
-    return b"\\u" in data and _SURROGATE.search(data) is not None
+    return b"\\" in data and b"\\u" in data and _SURROGATE.search(data) is not None
 
 
 def _parse(data: bytes, schema: dict[str, Any]) -> pl.DataFrame | None:
@@ -339,23 +335,23 @@ def _parse(data: bytes, schema: dict[str, Any]) -> pl.DataFrame | None:
         return None
 
 
-def _fast_rows(files: Sequence[tuple[int, bytes, _Head]]) -> tuple[pl.DataFrame, list[int]]:
+def _fast_rows(files: Sequence[tuple[int, bytes, _Head]], parser: ThreadPoolExecutor
+               ) -> tuple[pl.DataFrame, list[int]]:
     """(rows of the files the fast reader reads, the indices of `files` it leaves)."""
     if not files:
         return pl.DataFrame(), []
-    pieces = [data if data.endswith(b"\n") else data + b"\n" for _, data, _ in files]
-    joined = b"".join(pieces)
+    joined = b"".join(d if d.endswith(b"\n") else d + b"\n" for _, d, _ in files)
     heads = [h for _, _, h in files]
-    table = None if _quick_refusal(joined) else _parse(joined, _schema(heads))
-    if table is not None and _batch_fits(joined, heads, table) and \
+    parsing = None if _quick_refusal(joined) else parser.submit(_parse, joined, _schema(heads))
+    if parsing and _batch_fits(joined, heads, parsing) and \
             all(_file_fits(data, h) for _, data, h in files):
-        return _with_blocks(table, files), []
+        return _with_blocks(parsing.result(), files), []   # type: ignore[arg-type]
     if len(files) == 1:
         return pl.DataFrame(), [0]
     step = -(-len(files) // 8)   # some file does not fit: eighths of the batch, until found
     tables, left = [], []
     for start in range(0, len(files), step):
-        table, missed = _fast_rows(files[start:start + step])
+        table, missed = _fast_rows(files[start:start + step], parser)
         tables += [table] if table.width else []
         left += [start + i for i in missed]
     return pl.concat(tables, how="diagonal_relaxed") if tables else pl.DataFrame(), left
@@ -439,9 +435,10 @@ def read_runs(run_dirs: Sequence[str], positions: Sequence[int], into: Assembler
         pending = None
         for start in range(0, len(paths) + step, step):
             batch = paths[start:start + step]
-            future = pool.map(read_file, batch) if batch else None
+            future = pool.map(lambda part: list(map(read_file, part)), [  # 64 files a task
+                batch[i:i + 64] for i in range(0, len(batch), 64)]) if batch else None
             if pending is not None:
-                reads += _read_batch(pending[0], pending[1], list(pending[2]), into,
+                reads += _read_batch(pending[0], pending[1], sum(pending[2], []), into,
                                      fields, full)
             pending = (run_dirs[start:start + step], positions[start:start + step],
                        future) if future is not None else None
@@ -464,7 +461,8 @@ def _read_batch(run_dirs: Sequence[str], positions: Sequence[int],
             line_frames[i] = _line_read(results[i], data, fields, full)
         else:
             fast.append((i, data, head))
-    table, left = _fast_rows(fast)
+    with ThreadPoolExecutor(1) as parser:
+        table, left = _fast_rows(fast, parser)
     for j in left:
         i, data, _ = fast[j]
         line_frames[i] = _line_read(results[i], data, fields, full)
@@ -472,8 +470,8 @@ def _read_batch(run_dirs: Sequence[str], positions: Sequence[int],
     read_fast = [(i, h) for i, _, h in fast if i not in refused]
     if read_fast:
         blocks = pl.DataFrame([block_row(run_dirs[i], h.record["args"], h.record["hparams"],
-                                         h.args_text, h.hparams_text) for i, h in read_fast],
-                              schema=BLOCK_SCHEMA)
+                                         h.args_bytes.decode(), h.hparams_bytes.decode())
+                               for i, h in read_fast], schema=BLOCK_SCHEMA)
         number = {i: n for n, (i, _) in enumerate(read_fast)}
         rows = table.filter(pl.col("block").is_in(list(number))) if refused else table
         rows = _add_env_counts(rows.with_columns(block=pl.col("block").replace_strict(
@@ -554,27 +552,28 @@ def _file_system(device: int) -> str | None:
 
 def _is_leaf(st: os.stat_result) -> bool:
     """Whether the directory of this stat holds no subdirectory, by its link count."""
-    if st.st_nlink != 2:
-        return False
-    if st.st_dev not in _LINK_COUNTING:
+    if st.st_nlink == 2 and st.st_dev not in _LINK_COUNTING:
         _LINK_COUNTING[st.st_dev] = _file_system(st.st_dev) in _SUBDIRECTORY_LINKS
-    return _LINK_COUNTING[st.st_dev]
+    return st.st_nlink == 2 and _LINK_COUNTING[st.st_dev]
 
 
-def _leaf_entries(path: str) -> tuple[bool, bool] | None:
-    """(holds a results.jsonl that is no directory, holds a ``done`` that exists), by two
-    stats following links as a listing's is_dir does; None where a stat fails oddly."""
-    found = []
+def _leaf_entries(path: str) -> tuple[bool, bool, tuple[int, int, int] | None] | None:
+    """(holds a results.jsonl that is no directory, holds a ``done`` that exists, its key
+    (`walk`)), by lstats (a link's target as is_dir sees it); None where one fails oddly."""
+    found, key = [], None
     base = path if path.endswith(os.sep) else path + os.sep
     for name in (RESULTS_FILE, DONE_FILE):
         try:
-            is_dir = stat.S_ISDIR(os.stat(base + name).st_mode)
-            found.append(name == DONE_FILE or not is_dir)
+            st = os.lstat(base + name)
+            if name == RESULTS_FILE and stat.S_ISREG(st.st_mode):
+                key = (st.st_size, st.st_mtime_ns, st.st_ino)
+            st = os.stat(base + name) if stat.S_ISLNK(st.st_mode) else st
+            found.append(name == DONE_FILE or not stat.S_ISDIR(st.st_mode))
         except FileNotFoundError:
             found.append(name == RESULTS_FILE and os.path.lexists(base + name))
         except OSError:
             return None
-    return found[0], found[1]
+    return found[0], found[1], key
 
 
 def _listing(path: str) -> tuple[list[str], bool, bool]:
@@ -600,13 +599,13 @@ def _listing(path: str) -> tuple[list[str], bool, bool]:
     return children, has_results, has_done
 
 
-def walk(top: str) -> list[tuple[str, bool]]:
-    """(run directory, has ``done``) of every directory holding a ``results.jsonl`` entry
-    under `top` (itself included), in os.walk's order with sorted children; neither
-    ``predictions`` folders nor symlinked directories are entered. A directory whose
-    link count shows it holds no subdirectory is not listed: two stats tell what its
-    listing would."""
-    found: list[tuple[str, bool]] = []
+def walk(top: str) -> list[tuple[str, bool, tuple[int, int, int] | None]]:
+    """(run directory, has ``done``, key: its regular results.jsonl's (size, mtime_ns,
+    inode) or None) of every directory holding a ``results.jsonl`` entry under `top`
+    (itself included), in os.walk's order with sorted children; neither ``predictions``
+    folders nor symlinked directories are entered. A directory whose link count shows it
+    holds no subdirectory is not listed: two lstats tell what its listing would."""
+    found: list[tuple[str, bool, tuple[int, int, int] | None]] = []
     stack = [top]
     while stack:
         path = stack.pop()
@@ -615,10 +614,10 @@ def walk(top: str) -> list[tuple[str, bool]]:
         except OSError:
             continue
         leaf = _leaf_entries(path) if _is_leaf(st) else None
-        children, has_results, has_done = ([], *leaf) if leaf is not None else \
-            _listing(path)
+        children, has_results, has_done, key = ([], *leaf) if leaf is not None else \
+            (*_listing(path), None)
         if has_results:
-            found.append((path, has_done))
+            found.append((path, has_done, key))
         base = path if path.endswith(os.sep) else path + os.sep
         stack.extend(base + name for name in sorted(children, reverse=True))
     return found

@@ -179,10 +179,12 @@ def _checked_dirs(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
 
 
 def _is_text(path: str) -> bool:
+    """Whether `path` is UTF-8 text (a name read back with surrogate escapes is not)."""
     try:
-        return bool(path.encode("utf-8")) or True
+        path.encode("utf-8")
     except UnicodeEncodeError:
         return False
+    return True
 
 
 def _file_key(run_dir: str) -> tuple[int, int, int] | None:
@@ -219,12 +221,12 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
     position = 0
     for top in dirs:
         walked = reader.walk(top)   # a path that is not UTF-8 fits no table nor page
-        unnamed = [d for d, _ in walked if not d.isascii() and not _is_text(d)]
-        walked = [w for w in walked if w[0] not in unnamed]
+        unnamed = [w[0] for w in walked if not w[0].isascii() and not _is_text(w[0])]
+        walked = [w for w in walked if w[0].isascii() or _is_text(w[0])]
         skipped_runs += len(unnamed)
         notes += [f"{d.encode('utf-8', 'backslashreplace').decode()}: skipped, its folder "
                   f"name is not valid UTF-8 (rename the folder)" for d in unnamed]
-        runs = [d for d, done in walked if done or not require_done]
+        runs = [d for d, done, _ in walked if done or not require_done]
         skipped_runs += len(walked) - len(runs)
         positions = list(range(position, position + len(runs)))
         position += len(runs)
@@ -234,7 +236,8 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
             notes.append(cache.warning)
         base = top if top.endswith(os.sep) else top + os.sep
         rels = {d: d[len(base):] if d != top else "" for d in runs}
-        keys = [_file_key(d) for d in runs] if cache is not None else []
+        keys = [k or _file_key(d) for d, done, k in walked if done or not require_done] \
+            if cache is not None else []     # (the walk's lstat where it took one)
         taken = cache.take([rels[d] for d in runs], keys) if cache is not None else None
         hit: set[int] = set()
         if taken is not None:
