@@ -217,12 +217,8 @@ def checkpoints_from_sweep(input_dirs: Sequence[str | os.PathLike[str]],
     """Every finished run's last checkpoint (or every checkpoint) with saved logits, one
     Checkpoint per test environment. A sweep without logits is a UserError saying how
     to get them."""
-    from domainbed.results.records import (
-        TABLE_FIELDS,
-        list_prediction_steps,
-        load_predictions,
-        load_records,
-    )
+    from domainbed.predictions import list_prediction_steps, load_predictions
+    from domainbed.results.records import TABLE_FIELDS, load_records
     loaded = load_records(input_dirs, fields=TABLE_FIELDS)
     runs: dict[str, dict] = {}
     for record in loaded.records:

@@ -152,7 +152,8 @@ def from_runs(input_dir, dataset=None, id_envs=None, ood_env=None, require_done=
     A covers the OOD environment's in and out splits, columns sorted by example id.
     Raises UserError when models were scored on different OOD examples, naming the runs.
     """
-    from domainbed.results.records import TABLE_FIELDS, load_records, prediction_matrix
+    from domainbed.predictions import prediction_matrix
+    from domainbed.results.records import TABLE_FIELDS, load_records
 
     recs = load_records(input_dir, require_done=require_done, quiet=quiet,
                         fields=TABLE_FIELDS).records

@@ -37,8 +37,9 @@ import pandas as pd
 
 from analysis import validity as V
 from analysis.validity_config import SPLIT_CODES
+from domainbed.predictions import list_prediction_steps, load_predictions
 from domainbed.results import model_selection as ms
-from domainbed.results.records import list_prediction_steps, load_predictions, load_records
+from domainbed.results.records import load_records
 from oodutils.csv_out import csv_value
 from oodutils.errors import UserError
 

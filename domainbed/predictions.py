@@ -18,7 +18,7 @@ import numpy as np
 from oodutils.errors import UserError, load_error_reason
 from oodutils.fileio import atomic_write_text
 from oodutils.metrics import METRICS, classification_metrics
-from oodutils.untrusted import open_regular
+from oodutils.untrusted import open_regular, parse_json, read_lines
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -182,3 +182,28 @@ def run_metrics(run_dir: str, num_classes: int,
     atomic_write_text(os.path.join(run_dir, SIDE_FILE),
                       "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
     return lines
+
+
+def read_side_file(run_dir: str) -> dict[int, dict]:
+    """{step: line} of a run's metrics.jsonl (`run_metrics`), read the no-follow way."""
+    lines: dict[int, dict] = {}
+    try:
+        for line in read_lines(os.path.join(run_dir, SIDE_FILE), 1 << 20):
+            entry = None if line is None else parse_json(line)
+            if isinstance(entry, dict) and isinstance(entry.get("step"), int):
+                lines[entry["step"]] = entry
+    except OSError:
+        pass
+    return lines
+
+
+def metric_names(keys: Iterable[str]) -> set[str]:
+    """The metrics beyond accuracy among record keys `env{i}_in_{metric}` (the names
+    `--metrics` writes: oodutils.metrics.METRICS, per-class `acc_class<k>`)."""
+    found = set()
+    for key in keys:
+        match = re.fullmatch(r"env\d+_in_(\w+)", key)
+        if match and (match.group(1) in METRICS and match.group(1) != "class_acc" or
+                      re.fullmatch(r"acc_class\d+", match.group(1))):
+            found.add(match.group(1))
+    return found

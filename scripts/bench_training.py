@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from domainbed import run_hparams
+from domainbed.predictions import load_predictions
 from domainbed.registry import get_algorithm_class, get_dataset_class
-from domainbed.results.records import load_predictions
 from domainbed.training import loop as training
 from oodutils.cli import ArgumentParser, add_option
 

@@ -52,7 +52,7 @@ def trained_on(benchmark, per_cell):
 
 
 def analyse(run_dir, benchmark, per_cell):
-    from domainbed.results.records import load_predictions
+    from domainbed.predictions import load_predictions
     records = [json.loads(line) for line in open(os.path.join(run_dir, "results.jsonl"))]
     train_envs = [1, 2]
     best = max(records, key=lambda r: np.mean([r[f"env{e}_out_acc"] for e in train_envs]))

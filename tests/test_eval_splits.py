@@ -7,8 +7,8 @@ import sys
 import numpy as np
 import pytest
 
+from domainbed.predictions import list_prediction_steps, load_predictions
 from domainbed.results import model_selection
-from domainbed.results.records import list_prediction_steps, load_predictions
 from domainbed.scripts import collect_results, sweep, train
 from oodutils.errors import UserError
 

@@ -15,8 +15,9 @@ import torch
 
 from domainbed import run_hparams
 from domainbed.datasets.debug import Debug28
+from domainbed.predictions import load_predictions
 from domainbed.registry import get_algorithm_class
-from domainbed.results.records import load_predictions, load_records
+from domainbed.results.records import load_records
 from domainbed.scripts import evaluate
 from domainbed.training.loop import save_model
 from oodutils.errors import run_cli

@@ -87,7 +87,7 @@ def test_spawrious_info_json(tmp_path, info, message):
 
 
 def test_prediction_arrays_of_different_lengths(tmp_path):
-    from domainbed.results.records import prediction_matrix
+    from domainbed.predictions import prediction_matrix
     run = tmp_path / "run"
     (run / "predictions").mkdir(parents=True)
     n = 6

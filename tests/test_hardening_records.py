@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from domainbed.results import reader
 from domainbed.results import records as rec
 from domainbed.scripts import collect_results
 from tests.test_collect_results import EXPECTED, assert_same_numbers, run_main, sweep_copy
@@ -101,7 +102,7 @@ def test_a_fifo_or_a_dev_zero_symlink_is_skipped_not_read(tmp_path):
     (zero / "done").write_text("")
     endless = _plant_run(sweep, "zz_endless", "")
     with open(endless / "results.jsonl", "wb") as f:  # one line larger than the cap
-        f.write(b"x" * (rec.MAX_LINE_BYTES + 10))
+        f.write(b"x" * (reader.MAX_LINE_BYTES + 10))
     done = _collect_in_a_process(sweep)  # a hang or a MemoryError fails here
     assert done.returncode == 0, done.stderr
     assert_same_numbers(done.stdout, EXPECTED.read_text())
@@ -109,7 +110,7 @@ def test_a_fifo_or_a_dev_zero_symlink_is_skipped_not_read(tmp_path):
     named = " ".join(loaded.notes)
     assert "zz_fifo" in named and "not a regular file" in named
     assert "zz_zero" in named and "symlink" in named
-    assert f"longer than {rec.MAX_LINE_BYTES} bytes" in named
+    assert f"longer than {reader.MAX_LINE_BYTES} bytes" in named
 
 
 def test_pages_of_datasets_never_collide_and_stay_short(tmp_path):

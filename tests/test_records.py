@@ -7,13 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from domainbed.results.records import (
-    list_prediction_steps,
-    load_predictions,
-    load_records,
-    prediction_matrix,
-    records_to_frame,
-)
+from domainbed.predictions import list_prediction_steps, load_predictions, prediction_matrix
+from domainbed.results.records import load_records, records_to_frame
 from oodutils.errors import UserError
 from oodutils.fileio import atomic_savez
 from tests.requirements import data_dir, need_data

@@ -174,7 +174,7 @@ def test_bf16_runs_under_autocast_when_emulation_is_allowed(tmp_path):
     assert records(fp32)[-1]["args"]["precision"] == "fp32"
     import torch
 
-    from domainbed.results.records import load_predictions
+    from domainbed.predictions import load_predictions
     from domainbed.training.loop import cpu_supports_bf16
     if not (torch.cuda.is_available() or cpu_supports_bf16()):
         assert "emulated" in proc.stderr

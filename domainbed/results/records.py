@@ -18,21 +18,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
-from domainbed.predictions import (  # noqa: F401 - also this module's API
-    PredictionMatrix,
-    list_prediction_steps,
-    load_predictions,
-    prediction_matrix,
-    prediction_path,
-)
 from domainbed.results import reader
 from domainbed.results.cache import Cache
-from domainbed.results.reader import (  # noqa: F401 - also this module's API
-    MAX_LINE_BYTES,
+from domainbed.results.reader import (
     Assembler,
     Frame,
     frame_from_records,
@@ -52,7 +43,6 @@ PathLike = Union[str, "os.PathLike[str]"]
 RESULTS_FILE = reader.RESULTS_FILE
 DONE_FILE = reader.DONE_FILE
 PREDICTIONS_DIR = reader.PREDICTIONS_DIR
-_STEP_FILE = re.compile(r"^step_(\d+)\.npz$")
 MAX_NOTES_SHOWN = 20
 # What the results tables, the leaderboard and the analyses read of a record (with every
 # ``env*`` key): load_records(fields=TABLE_FIELDS) keeps only these
@@ -180,11 +170,7 @@ def _checked_dirs(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
 
 def _is_text(path: str) -> bool:
     """Whether `path` is UTF-8 text (a name read back with surrogate escapes is not)."""
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return not any("\ud800" <= c <= "\udfff" for c in path)
 
 
 def _file_key(run_dir: str) -> tuple[int, int, int] | None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 import polars as pl
 
+from domainbed.predictions import metric_names, read_side_file
 from domainbed.registry import DATASETS, get_dataset_class
 from domainbed.results import model_selection
 from domainbed.results import tables as reporting
@@ -242,36 +243,7 @@ def build_val_worst_group_section(records: RecordsOrTable, infos: dict[str, Data
     return reporting.Section(method.name, tables, method.key)
 
 
-def _side_file(run_dir: str) -> dict[int, dict]:
-    """{step: line} of a run's metrics.jsonl (domainbed-metrics), read the no-follow way."""
-    import os
-
-    from oodutils.untrusted import parse_json, read_lines
-    lines: dict[int, dict] = {}
-    try:
-        for line in read_lines(os.path.join(run_dir, "metrics.jsonl"), 1 << 20):
-            entry = None if line is None else parse_json(line)
-            if isinstance(entry, dict) and isinstance(entry.get("step"), int):
-                lines[entry["step"]] = entry
-    except OSError:
-        pass
-    return lines
-
-
 LOWER_IS_BETTER = ("nll", "ece", "brier")   # losses and errors: the smallest is best
-
-
-def metric_names(keys: Iterable[str]) -> set[str]:
-    """The metrics beyond accuracy among record keys `env{i}_in_{metric}` (the names
-    `--metrics` writes: oodutils.metrics.METRICS, per-class `acc_class<k>`)."""
-    from oodutils.metrics import METRICS
-    found = set()
-    for key in keys:
-        match = re.fullmatch(r"env\d+_in_(\w+)", key)
-        if match and (match.group(1) in METRICS and match.group(1) != "class_acc" or
-                      re.fullmatch(r"acc_class\d+", match.group(1))):
-            found.add(match.group(1))
-    return found
 
 
 def metrics_in(records: RecordsOrTable, labels: dict) -> dict[str, set[str]]:
@@ -292,7 +264,7 @@ def metrics_in(records: RecordsOrTable, labels: dict) -> dict[str, set[str]]:
     for run_dir, label in rows.select("run_dir", "label").unique(maintain_order=True) \
             .iter_rows():
         if run_dir and label is not None:
-            for name in metric_names(k for line in _side_file(run_dir).values()
+            for name in metric_names(k for line in read_side_file(run_dir).values()
                                      for k in line):
                 found[name].add(label)
     order = [m for m in METRICS if m in found]
@@ -322,7 +294,7 @@ def with_metric(selected: pl.DataFrame, records: RecordsOrTable, metric: str
                                          joined["test_env"].to_list()):
         if value is None and run_dir:
             if run_dir not in sides:
-                sides[run_dir] = _side_file(run_dir)
+                sides[run_dir] = read_side_file(run_dir)
             side = sides[run_dir].get(step, {}).get(f"env{env}_in_{metric}")
             value = float(side) if isinstance(side, (int, float)) and \
                 not isinstance(side, bool) else None

@@ -19,6 +19,7 @@ or None when it fits:
 """
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -63,17 +64,11 @@ def _args_problem(args: Mapping[str, Any]) -> str | None:
     return None
 
 
-_ENV_INDEX: dict[str, int | None] = {}   # the keys seen: a sweep repeats a few keys
-
-
+@functools.lru_cache(maxsize=4096)   # a sweep repeats a few keys
 def _env_index(key: str) -> int | None:
     """The i of an ``env<i>_...acc...`` / ``..._wga`` key, None for any other key."""
-    if key not in _ENV_INDEX:
-        match = _ENV_KEY.match(key)
-        if len(_ENV_INDEX) > 4096 or len(key) > 64:
-            return None if match is None else int(match.group(1))
-        _ENV_INDEX[key] = None if match is None else int(match.group(1))
-    return _ENV_INDEX[key]
+    match = _ENV_KEY.match(key)
+    return None if match is None else int(match.group(1))
 
 
 def _metrics_problem(record: Mapping[str, Any], n_envs: int) -> str | None:
