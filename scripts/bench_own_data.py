@@ -4,6 +4,8 @@ image check before training (files per second on the same kind of files).
 
     python scripts/bench_own_data.py [--images 64] [--check_images 2000]
     python scripts/bench_own_data.py --hub     (the same check on an hf: folder)
+    python scripts/bench_own_data.py --make_tree DIR   (only the small tree the datasets
+        guide's examples train on: DIR/<domain>/<class>/*.jpg and DIR/manifest.csv)
 
 Prints one line per measurement; write the figures (with `uptime`) into the notes."""
 import argparse
@@ -109,8 +111,19 @@ def main_hub(n=2000):
               f"({n / seconds[2]:.0f} images/s); load {os.getloadavg()}")
 
 
+def make_tree(root, domains=("indoor", "outdoor"), classes=("cat", "dog"), per_class=3):
+    """The guide's `pets` example: a folder layout and its `path,label,domain` table."""
+    image_tree(root, domains, classes, per_class, size=(32, 32))
+    rows = [f"{d}/{c}/{k}.jpg,{c},{d}\n" for d in domains for c in classes
+            for k in range(per_class)]
+    with open(os.path.join(root, "manifest.csv"), "w") as f:
+        f.write("path,label,domain\n" + "".join(rows))
+
+
 if __name__ == "__main__":
-    if "--hub" in sys.argv:
+    if "--make_tree" in sys.argv:
+        make_tree(sys.argv[sys.argv.index("--make_tree") + 1])
+    elif "--hub" in sys.argv:
         main_hub()
     else:
         main()

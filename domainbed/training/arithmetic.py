@@ -53,7 +53,7 @@ def args_entries(name, device):
     """The record `args` entries of a run computed in `name` on `device`."""
     if not is_name(name):
         raise ValueError(f"unknown arithmetic {name!r}; one of {', '.join(NAMES)}")
-    return {"arithmetic": name, "torch_version": torch.__version__,
+    return {"arithmetic": name, "torch_version": str(torch.__version__),
             "device_kind": device_kind(device)}
 
 
