@@ -21,7 +21,7 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
-from domainbed.results import reader
+from domainbed.results import discovery, reader
 from domainbed.results.cache import Cache
 from domainbed.results.reader import (
     Assembler,
@@ -168,11 +168,6 @@ def _checked_dirs(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
     return dirs
 
 
-def _is_text(path: str) -> bool:
-    """Whether `path` is UTF-8 text (a name read back with surrogate escapes is not)."""
-    return not any("\ud800" <= c <= "\udfff" for c in path)
-
-
 def _file_key(run_dir: str) -> tuple[int, int, int] | None:
     """(size, mtime_ns, inode) of a run's results.jsonl where it is a regular file."""
     try:
@@ -206,9 +201,10 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
     kept_dirs: list[str] = []
     position = 0
     for top in dirs:
-        walked = reader.walk(top)   # a path that is not UTF-8 fits no table nor page
-        unnamed = [w[0] for w in walked if not w[0].isascii() and not _is_text(w[0])]
-        walked = [w for w in walked if w[0].isascii() or _is_text(w[0])]
+        walked = discovery.walk(top)   # a path that is not UTF-8 fits no table nor page
+        unnamed = [w[0] for w in walked
+                   if not w[0].isascii() and reader.LONE_SURROGATE.search(w[0])]
+        walked = [w for w in walked if w[0] not in unnamed]
         skipped_runs += len(unnamed)
         notes += [f"{d.encode('utf-8', 'backslashreplace').decode()}: skipped, its folder "
                   f"name is not valid UTF-8 (rename the folder)" for d in unnamed]
