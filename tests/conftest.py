@@ -36,6 +36,20 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture
+def weights_dir(monkeypatch):
+    """`weights_dir(path)`: where backbones look for weight files first for this test (the
+    --weights_dir of a run; "" for nowhere), the default put back after it."""
+    from domainbed.networks import backbones
+    default = os.environ.get("DOMAINBED_WEIGHTS_DIR", "")
+
+    def use(path):
+        monkeypatch.delenv("DOMAINBED_WEIGHTS_DIR", raising=False)
+        backbones.set_weights_dir(str(path))
+    yield use
+    backbones.set_weights_dir(default if os.path.isdir(default) else "")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Mark the quick loop's exclusions (tests/quick_loop.py) slow, before `-m` selects."""

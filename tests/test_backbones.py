@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -122,7 +123,8 @@ def _first_conv(net):
 
 
 @pytest.mark.parametrize("where", ["pretrained_path", "weights_dir", "torch_hub_cache"])
-def test_weights_load_from_disk_and_their_sha256_is_the_identity(tmp_path, monkeypatch, where):
+def test_weights_load_from_disk_and_their_sha256_is_the_identity(tmp_path, monkeypatch, where,
+                                                                 weights_dir):
     name = "mobilenet_v3_small"
     spec = backbones.BACKBONES[name]
     state = _torchvision_state(name, seed=1)
@@ -132,7 +134,7 @@ def test_weights_load_from_disk_and_their_sha256_is_the_identity(tmp_path, monke
         hparams["pretrained_path"] = str(path)
     elif where == "weights_dir":
         path = tmp_path / spec.file
-        monkeypatch.setattr(backbones, "_weights_dir", str(tmp_path))
+        weights_dir(tmp_path)
     else:
         monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
         path = Path(torch.hub.get_dir()) / "checkpoints" / spec.file
@@ -150,21 +152,22 @@ def test_weights_load_from_disk_and_their_sha256_is_the_identity(tmp_path, monke
                         "weights_sha256": _sha256(path)}
 
 
-def test_timm_weights_load_from_a_safetensors_file_in_weights_dir(tmp_path, monkeypatch):
+def test_timm_weights_load_from_a_safetensors_file_in_weights_dir(tmp_path, weights_dir):
     import timm
     from safetensors.torch import save_file
     torch.manual_seed(2)
     reference = timm.create_model("test_convnext")
     save_file(reference.state_dict(), str(tmp_path / "test_convnext.safetensors"))
-    monkeypatch.setattr(backbones, "_weights_dir", str(tmp_path))
+    weights_dir(tmp_path)
     net = networks.Featurizer((3, 32, 32), _hparams(backbone="timm:test_convnext",
                                                     pretrained=True))
     torch.testing.assert_close(_first_conv(net), _first_conv(reference))
 
 
-def test_missing_weights_is_a_clear_error_naming_the_file_and_where(tmp_path, monkeypatch):
+def test_missing_weights_is_a_clear_error_naming_the_file_and_where(tmp_path, monkeypatch,
+                                                                     weights_dir):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
-    monkeypatch.setattr(backbones, "_weights_dir", str(tmp_path))
+    weights_dir(tmp_path)
     with pytest.raises(UserError) as e:
         networks.Featurizer((3, 32, 32), _hparams(backbone="convnext_tiny", pretrained=True))
     message = str(e.value)
@@ -176,12 +179,20 @@ def test_missing_weights_is_a_clear_error_naming_the_file_and_where(tmp_path, mo
         networks.Featurizer((3, 32, 32), _hparams(backbone="resnet18", transfer="half"))
 
 
-def test_densenet_files_with_old_key_names_load():
-    old = {"features.denseblock1.denselayer1.norm.1.weight": 1,
-           "features.denseblock1.denselayer1.conv.2.weight": 2, "classifier.weight": 3}
-    assert set(backbones._rename_old_densenet_keys(old)) == {
-        "features.denseblock1.denselayer1.norm1.weight",
-        "features.denseblock1.denselayer1.conv2.weight", "classifier.weight"}
+def test_densenet_files_with_old_key_names_load(tmp_path):
+    """torchvision's published DenseNet files name `norm.1` what today's modules call
+    `norm1`: such a file loads (the classifier's keys kept)."""
+    state = _torchvision_state("densenet121", seed=3)
+    old = {re.sub(r"\.(norm|relu|conv)([12])\.", r".\1.\2.", k): v for k, v in state.items()}
+    assert "features.denseblock1.denselayer1.norm.1.weight" in old and "classifier.weight" in old
+    torch.save(old, tmp_path / "old_densenet.pth")
+    net = networks.Featurizer((3, 32, 32), _hparams(
+        backbone="densenet121", pretrained=True,
+        pretrained_path=str(tmp_path / "old_densenet.pth")))
+    torch.testing.assert_close(_first_conv(net), state["features.conv0.weight"])
+    norm1 = next(v for k, v in net.state_dict().items()
+                 if k.endswith("denseblock1.denselayer1.norm1.weight"))
+    torch.testing.assert_close(norm1, state["features.denseblock1.denselayer1.norm1.weight"])
 
 
 def test_weight_sources_table_has_file_url_and_checksum():
@@ -276,13 +287,19 @@ def test_text_encoders_record_transfer_mode_and_weights_sha256(tmp_path):
     assert backbones.weights_identity((8,), {"text_featurizer": "bow"}) == {}
 
 
+def _featurizer_from(path):
+    """A pretrained featurizer whose weights file is `path` (read as every weights file)."""
+    return networks.Featurizer((3, 32, 32), _hparams(
+        backbone="mobilenet_v3_small", pretrained=True, pretrained_path=str(path)))
+
+
 @pytest.mark.filterwarnings("ignore::FutureWarning")
 def test_torchscript_weight_files_are_refused_without_running_their_code(tmp_path):
     """A TorchScript archive runs its stored code when loaded: refused, with the reason."""
     module = torch.jit.script(torch.nn.Linear(3, 2))
     module.save(str(tmp_path / "scripted.pt"))
     with pytest.raises(UserError, match="runs code") as e:
-        backbones._read_state_dict(str(tmp_path / "scripted.pt"))
+        _featurizer_from(tmp_path / "scripted.pt")
     assert "scripted.pt" in str(e.value) and "weights_only=False" not in str(e.value)
 
 
@@ -290,20 +307,21 @@ def test_pickled_objects_in_weights_files_are_refused_before_they_run(tmp_path):
     target = tmp_path / "victim.txt"
     torch.save({"weight": PlantedPickle(str(target))}, tmp_path / "evil.pth")
     with pytest.raises(UserError, match="tensors only"):
-        backbones._read_state_dict(str(tmp_path / "evil.pth"))
+        _featurizer_from(tmp_path / "evil.pth")
     assert not target.exists()
 
 
 def test_a_hash_prefix_in_the_file_name_is_checked_before_use(tmp_path):
-    state = {"weight": torch.arange(6.0).reshape(2, 3)}
+    state = _torchvision_state("mobilenet_v3_small", seed=4)
     draft = tmp_path / "draft.pth"
     torch.save(state, draft)
     prefix = _sha256(draft)[:8]
-    good = tmp_path / f"linear-{prefix}.pth"
+    good = tmp_path / f"mobilenet-{prefix}.pth"
     draft.rename(good)
-    torch.testing.assert_close(backbones._read_state_dict(str(good))["weight"], state["weight"])
+    torch.testing.assert_close(_first_conv(_featurizer_from(good)),
+                               state["features.0.0.weight"])
     wrong = "0" * 8 if prefix != "0" * 8 else "1" * 8
-    bad = tmp_path / f"linear-{wrong}.pth"
+    bad = tmp_path / f"mobilenet-{wrong}.pth"
     good.rename(bad)
     with pytest.raises(UserError, match=f"sha256 prefix {wrong}"):
-        backbones._read_state_dict(str(bad))
+        _featurizer_from(bad)

@@ -28,10 +28,10 @@ def _package_weights():
 
 
 @pytest.fixture(autouse=True)
-def _no_other_weights(tmp_path, monkeypatch):
+def _no_other_weights(tmp_path, monkeypatch, weights_dir):
     """Only the package's file: an empty torch hub cache and no --weights_dir."""
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "hub"))
-    monkeypatch.setattr(backbones, "_weights_dir", "")
+    weights_dir("")
 
 
 def _sample_photos():

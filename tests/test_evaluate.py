@@ -169,7 +169,7 @@ TINY_CLIP = {  # an open_clip architecture small enough to build and run in mill
 
 
 @pytest.fixture
-def tiny_clip(monkeypatch):
+def tiny_clip(monkeypatch, weights_dir):
     """The zoo's clip_vit_b16 name built as TINY_CLIP (its normalization and weight file
     name kept): (spec, the tiny tower with random weights at Debug28's 28 px)."""
     import dataclasses
@@ -181,7 +181,7 @@ def tiny_clip(monkeypatch):
     monkeypatch.setitem(factory._MODEL_CONFIGS, "oodbed-tiny-clip", TINY_CLIP)
     spec = dataclasses.replace(backbones.BACKBONES["clip_vit_b16"], model="oodbed-tiny-clip")
     monkeypatch.setitem(backbones.BACKBONES, "clip_vit_b16", spec)
-    monkeypatch.setattr(backbones, "_weights_dir", "")   # evaluate sets it from --weights_dir
+    weights_dir("")   # evaluate sets it from --weights_dir
     torch.manual_seed(0)
     visual = open_clip.create_model("oodbed-tiny-clip", pretrained=None, load_weights=False,
                                     force_image_size=(28, 28)).visual.eval()
