@@ -97,6 +97,12 @@ class Registry:
             return cls
         return decorator
 
+    def unregister(self, name: str) -> None:
+        """Forget `name` and its override mark (a class registered for a while, as tests
+        and interactive sessions do); a name not registered is left alone."""
+        self._classes.pop(name, None)
+        self._overridden.discard(name)
+
     def register_prefix(self, prefix: str) -> Callable[[Callable[[str], type]],
                                                        Callable[[str], type]]:
         """Register `factory(argument) -> class` for the names ``prefix:argument``."""

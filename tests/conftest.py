@@ -1,11 +1,13 @@
 """Shared test set-up: a CLI called in-process with -q / -v sets the project's log levels
 for the whole process (as it should for a command); put them back after every test so the
 next one sees the defaults."""
+import contextlib
 import os
 
 import pytest
 
 from oodutils import log
+from tests.builders import registered
 
 # DomainBed's reference outputs (tests/data/domainbed_golden) were recorded with oneDNN's
 # AVX2 convolution kernels; its AVX-512 kernels sum in another order (ARM's predictions move
@@ -48,6 +50,14 @@ def weights_dir(monkeypatch):
         backbones.set_weights_dir(str(path))
     yield use
     backbones.set_weights_dir(default if os.path.isdir(default) else "")
+
+
+@pytest.fixture
+def register():
+    """`register(registry, name, cls)`: `cls` registered as `name` for this test only."""
+    with contextlib.ExitStack() as stack:
+        yield lambda registry, name, cls, override=False: stack.enter_context(
+            registered(registry, name, cls, override))
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -110,11 +110,19 @@ def test_server_ignoring_range_restarts(server, tmp_path):
     assert dst.read_bytes() == PAYLOAD and server.ranges == ["bytes=70-"]
 
 
-def test_temp_names_are_not_predictable(tmp_path):
-    first = downloading._partial_file(str(tmp_path / "x.tar"))
-    os.unlink(first)
-    second = downloading._partial_file(str(tmp_path / "x.tar"))
-    assert first != second and os.path.dirname(first) == str(tmp_path)
+def test_temp_names_are_not_predictable(server, tmp_path):
+    """Two interrupted downloads of one file start partial files of different names, beside
+    the destination."""
+    server.files["/x.tar"] = PAYLOAD
+    names = []
+    for _ in range(2):
+        server.cut_after = 1000
+        with pytest.raises(UserError, match="Run again to resume"):
+            downloading.fetch(server.url + "/x.tar", str(tmp_path / "x.tar"), sha256=SHA)
+        [partial] = tmp_path.glob(".x.tar.*.partial")
+        names.append(partial.name)
+        partial.unlink()
+    assert names[0] != names[1]
 
 
 def test_unreachable_is_one_clear_error(tmp_path):

@@ -30,9 +30,8 @@ def test_explicit_override_replaces_and_survives_a_later_plain_registration():
         register_algorithm("ERM")(builtin)  # e.g. the built-ins imported afterwards
         assert registry.get_algorithm_class("ERM") is MyERM
     finally:
-        ALGORITHMS._classes["ERM"] = builtin
-        ALGORITHMS._overridden.discard("ERM")
-        builtin.registry_name = "ERM"
+        ALGORITHMS.unregister("ERM")
+        register_algorithm("ERM")(builtin)
     assert registry.get_algorithm_class("ERM") is ERM
 
 

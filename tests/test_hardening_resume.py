@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from domainbed.algorithms.erm import ERM
-from domainbed.registry import ALGORITHMS, register_algorithm
+from domainbed.registry import ALGORITHMS
+from tests.builders import registered
 from tests.hardening_util import (  # noqa: F401  (quiet_threads is a fixture)
     comparable,
     quiet_threads,
@@ -39,9 +40,8 @@ class RandomDrawsERM(ERM):
 @pytest.fixture
 def drawing_algorithm():
     """Registered only while a test needs it (other tests list every algorithm)."""
-    register_algorithm(DRAWING)(RandomDrawsERM)
-    yield DRAWING
-    ALGORITHMS._classes.pop(DRAWING, None)
+    with registered(ALGORITHMS, DRAWING, RandomDrawsERM):
+        yield DRAWING
 
 
 def test_crafted_pickle_in_resume_state_runs_nothing(tmp_path, capsys):
@@ -247,11 +247,9 @@ def test_every_restart_keeps_the_older_records(tmp_path, capsys):
 def test_disk_full_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch):
     import errno
 
-    from oodutils import pinned_dir
-
-    def full(fd, data):
+    def full(fd, data):   # the file system's answer to every write: no space left
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    monkeypatch.setattr(pinned_dir, "_write_all", full)
+    monkeypatch.setattr(os, "write", full)
     out = tmp_path / "run"
     code, err = train(train_argv(out), capsys)
     _one_line_error(code, err, "no space left to write", f"{out}{os.sep}", "needed",

@@ -405,13 +405,13 @@ def test_link_planted_inside_a_tracker_folder_stops_that_tracker(tmp_path):
     assert victim.read_text() == "precious\n"
 
 
-def test_a_tracker_that_hangs_is_dropped_after_its_timeout(tmp_path, monkeypatch):
+def test_a_tracker_that_hangs_is_dropped_after_its_timeout(tmp_path, register):
     from domainbed.training import trackers
 
     class Hanging(trackers.Tracker):
         def log_checkpoint(self, step, values):
             time.sleep(60)
-    monkeypatch.setitem(trackers.TRACKERS._classes, "hanging", Hanging)
+    register(trackers.TRACKERS, "hanging", Hanging)
     run = trackers.TrackedRun(str(tmp_path / "run"), "r", {}, {}, "id", timeout=0.5)
     warnings = []
     opened = trackers.open_trackers(["hanging"], run, warn=warnings.append)

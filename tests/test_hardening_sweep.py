@@ -145,13 +145,12 @@ def test_lock_and_launcher_log_honour_the_umask(tmp_path, umask, expected):
 
 
 # ------------------------------------------------------------ round 2: the pooled launcher
-def _fake_call_train(flags, log):
-    """Stands in for the train CLI inside a pooled worker (the workers are forked, so
+def _fake_run_config(config):
+    """Stands in for the training run inside a pooled worker (the workers are forked, so
     they see this patch): a job whose folder holds `kill_me` kills its worker."""
-    out = flags[flags.index("--output_dir") + 1]
+    out = config.output_dir
     if os.path.exists(os.path.join(out, "kill_me")):
         os.kill(os.getpid(), signal.SIGKILL)
-    log.write(b"training\n")
     with open(os.path.join(out, "done"), "w") as f:
         f.write("done\n")
     return 0
@@ -167,7 +166,7 @@ def _pooled_commands(tmp_path, n):
 @pytest.fixture
 def pooled_fake(monkeypatch):
     from domainbed.launch import pooled
-    monkeypatch.setattr(pooled, "_call_train", _fake_call_train)
+    monkeypatch.setattr(pooled, "run_config", _fake_run_config)
     previous = signal.signal(signal.SIGALRM, _timeout)
     signal.alarm(60)   # a hang fails the test instead of stopping the suite
     yield pooled

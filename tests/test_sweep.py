@@ -18,6 +18,7 @@ from domainbed.launch import sweep as sweep_plan
 from domainbed.registry import ALGORITHMS, DATASETS
 from domainbed.scripts import sweep
 from oodutils.errors import UnknownNameError, UserError
+from tests.builders import registered
 from tests.requirements import need_package
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,13 +60,8 @@ def fake_names():
 
     class Alg:
         pass
-    DATASETS._load()
-    ALGORITHMS._load()
-    DATASETS.register(DATASET)(Data)
-    ALGORITHMS.register(ALGORITHM)(Alg)
-    yield
-    DATASETS._classes.pop(DATASET, None)
-    ALGORITHMS._classes.pop(ALGORITHM, None)
+    with registered(DATASETS, DATASET, Data), registered(ALGORITHMS, ALGORITHM, Alg):
+        yield
 
 
 @pytest.fixture

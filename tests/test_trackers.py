@@ -164,14 +164,14 @@ def test_missing_package_is_one_warning(tmp_path, monkeypatch):
     assert "oodbed[trackers]" in warnings[0]
 
 
-def test_failing_tracker_is_dropped_after_one_warning(tmp_path, monkeypatch):
+def test_failing_tracker_is_dropped_after_one_warning(tmp_path, monkeypatch, register):
     fake = FakeWandb()
     monkeypatch.setitem(sys.modules, "wandb", fake)
 
     class Broken(trackers.Tracker):
         def log_checkpoint(self, step, values):
             raise OSError(28, "No space left on device")
-    monkeypatch.setitem(trackers.TRACKERS._classes, "broken", Broken)
+    register(trackers.TRACKERS, "broken", Broken)
     warnings = []
     opened = log_all(["broken", "wandb"], tracked_run(tmp_path), warnings)
     assert warnings == ["warning: tracker broken failed to log a checkpoint (OSError: "
