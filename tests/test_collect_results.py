@@ -307,30 +307,43 @@ def test_registered_environment_names_give_domainbed_output_byte_for_byte(tmp_pa
     assert text == EXPECTED.read_text()
 
 
+def unloaded_datasets():
+    """A dataset registry over the built-in modules that has imported none of them: its
+    `declared` reads their source."""
+    from domainbed import registry
+    return registry.Registry("dataset", "domainbed.datasets", "domainbed.datasets")
+
+
 def test_declared_environments_are_the_registered_classes_ones():
     """The environment names read from the dataset modules' source (no torch import) are
     the ones the imported classes carry, for every built-in dataset that declares them."""
     from domainbed import registry
-    declared = registry._declared_attributes("domainbed.datasets", "dataset", "ENVIRONMENTS")
+    source = unloaded_datasets()
+    declared = {}
+    for name in registry.DATASETS.builtin_names():
+        try:
+            declared[name] = source.declared(name, "ENVIRONMENTS")
+        except LookupError:      # inherited or computed: the source does not say
+            pass
     assert {"VLCS", "PACS", "OfficeHome", "TerraIncognita", "DomainNet"} <= set(declared)
     for name, environments in declared.items():
         assert list(registry.get_dataset_class(name).ENVIRONMENTS) == environments, name
 
 
-def test_one_name_is_read_from_the_module_that_declares_it(monkeypatch):
+def test_one_name_is_read_from_the_module_that_declares_it():
     """A lookup by name parses the module whose source names it (one, for a DomainBed
-    dataset), and gives what the whole scan gives."""
-    from domainbed import registry
-    monkeypatch.setattr(registry, "_FILE_DECLARED", {})
-    found = registry._declared_attributes("domainbed.datasets", "dataset", "ENVIRONMENTS",
-                                          "VLCS")
-    assert found["VLCS"] == ["C", "L", "S", "V"] and len(registry._FILE_DECLARED) == 1
-    everything = registry._declared_attributes("domainbed.datasets", "dataset",
-                                               "ENVIRONMENTS")
-    for name, environments in everything.items():
-        monkeypatch.setattr(registry, "_FILE_DECLARED", {})
-        assert registry._declared_attributes("domainbed.datasets", "dataset",
-                                             "ENVIRONMENTS", name)[name] == environments
+    dataset, in a fresh process), and gives what the class carries."""
+    import subprocess
+    import sys
+    code = ("import ast, json\nparsed = []\nparse = ast.parse\n"
+            "def counting(source, *a, **k):\n    parsed.append(1)\n"
+            "    return parse(source, *a, **k)\nast.parse = counting\n"
+            "from domainbed import registry\n"
+            "found = registry.DATASETS.declared('VLCS', 'ENVIRONMENTS')\n"
+            "print(json.dumps([found, len(parsed)]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert json.loads(out) == [["C", "L", "S", "V"], 1]
 
 
 def test_collecting_domainbed_datasets_imports_no_torch(tmp_path):
@@ -347,13 +360,7 @@ def test_collecting_domainbed_datasets_imports_no_torch(tmp_path):
     assert "Dataset: VLCS" in out and out.rstrip().endswith("False")
 
 
-def test_the_class_walk_finds_ast_walk_s_classes_in_its_order():
-    """The registry finds classes walking statement lists only: the same classes, in the
-    same order, as ast.walk over the whole tree, wherever a class may stand."""
-    import ast
-
-    from domainbed import registry
-    source = '''
+CLASS_PLACES = """
 class A:
     class Inner: pass
 if x:
@@ -375,11 +382,33 @@ match v:
     case 1:
         class J: pass
 class K: pass
-'''
-    tree = ast.parse(source)
-    expected = [n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
-    assert len(expected) == 11
-    assert [n.name for n in registry._class_defs(tree)] == expected
+"""
+
+
+def test_declarations_are_read_wherever_a_class_stands(tmp_path, monkeypatch):
+    """The registry reads the declaration of every registered class of a module, wherever
+    the class stands (in a class, a branch, a handler, a function, a loop, a with, a match
+    case), in ast.walk's order: a name registered twice keeps the last class's."""
+    import ast
+
+    from domainbed import registry
+
+    def registered_class(match):
+        indent, name = match[1], match[2]
+        return (f'{indent}@register_dataset("{name}")\n{indent}@register_dataset("Twice")\n'
+                f'{indent}class {name}:\n{indent}    ENVIRONMENTS = ["{name}"]')
+    source = re.sub(r"^( *)class (\w+):(?: pass)?", registered_class, CLASS_PLACES, flags=re.M)
+    package = tmp_path / "class_places"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "places.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    places = registry.Registry("dataset", "oodbed.tests.no_such_group", "class_places")
+    walked = [n.name for n in ast.walk(ast.parse(CLASS_PLACES)) if isinstance(n, ast.ClassDef)]
+    assert len(walked) == 11
+    for name in walked:
+        assert places.declared(name, "ENVIRONMENTS") == [name]
+    assert places.declared("Twice", "ENVIRONMENTS") == [walked[-1]]
 
 
 @pytest.mark.parametrize("seed", range(6))

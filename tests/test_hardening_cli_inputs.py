@@ -100,15 +100,19 @@ def test_prediction_arrays_of_different_lengths(tmp_path):
 
 def test_constant_accuracy_correlation_is_undefined_with_a_note():
     from analysis import oodselect as core
-    from analysis.oodselect_cli import _row
-    A = np.zeros((12, 4), np.uint8)      # every model misses every example
-    A[:, 3] = np.arange(12) % 2
-    y = np.linspace(0.5, 0.9, 12)
+    from analysis.oodselect_cli import run_selection
+    from analysis.oodselect_data import from_arrays
+    A = np.zeros((20, 4), np.uint8)      # every model misses examples 0-2
+    A[:, 3] = np.arange(20) % 2
+    y = np.linspace(0.5, 0.9, 20)
     assert math.isnan(core.subset_correlation(A, y, [0, 1]))
     assert math.isnan(core.subset_correlation(A, y, [0, 1], method="spearman"))
     assert not math.isnan(core.subset_correlation(A, y, [3]))
-    parts = (np.arange(0, 6), np.arange(6, 9), np.arange(9, 12))
-    row = _row("hard", 2, A, y, parts, [0, 1])
+    # the hardest 2 examples (never right) are a subset of constant accuracy
+    summary, _ = run_selection(from_arrays(A, y), [2], baselines=("hard",), plots=False,
+                               selector=core.OODSelect(steps=5, patience=5),
+                               log=lambda *a: None)
+    row = summary[summary.method == "hard"].iloc[0]
     assert math.isnan(row["r_test"]) and "undefined" in row["note"]
 
 

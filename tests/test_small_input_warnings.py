@@ -75,11 +75,26 @@ def test_oodselect_run_reports_warnings_in_output_and_split_json(tmp_path):
     assert text.count("\nwarning: ") == len(results["warnings"])
 
 
+def study_summary(path, per_ood, oodselect_warnings):
+    """summary.md of a one-run zoo with these fits and OODSelect's warnings, as lines."""
+    facts = pd.DataFrame({"checkpoints": [3], "steps": [100], "eval_splits": ["in+out"],
+                          "data_source": ["random"], "test_env": [0], "algorithm": ["ERM"],
+                          "arch": ["mlp"], "width": [8], "id_acc": [0.5]})
+    per_ood = per_ood.assign(verdict="weak")
+    aotl_study.write_summary(str(path), "Toy", facts, per_ood, "", [],
+                             (pd.DataFrame({"method": ["all"], "n": [4]}), oodselect_warnings),
+                             2, {})
+    return path.read_text().splitlines()
+
+
 def test_study_summary_carries_the_warnings(tmp_path):
     per_ood = pd.DataFrame({"ood_env": [0, 1], "r": [0.1, 0.5],
                             "warning": ["only 8 points (fewer than 10): ...", np.nan]})
     assert aotl_study.fit_warnings(per_ood) == ["OOD env 0: only 8 points (fewer than 10): ..."]
-    lines = aotl_study._warning_lines(["only 2 test model(s)"])
-    assert lines[0].startswith("**Warning: too little input") and "- only 2 test model(s)" \
-        in lines
-    assert aotl_study._warning_lines([]) == []
+    lines = study_summary(tmp_path / "summary.md", per_ood, ["only 2 test model(s)"])
+    banner = [i for i, line in enumerate(lines) if line.startswith("**Warning: too little input")]
+    assert len(banner) == 2     # under the fits, and under OODSelect's table
+    assert lines[banner[0] + 2] == "- OOD env 0: only 8 points (fewer than 10): ..."
+    assert lines[banner[1] + 2] == "- only 2 test model(s)"
+    quiet = study_summary(tmp_path / "quiet.md", per_ood.assign(warning=np.nan), [])
+    assert not any("Warning" in line for line in quiet)

@@ -207,13 +207,14 @@ def test_filter_regenerates_nsfw_images(tmp_path):
 
 
 def test_render_chunk_writes_full_size_images(tmp_path):
-    """The worker writes one 224 px RGB PNG per attempt (its speed is a benchmark figure:
+    """The renderer writes one 224 px RGB PNG per attempt (its speed is a benchmark figure:
     scripts/bench_spawrious_render.py)."""
-    from spawrious.generate import _render_chunk
+    from spawrious.generate import generate_procedural_fast
     ds = prepare_output(tmp_path / "t", "procedural", 0, {"size": 224}, 2)
-    _, _, _, _, records = _render_chunk((ds, 0, 224, 0, "jungle", "labrador", [0, 1]))
-    assert [r["file"] for r in records] == [
-        os.path.join("0", "jungle", "labrador", f"procedural_{k:06d}.png") for k in (0, 1)]
+    assert generate_procedural_fast(ds, 0, 224, 2, [(0, "jungle", "labrador")], 1,
+                                    lambda line: None) == 2
+    assert sorted(os.listdir(os.path.join(ds, "0", "jungle", "labrador"))) == [
+        f"procedural_{k:06d}.png" for k in (0, 1)]
     for k in (0, 1):
         image = np.asarray(Image.open(os.path.join(ds, "0", "jungle", "labrador",
                                                    f"procedural_{k:06d}.png")))
