@@ -6,19 +6,20 @@ import torch.nn.functional as F
 
 from domainbed.results import model_selection as ms
 from domainbed.results.report import build_report
+from tests.builders import record as make_record
+from tests.builders import run_args
 from tests.test_algorithms_registry import build, step
 
 
 def record(hparams_seed, step_, val_wca, val_wga, test_wga, test_acc):
     """A SubpopBench-framed run (environments train, val, test; val and test held out)."""
-    return {"args": {"dataset": "Toy", "algorithm": "ERM", "test_envs": [1, 2],
-                     "trial_seed": 0, "hparams_seed": hparams_seed,
-                     "env_names": ["train", "val", "test"]},
-            "hparams": {"lr": hparams_seed}, "step": step_, "run_dir": f"r{hparams_seed}",
-            "env0_in_acc": 0.9, "env0_out_acc": 0.9, "env1_in_acc": 0.8,
-            "env1_in_worst_class_acc": val_wca, "env1_in_wga": val_wga,
-            "env2_in_wga": test_wga, "env2_in_acc": test_acc, "env1_in_acc_g0": 0.5,
-            "env1_in_balanced_acc": val_wca + 0.1, "env1_in_macro_f1": val_wca}
+    args = run_args(test_envs=[1, 2], hparams_seed=hparams_seed,
+                    env_names=["train", "val", "test"])
+    return make_record(step_, args, {"lr": hparams_seed}, {0: (0.9, 0.9)},
+                       run_dir=f"r{hparams_seed}", env1_in_acc=0.8,
+                       env1_in_worst_class_acc=val_wca, env1_in_wga=val_wga,
+                       env2_in_wga=test_wga, env2_in_acc=test_acc, env1_in_acc_g0=0.5,
+                       env1_in_balanced_acc=val_wca + 0.1, env1_in_macro_f1=val_wca)
 
 
 RECORDS = [record(1, 10, val_wca=0.70, val_wga=0.40, test_wga=0.30, test_acc=0.91),

@@ -13,6 +13,7 @@ from domainbed.results import model_selection as ms
 from domainbed.scripts import collect_results, list_top_hparams
 from oodutils.errors import run_cli
 from tests import selection_oracle
+from tests.builders import env_values, parse_text_tables, record, run_args, write_runs
 from tests.requirements import data_dir, need_data
 
 SWEEP_ROOT = data_dir("domainbed_test_sweep")
@@ -25,24 +26,6 @@ def run_main(module, argv):
     with redirect_stdout(out):
         module.main(argv)
     return out.getvalue()
-
-
-def parse_text_tables(text):
-    """{table header: (column labels, {algorithm: [cells]})} from the text format."""
-    tables, current = {}, None
-    for line in text.splitlines():
-        if line.startswith("-------- "):
-            current = line[len("-------- "):].strip()
-            tables[current] = (None, {})
-        elif current and line.strip():
-            cells = re.split(r"\s{2,}", line.strip())
-            if tables[current][0] is None:
-                tables[current] = (cells[1:], {})
-            else:
-                tables[current][1][cells[0]] = cells[1:]
-        elif not line.strip():
-            current = None
-    return tables
 
 
 def sweep_copy(tmp_path):
@@ -152,14 +135,8 @@ def rec(test_envs, step, accs, hparams_seed=0, trial_seed=0, algorithm="ERM",
         dataset="Toy3", wga=None, **args):
     """accs: {env: (in_acc, out_acc)} for envs 0..n-1; wga likewise for *_wga keys.
     Standard errors below: np.std(ddof=0) / sqrt(n), e.g. [0.6, 0.7] -> 3.5 points."""
-    r = {"args": {"dataset": dataset, "algorithm": algorithm, "test_envs": list(test_envs),
-                  "trial_seed": trial_seed, "hparams_seed": hparams_seed, **args},
-         "hparams": {"lr": 10.0 ** -hparams_seed}, "step": step}
-    for e, (acc_in, acc_out) in sorted(accs.items()):
-        r[f"env{e}_in_acc"], r[f"env{e}_out_acc"] = acc_in, acc_out
-    for e, (wga_in, wga_out) in sorted((wga or {}).items()):
-        r[f"env{e}_in_wga"], r[f"env{e}_out_wga"] = wga_in, wga_out
-    return r
+    return record(step, run_args(dataset, algorithm, test_envs, trial_seed, hparams_seed, **args),
+                  {"lr": 10.0 ** -hparams_seed}, accs, **env_values(wga or {}, "wga"))
 
 
 def hparams_accs(method, records):
@@ -232,18 +209,6 @@ def test_data_variants_are_not_pooled():
     assert sorted(labels.values()) == ["CMN[data_seed=0]", "CMN[data_seed=1]"]
     selected = ms.select([a, b], ms.IIDAccuracySelectionMethod)
     assert sorted(selected["test_acc"]) == [0.1, 0.5]
-
-
-def write_runs(root, records):
-    by_run = {}
-    for r in records:
-        key = json.dumps(r["args"], sort_keys=True)
-        by_run.setdefault(key, []).append(r)
-    for i, rs in enumerate(by_run.values()):
-        run = root / f"run{i:03d}"
-        run.mkdir(parents=True)
-        (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rs))
-        (run / "done").write_text("done")
 
 
 def test_tables_with_groups_missing_cells_and_env_names(tmp_path):

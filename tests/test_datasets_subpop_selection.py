@@ -1,32 +1,25 @@
 """SubpopBench's model selection (best val worst-group accuracy) in collect_results."""
-import json
 
 import pytest
 
 from domainbed.results import model_selection as ms
 from domainbed.scripts import collect_results
+from tests.builders import env_values, run_args, write_run
+from tests.builders import record as make_record
 
 ENV_NAMES = ["train", "val", "test"]
 
 
 def record(algorithm, hparams_seed, trial_seed, step, val_wga, test_wga, test_acc):
-    return {
-        "args": {"dataset": "Waterbirds", "algorithm": algorithm, "trial_seed": trial_seed,
-                 "hparams_seed": hparams_seed, "test_envs": [1, 2], "env_names": ENV_NAMES,
-                 "data_source": "w", "data_fingerprint": "f", "data_seed": 0,
-                 "precision": "fp32"},
-        "hparams": {"lr": hparams_seed}, "step": step,
-        "env0_in_acc": 0.9, "env0_out_acc": 0.9, "env0_in_wga": 0.5, "env0_out_wga": 0.5,
-        "env1_in_acc": 0.8, "env1_out_acc": 0.8, "env1_in_wga": val_wga, "env1_out_wga": 0.1,
-        "env2_in_acc": test_acc, "env2_out_acc": 0.7, "env2_in_wga": test_wga,
-        "env2_out_wga": 0.1, "env1_in_acc_g0": 0.8, "env2_in_acc_g0": 0.7,
-    }
-
-
-def write_run(path, records):
-    path.mkdir(parents=True)
-    (path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    (path / "done").write_text("done\n")
+    """A Waterbirds record as train.py writes it (val and test held out)."""
+    args = run_args("Waterbirds", algorithm, [1, 2], trial_seed, hparams_seed,
+                    env_names=ENV_NAMES, data_source="w", data_fingerprint="f", data_seed=0,
+                    precision="fp32")
+    return make_record(step, args, {"lr": hparams_seed},
+                       {0: (0.9, 0.9), 1: (0.8, 0.8), 2: (test_acc, 0.7)},
+                       **env_values({0: (0.5, 0.5), 1: (val_wga, 0.1), 2: (test_wga, 0.1)},
+                                    "wga"),
+                       env1_in_acc_g0=0.8, env2_in_acc_g0=0.7)
 
 
 @pytest.fixture

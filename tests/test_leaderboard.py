@@ -20,8 +20,9 @@ from domainbed.leaderboard import published
 from domainbed.results import model_selection
 from domainbed.scripts import collect_results
 from domainbed.scripts import leaderboard as cli
+from tests.builders import env_values, parse_text_tables, record, run_args, write_run, write_sweep
 from tests.requirements import data_dir, need_data
-from tests.test_collect_results import EXPECTED, SWEEP, parse_text_tables
+from tests.test_collect_results import EXPECTED, SWEEP
 
 REPO = Path(__file__).resolve().parents[1]
 TEX = data_dir("domainbed_published") / "results.tex"
@@ -51,19 +52,15 @@ def write_subpop_run(path):
     """A run directory of a dataset whose environments are official splits (records as
     train.py writes them for Waterbirds, val and test held out), for SubpopBench's
     selection."""
-    args = {"dataset": "Waterbirds", "algorithm": "GroupDRO", "trial_seed": 0,
-            "hparams_seed": 0, "test_envs": [1, 2], "env_names": ["train", "val", "test"],
-            "data_source": "w", "data_fingerprint": "f", "data_seed": 0, "precision": "fp32"}
-    lines = []
+    args = run_args("Waterbirds", "GroupDRO", test_envs=[1, 2],
+                    env_names=["train", "val", "test"], data_source="w",
+                    data_fingerprint="f", data_seed=0, precision="fp32")
+    records = []
     for step, (val_wga, test_wga, test_acc) in enumerate([(0.3, 0.5, 0.9), (0.6, 0.7, 0.8)]):
-        record = {"args": args, "hparams": {"lr": 0.001}, "step": step}
-        for env, wga in enumerate((0.5, val_wga, test_wga)):
-            record.update({f"env{env}_in_acc": test_acc, f"env{env}_out_acc": test_acc,
-                           f"env{env}_in_wga": wga, f"env{env}_out_wga": wga})
-        lines.append(json.dumps(record) + "\n")
-    path.mkdir(parents=True)
-    (path / "results.jsonl").write_text("".join(lines))
-    (path / "done").write_text("done\n")
+        wga = enumerate((0.5, val_wga, test_wga))
+        records.append(record(step, args, accs={env: (test_acc, test_acc) for env in range(3)},
+                              **env_values({env: (w, w) for env, w in wga}, "wga")))
+    write_run(path, records)
 
 
 @pytest.fixture(scope="module")
@@ -85,18 +82,6 @@ def mixed_site(tmp_path_factory):
     with redirect_stdout(io.StringIO()):
         cli.main(["--input_dir", str(SWEEP), "--input_dir", str(debug), "--out", str(out)])
     return out, json.loads((out / "leaderboard.json").read_text())
-
-
-def text_tables(text):
-    """{table header: {algorithm: [cells]}} from collect_results' text format."""
-    tables, current = {}, None
-    for line in text.splitlines():
-        if line.startswith("-------- "):
-            current, tables[line[9:].strip()] = line[9:].strip(), {}
-        elif current and line.strip() and not line.startswith("Algorithm"):
-            cells = re.split(r"\s{2,}", line.strip())
-            tables[current][cells[0]] = cells[1:]
-    return tables
 
 
 def model_tables(model):
@@ -125,33 +110,105 @@ def collect(argv):
     return out.getvalue()
 
 
-def test_numbers_equal_collect_results(mixed_site):
+def test_pages_show_the_cells_text(mixed_site):
+    """The pages show a cell's text: VLCS, training-domain validation, env C (DomainBed's
+    printed 98.0 +/- 0.2); a one-trial cell without its +/-."""
     out, model = mixed_site
-    debug = Path(model["inputs"][1])
-    keys = [s["key"] for s in model["sections"]]
-    # collect_results per method family: SubpopBench's selection on the runs it covers.
-    runs = [([str(SWEEP), str(debug)], [k for k in keys if k != "val_worst_group"]),
-            ([str(debug / "waterbirds")], [k for k in keys if k == "val_worst_group"])]
-    want_tables, want_csv = {}, []
-    for inputs, methods in runs:
-        argv = ["--input_dir", *inputs, "--selection_methods", *methods]
-        want_tables.update(text_tables(collect(argv)))
-        rows = list(csv.reader(io.StringIO(collect([*argv, "--format", "csv"]))))
-        want_csv += rows[len(want_csv) > 0:]
-    assert want_tables == model_tables(model)
-    # The user rows of leaderboard.csv are collect_results' CSV, line for line.
-    rows = list(csv.reader(io.StringIO((out / "leaderboard.csv").read_text())))
-    got = [r[:8] for r in rows[:1] + [r for r in rows[1:] if not r[9]]]
-    assert got[0][:6] == ["selection_method", "table", "algorithm", "column", "env", "mean"]
-    assert got == [r[:8] for r in want_csv]
-    assert {r[-1] for r in rows[1:] if not r[9]} == {r[-1] for r in want_csv[1:]}  # metric
-    # The pages show the same text: VLCS, training-domain validation, env C.
     page = (out / "dataset_VLCS.html").read_text()
     assert "98.0 +/- 0.2" in page and "2 trials · 3 hparams" in page
     index = (out / "index.html").read_text()
     assert "78.3 +/- 0.0" in index                       # two trials that agree
     assert re.search(r">100\.0</a>", index) and "100.0 +/-" not in index   # one trial
     assert any(title.startswith("Test average accuracy") for title in model_tables(model))
+
+
+# A hand-made sweep of dataset Toy2 (two environments, so each test env has one training
+# env "o"), ERM, 2 trial seeds x 2 hparams seeds x 2 steps per test env. Per checkpoint:
+# (env o out acc, test env in acc, test env out acc); env o's in acc is 0.5 throughout.
+HAND_SWEEP = {  # (test env, trial seed, hparams seed) -> [step 0, step 1]
+    (0, 0, 0): [(0.80, 0.60, 0.62), (0.70, 0.65, 0.66)],
+    (0, 0, 1): [(0.75, 0.70, 0.71), (0.78, 0.72, 0.70)],
+    (0, 1, 0): [(0.70, 0.50, 0.52), (0.72, 0.58, 0.60)],
+    (0, 1, 1): [(0.74, 0.64, 0.61), (0.60, 0.66, 0.58)],
+    (1, 0, 0): [(0.90, 0.80, 0.81), (0.85, 0.84, 0.83)],
+    (1, 0, 1): [(0.88, 0.86, 0.87), (0.89, 0.82, 0.80)],
+    (1, 1, 0): [(0.86, 0.78, 0.79), (0.87, 0.76, 0.85)],
+    (1, 1, 1): [(0.84, 0.90, 0.91), (0.83, 0.88, 0.86)]}
+IID = "model selection method: training-domain validation set"
+ORACLE = "model selection method: test-domain validation set (oracle)"
+# Training-domain validation: each run's checkpoint of best env-o out acc, then the hparams
+# of best such acc; its test env in acc.
+#   env 0, trial 0: h0 step 0 (.80) beats h1 step 1 (.78): .60; trial 1: h1 step 0 (.74)
+#   beats h0 step 1 (.72): .64. Mean .62; std (ddof 0) .02 / sqrt(2) = .0141: 62.0 +/- 1.4
+#   env 1, trial 0: h0 step 0 (.90) beats h1 step 1 (.89): .80; trial 1: h0 step 1 (.87)
+#   beats h1 step 0 (.84): .76. Mean .78, std .02: 78.0 +/- 1.4
+#   Avg (of the two means): 70.0. Averages table, per trial the mean over test envs:
+#   trial 0 (.60 + .80) / 2 = .70, trial 1 (.64 + .76) / 2 = .70: 70.0 +/- 0.0, Avg 70.0
+# Oracle: each run's last checkpoint, the hparams of best test env out acc.
+#   env 0, trial 0: h1 (.70 over .66): .72; trial 1: h0 (.60 over .58): .58. Mean .65,
+#   std .07 / sqrt(2) = .0495: 65.0 +/- 4.9
+#   env 1, trial 0: h0 (.83 over .80): .84; trial 1: h1 (.86 over .85): .88. Mean .86,
+#   std .02: 86.0 +/- 1.4
+#   Avg (65.0 + 86.0) / 2 = 75.5; trials: (.72 + .84) / 2 = .78, (.58 + .88) / 2 = .73:
+#   mean .755, std .025 / sqrt(2) = .0177: 75.5 +/- 1.8
+HAND_CELLS = {
+    f"Dataset: Toy2, {IID}": {"ERM": ["62.0 +/- 1.4", "78.0 +/- 1.4", "70.0"]},
+    f"Averages, {IID}": {"ERM": ["70.0 +/- 0.0", "70.0"]},
+    f"Dataset: Toy2, {ORACLE}": {"ERM": ["65.0 +/- 4.9", "86.0 +/- 1.4", "75.5"]},
+    f"Averages, {ORACLE}": {"ERM": ["75.5 +/- 1.8", "75.5"]}}
+# The CSV rows of the per-environment cells: (mean, standard error) in points.
+HAND_CSV = {("training-domain validation set", "0"): (62.0, 2 / 2 ** 0.5),
+            ("training-domain validation set", "1"): (78.0, 2 / 2 ** 0.5),
+            ("test-domain validation set (oracle)", "0"): (65.0, 7 / 2 ** 0.5),
+            ("test-domain validation set (oracle)", "1"): (86.0, 2 / 2 ** 0.5)}
+
+
+@pytest.fixture(scope="module")
+def hand_sweep(tmp_path_factory):
+    runs = {}
+    for (test_env, trial, hparams_seed), checkpoints in HAND_SWEEP.items():
+        other = 1 - test_env
+        args = run_args("Toy2", test_envs=[test_env], trial_seed=trial,
+                        hparams_seed=hparams_seed)
+        runs[f"e{test_env}_t{trial}_h{hparams_seed}"] = [
+            record(step, args, accs={other: (0.5, other_out), test_env: (test_in, test_out)})
+            for step, (other_out, test_in, test_out) in enumerate(checkpoints)]
+    return write_sweep(tmp_path_factory.mktemp("hand") / "sweep", runs)
+
+
+def csv_cells(text):
+    """{(selection method, env): (mean, stderr)} of a CSV's Toy2 per-environment rows."""
+    return {(r["selection_method"], r["env"]): (float(r["mean"]), float(r["stderr"]))
+            for r in csv.DictReader(io.StringIO(text))
+            if r["table"] == "Toy2" and r["env"] in ("0", "1")}
+
+
+def test_collect_results_gives_the_hand_computed_cells(hand_sweep):
+    argv = ["--input_dir", str(hand_sweep), "--selection_methods", "training_domain", "oracle"]
+    tables = parse_text_tables(collect(argv))
+    assert {title: rows for title, (_, rows) in tables.items()} == HAND_CELLS
+    cells = csv_cells(collect([*argv, "--format", "csv"]))
+    assert cells.keys() == HAND_CSV.keys()
+    for key, (mean, stderr) in HAND_CSV.items():
+        assert cells[key] == pytest.approx((mean, stderr)), key
+
+
+def test_leaderboard_gives_the_hand_computed_cells(hand_sweep, tmp_path):
+    out = tmp_path / "site"
+    with redirect_stdout(io.StringIO()):
+        cli.main(["--input_dir", str(hand_sweep), "--out", str(out), "--selection_methods",
+                  "training_domain", "oracle"])
+    model = json.loads((out / "leaderboard.json").read_text())
+    got = model_tables(model)
+    for title, rows in HAND_CELLS.items():
+        assert got[title] == rows, title
+    cells = csv_cells((out / "leaderboard.csv").read_text())
+    assert cells.keys() == HAND_CSV.keys()
+    for key, (mean, stderr) in HAND_CSV.items():
+        assert cells[key] == pytest.approx((mean, stderr)), key
+    page = (out / "dataset_Toy2.html").read_text()
+    assert all(cell in page for cell in ("62.0 +/- 1.4", "78.0 +/- 1.4", "65.0 +/- 4.9",
+                                         "86.0 +/- 1.4"))
 
 
 @pytest.fixture(scope="module")
@@ -378,15 +435,9 @@ def test_dataset_level_published_rows_land_in_the_avg_column(tmp_path):
     """Spawrious' Table 3 gives one number per benchmark: it sits in the Avg column of the
     dataset's table and in the overview, with the difference to the user's number."""
     from domainbed.results.records import load_records
-    args = {"dataset": "SpawriousO2O_easy", "algorithm": "ERM", "trial_seed": 0,
-            "hparams_seed": 0, "test_envs": [2], "env_names": ["e0", "e1", "test"]}
-    record = {"args": args, "hparams": {}, "step": 10, "env0_in_acc": 0.9,
-              "env0_out_acc": 0.9, "env1_in_acc": 0.9, "env1_out_acc": 0.8,
-              "env2_in_acc": 0.7, "env2_out_acc": 0.7}
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "results.jsonl").write_text(json.dumps(record) + "\n")
-    (run / "done").write_text("done\n")
+    args = run_args("SpawriousO2O_easy", test_envs=[2], env_names=["e0", "e1", "test"])
+    write_run(tmp_path / "run", [record(10, args, {}, {0: (0.9, 0.9), 1: (0.9, 0.8),
+                                                       2: (0.7, 0.7)})])
     model = lbmodel.build_model(load_records(str(tmp_path), quiet=True),
                                 published.load_published(),
                                 [model_selection.IIDAccuracySelectionMethod])

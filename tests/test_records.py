@@ -11,29 +11,18 @@ from domainbed.predictions import list_prediction_steps, load_predictions, predi
 from domainbed.results.records import load_records, records_to_frame
 from oodutils.errors import UserError
 from oodutils.fileio import atomic_savez
+from tests.builders import record as make_record
+from tests.builders import run_args, write_run
 from tests.requirements import data_dir, need_data
 
 SWEEP = data_dir("domainbed_test_sweep") / "test_sweep_data"
 
 
 def record(step, test_envs=(0,), trial_seed=0, hparams_seed=0, **extra):
-    rec = {"args": {"dataset": "Toy", "algorithm": "ERM", "test_envs": list(test_envs),
-                    "trial_seed": trial_seed, "hparams_seed": hparams_seed},
-           "hparams": {"lr": 0.001}, "step": step, "epoch": step / 10,
-           "env0_in_acc": 0.5, "env0_out_acc": 0.5, "env1_in_acc": 0.7,
-           "env1_out_acc": 0.6}
-    rec.update(extra)
-    return rec
-
-
-def write_run(run_dir, records, done=True, tail=""):
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    text = "".join(json.dumps(r) + "\n" for r in records) + tail
-    (run_dir / "results.jsonl").write_text(text)
-    if done:
-        (run_dir / "done").write_text("done")
-    return run_dir
+    """A Toy run's record: two environments, the epoch beside the step."""
+    return make_record(step, run_args(test_envs=test_envs, trial_seed=trial_seed,
+                                      hparams_seed=hparams_seed),
+                       accs={0: (0.5, 0.5), 1: (0.7, 0.6)}, **{"epoch": step / 10, **extra})
 
 
 def test_reads_runs_at_any_depth_and_adds_run_dir(tmp_path, capsys):

@@ -15,22 +15,11 @@ from domainbed.results import reader
 from domainbed.results.records import TABLE_FIELDS, load_records
 from domainbed.results.report import build_report
 from domainbed.results.tables import render
+from tests.builders import write_run
 from tests.requirements import data_dir
 
 SWEEP = data_dir("domainbed_test_sweep") / "test_sweep_data"
 NO_CACHE = shutil.ignore_patterns(cache_module.CACHE_FILE)
-
-
-def run(top, name, lines, done=True):
-    """A run folder holding these results.jsonl lines (str or bytes, joined by newlines)."""
-    folder = top / name
-    folder.mkdir(parents=True)
-    data = b"".join((line if isinstance(line, bytes) else line.encode()) + b"\n"
-                    for line in lines)
-    (folder / "results.jsonl").write_bytes(data)
-    if done:
-        (folder / "done").write_text("")
-    return folder
 
 
 def record(step=0, envs=3, test_envs=(0,), extra="", dataset="Toy", acc=None, **args):
@@ -124,9 +113,9 @@ def test_an_odd_line_reads_as_json_reads_it(tmp_path, monkeypatch, case):
     reads it exactly); the good files of its batch stay with the fast reader."""
     top = tmp_path / "s"
     for i in range(12):
-        run(top, f"a{i:02d}", [record(0, trial_seed=i), record(1, trial_seed=i)])
-    run(top, "b", [record(0), ODD_LINES[case], record(2)])
-    run(top, "c", [record(5, envs=4)])
+        write_run(top / f"a{i:02d}", [record(0, trial_seed=i), record(1, trial_seed=i)])
+    write_run(top / "b", [record(0), ODD_LINES[case], record(2)])
+    write_run(top / "c", [record(5, envs=4)])
     lined = fast_reads(monkeypatch)
     fast = load_records(top, fields=TABLE_FIELDS, use_cache=False, quiet=True)
     assert set(lined) <= {str(top / "b")}
@@ -149,7 +138,7 @@ def test_numbers_equal_json_loads(tmp_path):
         literals += [repr(x), f"{x:.25e}", f"{x:.3g}"]
     top = tmp_path / "s"
     lines = [record(i, extra=f', "env9_in_acc": {text}') for i, text in enumerate(literals)]
-    run(top, "a", lines)
+    write_run(top / "a", lines)
     got = [r["env9_in_acc"] for r in load_records(top, fields=TABLE_FIELDS,
                                                   use_cache=False).records]
     want = [float(json.loads(text)) for text in literals]
@@ -158,14 +147,14 @@ def test_numbers_equal_json_loads(tmp_path):
 
 def test_a_fifo_a_symlink_and_a_long_line_are_skipped_with_a_note(tmp_path, monkeypatch):
     top = tmp_path / "s"
-    run(top, "a", [record(0)])
-    os.mkfifo(run(top, "b", [record(0)]) / "fifo")
+    write_run(top / "a", [record(0)])
+    os.mkfifo(write_run(top / "b", [record(0)]) / "fifo")
     os.remove(top / "b" / "results.jsonl")
     os.rename(top / "b" / "fifo", top / "b" / "results.jsonl")
-    os.remove(run(top, "c", [record(0)]) / "results.jsonl")
+    os.remove(write_run(top / "c", [record(0)]) / "results.jsonl")
     os.symlink(top / "a" / "results.jsonl", top / "c" / "results.jsonl")
     monkeypatch.setattr(reader, "MAX_LINE_BYTES", 1000)
-    run(top, "d", [record(0), record(1, extra=', "x": "' + "y" * 2000 + '"')])
+    write_run(top / "d", [record(0), record(1, extra=', "x": "' + "y" * 2000 + '"')])
     loaded = load_records(top, fields=TABLE_FIELDS, quiet=True)
     assert len(loaded) == 2 and loaded.skipped_runs == 2 and loaded.skipped_lines == 1
     assert any("line 2: longer than 1000 bytes" in n for n in loaded.notes)
@@ -269,8 +258,8 @@ def test_arithmetic_filter_and_the_note_on_tables_that_mix_them(tmp_path, capsys
     from domainbed.scripts import collect_results
     from oodutils.errors import UserError
     top = tmp_path / "s"
-    run(top, "a", [record(0, hparams_seed=0), record(1, hparams_seed=0)])
-    run(top, "b", [record(0, trial_seed=1, arithmetic="fused-batched")])
+    write_run(top / "a", [record(0, hparams_seed=0), record(1, hparams_seed=0)])
+    write_run(top / "b", [record(0, trial_seed=1, arithmetic="fused-batched")])
     collect_results.main(["--input_dir", str(top), "--no_save"])
     out = capsys.readouterr().out
     assert "mixes runs computed by different arithmetics (fused-batched, single)" in out
