@@ -47,6 +47,14 @@ def record(step=0, args=None, hparams=None, accs=None, **fields):
     return rec
 
 
+def toy_record(step, test_envs=(0,), trial_seed=0, hparams_seed=0, **extra):
+    """A record of a two-environment Toy run: accuracies 0.5/0.5 (env 0) and 0.7/0.6
+    (env 1), the epoch beside the step, then `extra`."""
+    return record(step, run_args(test_envs=test_envs, trial_seed=trial_seed,
+                                 hparams_seed=hparams_seed),
+                  accs={0: (0.5, 0.5), 1: (0.7, 0.6)}, **{"epoch": step / 10, **extra})
+
+
 def record_line(rec, sort_keys=False):
     """A record as one results.jsonl line, newline included."""
     return json.dumps(rec, sort_keys=sort_keys) + "\n"

@@ -133,11 +133,6 @@ def train_cli(data_dir, out, dataset, hparams, *extra, env=None):
                           env={**os.environ, **(env or {})})
 
 
-def last_record(out):
-    with open(os.path.join(out, "results.jsonl")) as f:
-        return [json.loads(line) for line in f][-1]
-
-
 def write_nico(data_dir, per_cell_extra=3, contexts=("on_snow", "in_forest", "on_beach",
                                                       "on_grass")):
     """NICO/{animal,vehicle}/images/<category>/<context>/<n>.jpg as empty files: exactly the

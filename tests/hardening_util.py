@@ -65,11 +65,6 @@ def train_partially(argv, stop_after):
     return train_steps(training_run(argv), stop_after)
 
 
-def records(out):
-    with open(out / "results.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def comparable(recs):
     out = []
     for r in recs:

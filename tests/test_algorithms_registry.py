@@ -15,7 +15,8 @@ from domainbed import registry, run_hparams
 from domainbed.algorithms.base import TrainingContext
 from domainbed.datasets.base import TensorEnvironment
 from oodutils.errors import UserError
-from tests.hardening_util import comparable, records, train_argv, train_steps, training_run
+from tests.builders import read_records
+from tests.hardening_util import comparable, train_argv, train_steps, training_run
 
 # The project's own algorithms: installed plug-ins are domainbed-check-plugins' business.
 NAMES = registry.ALGORITHMS.builtin_names()
@@ -228,7 +229,7 @@ def check_resume(tmp_path, name):
     random.seed(1234)
     train_in_process(out, name, steps)
     assert (out / "done").exists()
-    assert comparable(records(out)) == comparable(records(tmp_path / "reference"))
+    assert comparable(read_records(out)) == comparable(read_records(tmp_path / "reference"))
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -12,7 +12,8 @@ import torch
 
 from domainbed.training import arithmetic
 from oodutils.errors import UserError
-from tests.hardening_util import records, train, train_partially, training_run
+from tests.builders import read_records
+from tests.hardening_util import train, train_partially, training_run
 from tests.test_fused import TINY, command, run_group, train_flags
 
 
@@ -41,7 +42,7 @@ def test_a_run_alone_names_single_with_torch_and_device(tmp_path):
     out = tmp_path / "run"
     code, _ = train(argv(out, steps=3))
     assert code in (0, None)
-    for record in records(out):
+    for record in read_records(out):
         assert record["args"]["arithmetic"] == "single"
         assert record["args"]["torch_version"] == torch.__version__
         assert record["args"]["device_kind"] == "cpu"
@@ -53,7 +54,7 @@ def test_fused_members_name_their_arithmetic(tmp_path, mode, name):
     result = run_group(commands, mode)
     assert [o.status for o in result.outcomes] == ["ok", "ok"], result.fallback_reason
     for c in commands:
-        assert {r["args"]["arithmetic"] for r in records(Path(c.output_dir))} == {name}
+        assert {r["args"]["arithmetic"] for r in read_records(Path(c.output_dir))} == {name}
 
 
 def test_a_resume_in_another_arithmetic_is_refused_in_one_line(tmp_path):

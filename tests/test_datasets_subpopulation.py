@@ -8,8 +8,8 @@ import pytest
 
 from domainbed.datasets import subpopulation as sp
 from oodutils.errors import UserError
+from tests.builders import read_records
 from tests.dataset_fixtures import (
-    last_record,
     train_cli,
     write_celeba,
     write_metashift,
@@ -96,7 +96,7 @@ def test_train_cli_smoke(tmp_path, dataset):
     proc = train_cli(tmp_path, out, dataset, {"arch": "mlp", "mlp_width": 8, "image_size": 8,
                                               "pretrained": False, "batch_size": 4})
     assert proc.returncode == 0, proc.stderr
-    rec = last_record(out)
+    rec = read_records(out)[-1]
     assert rec["args"]["test_envs"] == [1, 2]  # the dataset's default
     assert rec["args"]["env_names"] == ["train", "val", "test"]
     assert "env1_in_wga" in rec and "env2_in_acc_g3" in rec

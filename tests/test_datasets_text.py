@@ -7,10 +7,10 @@ import pytest
 
 from domainbed.datasets import text as T
 from oodutils.errors import UserError
+from tests.builders import read_records
 from tests.dataset_fixtures import (
     IDENTITIES,
     default_civil_spec,
-    last_record,
     train_cli,
     write_civilcomments,
 )
@@ -113,7 +113,7 @@ def test_train_cli_bag_of_words(civil_dir):
     proc = train_cli(data_dir, out, "CivilComments", {**BOW, "batch_size": 8, "lr": 0.01},
                      env={"DOMAINBED_CACHE_DIR": str(data_dir / "cache")})
     assert proc.returncode == 0, proc.stderr
-    rec = last_record(out)
+    rec = read_records(out)[-1]
     assert rec["args"]["test_envs"] == [1, 2] and "env2_in_wga" in rec
     assert rec["hparams"]["text_featurizer"] == "bow"
 
@@ -136,7 +136,7 @@ def test_train_cli_minilm_uses_cache(civil_dir):
                        "--test_envs", "0", env=env)
     assert second.returncode == 0, second.stderr
     assert "cache hit" in second.stderr and cached[0].stat().st_mtime_ns == mtime
-    rec = last_record(data_dir / "run1")
+    rec = read_records(data_dir / "run1")[-1]
     assert 0.0 <= rec["env2_in_wga"] <= 1.0
 
 

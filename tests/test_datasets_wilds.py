@@ -4,8 +4,8 @@ import pytest
 
 from domainbed.registry import get_dataset_class
 from oodutils.errors import UserError
+from tests.builders import read_records
 from tests.dataset_fixtures import (
-    last_record,
     train_cli,
     write_camelyon,
     write_fmow,
@@ -51,4 +51,4 @@ def test_camelyon_train_cli(tmp_path):
                                                        "image_size": 8, "pretrained": False,
                                                        "batch_size": 4}, "--test_envs", "4")
     assert proc.returncode == 0, proc.stderr
-    assert last_record(out)["args"]["env_names"][4] == "hospital_4"
+    assert read_records(out)[-1]["args"]["env_names"][4] == "hospital_4"

@@ -23,7 +23,8 @@ import torch
 from domainbed.training.batches import MinibatchSource
 from domainbed.training.data_parallel import prepare_batch_norm, shard_bounds
 from oodutils.errors import UserError
-from tests.hardening_util import records, train, train_partially
+from tests.builders import read_records
+from tests.hardening_util import train, train_partially
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOLATILE = ("step_time", "mem_gb", "args")
@@ -50,7 +51,7 @@ def run_ok(cmd):
 def assert_same_run(got, expected):
     """Records, predictions and logits of two run directories, within the tolerance of
     the module docstring."""
-    got_records, expected_records = records(got), records(expected)
+    got_records, expected_records = read_records(got), read_records(expected)
     assert [r["step"] for r in got_records] == [r["step"] for r in expected_records]
     for mine, theirs in zip(got_records, expected_records):
         assert set(mine) == set(theirs)
@@ -196,8 +197,8 @@ def test_two_processes_give_the_one_process_records(tmp_path, one_process_run):
     # rank 0 alone wrote: the same files as the one-process run, and no resume state left
     assert sorted(os.listdir(out)) == sorted(os.listdir(one_process_run))
     assert not (out / "resume_state.pt").exists()
-    assert records(out)[-1]["args"]["distributed"] == 2
-    assert {r["args"]["arithmetic"] for r in records(out)} == {"data-parallel-2"}
+    assert read_records(out)[-1]["args"]["distributed"] == 2
+    assert {r["args"]["arithmetic"] for r in read_records(out)} == {"data-parallel-2"}
     # one set of notices and checkpoint lines (rank 0's), not one per process
     assert proc.stderr.count("step 0 ") == 1
 
@@ -210,8 +211,8 @@ def test_processes_started_by_torchrun(tmp_path, one_process_run):
     proc = run_ok([sys.executable, "-m", "torch.distributed.run", "--standalone",
                    "--nproc_per_node", "2", "-m", "domainbed.scripts.train", *argv(out)])
     assert_same_run(out, one_process_run)
-    assert records(out)[-1]["args"]["distributed"] == 2
-    assert records(out)[-1]["args"]["arithmetic"] == "data-parallel-2"
+    assert read_records(out)[-1]["args"]["distributed"] == 2
+    assert read_records(out)[-1]["args"]["arithmetic"] == "data-parallel-2"
     assert proc.stdout.count("run directory:") == 1
 
 
@@ -228,11 +229,11 @@ def test_more_processes_do_not_resume_a_one_process_run(tmp_path, one_process_ru
     then resumes in one process as it started."""
     out = tmp_path / "run"
     train_partially(argv(out), stop_after=2)   # one process, stopped as a kill would
-    assert [r["step"] for r in records(out)] == [0, 2]
+    assert [r["step"] for r in read_records(out)] == [0, 2]
     proc = subprocess.run(train_command(out, "--distributed", "2"), cwd=REPO,
                           capture_output=True, text=True)
     refused(proc.returncode, proc.stderr, "single", "data-parallel-2")
-    assert [r["step"] for r in records(out)] == [0, 2]
+    assert [r["step"] for r in read_records(out)] == [0, 2]
     code, _ = train(argv(out))
     assert code in (0, None)
     assert_same_run(out, one_process_run)
@@ -254,13 +255,13 @@ def test_fewer_processes_do_not_resume_a_two_process_run(tmp_path, capsys, one_p
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    assert records(out) and not (out / "done").exists()
+    assert read_records(out) and not (out / "done").exists()
     last_step = json.loads((out / "results.jsonl").read_text().splitlines()[-1])["step"]
     assert last_step < 5
     code, err = train(argv(out), capsys)
     refused(code, err, "data-parallel-2", "single")
     run_ok(train_command(out, "--distributed", "2"))
-    assert {r["args"]["arithmetic"] for r in records(out)} == {"data-parallel-2"}
+    assert {r["args"]["arithmetic"] for r in read_records(out)} == {"data-parallel-2"}
     assert_same_run(out, one_process_run)
 
 

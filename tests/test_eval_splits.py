@@ -1,6 +1,5 @@
 """--eval_splits: which splits a run evaluates; absent splits leave their keys out, and
 collect_results / the analyses say what that prevents."""
-import json
 import subprocess
 import sys
 
@@ -11,6 +10,7 @@ from domainbed.predictions import list_prediction_steps, load_predictions
 from domainbed.results import model_selection
 from domainbed.scripts import collect_results, sweep, train
 from oodutils.errors import UserError
+from tests.builders import read_records
 
 
 def train_run(out, *extra, test_env="2", steps=3):
@@ -18,8 +18,7 @@ def train_run(out, *extra, test_env="2", steps=3):
     train.main(["--dataset", "Debug28", "--algorithm", "ERM", "--data_dir", str(out.parent),
                 "--output_dir", str(out), "--steps", str(steps), "--checkpoint_freq", "2",
                 "--test_envs", test_env, "--num_threads", "1", "--skip_model_save", *extra])
-    with open(out / "results.jsonl") as f:
-        return [json.loads(line) for line in f]
+    return read_records(out)
 
 
 def acc_splits(record):

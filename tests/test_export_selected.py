@@ -8,7 +8,7 @@ import sys
 from domainbed.results import model_selection as ms
 from domainbed.results.export import export_selected
 from domainbed.results.records import load_records
-from tests.test_records import write_run
+from tests.builders import read_records, write_run
 
 
 def rec(step, hparams_seed, val, test, test_env=0):
@@ -69,7 +69,7 @@ def test_save_best_model_keeps_the_best_validation_checkpoint(tmp_path):
             "--save_best_model", "--hparams", '{"lr": 0.05, "batch_size": 8}']
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    records = read_records(out)
     vals = [(r["env1_out_acc"] + r["env2_out_acc"]) / 2 for r in records]
     best_step = records[vals.index(max(vals))]["step"]
     meta = json.loads((out / "model_best.json").read_text())

@@ -23,6 +23,7 @@ from domainbed.registry import get_algorithm_class
 from domainbed.scripts.train import parse_args
 from domainbed.training import loop as training
 from oodutils.errors import UserError
+from tests.builders import read_records
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -53,7 +54,7 @@ def _train(tmp_path, name, cache, dataset_cls=Tiny32, algorithm="ERM", log=None,
 
 
 def _records(run_dir):
-    records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    records = read_records(run_dir)
     for r in records:
         r.pop("step_time")
         r["args"].pop("output_dir")

@@ -18,6 +18,7 @@ import torch
 from domainbed.launch import launchers
 from domainbed.launch.fused import plan, run_group
 from domainbed.scripts import train
+from tests.builders import read_records
 
 ALGORITHMS_THAT_FUSE = ["CORAL", "ERM", "GroupDRO", "IRM", "MMD", "ReweightedERM", "VREx"]
 NOT_COMPARED = ("step_time", "mem_gb")
@@ -36,11 +37,6 @@ def train_flags(out, data_dir, algorithm="ERM", dataset="ColoredMNIST", seed=0, 
 def command(flags):
     out = flags[flags.index("--output_dir") + 1]
     return launchers.Command([sys.executable, "-m", "domainbed.scripts.train", *flags], out)
-
-
-def records(run_dir):
-    with open(os.path.join(run_dir, "results.jsonl")) as f:
-        return [json.loads(line) for line in f]
 
 
 def assert_same_records(single, fused, acc_tol, value_rtol=1e-3):
@@ -100,8 +96,8 @@ def test_fused_colored_mnist_records_match_single_runs(tmp_path, algorithm, arit
     for i in range(len(members)):
         if arithmetic == "exact":
             assert comparable(tmp_path / f"single{i}") == comparable(tmp_path / f"fused{i}")
-        assert_same_records(records(tmp_path / f"single{i}"), records(tmp_path / f"fused{i}"),
-                            acc_tol=0.02)
+        assert_same_records(read_records(tmp_path / f"single{i}"),
+                            read_records(tmp_path / f"fused{i}"), acc_tol=0.02)
         assert os.path.exists(tmp_path / f"fused{i}" / "done")
         assert sorted(os.listdir(tmp_path / f"fused{i}" / "predictions")) == \
             sorted(os.listdir(tmp_path / f"single{i}" / "predictions"))
@@ -116,8 +112,9 @@ def test_fused_debug_cnn_records_match_single_runs(tmp_path, algorithm):
     single_and_fused(tmp_path, members, "batched", algorithm=algorithm, dataset="Debug28",
                      steps=4, checkpoint_freq=2)
     for i in range(len(members)):
-        assert_same_records(records(tmp_path / f"single{i}"), records(tmp_path / f"fused{i}"),
-                            acc_tol=0.05, value_rtol=0.05)
+        assert_same_records(read_records(tmp_path / f"single{i}"),
+                            read_records(tmp_path / f"fused{i}"), acc_tol=0.05,
+                            value_rtol=0.05)
 
 
 def test_dropout_rates_may_differ_and_exact_members_draw_their_single_runs_masks(tmp_path):
@@ -161,7 +158,7 @@ def test_a_diverging_member_stops_alone(tmp_path, arithmetic):
     assert not (tmp_path / "bad" / "done").exists()
     assert "exit code 2" in (tmp_path / "bad" / "launcher.log").read_text()
     train.main(train_flags(tmp_path / "good_single", tmp_path, "IRM", seed=0, **good))
-    assert_same_records(records(tmp_path / "good_single"), records(tmp_path / "good"),
+    assert_same_records(read_records(tmp_path / "good_single"), read_records(tmp_path / "good"),
                         acc_tol=0.02)
 
 
@@ -177,7 +174,7 @@ def comparable(run_dir):
     """A run's records without what differs between any two runs of the same arguments
     (seconds, memory, the output folder)."""
     out = []
-    for record in records(run_dir):
+    for record in read_records(run_dir):
         for key in NOT_COMPARED:
             record.pop(key, None)
         record["args"].pop("output_dir")
@@ -338,7 +335,7 @@ def test_sweep_with_the_fused_launcher(tmp_path):
     log = (run_dirs[0] / "launcher.log").read_text()
     assert "running fused with 2 models" in log and "exit code 0" in log
     assert sum(line.startswith("step ") for line in log.splitlines()) == \
-        len(records(run_dirs[0]))
+        len(read_records(run_dirs[0]))
 
 
 def test_a_group_process_that_dies_fails_its_members_not_the_launcher(tmp_path):

@@ -18,8 +18,8 @@ import pytest
 
 from oodutils.csv_out import FORMULA_START, csv_text, csv_value, frame_csv
 from oodutils.errors import run_cli
+from tests.builders import toy_record, write_run
 from tests.test_labelfree import write_sweep, zoo
-from tests.test_records import record, write_run
 
 DATASET = '=HYPERLINK("http://x.example/?a","click")'
 ALGORITHM = "@SUM(A1)"
@@ -62,7 +62,7 @@ def hostile_sweep(root, dataset=DATASET, algorithm=ALGORITHM, envs=ENVS, extra=N
                 for step in range(3):
                     accs = {f"env{e}_{s}_acc": 0.5 + 0.1 * ((trial + step + e) % 4)
                             for e in range(3) for s in ("in", "out")}
-                    rec = record(step, test_envs=(test_env,), trial_seed=trial, **accs)
+                    rec = toy_record(step, test_envs=(test_env,), trial_seed=trial, **accs)
                     rec["args"].update(dataset=dataset, algorithm=alg, env_names=list(envs))
                     rec.update(extra or {})
                     recs.append(rec)

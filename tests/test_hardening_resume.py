@@ -11,11 +11,10 @@ import torch.nn.functional as F
 
 from domainbed.algorithms.erm import ERM
 from domainbed.registry import ALGORITHMS
-from tests.builders import registered
+from tests.builders import read_records, registered
 from tests.hardening_util import (  # noqa: F401  (quiet_threads is a fixture)
     comparable,
     quiet_threads,
-    records,
     train,
     train_argv,
     train_partially,
@@ -67,11 +66,11 @@ def test_numpy_and_python_rngs_are_restored(tmp_path, drawing_algorithm):
     reference, out = tmp_path / "reference", tmp_path / "resumed"
     assert train(train_argv(reference, algorithm=DRAWING))[0] == 0
     train_partially(train_argv(out, algorithm=DRAWING), stop_after=3)  # "killed" at 3
-    assert [r["step"] for r in records(out)] == [0, 2]
+    assert [r["step"] for r in read_records(out)] == [0, 2]
     np.random.seed(123)  # whatever the process drew since must not matter
     random.seed(123)
     assert train(train_argv(out, algorithm=DRAWING))[0] == 0
-    assert comparable(records(out)) == comparable(records(reference))
+    assert comparable(read_records(out)) == comparable(read_records(reference))
 
 
 def test_foreign_first_line_neither_drops_nor_keeps_records(tmp_path, capsys):
@@ -83,7 +82,7 @@ def test_foreign_first_line_neither_drops_nor_keeps_records(tmp_path, capsys):
     results.write_text('{"step": 0, "foreign": true}\n' + lines[0] + "\n" + lines[1][:40])
     code, _ = train(train_argv(out), capsys)
     assert code == 0
-    assert comparable(records(out)) == comparable(records(reference))
+    assert comparable(read_records(out)) == comparable(read_records(reference))
     prev = (out / "results.jsonl.prev").read_text()
     assert '"foreign": true' in prev  # moved aside, not silently dropped
 
@@ -104,7 +103,7 @@ def test_corrupt_resume_state_is_one_clear_error_then_restart(tmp_path, capsys):
     code, err = train(train_argv(out, "--restart"), capsys)
     assert code == 0 and (out / "done").exists()
     assert (out / "results.jsonl.prev").read_text() == old_records
-    assert comparable(records(out)) == comparable(records(reference))
+    assert comparable(read_records(out)) == comparable(read_records(reference))
 
 
 def test_kill_during_rerun_of_finished_run_keeps_its_records(tmp_path, capsys):

@@ -12,10 +12,10 @@ import time
 import pytest
 import torch
 
+from tests.builders import read_records
 from tests.hardening_util import (  # noqa: F401  (quiet_threads is a fixture)
     comparable,
     quiet_threads,
-    records,
     train,
     train_argv,
     train_partially,
@@ -139,7 +139,7 @@ def test_resume_state_that_does_not_fit_the_schedule_is_refused(tmp_path, capsys
     one_line_error(code, err, str(path), needle, "--restart")
     assert not (out / "done").exists()
     code, _ = train(train_argv(out, "--restart"), capsys)
-    assert code == 0 and [r["step"] for r in records(out)] == [0, 2, 4, 5]
+    assert code == 0 and [r["step"] for r in read_records(out)] == [0, 2, 4, 5]
 
 
 def test_resume_state_of_the_schedule_still_resumes(tmp_path, capsys):
@@ -147,7 +147,7 @@ def test_resume_state_of_the_schedule_still_resumes(tmp_path, capsys):
     assert train(train_argv(reference))[0] == 0
     out, _ = _edited_state(tmp_path, lambda state: None)
     code, _ = train(train_argv(out), capsys)
-    assert code == 0 and comparable(records(out)) == comparable(records(reference))
+    assert code == 0 and comparable(read_records(out)) == comparable(read_records(reference))
 
 
 # ------------------------------------------------------------ 13: stale temporaries
@@ -218,7 +218,7 @@ def test_train_repairs_a_done_that_is_not_a_file_and_resumes(tmp_path, capsys, k
     code, err = train(train_argv(out), capsys)
     assert code == 0 and "not the marker a finished run writes" in err
     assert (out / "done").is_file() and not (out / "done").is_symlink()
-    assert comparable(records(out)) == comparable(records(reference))
+    assert comparable(read_records(out)) == comparable(read_records(reference))
     assert "resuming" in err                                   # from its checkpoint
     if kind == "link-to-a-file":
         assert target.read_text() == "theirs\n"
@@ -330,7 +330,7 @@ def test_checkpoint_sha256_is_of_the_bytes_scored(tmp_path):
     path = _checkpoint(tmp_path)
     assert evaluate.main(["--checkpoint", str(path), "--output_dir",
                           str(tmp_path / "o")]) == 0
-    [record] = records(tmp_path / "o")
+    [record] = read_records(tmp_path / "o")
     assert record["args"]["checkpoint_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
 
 

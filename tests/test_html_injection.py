@@ -21,7 +21,7 @@ from domainbed.leaderboard import site
 from domainbed.leaderboard.published import load_published
 from domainbed.scripts import collect_results
 from oodutils import tables
-from tests.test_records import record, write_run
+from tests.builders import toy_record, write_run
 
 # No "/" in CORE: it also names directories.
 CORE = "\"'><svg onload=alert(1)><img src=x onerror=alert(2)>javascript:alert(3){{7*7}}"
@@ -88,7 +88,7 @@ def hostile_sweep(root):
                     for step in range(3):
                         accs = {f"env{e}_{s}_acc": 0.5 + 0.1 * ((n + step + e) % 4)
                                 for e in range(3) for s in ("in", "out")}
-                        rec = record(step, test_envs=(test_env,), trial_seed=trial, **accs)
+                        rec = toy_record(step, test_envs=(test_env,), trial_seed=trial, **accs)
                         rec["args"].update(dataset=DATASET, algorithm=alg, env_names=ENVS,
                                            data_source=source)
                         rec["hparams"] = {HPARAM_KEY: HPARAM_VALUE, "lr": 0.001}

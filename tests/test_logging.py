@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from oodutils import log
-from tests.test_records import record, write_run
+from tests.builders import toy_record, write_run
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("oodutils", "domainbed", "analysis", "ood_bench", "spawrious")
@@ -80,8 +80,8 @@ def test_an_application_can_take_the_records(capsys):
 
 def test_cli_flags(tmp_path, capsys):
     from domainbed.scripts import collect_results
-    write_run(tmp_path / "a", [record(0), record(100)])
-    write_run(tmp_path / "b", [record(0, trial_seed=1)], done=False)   # skipped: warned
+    write_run(tmp_path / "a", [toy_record(0), toy_record(100)])
+    write_run(tmp_path / "b", [toy_record(0, trial_seed=1)], done=False)   # skipped: warned
     argv = ["--input_dir", str(tmp_path), "--no_save"]
 
     def err(*flags):
@@ -102,7 +102,7 @@ def test_cli_flags(tmp_path, capsys):
 
 def test_quiet_hides_notices(tmp_path, capsys):
     from analysis import aotl
-    write_run(tmp_path / "runs" / "a", [record(0), record(100)])
+    write_run(tmp_path / "runs" / "a", [toy_record(0), toy_record(100)])
     args = [str(tmp_path / "runs"), "--export-csv", str(tmp_path / "out")]
     aotl.main(args)
     assert capsys.readouterr().err.startswith("wrote 1 accuracy CSV file(s)")

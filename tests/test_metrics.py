@@ -89,7 +89,7 @@ def test_trained_with_metrics_and_computed_afterwards_agree(tmp_path):
 def test_collect_results_tables_on_a_metric(tmp_path):
     """Selection is by accuracy as always; the cells report the chosen checkpoints' metric,
     read from metrics.jsonl where the records lack it."""
-    from tests.test_records import write_run
+    from tests.builders import write_run
     for trial, ece in ((0, 0.10), (1, 0.30)):
         rec = {"args": {"dataset": "Toy", "algorithm": "ERM", "test_envs": [0],
                         "trial_seed": trial, "hparams_seed": 0}, "hparams": {}, "step": 5,

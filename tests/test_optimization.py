@@ -13,10 +13,10 @@ from domainbed import run_hparams
 from domainbed.algorithms.optimization import make_optimizer
 from domainbed.training.early_stopping import EarlyStopping
 from oodutils.errors import UserError
+from tests.builders import read_records
 from tests.hardening_util import (  # noqa: F401  (quiet_threads is a fixture)
     comparable,
     quiet_threads,
-    records,
     train,
     train_argv,
     train_partially,
@@ -202,7 +202,7 @@ def test_early_stopping_run_stops_records_and_resumes_stopped(tmp_path, capsys):
     reference = tmp_path / "reference"
     assert train(_argv(reference, {}, steps=20, freq=2) +
                  ["--early_stopping", "min:step", "--patience", "2"], capsys)[0] == 0
-    recs = records(reference)
+    recs = read_records(reference)
     assert [r["step"] for r in recs] == [0, 2, 4] and (reference / "done").exists()
     assert recs[-1]["early_stopping_step"] == 4
     assert recs[-1]["early_stopping_best_step"] == 0
@@ -210,7 +210,7 @@ def test_early_stopping_run_stops_records_and_resumes_stopped(tmp_path, capsys):
     train_partially(argv, stop_after=5)    # killed after the stopping checkpoint
     assert not (out / "done").exists()
     assert train(argv, capsys)[0] == 0
-    assert comparable(records(out)) == comparable(recs) and (out / "done").exists()
+    assert comparable(read_records(out)) == comparable(recs) and (out / "done").exists()
 
 
 def test_resume_mid_schedule_gives_the_uninterrupted_records(tmp_path, capsys):
@@ -218,15 +218,15 @@ def test_resume_mid_schedule_gives_the_uninterrupted_records(tmp_path, capsys):
     reference, out = tmp_path / "reference", tmp_path / "resumed"
     assert train(_argv(reference, hparams, steps=12, freq=3), capsys)[0] == 0
     train_partially(_argv(out, hparams, steps=12, freq=3), stop_after=7)  # "killed" at 7
-    assert [r["step"] for r in records(out)] == [0, 3, 6]
+    assert [r["step"] for r in read_records(out)] == [0, 3, 6]
     assert train(_argv(out, hparams, steps=12, freq=3), capsys)[0] == 0
-    assert comparable(records(out)) == comparable(records(reference))
+    assert comparable(read_records(out)) == comparable(read_records(reference))
     constant = tmp_path / "constant"
     assert train(_argv(constant, {**hparams, "lr_schedule": "constant", "warmup_steps": 0},
                        steps=12, freq=3), capsys)[0] == 0
     for late in (-2, -1):   # the schedule shows in the records a resume must reproduce
-        assert records(constant)[late]["loss"] != \
-            pytest.approx(records(reference)[late]["loss"], rel=1e-3)
+        assert read_records(constant)[late]["loss"] != \
+            pytest.approx(read_records(reference)[late]["loss"], rel=1e-3)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -13,6 +13,7 @@ from PIL import Image
 
 from domainbed.registry import DATASETS, get_dataset_class
 from oodutils.errors import UserError
+from tests.builders import read_records
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = {"pretrained": False, "arch": "resnet_small", "image_size": 16, "batch_size": 4}
@@ -192,11 +193,6 @@ def test_train_cli_bad_csv_is_one_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: csv:") and "leads outside" in lines[0]
 
 
-def _records(run_dir):
-    with open(run_dir / "results.jsonl") as f:
-        return [json.loads(line) for line in f]
-
-
 @pytest.mark.slow
 def test_train_two_steps_on_folder_and_csv(tmp_path):
     root = image_tree(tmp_path / "mine")
@@ -206,7 +202,7 @@ def test_train_two_steps_on_folder_and_csv(tmp_path):
         subprocess.run([sys.executable, "-m", "domainbed.scripts.train", "--dataset", name,
                         "--test_envs", "2", "--steps", "2", "--hparams", json.dumps(SMALL),
                         "--output_dir", str(out)], cwd=REPO, check=True, capture_output=True)
-        last = _records(out)[-1]
+        last = read_records(out)[-1]
         assert last["args"]["dataset"] == name and last["step"] == 1
         assert {f"env{i}_{s}_acc" for i in range(3) for s in ("in", "out")} <= set(last)
     assert last["args"]["data_source"] == f"csv:{csv}"
@@ -226,7 +222,7 @@ def test_sweep_and_collect_results(tmp_path):
                     "--skip_confirmation"], cwd=REPO, check=True, capture_output=True)
     runs = sorted(p for p in sweep.iterdir() if (p / "done").exists())
     assert len(runs) == 2  # one job per test domain
-    assert sorted(_records(r)[-1]["args"]["test_envs"][0] for r in runs) == [0, 1]
+    assert sorted(read_records(r)[-1]["args"]["test_envs"][0] for r in runs) == [0, 1]
     proc = subprocess.run([sys.executable, "-m", "domainbed.scripts.collect_results",
                            "--input_dir", str(sweep)], cwd=REPO, check=True,
                           capture_output=True, text=True)

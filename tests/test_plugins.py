@@ -1,13 +1,14 @@
 """A separate package registers an algorithm through the `domainbed.algorithms` entry point
 and trains through the ordinary CLI with no edit to this repo; a NaN loss stops a run
 cleanly."""
-import json
 import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from tests.builders import read_records
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -73,8 +74,7 @@ def test_plugin_algorithm_trains_through_cli(tmp_path):
     root = make_plugin_package(tmp_path / "site")
     proc = train(tmp_path, "ScaledERM", root, "--hparams", '{"loss_scale": 0.5}')
     assert proc.returncode == 0, proc.stderr
-    with open(tmp_path / "ScaledERM" / "results.jsonl") as f:
-        recs = [json.loads(line) for line in f]
+    recs = read_records(tmp_path / "ScaledERM")
     assert recs[-1]["plugin"] == 1.0
     assert recs[-1]["hparams"]["loss_scale"] == 0.5
     assert recs[-1]["args"]["algorithm"] == "ScaledERM"
@@ -89,8 +89,7 @@ def test_nan_loss_stops_run_with_recorded_error(tmp_path):
     out = tmp_path / "ExplodingERM"
     assert not (out / "done").exists()
     assert "loss became nan" in (out / "err.txt").read_text()
-    with open(out / "results.jsonl") as f:  # only the step-0 checkpoint, no garbage record
-        steps = [json.loads(line)["step"] for line in f]
+    steps = [r["step"] for r in read_records(out)]  # the step-0 checkpoint, no garbage
     assert steps == [0]
 
 

@@ -23,6 +23,7 @@ from domainbed.networks import feature_cache
 from domainbed.registry import get_algorithm_class
 from domainbed.training import loop as training
 from domainbed.training import probe_stack as stacking
+from tests.builders import read_records
 from tests.requirements import need_package
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,7 +59,7 @@ def _hparams(lr, weight_decay, algorithm_cls=ERM, batch_size=8, **overrides):
 
 
 def _records(run_dir):
-    records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    records = read_records(run_dir)
     for r in records:
         r.pop("step_time")   # a timing: never equal
         r["args"].pop("output_dir")

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from domainbed.training.resume import RESUME_FILE
-from tests.hardening_util import comparable, records, wait_for
+from tests.builders import read_records
+from tests.hardening_util import comparable, wait_for
 from tests.requirements import need_ray
 
 pytestmark = pytest.mark.slow
@@ -80,7 +81,7 @@ def test_a_node_lost_mid_sweep_and_a_relaunch_finish_every_job_once(tmp_path):
     runs = sorted(r for r in out.iterdir() if r.is_dir() and not r.name.startswith("."))
     assert len(runs) == 3 and all((r / "done").exists() for r in runs), printed
     for run in runs:
-        assert comparable(records(run)) == comparable(records(reference / run.name)), run
+        assert comparable(read_records(run)) == comparable(read_records(reference / run.name)), run
         log = (run / "launcher.log").read_text()
         assert log.count("exit code 0") == 1, log   # finished once
     assert "notice: resuming" in (lost / "launcher.log").read_text()

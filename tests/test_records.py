@@ -11,23 +11,15 @@ from domainbed.predictions import list_prediction_steps, load_predictions, predi
 from domainbed.results.records import load_records, records_to_frame
 from oodutils.errors import UserError
 from oodutils.fileio import atomic_savez
-from tests.builders import record as make_record
-from tests.builders import run_args, write_run
+from tests.builders import toy_record, write_run
 from tests.requirements import data_dir, need_data
 
 SWEEP = data_dir("domainbed_test_sweep") / "test_sweep_data"
 
 
-def record(step, test_envs=(0,), trial_seed=0, hparams_seed=0, **extra):
-    """A Toy run's record: two environments, the epoch beside the step."""
-    return make_record(step, run_args(test_envs=test_envs, trial_seed=trial_seed,
-                                      hparams_seed=hparams_seed),
-                       accs={0: (0.5, 0.5), 1: (0.7, 0.6)}, **{"epoch": step / 10, **extra})
-
-
 def test_reads_runs_at_any_depth_and_adds_run_dir(tmp_path, capsys):
-    a = write_run(tmp_path / "a", [record(0), record(100)])
-    b = write_run(tmp_path / "sweep2" / "nested" / "b", [record(0, trial_seed=1)])
+    a = write_run(tmp_path / "a", [toy_record(0), toy_record(100)])
+    b = write_run(tmp_path / "sweep2" / "nested" / "b", [toy_record(0, trial_seed=1)])
     loaded = load_records(tmp_path)
     assert len(loaded) == 3 and len(loaded.records) == 3
     assert loaded.skipped_lines == 0 and loaded.skipped_runs == 0
@@ -36,12 +28,12 @@ def test_reads_runs_at_any_depth_and_adds_run_dir(tmp_path, capsys):
 
 
 def test_corrupt_lines_and_unfinished_runs_are_skipped_and_counted_once(tmp_path, capsys):
-    write_run(tmp_path / "good", [record(0), record(100)],
+    write_run(tmp_path / "good", [toy_record(0), toy_record(100)],
               tail='{"args": {"dataset": "Toy"}, "env0_in')          # truncated last line
-    bad = write_run(tmp_path / "bad", [record(0)])
+    bad = write_run(tmp_path / "bad", [toy_record(0)])
     with open(bad / "results.jsonl", "a") as f:
-        f.write("not json at all\n[1, 2, 3]\n\n" + json.dumps(record(200)) + "\n")
-    write_run(tmp_path / "running", [record(0)], done=False)
+        f.write("not json at all\n[1, 2, 3]\n\n" + json.dumps(toy_record(200)) + "\n")
+    write_run(tmp_path / "running", [toy_record(0)], done=False)
     write_run(tmp_path / "killed", [], done=False, tail='{"args": {')
     loaded = load_records(tmp_path)
     assert loaded.skipped_lines == 3       # truncated, not json, not a record
@@ -53,14 +45,14 @@ def test_corrupt_lines_and_unfinished_runs_are_skipped_and_counted_once(tmp_path
 
 
 def test_require_done_false_reads_unfinished_runs(tmp_path, capsys):
-    write_run(tmp_path / "running", [record(0), record(100)], done=False)
+    write_run(tmp_path / "running", [toy_record(0), toy_record(100)], done=False)
     assert len(load_records(tmp_path)) == 0
     loaded = load_records(tmp_path, require_done=False)
     assert len(loaded) == 2 and loaded.skipped_runs == 0
 
 
 def test_quiet_keeps_the_warning_available(tmp_path, capsys):
-    write_run(tmp_path / "running", [record(0)], done=False)
+    write_run(tmp_path / "running", [toy_record(0)], done=False)
     loaded = load_records(tmp_path, quiet=True)
     assert capsys.readouterr().err == ""
     assert "1 run without" in loaded.warning()
@@ -75,13 +67,13 @@ def test_missing_input_dir_is_a_user_error(tmp_path):
 
 
 def test_several_input_dirs(tmp_path):
-    write_run(tmp_path / "one" / "r", [record(0)])
-    write_run(tmp_path / "two" / "r", [record(0), record(1)])
+    write_run(tmp_path / "one" / "r", [toy_record(0)])
+    write_run(tmp_path / "two" / "r", [toy_record(0), toy_record(1)])
     assert len(load_records([tmp_path / "one", tmp_path / "two"])) == 3
 
 
 def test_records_to_frame(tmp_path):
-    write_run(tmp_path / "a", [record(0, test_envs=(0, 1), loss=0.3), record(100)])
+    write_run(tmp_path / "a", [toy_record(0, test_envs=(0, 1), loss=0.3), toy_record(100)])
     frame = records_to_frame(load_records(tmp_path))
     assert len(frame) == 2
     for column in ["run_dir", "dataset", "algorithm", "test_envs", "trial_seed",
@@ -92,12 +84,12 @@ def test_records_to_frame(tmp_path):
     assert frame.groupby("test_envs").size().to_dict() == {(0,): 1, (0, 1): 1}
     assert frame["loss"].isna().tolist() == [False, True]
     # A plain list of dicts works too, and no records give an empty frame.
-    assert len(records_to_frame([record(5)])) == 1
+    assert len(records_to_frame([toy_record(5)])) == 1
     assert len(records_to_frame([])) == 0
 
 
 def test_predictions_round_trip(tmp_path):
-    run = write_run(tmp_path / "run", [record(0), record(100)])
+    run = write_run(tmp_path / "run", [toy_record(0), toy_record(100)])
     assert list_prediction_steps(run) == []
     n = 6
     arrays = {"id": np.arange(n, dtype=np.int64), "env": np.zeros(n, np.int16),
@@ -133,8 +125,8 @@ def _save_predictions(run, step, ids, env, split, correct, logits=None):
 
 
 def test_prediction_matrix_aligns_examples_by_id_across_checkpoints(tmp_path, capsys):
-    a = write_run(tmp_path / "a", [record(0), record(100)])
-    b = write_run(tmp_path / "b", [record(0), record(50)])
+    a = write_run(tmp_path / "a", [toy_record(0), toy_record(100)])
+    b = write_run(tmp_path / "b", [toy_record(0), toy_record(50)])
     # Same examples stored in different orders; env 1 and the UDA split are left out.
     _save_predictions(a, 0, [3, 1, 2, 9], [0, 0, 0, 1], [0, 1, 0, 0], [1, 0, 1, 1])
     _save_predictions(a, 100, [1, 2, 3, 9], [0, 0, 0, 1], [1, 0, 0, 0], [1, 1, 1, 0])
@@ -161,7 +153,7 @@ def test_prediction_matrix_aligns_examples_by_id_across_checkpoints(tmp_path, ca
 
 
 def test_prediction_matrix_of_logits_and_of_no_predictions(tmp_path):
-    run = write_run(tmp_path / "r", [record(0), record(10)])
+    run = write_run(tmp_path / "r", [toy_record(0), toy_record(10)])
     with pytest.raises(UserError, match="none of the 2 checkpoints has a predictions file"):
         prediction_matrix(load_records(tmp_path), env=0)
     logits = np.arange(8, dtype=np.float32).reshape(4, 2)

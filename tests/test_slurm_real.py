@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.hardening_util import comparable, records, wait_for
+from tests.builders import read_records
+from tests.hardening_util import comparable, wait_for
 from tests.requirements import need_slurm
 
 pytestmark = pytest.mark.slow
@@ -191,7 +192,8 @@ def test_array_options_status_cancel_and_time_limit_resume(slurm_env, reference,
     assert "Launching 2 jobs (2 to resume, 0 new)" in relaunch
     wait_for_slurm(lambda: all((r / "done").exists() for r in ids), "the resumed jobs")
     for run in ids:
-        assert comparable(records(run)) == comparable(records(reference() / run.name)), run
+        assert comparable(read_records(run)) == \
+            comparable(read_records(reference() / run.name)), run
     for run in (cancelled, timed_out):   # resumed, not restarted: two attempts, one run
         log = (run / "launcher.log").read_text()
         assert log.count("running:") == 2, log
@@ -209,7 +211,8 @@ def test_requeue_resumes_a_job_at_its_time_limit_without_a_relaunch(slurm_env, r
     frozen = first_checkpoints(ids, 1, freezer)[0]
     wait_for_slurm(lambda: all((r / "done").exists() for r in ids), "every job")
     for run in ids:
-        assert comparable(records(run)) == comparable(records(reference() / run.name)), run
+        assert comparable(read_records(run)) == \
+            comparable(read_records(reference() / run.name)), run
     log = (frozen / "launcher.log").read_text()
     assert log.count("running:") >= 2 and "notice: resuming" in log, log
     restarts = dict(f.split("=", 1) for f in slurm(

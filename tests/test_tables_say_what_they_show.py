@@ -8,17 +8,14 @@ import pytest
 
 from domainbed.results import tables
 from domainbed.scripts import collect_results
-from tests.test_records import write_run
+from tests.builders import record, run_args, write_run
 
 
 def one_trial_sweep(root):
     """One finished run of ERM on a 2-environment dataset, testing on env 0: env 1's cell
     is X; its NLL is in metrics.jsonl."""
-    rec = {"args": {"dataset": "Toy", "algorithm": "ERM", "test_envs": [0], "trial_seed": 0,
-                    "hparams_seed": 0}, "hparams": {}, "step": 5, "env0_in_acc": 0.5,
-           "env0_out_acc": 0.5, "env1_in_acc": 0.7, "env1_out_acc": 0.6}
-    run = write_run(root / "t0", [rec])
-    (run / "metrics.jsonl").write_text(json.dumps({"step": 5, "env0_in_nll": 0.25}) + "\n")
+    write_run(root / "t0", [record(5, run_args(), {}, {0: (0.5, 0.5), 1: (0.7, 0.6)})],
+              files={"metrics.jsonl": json.dumps({"step": 5, "env0_in_nll": 0.25}) + "\n"})
     return root
 
 
@@ -74,13 +71,12 @@ def small_zoo(root):
             for seed in range(2):
                 records = []
                 for step in (0, 5):
-                    r = {"args": {"dataset": "Debug28", "algorithm": alg, "test_envs": [env],
-                                  "trial_seed": 0, "hparams_seed": seed}, "hparams": {},
-                         "step": step}
+                    accs = {}
                     for k in range(3):
                         acc = rng.uniform(0.4, 0.9)
-                        r.update({f"env{k}_in_acc": acc, f"env{k}_out_acc": acc})
-                    records.append(r)
+                        accs[k] = (acc, acc)
+                    records.append(record(step, run_args("Debug28", alg, [env],
+                                                         hparams_seed=seed), {}, accs))
                 write_run(root / f"{alg}{env}{seed}", records)
     return root
 

@@ -9,10 +9,10 @@ import time
 import numpy as np
 import pytest
 
+from tests.builders import read_records
 from tests.hardening_util import (  # noqa: F401  (quiet_threads is a fixture)
     comparable,
     quiet_threads,
-    records,
     train,
     train_argv,
 )
@@ -42,7 +42,7 @@ def test_run_directory_contents(tmp_path):
     run(train_cmd(out, "--save_logits"))
     assert (out / "done").exists() and (out / "model.pkl").exists()
     assert not (out / "resume_state.pt").exists()
-    recs = records(out)
+    recs = read_records(out)
     assert [r["step"] for r in recs] == [0, 2, 4, 5]
     r = recs[-1]
     for key in ("args", "hparams", "step", "epoch", "step_time", "mem_gb", "loss",
@@ -69,10 +69,10 @@ def test_same_seeds_give_identical_records(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     run(train_cmd(a, algorithm="IRM"))
     run(train_cmd(b, algorithm="IRM"))
-    assert comparable(records(a)) == comparable(records(b))
+    assert comparable(read_records(a)) == comparable(read_records(b))
     c = tmp_path / "c"
     run(train_cmd(c, "--seed", "1", algorithm="IRM"))
-    assert comparable(records(a)) != comparable(records(c))
+    assert comparable(read_records(a)) != comparable(read_records(c))
 
 
 @pytest.mark.slow
@@ -102,7 +102,7 @@ def test_resume_after_sigkill_matches_uninterrupted(tmp_path):
     assert kills >= 1
     run(train_cmd(out, *extra, **kw))
     assert (out / "done").exists()
-    assert comparable(records(out)) == comparable(records(reference))
+    assert comparable(read_records(out)) == comparable(read_records(reference))
     ref_pred = np.load(reference / "predictions" / "step_0000039.npz")
     got_pred = np.load(out / "predictions" / "step_0000039.npz")
     for key in ref_pred.files:
@@ -139,7 +139,7 @@ def test_missing_data_dir(tmp_path):
 def test_other_algorithms_hparam_is_ignored_with_notice(tmp_path):
     proc = run(train_cmd(tmp_path / "run", "--hparams", '{"irm_lambda": 5}'))
     assert "irm_lambda" in proc.stderr and "ignored" in proc.stderr
-    assert "irm_lambda" not in records(tmp_path / "run")[0]["hparams"]
+    assert "irm_lambda" not in read_records(tmp_path / "run")[0]["hparams"]
 
 
 @pytest.mark.usefixtures("quiet_threads")  # the in-process run sets one thread
@@ -169,9 +169,9 @@ def test_bf16_runs_under_autocast_when_emulation_is_allowed(tmp_path):
     proc = run(train_cmd(bf16, "--precision", "bf16", "--save_logits", *mlp),
                env={"DOMAINBED_ALLOW_EMULATED_BF16": "1"})
     assert (bf16 / "done").exists()
-    recs = records(bf16)
+    recs = read_records(bf16)
     assert recs[-1]["args"]["precision"] == "bf16"
-    assert records(fp32)[-1]["args"]["precision"] == "fp32"
+    assert read_records(fp32)[-1]["args"]["precision"] == "fp32"
     import torch
 
     from domainbed.predictions import load_predictions

@@ -7,6 +7,8 @@ import sys
 import numpy as np
 from PIL import Image
 
+from tests.builders import read_records
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -27,8 +29,7 @@ def test_train_on_image_folders(tmp_path):
                                     "batch_size": 4})]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
-    with open(out / "results.jsonl") as f:
-        rec = [json.loads(line) for line in f][-1]
+    rec = read_records(out)[-1]
     assert rec["args"]["env_names"] == ["C", "L", "S", "V"]
     assert 0.0 <= rec["env3_out_acc"] <= 1.0
     lines = (out / "examples.csv").read_text().splitlines()
