@@ -1,6 +1,5 @@
 """Accuracy on the line: transforms, fits, verdicts, bootstraps, inputs, tables, CLI."""
 import gzip
-import json
 import os
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from analysis.aotl_inputs import (
 )
 from oodutils import tables as report
 from oodutils.errors import UserError
+from tests.builders import record, run_args, write_run
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -77,16 +77,14 @@ def write_sweep(root, n_hparams=6, steps=(100, 200, 300), groups=True, seed=0):
         for h in range(n_hparams):
             run = root / f"run_{k:03d}"
             k += 1
-            run.mkdir(parents=True)
-            lines = []
+            records = []
             skill = rng.uniform(-1, 1.5)
+            args = run_args("ToyGroups", test_envs=[ood], hparams_seed=h, seed=h,
+                            env_names=["a", "b", "c"],
+                            group_names=["y=0,a=0", "y=1,a=1"] if groups else None)
             for j, step in enumerate(steps):
                 latent = skill + 0.3 * j + 0.05 * rng.standard_normal()
-                rec = {"args": {"dataset": "ToyGroups", "algorithm": "ERM", "test_envs": [ood],
-                                "hparams_seed": h, "trial_seed": 0, "seed": h,
-                                "env_names": ["a", "b", "c"],
-                                "group_names": ["y=0,a=0", "y=1,a=1"] if groups else None},
-                       "hparams": {"lr": 1e-3}, "step": step}
+                rec = record(step, args, {"lr": 1e-3})
                 for e in range(3):
                     t = latent if e != ood else 0.5 * latent - 0.1
                     t = t + 0.05 * rng.standard_normal()
@@ -95,16 +93,12 @@ def write_sweep(root, n_hparams=6, steps=(100, 200, 300), groups=True, seed=0):
                     if groups:
                         rec[f"env{e}_out_acc_g0"] = float(special.ndtr(t + 0.3))
                         rec[f"env{e}_out_acc_g1"] = float(special.ndtr(-0.8 * t))
-                lines.append(json.dumps(rec))
-            (run / "results.jsonl").write_text("\n".join(lines) + "\n")
-            (run / "done").write_text("done\n")
-    bad = root / "run_multi"
-    bad.mkdir()
-    rec = {"args": {"dataset": "ToyGroups", "algorithm": "ERM", "test_envs": [0, 1]},
-           "hparams": {}, "step": 100, "env0_out_acc": 0.5, "env1_out_acc": 0.5,
-           "env2_out_acc": 0.5}
-    (bad / "results.jsonl").write_text(json.dumps(rec) + "\n")
-    (bad / "done").write_text("done\n")
+                records.append(rec)
+            write_run(run, records)
+    write_run(root / "run_multi", [record(100, {"dataset": "ToyGroups", "algorithm": "ERM",
+                                                "test_envs": [0, 1]}, {},
+                                          env0_out_acc=0.5, env1_out_acc=0.5,
+                                          env2_out_acc=0.5)])
     return root
 
 
@@ -333,8 +327,7 @@ def test_sweep_points_checkpoint_selection_and_export(tmp_path):
 
 
 def test_sweep_bad_input(tmp_path):
-    (tmp_path / "empty" / "run").mkdir(parents=True)
-    (tmp_path / "empty" / "run" / "results.jsonl").write_text("")
+    write_run(tmp_path / "empty" / "run", [], done=False)
     with pytest.raises(UserError, match="no records"):
         load_accuracies([tmp_path / "empty"])
     with pytest.raises(UserError, match="exactly one test environment"):

@@ -12,6 +12,7 @@ import pytest
 
 from domainbed.launch import launchers, pooled, zoo
 from domainbed.scripts import sweep
+from tests.builders import read_records
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOLATILE = ("step_time", "mem_gb")
@@ -40,7 +41,7 @@ def test_study_end_to_end_and_resume(tmp_path):
     assert len(dirs) == 6
     for d in dirs:   # ordinary run directories
         assert (d / "done").exists() and (d / "results.jsonl").exists()
-        recs = [json.loads(line) for line in open(d / "results.jsonl")]
+        recs = read_records(d)
         assert [r["step"] for r in recs] == [0, 5, 10, 15]
         assert "env0_out_acc" in recs[-1] and "env1_in_acc" not in recs[-1] or \
             recs[-1]["args"]["test_envs"] == [1]
@@ -87,9 +88,8 @@ def test_pooled_launcher_matches_local(tmp_path):
         assert [o.status for o in outcomes] == ["ok"]
         assert "[launcher] exit code 0" in open(os.path.join(job.output_dir,
                                                              "launcher.log")).read()
-        with open(os.path.join(job.output_dir, "results.jsonl")) as f:
-            records[name] = [{k: v for k, v in json.loads(line).items()
-                              if k not in VOLATILE and k != "args"} for line in f]
+        records[name] = [{k: v for k, v in r.items() if k not in VOLATILE and k != "args"}
+                         for r in read_records(job.output_dir)]
     assert records["local"] == records["pooled"]
     # a second launch skips the finished job
     job = sweep.Job(args, str(tmp_path / "pooled"))

@@ -3,13 +3,13 @@ a record never stops a writer (every format of collect_results, the leaderboard,
 logs; pages whole or not at all); a run folder whose name is not UTF-8 is skipped with a
 note. Tiny record folders, built by hand (tests/test_hardening_outputs.py's helpers)."""
 import io
-import json
 import os
 import subprocess
 import sys
 
 import pytest
 
+from tests.builders import rewrite_records
 from tests.test_hardening_outputs import SURROGATE, hostile_sweep, run_main
 
 
@@ -68,11 +68,7 @@ def broken_site(tmp_path_factory):
                           envs=[f"e{i}{SURROGATE}" for i in range(3)],
                           extra={"hparams": {"lr": 0.001, "k" + SURROGATE: "v" + SURROGATE}})
     for run in sweep.iterdir():      # the data source too
-        lines = (run / "results.jsonl").read_text().splitlines()
-        recs = [json.loads(line) for line in lines]
-        for r in recs:
-            r["args"]["data_source"] = "src" + SURROGATE
-        (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+        rewrite_records(run, lambda r: r["args"].update(data_source="src" + SURROGATE))
     return root, sweep
 
 

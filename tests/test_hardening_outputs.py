@@ -7,7 +7,6 @@ import csv
 import dataclasses
 import gzip
 import io
-import json
 import os
 import re
 import subprocess
@@ -18,7 +17,7 @@ import pytest
 
 from oodutils.csv_out import FORMULA_START, csv_text, csv_value, frame_csv
 from oodutils.errors import run_cli
-from tests.builders import toy_record, write_run
+from tests.builders import rewrite_records, toy_record, write_run
 from tests.test_labelfree import write_sweep, zoo
 
 DATASET = '=HYPERLINK("http://x.example/?a","click")'
@@ -441,10 +440,7 @@ def test_metrics_on_a_sweep_it_cannot_write_warns_per_run(tmp_path, capsys, monk
     cps = zoo(2, -0.5, n=50)
     write_sweep(tmp_path / "sweep", cps)
     for run in (tmp_path / "sweep").iterdir():
-        recs = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
-        for r in recs:
-            r["args"]["num_classes"] = 2
-        (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+        rewrite_records(run, lambda r: r["args"].update(num_classes=2))
     real = metrics.atomic_write_text
 
     def read_only_first(path, text, *args, **kwargs):

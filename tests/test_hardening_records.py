@@ -15,6 +15,7 @@ import pytest
 from domainbed.results import reader
 from domainbed.results import records as rec
 from domainbed.scripts import collect_results
+from tests.builders import read_records, write_run
 from tests.test_collect_results import EXPECTED, assert_same_numbers, run_main, sweep_copy
 
 BAD_ARGS = {  # what the adversarial collaborator tried, each in a run of its own
@@ -30,32 +31,19 @@ BAD_TOP = {"step_str": {"step": "x"}, "acc_str": {"env0_out_acc": "high"},
            "hparams_list": {"hparams": [1, 2]}}
 
 
-def _first_record(sweep):
-    run = sorted(p.parent for p in sweep.glob("*/results.jsonl"))[0]
-    return json.loads((run / "results.jsonl").read_text().splitlines()[0])
-
-
-def _plant_run(sweep, name, text):
-    run = sweep / name
-    run.mkdir()
-    (run / "results.jsonl").write_text(text)
-    (run / "done").write_text("")
-    return run
-
-
 @pytest.fixture
 def hostile_sweep(tmp_path):
     """DomainBed's published sweep plus one run per bad record and a 200k-deep line."""
     sweep = sweep_copy(tmp_path)
-    good = _first_record(sweep)
+    good = read_records(sorted(p.parent for p in sweep.glob("*/results.jsonl"))[0])[0]
     for name, change in BAD_ARGS.items():
         bad = {**good, "args": {**good["args"], **change}}
-        _plant_run(sweep, f"zz_{name}", json.dumps(bad) + "\n")
+        write_run(sweep / f"zz_{name}", [bad])
     for name, change in BAD_TOP.items():
-        _plant_run(sweep, f"zz_{name}", json.dumps({**good, **change}) + "\n")
-    _plant_run(sweep, "zz_deep", "[" * 200_000 + "]" * 200_000 + "\n")
-    _plant_run(sweep, "zz_deep_hparams", json.dumps(
-        {**good, "hparams": {"x": json.loads("[" * 500 + "]" * 500)}}) + "\n")
+        write_run(sweep / f"zz_{name}", [{**good, **change}])
+    write_run(sweep / "zz_deep", tail="[" * 200_000 + "]" * 200_000 + "\n")
+    write_run(sweep / "zz_deep_hparams",
+              [{**good, "hparams": {"x": json.loads("[" * 500 + "]" * 500)}}])
     return sweep
 
 
@@ -100,7 +88,7 @@ def test_a_fifo_or_a_dev_zero_symlink_is_skipped_not_read(tmp_path):
     zero.mkdir()
     os.symlink("/dev/zero", zero / "results.jsonl")
     (zero / "done").write_text("")
-    endless = _plant_run(sweep, "zz_endless", "")
+    endless = write_run(sweep / "zz_endless", tail="")
     with open(endless / "results.jsonl", "wb") as f:  # one line larger than the cap
         f.write(b"x" * (reader.MAX_LINE_BYTES + 10))
     done = _collect_in_a_process(sweep)  # a hang or a MemoryError fails here

@@ -1,7 +1,6 @@
 """Label-free OOD accuracy estimation: each estimator against hand-computed values, the
 agreement line on zoos built to be on / off the line, and the command on a sweep in the
 real on-disk layout (results.jsonl, predictions with logits, done)."""
-import json
 import subprocess
 import sys
 
@@ -11,6 +10,7 @@ import pytest
 from scipy.stats import linregress, norm
 
 from analysis import labelfree as lf
+from tests.builders import record, run_args, write_run
 
 
 def logits_for(pred, confidence, n_classes=2):
@@ -106,12 +106,6 @@ def test_summary_is_the_mean_absolute_error_in_points():
 def write_sweep(root, cps, with_logits=True):
     """The checkpoints as finished runs: results.jsonl, predictions/step_*.npz, done."""
     for cp in cps:
-        run = root / cp.run
-        (run / "predictions").mkdir(parents=True)
-        record = {"args": {"dataset": cp.dataset, "algorithm": "ERM", "test_envs": [cp.env],
-                           "trial_seed": 0, "hparams_seed": 0}, "hparams": {},
-                  "step": cp.step}
-        (run / "results.jsonl").write_text(json.dumps(record) + "\n")
         n_id, n_ood = len(cp.id_ids), len(cp.ood_ids)
         arrays = {"id": np.concatenate([cp.id_ids, cp.ood_ids]),
                   "env": np.array([0] * n_id + [cp.env] * n_ood, np.int16),
@@ -123,8 +117,8 @@ def write_sweep(root, cps, with_logits=True):
         arrays["group"] = np.full(n_id + n_ood, -1)
         if with_logits:
             arrays["logits"] = logits.astype(np.float16)
-        np.savez(run / "predictions" / f"step_{cp.step:07d}.npz", **arrays)
-        (run / "done").write_text("done")
+        args = run_args(cp.dataset, test_envs=[cp.env])
+        write_run(root / cp.run, [record(cp.step, args, {})], predictions={cp.step: arrays})
 
 
 def test_command_on_a_sweep(tmp_path):

@@ -19,6 +19,7 @@ from scipy import stats as sstats
 from domainbed.leaderboard import pages
 from domainbed.scripts import leaderboard as cli
 from oodutils.errors import UserError
+from tests.builders import record, run_args, write_run
 from tests.requirements import data_dir, need_data
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,17 +47,12 @@ def write_sweep(root, dataset="Toy"):
             for test_env in range(3):
                 for h in range(4):
                     ood = _ood_acc(algorithm, trial, test_env, h)
-                    rec = {"args": {"dataset": dataset, "algorithm": algorithm,
-                                    "test_envs": [test_env], "trial_seed": trial,
-                                    "hparams_seed": h},
-                           "hparams": {"lr": 0.001 * (h + 1)}, "step": 10}
-                    for env in range(3):
-                        acc = ood if env == test_env else _id_acc(trial, h)
-                        rec[f"env{env}_in_acc"] = rec[f"env{env}_out_acc"] = acc
-                    run = root / f"{algorithm}_{trial}_{test_env}_{h}"
-                    run.mkdir(parents=True)
-                    (run / "results.jsonl").write_text(json.dumps(rec) + "\n")
-                    (run / "done").write_text("done\n")
+                    iid = _id_acc(trial, h)
+                    accs = {env: (ood, ood) if env == test_env else (iid, iid)
+                            for env in range(3)}
+                    args = run_args(dataset, algorithm, [test_env], trial, h)
+                    write_run(root / f"{algorithm}_{trial}_{test_env}_{h}",
+                              [record(10, args, {"lr": 0.001 * (h + 1)}, accs)])
     return root
 
 

@@ -13,6 +13,7 @@ from contextlib import redirect_stdout
 import pytest
 
 from domainbed.scripts import leaderboard as cli
+from tests.builders import record, rewrite_records, run_args, write_run
 
 # (algorithm, test env) -> per checkpoint: (test env in-split nll, ece, accuracy)
 RUNS = {("ERM", 0): [(0.9, 0.20, 0.6), (0.8123, 0.0512, 0.7)],
@@ -25,27 +26,19 @@ def write_runs(sweep, side_file_for=()):
     """Debug28-like runs (three environments, one test env each); the metrics go into the
     records, or for the runs in `side_file_for` into metrics.jsonl beside them."""
     for (algorithm, test_env), checkpoints in RUNS.items():
-        run = sweep / f"{algorithm}_{test_env}"
-        run.mkdir(parents=True)
-        args = {"dataset": "Debug28", "algorithm": algorithm, "test_envs": [test_env],
-                "trial_seed": 0, "hparams_seed": 0, "env_names": ["0", "1", "2"],
-                "data_source": "random:Debug28", "data_fingerprint": "f", "data_seed": 0,
-                "precision": "fp32"}
+        args = run_args("Debug28", algorithm, [test_env], env_names=["0", "1", "2"],
+                        data_source="random:Debug28", data_fingerprint="f", data_seed=0,
+                        precision="fp32")
         records, side = [], []
         for step, (nll, ece, acc) in enumerate(checkpoints):
-            record = {"args": args, "hparams": {"lr": 0.001}, "step": step}
-            for env in range(3):
-                record.update({f"env{env}_in_acc": acc, f"env{env}_out_acc": acc})
             metrics = {f"env{test_env}_in_nll": nll, f"env{test_env}_in_ece": ece}
-            if (algorithm, test_env) in side_file_for:
+            in_side_file = (algorithm, test_env) in side_file_for
+            records.append(record(step, args, accs={env: (acc, acc) for env in range(3)},
+                                  **({} if in_side_file else metrics)))
+            if in_side_file:
                 side.append(json.dumps({"step": step, **metrics}) + "\n")
-            else:
-                record.update(metrics)
-            records.append(json.dumps(record) + "\n")
-        (run / "results.jsonl").write_text("".join(records))
-        if side:
-            (run / "metrics.jsonl").write_text("".join(side))
-        (run / "done").write_text("done\n")
+        write_run(sweep / f"{algorithm}_{test_env}", records,
+                  files={"metrics.jsonl": "".join(side)} if side else None)
 
 
 def expected_oracle_text(algorithm, test_env, metric):
@@ -115,10 +108,8 @@ def test_records_without_metrics_give_one_metric_and_no_selector(tmp_path):
     sweep = tmp_path / "sweep"
     write_runs(sweep)
     for run in sweep.iterdir():  # strip the metrics: accuracy only, as before
-        lines = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
-        (run / "results.jsonl").write_text("".join(
-            json.dumps({k: v for k, v in r.items() if not k.endswith(("nll", "ece"))}) + "\n"
-            for r in lines))
+        rewrite_records(run, lambda r: {k: v for k, v in r.items()
+                                        if not k.endswith(("nll", "ece"))})
     model = build(sweep, tmp_path / "site")
     assert model["metrics"] == ["accuracy"] and model["metric_sections"] == {}
     assert 'id="metric-filter"' not in (tmp_path / "site" / "index.html").read_text()

@@ -17,6 +17,7 @@ from analysis import oodselect_cli as cli
 from analysis import oodselect_data as data
 from analysis import oodselect_report as rep
 from oodutils.errors import UserError
+from tests.builders import env_values, record, run_args, write_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAST = dict(steps=700, patience=250)
@@ -173,10 +174,8 @@ def write_fake_sweep(root, cm, checkpoints, dataset="Fake", ood_env=2, shuffle=T
     N = cm.n_examples
     runs = cm.models["run"].to_numpy()
     for run in np.unique(runs):
-        d = os.path.join(root, f"run_{run:03d}")
-        os.makedirs(os.path.join(d, "predictions"))
         rows = np.flatnonzero(runs == run)
-        lines = []
+        lines, predictions = [], {}
         for k, i in enumerate(rows):
             step = (k + 1) * 100
             id_ex = 10
@@ -185,20 +184,17 @@ def write_fake_sweep(root, cm, checkpoints, dataset="Fake", ood_env=2, shuffle=T
             split = np.r_[np.zeros(2 * id_ex), np.arange(N) % 2].astype(np.int8)
             correct = np.r_[np.ones(2 * id_ex), cm.A[i]].astype(np.uint8)
             perm = rng.permutation(len(ids)) if shuffle else np.arange(len(ids))
-            np.savez(os.path.join(d, "predictions", f"step_{step:07d}.npz"),
-                     id=ids[perm].astype(np.int64), env=env[perm], split=split[perm],
-                     label=(ids[perm] % 3).astype(np.int64), pred=np.zeros(len(ids), np.int64),
-                     correct=correct[perm], group=(ids[perm] % 2).astype(np.int64))
-            lines.append({"args": {"dataset": dataset, "algorithm": "ERM",
-                                   "test_envs": [ood_env], "env_names": ["a", "b", "c"],
-                                   "trial_seed": int(run), "hparams_seed": 0},
-                          "hparams": {"arch": ["cnn", "vit", "mlp"][run % 3]},
-                          "step": step, "env0_out_acc": float(cm.y[i]) + 0.01,
-                          "env1_out_acc": float(cm.y[i]) - 0.01,
-                          f"env{ood_env}_in_acc": 0.5, f"env{ood_env}_out_acc": 0.5})
-        with open(os.path.join(d, "results.jsonl"), "w") as f:
-            f.write("".join(json.dumps(line) + "\n" for line in lines))
-        open(os.path.join(d, "done"), "w").close()
+            predictions[step] = dict(
+                id=ids[perm].astype(np.int64), env=env[perm], split=split[perm],
+                label=(ids[perm] % 3).astype(np.int64), pred=np.zeros(len(ids), np.int64),
+                correct=correct[perm], group=(ids[perm] % 2).astype(np.int64))
+            args = run_args(dataset, test_envs=[ood_env], env_names=["a", "b", "c"],
+                            trial_seed=int(run))
+            lines.append(record(step, args, {"arch": ["cnn", "vit", "mlp"][run % 3]},
+                                env0_out_acc=float(cm.y[i]) + 0.01,
+                                env1_out_acc=float(cm.y[i]) - 0.01,
+                                **env_values({ood_env: (0.5, 0.5)})))
+        write_run(os.path.join(root, f"run_{run:03d}"), lines, predictions=predictions)
     return root
 
 

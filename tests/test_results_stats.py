@@ -9,6 +9,7 @@ import pytest
 
 from analysis import selection_stats as stats
 from domainbed.results import model_selection as ms
+from tests.builders import record, run_args
 from tests.requirements import data_dir, need_data
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,13 +20,9 @@ def run(algorithm, trial, test_env, hparams_seed, val, test, dataset="Toy"):
     """One finished run's last record on 3 environments: `val` on every training env's
     out split (what training-domain validation reads), `test` on the test env's in split;
     the oracle reads the test env's out split, set to `test` too."""
-    rec = {"args": {"dataset": dataset, "algorithm": algorithm, "test_envs": [test_env],
-                    "trial_seed": trial, "hparams_seed": hparams_seed},
-           "hparams": {"lr": 0.001 * (hparams_seed + 1)}, "step": 10}
-    for env in range(3):
-        rec[f"env{env}_in_acc"] = test if env == test_env else val
-        rec[f"env{env}_out_acc"] = test if env == test_env else val
-    return rec
+    accs = {env: (test, test) if env == test_env else (val, val) for env in range(3)}
+    return record(10, run_args(dataset, algorithm, [test_env], trial, hparams_seed),
+                  {"lr": 0.001 * (hparams_seed + 1)}, accs)
 
 
 def sweep(spec):

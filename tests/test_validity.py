@@ -1,7 +1,6 @@
 """The validity analysis of Bell et al. 2024: the array core on inputs with known answers,
 then the records adapter and the command line on a tiny fake sweep laid out as
 docs/CONTRACTS.md says."""
-import json
 import math
 import os
 import subprocess
@@ -15,6 +14,7 @@ from analysis import validity as V
 from analysis import validity_cli as VC
 from analysis import validity_records as VR
 from oodutils.errors import UserError
+from tests import builders
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -304,7 +304,6 @@ def examples(n_per_group=5):
 
 def write_run(run_dir, dataset, algorithm, trial_seed, steps, logits_fn=None,
               test_accs=None, hparams_seed=0):
-    os.makedirs(os.path.join(run_dir, "predictions"), exist_ok=True)
     args = {"dataset": dataset, "algorithm": algorithm, "test_envs": [1],
             "hparams_seed": hparams_seed, "trial_seed": trial_seed, "seed": 0,
             "data_seed": 0, "data_source": "fake", "data_fingerprint": "f" * 16,
@@ -312,7 +311,7 @@ def write_run(run_dir, dataset, algorithm, trial_seed, steps, logits_fn=None,
             "task": "domain_generalization", "steps": max(steps), "checkpoint_freq": 100,
             "output_dir": str(run_dir), "data_dir": "", "env_names": ["train", "test"],
             "group_names": GROUP_NAMES, "num_classes": 2}
-    lines = []
+    lines, predictions = [], {}
     ex = examples()
     for k, step in enumerate(steps):
         # training envs: validation worst-group accuracy grows with the step
@@ -329,19 +328,15 @@ def write_run(run_dir, dataset, algorithm, trial_seed, steps, logits_fn=None,
                     rec[f"env{env}_{split}_acc_g{g}"] = a
                 rec[f"env{env}_{split}_wga"] = min(accs)
                 rec[f"env{env}_{split}_acc"] = float(np.mean(accs))
-        lines.append(json.dumps(rec))
+        lines.append(rec)
         pred = dict(ex)
         logits = (logits_fn(ex, step) if logits_fn is not None
                   else np.zeros((len(ex["id"]), 2)))
         pred["pred"] = logits.argmax(1).astype(np.int64)
         pred["correct"] = (pred["pred"] == ex["label"]).astype(np.uint8)
         pred["logits"] = logits.astype(np.float16)
-        np.savez_compressed(os.path.join(run_dir, "predictions", f"step_{step:07d}.npz"),
-                            **pred)
-    with open(os.path.join(run_dir, "results.jsonl"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    open(os.path.join(run_dir, "done"), "w").close()
-    return run_dir
+        predictions[step] = pred
+    return builders.write_run(run_dir, lines, predictions=predictions)
 
 
 def k_logits(reference_logit):
@@ -454,13 +449,10 @@ def test_validity_report_end_to_end(fake):
 
 def test_no_groups_empty_and_single_method_are_user_errors(tmp_path, fake):
     # DomainBed's own records have no groups
-    run = tmp_path / "plain"
-    run.mkdir()
-    (run / "results.jsonl").write_text(json.dumps(
+    builders.write_run(tmp_path / "plain", [
         {"args": {"dataset": "PACS", "algorithm": "ERM", "test_envs": [0],
                   "hparams_seed": 0, "trial_seed": 0}, "step": 0, "env0_in_acc": 0.5,
-         "env0_out_acc": 0.5, "env1_in_acc": 0.5, "env1_out_acc": 0.5}) + "\n")
-    (run / "done").write_text("")
+         "env0_out_acc": 0.5, "env1_in_acc": 0.5, "env1_out_acc": 0.5}])
     with pytest.raises(UserError, match="group-annotated"):
         VR.group_results(VR.load_records(tmp_path / "plain"))
     with pytest.raises(UserError, match="group-annotated"):
