@@ -8,15 +8,13 @@ import sys
 from domainbed.results import model_selection as ms
 from domainbed.results.export import export_selected
 from domainbed.results.records import load_records
-from tests.builders import read_records, write_run
+from tests.builders import read_records, record, run_args, write_run
 
 
 def rec(step, hparams_seed, val, test, test_env=0):
-    return {"args": {"dataset": "Toy", "algorithm": "ERM", "test_envs": [test_env],
-                     "trial_seed": 0, "hparams_seed": hparams_seed},
-            "hparams": {"lr": 0.001 * (1 + hparams_seed)}, "step": step,
-            "env0_in_acc": test, "env0_out_acc": test, "env1_in_acc": val,
-            "env1_out_acc": val}
+    """A Toy record: `test` on env 0, `val` on env 1."""
+    return record(step, run_args(test_envs=[test_env], hparams_seed=hparams_seed),
+                  {"lr": 0.001 * (1 + hparams_seed)}, {0: (test, test), 1: (val, val)})
 
 
 def test_each_method_gets_the_checkpoint_it_picks(tmp_path):

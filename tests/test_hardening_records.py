@@ -15,7 +15,7 @@ import pytest
 from domainbed.results import reader
 from domainbed.results import records as rec
 from domainbed.scripts import collect_results
-from tests.builders import read_records, write_run
+from tests.builders import read_records, rewrite_records, write_run
 from tests.test_collect_results import EXPECTED, assert_same_numbers, run_main, sweep_copy
 
 BAD_ARGS = {  # what the adversarial collaborator tried, each in a run of its own
@@ -106,16 +106,10 @@ def test_pages_of_datasets_never_collide_and_stay_short(tmp_path):
     sweep = sweep_copy(tmp_path)
     long_name = "D" * 300
     for run in sorted(p.parent for p in sweep.glob("*/results.jsonl")):
-        lines = (run / "results.jsonl").read_text().splitlines()
         for name in ("My Data", "My_Data", long_name):
-            out = []
-            for line in lines:
-                record = json.loads(line)
-                record["args"]["dataset"] = name
-                out.append(json.dumps(record))
             copy = sweep / f"{run.name}_{len(name)}_{name[:2].strip()}{' ' in name}"
             shutil.copytree(run, copy)
-            (copy / "results.jsonl").write_text("\n".join(out) + "\n")
+            rewrite_records(copy, lambda r, name=name: r["args"].update(dataset=name))
         shutil.rmtree(run)
     names = {pages.dataset_page(n) for n in ("My Data", "My_Data", long_name)}
     assert len(names) == 3 and all(len(n) < 100 for n in names)

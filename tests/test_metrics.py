@@ -89,14 +89,11 @@ def test_trained_with_metrics_and_computed_afterwards_agree(tmp_path):
 def test_collect_results_tables_on_a_metric(tmp_path):
     """Selection is by accuracy as always; the cells report the chosen checkpoints' metric,
     read from metrics.jsonl where the records lack it."""
-    from tests.builders import write_run
+    from tests.builders import record, run_args, write_run
     for trial, ece in ((0, 0.10), (1, 0.30)):
-        rec = {"args": {"dataset": "Toy", "algorithm": "ERM", "test_envs": [0],
-                        "trial_seed": trial, "hparams_seed": 0}, "hparams": {}, "step": 5,
-               "env0_in_acc": 0.5, "env0_out_acc": 0.5, "env1_in_acc": 0.7,
-               "env1_out_acc": 0.6}
-        run = write_run(tmp_path / f"t{trial}", [rec])
-        (run / "metrics.jsonl").write_text(json.dumps({"step": 5, "env0_in_ece": ece}) + "\n")
+        rec = record(5, run_args(trial_seed=trial), {}, {0: (0.5, 0.5), 1: (0.7, 0.6)})
+        write_run(tmp_path / f"t{trial}", [rec],
+                  files={"metrics.jsonl": json.dumps({"step": 5, "env0_in_ece": ece}) + "\n"})
     proc = subprocess.run([sys.executable, "-m", "domainbed.scripts.collect_results",
                            "--input_dir", str(tmp_path), "--no_save", "--metric", "ece",
                            "--selection_methods", "training_domain"],

@@ -15,7 +15,8 @@ from domainbed.results import reader
 from domainbed.results.records import TABLE_FIELDS, load_records
 from domainbed.results.report import build_report
 from domainbed.results.tables import render
-from tests.builders import write_run
+from tests.builders import record as make_record
+from tests.builders import record_line, run_args, write_run
 from tests.requirements import data_dir
 
 SWEEP = data_dir("domainbed_test_sweep") / "test_sweep_data"
@@ -24,12 +25,10 @@ NO_CACHE = shutil.ignore_patterns(cache_module.CACHE_FILE)
 
 def record(step=0, envs=3, test_envs=(0,), extra="", dataset="Toy", acc=None, **args):
     """One DomainBed-style line (sorted keys, args first)."""
-    values = {f"env{i}_{s}_acc": (acc if acc is not None else 0.1 * (i + 1) + step / 1000)
-              for i in range(envs) for s in ("in", "out")}
-    line = {"args": {"algorithm": "ERM", "dataset": dataset, "hparams_seed": 0,
-                     "test_envs": list(test_envs), "trial_seed": 0, **args},
-            **values, "epoch": step / 10, "hparams": {"lr": 1e-4}, "step": step}
-    text = json.dumps(line, sort_keys=True)
+    values = [acc if acc is not None else 0.1 * (i + 1) + step / 1000 for i in range(envs)]
+    line = make_record(step, run_args(dataset, test_envs=test_envs, **args), {"lr": 1e-4},
+                       {i: (v, v) for i, v in enumerate(values)}, epoch=step / 10)
+    text = record_line(line, sort_keys=True).rstrip("\n")
     return text[:-1] + extra + "}" if extra else text
 
 
