@@ -279,7 +279,7 @@ def _batch_fits(data: bytes, files: Sequence[_Reduced], table: pl.DataFrame | No
         return False
     nonnull = {k: rows - table[k].null_count() for k in table.columns}
     if data.count(b":") != sum(nonnull.values()) or \
-            data.count(b"{") + data.count(b"[") != rows or table["step"].min() < 0:
+            data.count(b"{") + data.count(b"[") != rows or (table["step"] < 0).any():
         return False
     letters = sum((k.count("e") + k.count("E")) * n for k, n in nonnull.items()) + sum(
         nonnull[k] if t == pl.Boolean else table[k].str.count_matches("[eE]").sum()
