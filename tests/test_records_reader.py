@@ -147,7 +147,7 @@ def test_numbers_equal_json_loads(tmp_path):
 def test_ordinary_exponents_stay_with_the_fast_reader(tmp_path, monkeypatch):
     """Exponents of up to 3 digits (what Python writes) are read by polars, as json."""
     top = tmp_path / "s"
-    run(top, "a", [record(i, extra=f', "env9_in_acc": {x!r}, "loss": {x / 3!r}')
+    write_run(top / "a", [record(i, extra=f', "env9_in_acc": {x!r}, "loss": {x / 3!r}')
                    for i, x in enumerate([1.5e-05, 2e-300, 7.25e+100, 3e-07])])
     lined = fast_reads(monkeypatch)
     fast = load_records(top, fields=TABLE_FIELDS, use_cache=False).records
@@ -160,8 +160,8 @@ def test_an_env_value_beyond_its_files_env_count_goes_line_by_line(tmp_path, mon
     file of 3 named environments: json's schema skips that line, and so does the read."""
     top = tmp_path / "s"
     names = ["A", "B", "C"]
-    run(top, "a", [record(0, envs=4)])
-    run(top, "b", [record(0, env_names=names),
+    write_run(top / "a", [record(0, envs=4)])
+    write_run(top / "b", [record(0, env_names=names),
                    record(1, env_names=names, extra=', "env3_in_acc": 0.5')])
     lined = fast_reads(monkeypatch)
     fast = load_records(top, fields=TABLE_FIELDS, use_cache=False, quiet=True)
