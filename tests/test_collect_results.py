@@ -10,6 +10,7 @@ from contextlib import redirect_stdout
 import pytest
 
 from domainbed.results import model_selection as ms
+from domainbed.results.cache import CACHE_FILE
 from domainbed.scripts import collect_results, list_top_hparams
 from oodutils.errors import run_cli
 from tests import selection_oracle
@@ -32,7 +33,8 @@ def sweep_copy(tmp_path):
     need_data(SWEEP, "DomainBed's test sweep")
     need_data(EXPECTED, "DomainBed's test sweep results")
     copy = tmp_path / "sweep"
-    shutil.copytree(SWEEP, copy, ignore=shutil.ignore_patterns("results.txt"))
+    # without a records cache an earlier read of the sweep in place may have left there
+    shutil.copytree(SWEEP, copy, ignore=shutil.ignore_patterns("results.txt", CACHE_FILE))
     return copy
 
 
