@@ -22,7 +22,7 @@ from domainbed.scripts import collect_results
 from domainbed.scripts import leaderboard as cli
 from tests.builders import env_values, parse_text_tables, record, run_args, write_run, write_sweep
 from tests.requirements import data_dir, need_data
-from tests.test_collect_results import EXPECTED, SWEEP
+from tests.test_collect_results import EXPECTED, sweep_copy
 
 REPO = Path(__file__).resolve().parents[1]
 TEX = data_dir("domainbed_published") / "results.tex"
@@ -67,8 +67,8 @@ def write_subpop_run(path):
 def mixed_site(tmp_path_factory):
     """DomainBed's test sweep (VLCS) + Debug28 runs on two data seeds (two fingerprints)
     + a corrupt results.jsonl line + an unfinished run, built into one site."""
-    need_data(SWEEP, "DomainBed's published test sweep")
     tmp = tmp_path_factory.mktemp("lb")
+    sweep = sweep_copy(tmp)      # a copy: the site's records cache is written beside runs
     debug = tmp / "debug"
     train(debug / "seed0", tmp / "data")
     train(debug / "seed1", tmp / "data", "--data_seed", "1")
@@ -80,7 +80,7 @@ def mixed_site(tmp_path_factory):
     (unfinished / "done").unlink()
     out = tmp / "site"
     with redirect_stdout(io.StringIO()):
-        cli.main(["--input_dir", str(SWEEP), "--input_dir", str(debug), "--out", str(out)])
+        cli.main(["--input_dir", str(sweep), "--input_dir", str(debug), "--out", str(out)])
     return out, json.loads((out / "leaderboard.json").read_text())
 
 
@@ -214,10 +214,11 @@ def test_leaderboard_gives_the_hand_computed_cells(hand_sweep, tmp_path):
 @pytest.fixture(scope="module")
 def sweep_site(tmp_path_factory):
     """DomainBed's test sweep alone, built into a site."""
-    need_data(SWEEP, "DomainBed's published test sweep")
-    out = tmp_path_factory.mktemp("sweep") / "site"
+    tmp = tmp_path_factory.mktemp("sweep")
+    sweep = sweep_copy(tmp)
+    out = tmp / "site"
     with redirect_stdout(io.StringIO()):
-        cli.main(["--input_dir", str(SWEEP), "--out", str(out)])
+        cli.main(["--input_dir", str(sweep), "--out", str(out)])
     return out, json.loads((out / "leaderboard.json").read_text())
 
 
@@ -275,7 +276,7 @@ def test_title_names_the_sweeps_and_reasons_are_footnotes_once_per_table(mixed_s
 def test_runs_behind_each_cell(mixed_site):
     out, model = mixed_site
     from domainbed.results.records import load_records
-    selected = model_selection.select(load_records(str(SWEEP), quiet=True),
+    selected = model_selection.select(load_records(model["inputs"][0], quiet=True),
                                       model_selection.OracleSelectionMethod)
     table = next(t for s in model["sections"] if s["key"] == "oracle"
                  for t in s["tables"] if t["dataset"] == "VLCS")
