@@ -16,6 +16,7 @@ from domainbed.algorithms.reweighting import cvar_weights, generalized_cross_ent
 from domainbed.algorithms.two_stage import group_balanced_subset
 from domainbed.datasets.base import TensorEnvironment
 from oodutils.errors import UserError
+from tests.builders import read_records
 from tests.hardening_util import train_argv, train_steps, training_run
 from tests.test_algorithms_registry import build, context_for, hparams_for, make_env, step
 
@@ -165,8 +166,7 @@ def test_two_stage_records_say_their_stage(tmp_path, name):
     run.minibatches.batches = lambda s, group_balanced=False: (
         balanced.append(group_balanced) or real_batches(s, group_balanced))
     train_steps(run)
-    with open(out / "results.jsonl") as f:
-        stages = [json.loads(line)["stage"] for line in f]
+    stages = [r["stage"] for r in read_records(out)]
     assert stages == ["stage1", "stage1", "stage2", "stage2"]
     assert balanced == [False, False] + [name == "CRT"] * 2  # CRT: balanced in stage 2
 
