@@ -1,0 +1,66 @@
+"""The project's reference documents keep their form: docs/CONTRACTS.md stays a short
+reference whose modules exist, CHANGELOG.md follows Keep a Changelog with a section for the
+package's version, CONTRIBUTING.md carries no results log."""
+import re
+
+import domainbed
+from tests.test_readme import REPO
+
+PACKAGES = ("domainbed", "analysis", "ood_bench", "spawrious", "oodutils")
+CONTRACTS = REPO / "docs" / "CONTRACTS.md"
+CHANGELOG = REPO / "CHANGELOG.md"
+# dotted names in the contracts that are not modules: entry-point groups and MLflow tags
+NOT_MODULES = {"domainbed.trackers", "domainbed.identity", "domainbed.run_dir"}
+
+
+def test_contracts_is_a_short_reference():
+    lines = CONTRACTS.read_text().splitlines()
+    assert len(lines) <= 400, f"docs/CONTRACTS.md has {len(lines)} lines (at most 400)"
+    assert sum(line.startswith("|") for line in lines) > len(lines) / 2, "mostly tables"
+
+
+def test_contracts_names_only_modules_that_exist():
+    """Every `package.module` the contracts name is a module or package of the repository,
+    so a module that moves takes its line here with it."""
+    named = set(re.findall(r"`(?:python -m )?((?:%s)\.\w+)" % "|".join(PACKAGES),
+                           CONTRACTS.read_text()))
+    missing = []
+    for name in sorted(named - NOT_MODULES):
+        path = REPO.joinpath(*name.split("."))
+        if not (path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+                or _attribute_of_package(name)):
+            missing.append(name)
+    assert not missing, f"docs/CONTRACTS.md names modules that do not exist: {missing}"
+
+
+def _attribute_of_package(name):
+    """`domainbed.RunConfig`, `domainbed.train`: a name the package's __init__ defines."""
+    package, attribute = name.split(".")
+    init = (REPO / package / "__init__.py").read_text()
+    return re.search(r"\b%s\b" % re.escape(attribute), init) is not None
+
+
+def test_changelog_keeps_a_changelog_with_this_version():
+    text = CHANGELOG.read_text()
+    lines = text.splitlines()
+    assert lines[0] == "# Changelog"
+    assert "https://keepachangelog.com/en/1.1.0/" in text
+    assert "https://semver.org/spec/v2.0.0.html" in text
+    releases = re.findall(r"^## \[([^\]]+)\](?: - (\d{4}-\d{2}-\d{2}))?$", text, re.M)
+    assert releases[0] == ("Unreleased", ""), "the first section is [Unreleased]"
+    versions = [version for version, _ in releases[1:]]
+    assert domainbed.__version__ in versions, f"no section for {domainbed.__version__}"
+    assert all(date for _, date in releases[1:]), "every release is dated YYYY-MM-DD"
+    allowed = {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}
+    kinds = re.findall(r"^### (.+)$", text, re.M)
+    assert kinds and set(kinds) <= allowed, f"change kinds outside {sorted(allowed)}"
+    headings = [line for line in lines if line.startswith("#")]
+    assert all(re.match(r"^(# Changelog|## \[[^\]]+\].*|### \w+)$", h) for h in headings)
+    for version, _ in releases:   # each section heading links to its comparison
+        assert re.search(r"^\[%s\]: https://\S+$" % re.escape(version), text, re.M), version
+
+
+def test_contributing_keeps_no_results_log():
+    text = (REPO / "CONTRIBUTING.md").read_text()
+    assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text), "dates belong in CHANGELOG.md"
+    assert "Last result" not in text
