@@ -48,7 +48,7 @@ from .aotl_inputs import (
     read_accuracy_csvs,
     warn,
 )
-from .aotl_options import RESAMPLE, TABLES, build_parser  # noqa: F401  (their old home)
+from .aotl_options import RESAMPLE, build_parser
 from .aotl_stats import (
     SCALES,
     VERDICTS,

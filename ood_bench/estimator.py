@@ -25,7 +25,6 @@ import warnings
 
 import numpy as np
 
-from ood_bench.estimator_defaults import DEFAULTS  # noqa: F401  (its old home)
 from ood_bench.kde import GaussianKDE, KDEError
 
 

@@ -23,7 +23,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ood_bench.estimator import DEFAULTS, ShiftDensities, iid_split
+from ood_bench.estimator import ShiftDensities, iid_split
+from ood_bench.estimator_defaults import DEFAULTS
 from oodutils.errors import UserError, load_error_reason
 from oodutils.fileio import atomic_savez, atomic_write_json
 from oodutils.log import ProjectWarning, get_logger

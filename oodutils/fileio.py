@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from oodutils.errors import UserError
-from oodutils.pinned_dir import Buffer, PinnedDir, current_umask  # noqa: F401  (re-exported)
-from oodutils.text import encodable, utf8_bytes  # noqa: F401  (re-exported)
+from oodutils.pinned_dir import Buffer, PinnedDir
+from oodutils.text import encodable, utf8_bytes
 
 
 def fsync_directory(directory: str | os.PathLike[str]) -> None:

@@ -31,7 +31,7 @@ import numpy as np
 if TYPE_CHECKING:   # pandas is imported where a table is built: commands answer --help first
     import pandas as pd
 
-from oodutils.csv_out import csv_cell, csv_text, frame_csv  # noqa: F401  (re-exported)
+from oodutils.csv_out import frame_csv
 from oodutils.errors import UnknownNameError
 from oodutils.templating import render as render_template
 from oodutils.text import printable

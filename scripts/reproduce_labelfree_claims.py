@@ -34,13 +34,14 @@ GOOD_MAE_POINTS = 5.0   # an estimate within 5 accuracy points on average counts
 
 def train(dataset, ood_env, n_models, runs_dir, data_dir, steps, workers):
     """The zoo's runs, all testing on `ood_env`, with logits saved at each checkpoint."""
-    from domainbed.launch import launchers, sweep, zoo
+    from domainbed.launch import sweep, zoo
+    from domainbed.launch.jobs import DONE
     args_list = zoo.draw_zoo(dataset, n_models, data_dir, steps, max(steps // 2, 1),
                              ["out", "test"], seed=0, test_envs=[ood_env])
     for args in args_list:
         args["save_logits"] = True
     jobs = [sweep.Job(a, runs_dir) for a in args_list]
-    todo = [j for j in jobs if j.state != launchers.DONE]
+    todo = [j for j in jobs if j.state != DONE]
     if todo:
         sweep.launch(jobs, "pooled", {"max_workers": workers}, seed=0)
 

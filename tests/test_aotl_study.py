@@ -10,8 +10,7 @@ import sys
 import pandas as pd
 import pytest
 
-from domainbed.launch import launchers, pooled, zoo
-from domainbed.scripts import sweep
+from domainbed.launch import launchers, pooled, sweep, zoo
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOLATILE = ("step_time", "mem_gb")

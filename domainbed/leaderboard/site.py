@@ -26,7 +26,8 @@ from domainbed.results import tables as reporting
 from domainbed.results.records import TABLE_FIELDS, load_records, only_arithmetic
 from oodutils.csv_out import csv_text
 from oodutils.errors import UserError
-from oodutils.fileio import atomic_write_text, current_umask, finite_json
+from oodutils.fileio import atomic_write_text, finite_json
+from oodutils.pinned_dir import current_umask
 
 if TYPE_CHECKING:
     from domainbed.results.model_selection import SelectionMethod

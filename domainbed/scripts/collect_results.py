@@ -33,18 +33,6 @@ from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.log import get_logger
 from oodutils.tables import FORMATS
 
-# The report builders by their old path (`collect_results.build_report`, ...), imported
-# when first asked for: the command answers --help before pandas is imported.
-_REPORT_NAMES = ("DOMAINBED_ALGORITHMS", "DOMAINBED_DATASETS", "DatasetInfo", "build_report",
-                 "build_section", "dataset_infos", "order_names", "registered_environments")
-
-
-def __getattr__(name):
-    if name in _REPORT_NAMES:
-        from domainbed.results import report
-        return getattr(report, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 logger = get_logger(__name__)
 
 EPILOG = epilog_example("domainbed-collect-results", "domainbed.scripts.collect_results",
