@@ -2,11 +2,11 @@
 
 A launcher is a callable ``launcher(commands, **options) -> list`` registered by name
 in :data:`LAUNCHERS` (built-ins, imported when first used) or with
-``@register_launcher("name")``. Each command is a :class:`Command`: an argv list
-(never a shell string) plus the job's output directory. Launchers that wait for their
-jobs return one :class:`Outcome` per command; launchers that only submit (slurm) return
-an empty list. Options a launcher does not use are ignored, so the sweep can pass them
-all (``max_workers``, ``slurm_partition`` ...).
+``@register_launcher("name")``. Each command is a :class:`~domainbed.launch.jobs.Command`:
+an argv list (never a shell string) plus the job's output directory. Launchers that wait
+for their jobs return one :class:`~domainbed.launch.jobs.Outcome` per command; launchers
+that only submit (slurm) return an empty list. Options a launcher does not use are
+ignored, so the sweep can pass them all (``max_workers``, ``slurm_partition`` ...).
 
 Where each lives: :mod:`domainbed.launch.jobs` (one job: lock, log, outcome),
 :mod:`~domainbed.launch.local` (dummy, local, multi_gpu), :mod:`~domainbed.launch.pooled`,
