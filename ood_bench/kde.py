@@ -4,8 +4,8 @@ Same bandwidth rules (Scott's by default, Silverman's, a scalar factor or a call
 the estimator), the same full data covariance (unbiased, scaled by factor**2), the same
 density values (whitening by the Cholesky factor, kernel sum, normalisation), and
 `resample` draws the very numbers scipy draws for the same integer seed. Evaluation is done
-in float64 blocks with torch matrix products instead of scipy's per-pair loop, which is what
-makes 10,000 x 10,000 eight-dimensional evaluations take seconds.
+in float64 blocks with torch matrix products instead of scipy's per-pair loop, so large
+evaluations (tens of thousands of points against as many) stay practical.
 """
 import math
 

@@ -60,8 +60,8 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
 
 def npz_bytes(compressed: bool = True, *, level: int | None = None, **arrays: Any) -> bytes:
     """The bytes np.savez(_compressed) would write for `arrays`; `level` (1-9): deflate at
-    that zlib level instead of numpy's (level 1 writes a checkpoint's predictions about
-    4x faster, files about a fifth larger; np.load reads either)."""
+    that zlib level instead of numpy's (level 1 writes a checkpoint's predictions faster,
+    for somewhat larger files; np.load reads either)."""
     buf = io.BytesIO()
     if level is None:
         (np.savez_compressed if compressed else np.savez)(buf, **arrays)

@@ -91,8 +91,8 @@ def write_error(output_dir, message):
 
 
 def pick_memory_format(choice, device, precision):
-    """auto: channels-last on CPU (oneDNN's preferred layout: a default ColoredMNIST run
-    measured 824 s vs 933 s contiguous on 2 cores) and with bf16; contiguous otherwise."""
+    """auto: channels-last on CPU (oneDNN's preferred layout, faster for convolutions
+    there) and with bf16; contiguous otherwise."""
     if choice == "auto":
         choice = ("channels_last" if precision == "bf16" or torch.device(device).type == "cpu"
                   else "contiguous")
