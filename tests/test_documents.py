@@ -1,7 +1,10 @@
 """The project's reference documents keep their form: docs/CONTRACTS.md stays a short
 reference whose modules exist, CHANGELOG.md follows Keep a Changelog with a section for the
 package's version, CONTRIBUTING.md carries no results log."""
+import ast
+import io
 import re
+import tokenize
 
 import domainbed
 from tests.test_readme import REPO
@@ -64,3 +67,30 @@ def test_contributing_keeps_no_results_log():
     text = (REPO / "CONTRIBUTING.md").read_text()
     assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text), "dates belong in CHANGELOG.md"
     assert "Last result" not in text
+
+
+# a lab notebook's marks: "measured 824 s", "227 -> 355 MB/s", "0.28 -> 0.06 s", a date
+NOTEBOOK = re.compile(r"\bmeasured\b[^.\n]*\d|\d ?(s|ms|MB|GB|MB/s)? ?-> ?\d"
+                      r"|\b\d+(\.\d+)? ?(s|ms) (vs|against) \d|\b20\d\d-\d\d-\d\d\b")
+
+
+def comments_and_docstrings(path):
+    """(line, text) of every comment and docstring line of a module."""
+    source = path.read_text()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            yield token.start[0], token.string
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                for offset, line in enumerate(doc.splitlines()):
+                    yield node.body[0].lineno + offset, line
+
+
+def test_comments_and_docstrings_keep_no_figures_or_history():
+    """Figures belong in docs/benchmarks and commit messages, not in the code."""
+    found = [f"{path.relative_to(REPO)}:{line}: {text.strip()}"
+             for package in PACKAGES for path in sorted((REPO / package).rglob("*.py"))
+             for line, text in comments_and_docstrings(path) if NOTEBOOK.search(text)]
+    assert found == []
