@@ -3,6 +3,7 @@ reference whose modules exist, CHANGELOG.md follows Keep a Changelog with a sect
 package's version, CONTRIBUTING.md carries no results log."""
 import ast
 import io
+import json
 import re
 import tokenize
 
@@ -94,3 +95,17 @@ def test_comments_and_docstrings_keep_no_figures_or_history():
              for package in PACKAGES for path in sorted((REPO / package).rglob("*.py"))
              for line, text in comments_and_docstrings(path) if NOTEBOOK.search(text)]
     assert found == []
+
+
+def test_every_benchmark_record_gives_a_short_row():
+    """docs/benchmarks.md: one short row per figure (what, result, peer, command); the
+    numbers, method, machine and date stay in the figure's JSON record."""
+    limits = {"what": 80, "headline": 60, "peer": 60}
+    records = sorted((REPO / "docs" / "benchmarks").glob("*.json"))
+    assert records
+    for path in records:
+        entry = json.loads(path.read_text())
+        for field in ("command", "result", "machine", "date"):
+            assert entry.get(field), f"{path.name}: no {field}"
+        for field, limit in limits.items():
+            assert 0 < len(entry[field]) <= limit, f"{path.name}: {field} {entry[field]!r}"
