@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from analysis.aotl_options import CHECKPOINTS, SPLITS  # noqa: F401
+from analysis.aotl_options import CHECKPOINTS, SPLITS
 from oodutils.accuracy import check_accuracies
 from oodutils.errors import UnknownNameError, UserError
 from oodutils.log import get_logger

@@ -55,7 +55,7 @@ def main(argv=None):
     from analysis import card
     from domainbed.leaderboard import panels
     from domainbed.leaderboard.site import records_by_label, sweep_names, write_cards
-    from domainbed.results import model_selection
+    from domainbed.results import grouping
     from domainbed.results.records import load_records
     from oodutils.fileio import check_output_path
     check_output_path(args.output_dir, "--output_dir", directory=True)
@@ -64,7 +64,7 @@ def main(argv=None):
     by_label = records_by_label(loaded.records)
     if not by_label:
         raise UserError(f"no finished runs under {', '.join(args.input_dir)}")
-    labels = model_selection.dataset_labels(loaded.records)
+    labels = grouping.dataset_labels(loaded.records)
     datasets = [{"label": label, "name": str(dataset)}
                 for (dataset, _), label in sorted(labels.items(), key=lambda x: x[1])
                 if label in by_label]

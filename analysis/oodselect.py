@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike
 
-from analysis.oodselect_config import (  # noqa: F401
+from analysis.oodselect_config import (
     LOSSES,
     PENALTY_FORMS,
     SEARCH_SPACE,

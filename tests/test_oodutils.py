@@ -82,6 +82,12 @@ def test_no_deprecation_shims_or_old_names():
             if re.search(r"DeprecationWarning|old (name|path|home)\b", text):
                 shims.append(str(path.relative_to(ROOT)))
     assert shims == []
+    reexports = [f"{path.relative_to(ROOT)}:{number}"
+                 for package in ("domainbed", "analysis", "ood_bench", "spawrious", "oodutils")
+                 for path in sorted((ROOT / package).rglob("*.py")) if path.name != "__init__.py"
+                 for number, line in enumerate(path.read_text().splitlines(), 1)
+                 if line.startswith("from ") and "noqa: F401" in line]
+    assert reexports == [], "a module re-exports names it does not use"
     launchers = importlib.import_module("domainbed.launch.launchers")
     assert not hasattr(launchers, "job_state") and not hasattr(launchers, "_try_lock")
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from domainbed.networks.input_adapters import (  # noqa: F401 (re-exported)
+from domainbed.networks.input_adapters import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     TwoColourToRGB,

@@ -228,7 +228,7 @@ def check_args(args):
     launchers.get_launcher(args.command_launcher)
     check_early_stopping(args.early_stopping, args.patience)
     if args.eval_splits:
-        from domainbed.training.evaluation import check_eval_splits
+        from domainbed.training.splits import check_eval_splits
         check_eval_splits(args.eval_splits)
 
 

@@ -24,34 +24,17 @@ import torch
 
 from domainbed.config import RunConfig
 from domainbed.training import arithmetic, trackers
-from domainbed.training.batches import (  # noqa: F401  (re-exported: part of training's API)
-    BatchSampler,
+from domainbed.training.batches import (
     MinibatchSource,
     build_dataset,
-    class_balanced_weights,
     make_splits,
     samples_per_step,
-    sampling_weights,
     training_view,
 )
 from domainbed.training.early_stopping import DEFAULT_PATIENCE, EarlyStopping
-from domainbed.training.evaluation import (  # noqa: F401
-    RunContext,
-    evaluate,
-    iterate_split,
-    predict_split,
-    predicted_class,
-    select_splits,
-    split_metrics,
-)
-from domainbed.training.precision import (  # noqa: F401
-    ALLOW_EMULATED_BF16,
-    autocast_context,
-    check_precision,
-    cpu_supports_bf16,
-)
-from domainbed.training.resume import (  # noqa: F401
-    NON_IDENTITY_ARGS,
+from domainbed.training.evaluation import RunContext, evaluate
+from domainbed.training.precision import autocast_context, check_precision
+from domainbed.training.resume import (
     RESULTS_FILE,
     RESUME_FILE,
     args_identity,
@@ -61,6 +44,7 @@ from domainbed.training.resume import (  # noqa: F401
     save_resume_state,
 )
 from domainbed.training.schedules import RunSchedule
+from domainbed.training.splits import select_splits
 from oodutils import fileio
 from oodutils.errors import UserError
 from oodutils.log import get_logger
