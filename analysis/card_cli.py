@@ -16,6 +16,7 @@ import datetime
 import os
 import sys
 
+from domainbed.results import grouping
 from oodutils.cli import (
     ArgumentParser,
     add_logging_flags,
@@ -55,7 +56,6 @@ def main(argv=None):
     from analysis import card
     from domainbed.leaderboard import panels
     from domainbed.leaderboard.site import records_by_label, sweep_names, write_cards
-    from domainbed.results import grouping
     from domainbed.results.records import load_records
     from oodutils.fileio import check_output_path
     check_output_path(args.output_dir, "--output_dir", directory=True)

@@ -38,6 +38,7 @@ import pandas as pd
 from analysis import validity as V
 from analysis.validity_config import SPLIT_CODES
 from domainbed.predictions import list_prediction_steps, load_predictions
+from domainbed.results import grouping
 from domainbed.results import model_selection as ms
 from domainbed.results.records import load_records
 from oodutils.csv_out import csv_value
@@ -59,12 +60,12 @@ def benchmark_names(records) -> tuple[dict[tuple, str], dict]:
     """({(dataset label, test_env): benchmark name}, dataset labels) over every record
     given."""
     records = _records(records)
-    labels = ms.dataset_labels(records)
+    labels = grouping.dataset_labels(records)
     envs = collections.defaultdict(set)
     for r in records:
         official = ms.official_split_envs(r)  # train/val/test datasets: the test env only
         for t in [official[1]] if official else r["args"].get("test_envs") or []:
-            envs[ms.dataset_label(r, labels)].add(t)
+            envs[grouping.dataset_label(r, labels)].add(t)
     return {(label, t): (label if len(ts) == 1 else f"{label}/env{t}")
             for label, ts in envs.items() for t in ts}, labels
 
@@ -228,7 +229,7 @@ def k_from_records(k_records, names, labels, reference=None, erm="ERM", **kwargs
     for r in k_records:
         args = r["args"]
         t = (args.get("test_envs") or [None])[0]
-        key = (names.get((ms.dataset_label(r, labels), t)), args.get("trial_seed"))
+        key = (names.get((grouping.dataset_label(r, labels), t)), args.get("trial_seed"))
         known = runs[key].get(args.get("algorithm"))
         if known is not None and known != r["run_dir"]:
             raise UserError(f"two {args.get('algorithm')} runs for {key[0]} trial seed "

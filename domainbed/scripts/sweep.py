@@ -40,6 +40,7 @@ from domainbed.launch.sweep import (
 )
 from domainbed.registry import get_dataset_class
 from domainbed.training.early_stopping import check_options as check_early_stopping
+from domainbed.training.splits import check_eval_splits
 from oodutils.cli import (
     DATA_DIR_HELP,
     DEFAULT_DATA_DIR,
@@ -228,7 +229,6 @@ def check_args(args):
     launchers.get_launcher(args.command_launcher)
     check_early_stopping(args.early_stopping, args.patience)
     if args.eval_splits:
-        from domainbed.training.splits import check_eval_splits
         check_eval_splits(args.eval_splits)
 
 
