@@ -33,11 +33,11 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from domainbed.config import RunConfig
 from domainbed.launch import jobs, local
 from domainbed.launch.pooled import train_flags
 from domainbed.launch.progress import SweepProgress
 from domainbed.registry import ALGORITHMS
+from domainbed.training.config import RunConfig
 from oodutils.errors import UserError
 
 FUSED_MAX_MODELS = 64

@@ -16,12 +16,11 @@ import traceback
 
 import torch
 
-from domainbed.config import RunConfig
 from domainbed.launch import jobs
 from domainbed.launch.pooled import train_flags
-from domainbed.networks import feature_cache
-from domainbed.training import arithmetic
+from domainbed.training import arithmetic, feature_cache
 from domainbed.training import loop as training
+from domainbed.training.config import RunConfig
 from domainbed.training.random_states import RandomStates
 from oodutils.errors import UserError
 
@@ -113,7 +112,7 @@ class GroupRunner:
         return start
 
     def _build(self, member):
-        """The member's TrainingRun, as `domainbed.api.run_config` builds it."""
+        """The member's TrainingRun, as `domainbed.training.run.run_config` builds it."""
         try:
             args = RunConfig.from_argv(train_flags(member.command))
             algorithm_cls, dataset_cls = args.validate()

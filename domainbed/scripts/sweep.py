@@ -20,7 +20,6 @@ import math
 import os
 import sys
 
-from domainbed.config import MAX_SEED, check_limits
 from domainbed.hub_options import add_hf_flags, fold_hf_flags
 from domainbed.launch import launchers
 from domainbed.launch.fused import FUSED_MAX_MODELS
@@ -43,6 +42,7 @@ from domainbed.launch.sweep import (  # noqa: F401  (the planning API, by its ol
     train_argv,
 )
 from domainbed.registry import get_dataset_class
+from domainbed.training.config import MAX_SEED, check_limits
 from domainbed.training.early_stopping import check_options as check_early_stopping
 from oodutils.cli import (
     DATA_DIR_HELP,

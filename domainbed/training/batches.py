@@ -6,9 +6,9 @@ import inspect
 
 import torch
 
-from domainbed.config import RunConfig
 from domainbed.datasets.base import split_dataset
 from domainbed.hparams import seed_hash
+from domainbed.training.config import RunConfig
 
 
 def build_dataset(dataset_cls, data_dir, test_envs, hparams, data_seed):

@@ -22,7 +22,6 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from domainbed.config import RunConfig
 from domainbed.training import arithmetic, trackers
 from domainbed.training.batches import (  # noqa: F401  (re-exported: part of training's API)
     BatchSampler,
@@ -34,6 +33,7 @@ from domainbed.training.batches import (  # noqa: F401  (re-exported: part of tr
     sampling_weights,
     training_view,
 )
+from domainbed.training.config import RunConfig
 from domainbed.training.early_stopping import DEFAULT_PATIENCE, EarlyStopping
 from domainbed.training.evaluation import (  # noqa: F401
     RunContext,
@@ -216,7 +216,7 @@ class TrainingRun:
             self.algorithm = self.algorithm.to(self.device)
             if memory_format is not None:
                 self.algorithm = self.algorithm.to(memory_format=memory_format)
-        from domainbed.networks import feature_cache
+        from domainbed.training import feature_cache
         self.uses_feature_cache = feature_cache.attach(self)  # linear probes: cached features
         self._prepare_algorithm()
 

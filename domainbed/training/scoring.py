@@ -21,10 +21,10 @@ import warnings
 import torch
 
 from domainbed import run_hparams
-from domainbed.config import RunConfig
 from domainbed.networks.backbones import MAX_WEIGHTS_BYTES
 from domainbed.registry import get_algorithm_class
 from domainbed.training import arithmetic
+from domainbed.training.config import RunConfig
 from domainbed.training.evaluation import RunContext, evaluate
 from domainbed.training.loop import (
     build_run_data,
