@@ -22,8 +22,8 @@ since loading one runs the code stored in it.
 Transfer mode (`transfer` hyperparameter): ``full`` trains everything (batch norm frozen
 when starting from pretrained weights, as DomainBed); ``linear_probe`` freezes the whole
 backbone (no gradients, always in eval mode) and rounds its features to float16, the
-precision the frozen-feature cache (``feature_cache``) stores, so a probe trained from the
-cache and one computing features on the fly see the same numbers.
+precision the frozen-feature cache (``domainbed.training.feature_cache``) stores, so a
+probe trained from the cache and one computing features on the fly see the same numbers.
 """
 import hashlib
 import io
