@@ -15,7 +15,6 @@ import shutil
 import stat
 import sys
 
-from domainbed.config import check_job
 from domainbed.hparams import seed_hash
 from domainbed.launch.jobs import (
     DONE,
@@ -32,6 +31,7 @@ from domainbed.launch.jobs import (
 )
 from domainbed.launch.launchers import get_launcher
 from domainbed.registry import ALGORITHMS, DATASETS, get_algorithm_class, get_dataset_class
+from domainbed.training.config import check_job
 from oodutils.errors import UserError
 
 # The command that runs one job; tests swap it for a fake.

@@ -20,10 +20,8 @@ import math
 import os
 import sys
 
-from domainbed.config import MAX_SEED, check_limits
 from domainbed.hub_options import add_hf_flags, fold_hf_flags
 from domainbed.launch import launchers
-from domainbed.launch.fused import FUSED_MAX_MODELS
 from domainbed.launch.jobs import DONE, INCOMPLETE, NOT_LAUNCHED, RUNNING
 from domainbed.launch.slurm_status import slurm_view, summarize_view
 from domainbed.launch.sweep import (
@@ -39,6 +37,7 @@ from domainbed.launch.sweep import (
     summarize,
 )
 from domainbed.registry import get_dataset_class
+from domainbed.training.config import MAX_SEED, check_limits
 from domainbed.training.early_stopping import check_options as check_early_stopping
 from domainbed.training.splits import check_eval_splits
 from oodutils.cli import (
@@ -159,7 +158,7 @@ def build_parser():
     add_option(parser, "--gpus_per_job", type=int, default=1,
                        help="multi_gpu launcher: GPUs each job trains on, data-parallel "
                             "(train.py's --distributed K)")
-    add_option(parser, "--fused_max_models", type=int, default=FUSED_MAX_MODELS,
+    add_option(parser, "--fused_max_models", type=int, default=launchers.FUSED_MAX_MODELS,
                        help="fused launcher: most models trained together in one group")
     add_option(parser, "--fused_arithmetic", default="auto",
                        choices=("auto", "exact", "batched"),
