@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from domainbed import downloading
+from domainbed.downloads import fetching as downloading
 from domainbed.scripts import download
 from oodutils.errors import UserError
 from tests.test_download_machinery import PAYLOAD, SHA, Server, waterbirds_tarball

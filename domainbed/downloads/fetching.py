@@ -1,26 +1,29 @@
-"""Downloading and unpacking, done safely: the generic machinery every download uses.
+"""Downloading and unpacking, done safely: the machinery every download uses.
 
-* ``fetch(url, dst, sha256=None)``: streams into a temp file in dst's directory (a random
-  name, ``.<dst name>.<random>.partial``); an interrupted download leaves that file, and the
-  next call resumes it with an HTTP Range request (a server that ignores Range is answered by
-  starting over; an HTTP 416 is taken as "complete" only when the server's stated size is
-  the partial's, else the download starts over). The complete file is verified before it
-  gets its final name, and removed on a mismatch: against the checksum the source publishes
-  (a full SHA-256, or the hash prefix in torch hub file names), else against the sha256 the
-  first complete download recorded in the lock file beside it (``LOCK_FILE``: trust on
-  first use). A partial is resumed only where there is such a checksum to verify the result
-  (otherwise it is discarded: it may not be ours). An existing dst is checked, not fetched.
+* ``fetch(url, dst, sha256=None)``: pooch's ``retrieve`` (a temporary file, its hash
+  checked, renamed into place only when it matches) with ``ResumableDownload`` as its
+  downloader: the bytes go to a partial file beside dst (``.<dst name>.<random>.partial``)
+  that outlives a failure or a killed process; the next call resumes it with an HTTP Range
+  request (a server that ignores Range is answered by starting over; an HTTP 416 is taken as
+  "complete" only when the server's stated size is the partial's). The hash checked is the
+  one the source publishes (a full SHA-256; the hash prefix in torch hub file names is
+  checked after pooch), else the one the first complete download recorded in the lock file
+  beside it (``LOCK_FILE``: trust on first use). A partial is resumed only where there is
+  such a checksum to verify the result (otherwise it is discarded: it may not be ours). An
+  existing dst is checked, not fetched. Google Drive goes through gdown (``google_drive``).
   A tqdm progress bar is shown on a terminal only. Network errors are one-line UserErrors.
 * ``record`` / ``read_lock`` / ``tree_digest``: the lock file, and the digest of an
   extracted tree (``--verify`` re-checks a dataset whose archive is gone with it).
 * ``extract(archive, into)``: unpacks a tar or zip archive into a fresh temp directory inside
   ``into``; a member that would land outside it (``..``, absolute paths, links out) is a
-  UserError; only a complete extraction is renamed into place, entry by entry, so a later
-  run never sees a half-extracted dataset.
+  UserError (pooch's Untar applies tarfile's "data" filter only from Python 3.12, so the
+  unpacking stays here); only a complete extraction is renamed into place, entry by entry,
+  so a later run never sees a half-extracted dataset.
 """
 import glob
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -31,7 +34,9 @@ import urllib.error
 import urllib.request
 import zipfile
 
-from oodutils.errors import UserError
+from tqdm import tqdm
+
+from oodutils.errors import UserError, require
 from oodutils.fileio import atomic_write_text
 from oodutils.untrusted import parse_json, read_regular_bytes
 
@@ -47,18 +52,6 @@ def file_digest(path, algorithm="sha256"):
         for block in iter(lambda: f.read(CHUNK), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def verify(path, sha256, source):
-    """sha256: the full hex digest, or a prefix of it (torch hub's `name-<prefix>.pth`); a
-    mismatch removes the file."""
-    if not sha256:
-        return
-    actual = file_digest(path)
-    if not actual.startswith(sha256.lower()):
-        os.unlink(path)
-        raise UserError(f"checksum mismatch for {source}: expected sha256 {sha256}, got "
-                        f"{actual[:len(sha256)]}; the file was removed, run again")
 
 
 # ------------------------------------------------------------- trust on first use (lock)
@@ -113,19 +106,19 @@ def check_file(path, sha256, source):
     return actual
 
 
-def accept(partial, dst, url, sha256):
-    """A complete download: checked against the published or recorded checksum (removed on
-    a mismatch), recorded in the lock on first use, then renamed into place."""
+def accept(dst, url, sha256):
+    """A complete download pooch placed at dst: a published prefix (torch hub's) checked
+    (removed on a mismatch); with no checksum published or recorded, its sha256 recorded in
+    the lock (trust on first use)."""
     expected = expected_sha256(dst, sha256)
-    actual = file_digest(partial)
+    actual = file_digest(dst)
     if expected and not actual.startswith(expected.lower()):
-        os.unlink(partial)
+        os.unlink(dst)
         what = "published" if sha256 else f"recorded in {lock_path(os.path.dirname(dst))}"
         raise UserError(f"checksum mismatch for {url}: expected sha256 {expected} ({what}), "
                         f"got {actual[:len(expected)]}; the download was removed")
-    if not sha256 and not expected:
+    if not expected:
         record(dst, url=url, sha256=actual)
-    os.replace(partial, dst)
     return dst
 
 
@@ -150,7 +143,6 @@ def _partial_file(dst, resume=True):
 
 
 def _progress(total, initial, desc):
-    from tqdm import tqdm
     return tqdm(total=total, initial=initial, unit="B", unit_scale=True, desc=desc,
                 disable=not sys.stderr.isatty(), dynamic_ncols=True)
 
@@ -163,6 +155,8 @@ def _open(url, offset, timeout):
 
 
 def _stream(url, partial, timeout):
+    """Append what the server has beyond the partial's size (or start over where it
+    ignores Range); an OSError when the transfer stops short, the bytes received kept."""
     offset = os.path.getsize(partial)
     try:
         response = _open(url, offset, timeout)
@@ -182,6 +176,7 @@ def _stream(url, partial, timeout):
                 _progress(total, offset if resumed else 0, os.path.basename(url)) as bar:
             for block in iter(lambda: response.read(CHUNK), b""):
                 f.write(block)
+                f.flush()   # what arrived is on disk: a killed process resumes from it
                 bar.update(len(block))
         if total is not None and os.path.getsize(partial) != total:
             raise OSError(f"connection closed after {os.path.getsize(partial)} of {total} "
@@ -194,26 +189,91 @@ def _complete_size(headers):
     return int(match.group(1)) if match else None
 
 
-def fetch(url, dst, sha256=None, timeout=60):
-    """Download url to dst (see the module docstring). Returns dst. An existing dst is
-    checked against the published or recorded checksum, not downloaded again."""
+class ResumableDownload:
+    """A pooch downloader (``downloader(url, output_file, pooch)``) that streams into a
+    partial file beside the target, kept across failures and processes, resumed with HTTP
+    Range (a transfer that stops short is resumed in the same call up to `attempts` times,
+    while it makes progress), and handed to pooch, which checks its hash and renames it into
+    place."""
+
+    def __init__(self, dst, resume, timeout=60, attempts=3):
+        self.dst, self.resume, self.timeout, self.attempts = dst, resume, timeout, attempts
+        self.partial = None
+
+    def __call__(self, url, output_file, pooch_instance=None):
+        self.partial = _partial_file(self.dst, resume=self.resume)
+        for attempt in range(self.attempts):
+            before = os.path.getsize(self.partial)
+            try:
+                _stream(url, self.partial, self.timeout)
+                break
+            except OSError:
+                if os.path.getsize(self.partial) <= before or attempt == self.attempts - 1:
+                    raise
+        os.replace(self.partial, output_file)
+
+
+class GoogleDrive(ResumableDownload):
+    """Google Drive through gdown (its confirmation pages; no Range support there)."""
+
+    def __call__(self, url, output_file, pooch_instance=None):
+        gdown = require("gdown", extra="download")
+        try:
+            if gdown.download(url, output_file, quiet=not sys.stderr.isatty()) is None:
+                raise UserError(f"could not download {url}; is the network reachable?")
+        except UserError:
+            raise
+        except Exception as e:   # gdown raises many kinds; the user needs one line
+            raise UserError(f"could not download {url} ({e}); is the network "
+                            "reachable?") from None
+
+
+def _retrieve(url, dst, known_hash, downloader):
+    """pooch.retrieve into dst's folder, quietly (pooch logs each download to stderr)."""
+    pooch = require("pooch", extra="download")
+    directory, name = os.path.split(os.path.abspath(dst))
+    pooch_logger = pooch.get_logger()
+    level = pooch_logger.level
+    pooch_logger.setLevel(logging.WARNING)
+    try:
+        return pooch.retrieve(url, known_hash=f"sha256:{known_hash}" if known_hash else None,
+                              fname=name, path=directory, downloader=downloader)
+    finally:
+        pooch_logger.setLevel(level)
+
+
+def fetch(url, dst, sha256=None, timeout=60, google_drive=False):
+    """Download url to dst through pooch (see the module docstring). Returns dst. An existing
+    dst is checked against the published or recorded checksum, not downloaded again."""
     expected = expected_sha256(dst, sha256)
     if os.path.lexists(dst):
         if expected:
             check_file(dst, expected, url)
         return dst
     os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
-    partial = _partial_file(dst, resume=bool(expected))
+    kind = GoogleDrive if google_drive else ResumableDownload
+    downloader = kind(dst, resume=bool(expected), timeout=timeout)
+    full = expected.lower() if expected and len(expected) == 64 else None
     try:
-        _stream(url, partial, timeout)
+        _retrieve(url, dst, full, downloader)
+    except ValueError as e:   # pooch: the hash does not match; its temporary file is gone
+        what = "published" if sha256 else f"recorded in {lock_path(os.path.dirname(dst))}"
+        raise UserError(f"checksum mismatch for {url}: expected sha256 {expected} ({what}); "
+                        f"the download was removed ({_first_line(e)})") from None
     except (urllib.error.URLError, OSError, TimeoutError) as e:
-        kept = os.path.exists(partial) and os.path.getsize(partial) > 0
-        if not kept and os.path.exists(partial):
+        partial = downloader.partial
+        kept = bool(partial) and os.path.exists(partial) and os.path.getsize(partial) > 0
+        if partial and not kept and os.path.exists(partial):
             os.unlink(partial)
         reason = getattr(e, "reason", None) or e
         raise UserError(f"could not download {url} ({reason}); is the network reachable?"
                         + (" Run again to resume." if kept else "")) from None
-    return accept(partial, dst, url, sha256)
+    return accept(dst, url, sha256)
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _inside(root, path):
