@@ -3,6 +3,7 @@ crafted archives; the download CLI end to end for a dataset in its real layout."
 import hashlib
 import http.server
 import io
+import json
 import os
 import tarfile
 import threading
@@ -268,3 +269,30 @@ def test_weights_download_verifies_and_lands_where_runs_look(tmp_path, monkeypat
     assert clip_dst == str(tmp_path / "clip_vit_b16_openai.safetensors")
     assert clip_url.endswith(".safetensors") and clip_sha is None  # trust on first use
     assert r34_dst == str(tmp_path / "resnet34-b627a593.pth") and r34_sha == "b627a593"
+
+
+def test_google_drive_goes_through_gdown_and_the_same_checks(tmp_path, monkeypatch):
+    """A Google Drive file is fetched by gdown inside pooch: recorded on first use, a
+    changed file refused in one line with nothing left, gdown's failure one line too."""
+    gdown = pytest.importorskip("gdown")
+    served = {"bytes": b"first"}
+
+    def fake_download(url, output, quiet=True):
+        with open(output, "wb") as f:
+            f.write(served["bytes"])
+        return output
+    monkeypatch.setattr(gdown, "download", fake_download)
+    url, dst = download.DATASETS["VLCS"][0].url, tmp_path / "VLCS.tar.gz"
+    downloading.fetch(url, str(dst), google_drive=True)
+    lock = json.loads((tmp_path / downloading.LOCK_FILE).read_text())
+    assert lock["VLCS.tar.gz"]["sha256"] == hashlib.sha256(b"first").hexdigest()
+    dst.unlink()
+    served["bytes"] = b"changed"
+    with pytest.raises(UserError, match="checksum mismatch .*recorded in .* got "
+                                        + hashlib.sha256(b"changed").hexdigest()):
+        downloading.fetch(url, str(dst), google_drive=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [downloading.LOCK_FILE]
+    monkeypatch.setattr(gdown, "download", lambda url, output, quiet=True: None)
+    with pytest.raises(UserError, match="could not download .*network reachable"):
+        downloading.fetch(url, str(dst), google_drive=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [downloading.LOCK_FILE]

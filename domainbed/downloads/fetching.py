@@ -258,8 +258,10 @@ def fetch(url, dst, sha256=None, timeout=60, google_drive=False):
         _retrieve(url, dst, full, downloader)
     except ValueError as e:   # pooch: the hash does not match; its temporary file is gone
         what = "published" if sha256 else f"recorded in {lock_path(os.path.dirname(dst))}"
-        raise UserError(f"checksum mismatch for {url}: expected sha256 {expected} ({what}); "
-                        f"the download was removed ({_first_line(e)})") from None
+        got = re.search(r"but got ([0-9a-f]+)", str(e))
+        raise UserError(f"checksum mismatch for {url}: expected sha256 {expected} ({what}), "
+                        f"got {got.group(1) if got else 'another file'}; the download was "
+                        "removed") from None
     except (urllib.error.URLError, OSError, TimeoutError) as e:
         partial = downloader.partial
         kept = bool(partial) and os.path.exists(partial) and os.path.getsize(partial) > 0
@@ -269,11 +271,6 @@ def fetch(url, dst, sha256=None, timeout=60, google_drive=False):
         raise UserError(f"could not download {url} ({reason}); is the network reachable?"
                         + (" Run again to resume." if kept else "")) from None
     return accept(dst, url, sha256)
-
-
-def _first_line(error):
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _inside(root, path):
