@@ -6,14 +6,15 @@ dataset modules themselves import torch, which is why the sources live in this s
 package rather than inside ``domainbed.datasets``."""
 from domainbed.downloads import image_folders, mnist, subpopulation, text, wilds
 from domainbed.downloads.hub_mirrors import MIRRORS
-from domainbed.downloads.sources import Manual
+from domainbed.downloads.sources import Manual, Source
 from oodutils.errors import UserError
 
-DATASETS = {**mnist.SOURCES, **image_folders.SOURCES, **subpopulation.SOURCES, **text.SOURCES,
-            **wilds.SOURCES, **subpopulation.OODBENCH_SOURCES}
+DATASETS: dict[str, list[Source]] = {
+    **mnist.SOURCES, **image_folders.SOURCES, **subpopulation.SOURCES, **text.SOURCES,
+    **wilds.SOURCES, **subpopulation.OODBENCH_SOURCES}
 
 
-def download_dataset(name, data_dir):
+def download_dataset(name: str, data_dir: str) -> str:
     """Runs each step of a dataset; 'manual' where the user must fetch it by hand."""
     outcome = "done"
     for step in DATASETS[name]:
@@ -22,12 +23,12 @@ def download_dataset(name, data_dir):
     return outcome
 
 
-def verify_dataset(name, data_dir):
+def verify_dataset(name: str, data_dir: str) -> str:
     """Re-check each step of a dataset on disk; the lines saying what matched."""
     return "; ".join(step.verify(data_dir) for step in DATASETS[name])
 
 
-def download_original(name, data_dir, fetched):
+def download_original(name: str, data_dir: str, fetched: dict[int, str]) -> str | None:
     """Dataset `name` from its own links: a line saying what was done (None for a dataset
     fetched by hand, whose instructions are printed). `fetched` ({id of steps: name}) keeps
     datasets that read the same files (CelebA, CelebA_Blond) from fetching them twice."""

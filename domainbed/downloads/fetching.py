@@ -33,6 +33,7 @@ import tempfile
 import urllib.error
 import urllib.request
 import zipfile
+from typing import Any
 
 from tqdm import tqdm
 
@@ -46,7 +47,7 @@ MAX_LOCK_BYTES = 1 << 20
 USER_AGENT = "domainbed-downloader"
 
 
-def file_digest(path, algorithm="sha256"):
+def file_digest(path: str, algorithm: str = "sha256") -> str:
     digest = hashlib.new(algorithm)
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(CHUNK), b""):
@@ -56,11 +57,11 @@ def file_digest(path, algorithm="sha256"):
 
 # ------------------------------------------------------------- trust on first use (lock)
 
-def lock_path(directory):
+def lock_path(directory: str) -> str:
     return os.path.join(directory, LOCK_FILE)
 
 
-def read_lock(directory):
+def read_lock(directory: str) -> dict[str, dict[str, Any]]:
     """{file name: {"url", "sha256", ...}} of the lock file in `directory` ({} if none);
     a lock that is not a regular JSON file is a UserError, never silently ignored."""
     path = lock_path(directory)
@@ -76,14 +77,14 @@ def read_lock(directory):
     return lock
 
 
-def recorded_sha256(dst):
+def recorded_sha256(dst: str) -> str | None:
     """The sha256 the lock beside `dst` recorded at its first download, or None."""
     directory, name = os.path.split(os.path.abspath(dst))
     value = read_lock(directory).get(name, {}).get("sha256")
     return value if isinstance(value, str) and value else None
 
 
-def record(dst, **fields):
+def record(dst: str, **fields: Any) -> None:
     """Add `fields` to the lock entry of `dst` (the lock beside it)."""
     directory, name = os.path.split(os.path.abspath(dst))
     lock = read_lock(directory)
@@ -91,12 +92,12 @@ def record(dst, **fields):
     atomic_write_text(lock_path(directory), json.dumps(lock, indent=1, sort_keys=True) + "\n")
 
 
-def expected_sha256(dst, sha256):
+def expected_sha256(dst: str, sha256: str | None) -> str | None:
     """What a download of `dst` must match: the published checksum, else the lock's."""
     return sha256 or recorded_sha256(dst)
 
 
-def check_file(path, sha256, source):
+def check_file(path: str, sha256: str, source: str) -> str:
     """A UserError unless the file on disk matches `sha256` (full or prefix); kept as is."""
     actual = file_digest(path)
     if not actual.startswith(sha256.lower()):
@@ -106,7 +107,7 @@ def check_file(path, sha256, source):
     return actual
 
 
-def accept(dst, url, sha256):
+def accept(dst: str, url: str, sha256: str | None) -> str:
     """A complete download pooch placed at dst: a published prefix (torch hub's) checked
     (removed on a mismatch); with no checksum published or recorded, its sha256 recorded in
     the lock (trust on first use)."""
@@ -122,13 +123,13 @@ def accept(dst, url, sha256):
     return dst
 
 
-def _partials(dst):
+def _partials(dst: str) -> list[str]:
     directory, name = os.path.split(os.path.abspath(dst))
     return sorted(glob.glob(os.path.join(glob.escape(directory), f".{glob.escape(name)}.*"
                                          ".partial")), key=os.path.getsize, reverse=True)
 
 
-def _partial_file(dst, resume=True):
+def _partial_file(dst: str, resume: bool = True) -> str:
     """The largest partial download of dst to resume (only where the result will be checked
     against a checksum), or a new one with a random name."""
     existing = _partials(dst)
@@ -142,19 +143,19 @@ def _partial_file(dst, resume=True):
     return path
 
 
-def _progress(total, initial, desc):
+def _progress(total: int | None, initial: int, desc: str) -> Any:
     return tqdm(total=total, initial=initial, unit="B", unit_scale=True, desc=desc,
                 disable=not sys.stderr.isatty(), dynamic_ncols=True)
 
 
-def _open(url, offset, timeout):
+def _open(url: str, offset: int, timeout: float) -> Any:
     request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
     if offset:
         request.add_header("Range", f"bytes={offset}-")
     return urllib.request.urlopen(request, timeout=timeout)
 
 
-def _stream(url, partial, timeout):
+def _stream(url: str, partial: str, timeout: float) -> None:
     """Append what the server has beyond the partial's size (or start over where it
     ignores Range); an OSError when the transfer stops short, the bytes received kept."""
     offset = os.path.getsize(partial)
@@ -183,7 +184,7 @@ def _stream(url, partial, timeout):
                           "bytes")
 
 
-def _complete_size(headers):
+def _complete_size(headers: Any) -> int | None:
     """The full size a 416 answer states (`Content-Range: bytes */SIZE`), or None."""
     match = re.fullmatch(r"bytes \*/(\d+)", (headers or {}).get("Content-Range", "") or "")
     return int(match.group(1)) if match else None
@@ -196,27 +197,28 @@ class ResumableDownload:
     while it makes progress), and handed to pooch, which checks its hash and renames it into
     place."""
 
-    def __init__(self, dst, resume, timeout=60, attempts=3):
+    def __init__(self, dst: str, resume: bool, timeout: float = 60, attempts: int = 3
+                 ) -> None:
         self.dst, self.resume, self.timeout, self.attempts = dst, resume, timeout, attempts
-        self.partial = None
+        self.partial: str | None = None
 
-    def __call__(self, url, output_file, pooch_instance=None):
-        self.partial = _partial_file(self.dst, resume=self.resume)
+    def __call__(self, url: str, output_file: str, pooch_instance: Any = None) -> None:
+        partial = self.partial = _partial_file(self.dst, resume=self.resume)
         for attempt in range(self.attempts):
-            before = os.path.getsize(self.partial)
+            before = os.path.getsize(partial)
             try:
-                _stream(url, self.partial, self.timeout)
+                _stream(url, partial, self.timeout)
                 break
             except OSError:
-                if os.path.getsize(self.partial) <= before or attempt == self.attempts - 1:
+                if os.path.getsize(partial) <= before or attempt == self.attempts - 1:
                     raise
-        os.replace(self.partial, output_file)
+        os.replace(partial, output_file)
 
 
 class GoogleDrive(ResumableDownload):
     """Google Drive through gdown (its confirmation pages; no Range support there)."""
 
-    def __call__(self, url, output_file, pooch_instance=None):
+    def __call__(self, url: str, output_file: str, pooch_instance: Any = None) -> None:
         gdown = require("gdown", extra="download")
         try:
             if gdown.download(url, output_file, quiet=not sys.stderr.isatty()) is None:
@@ -228,7 +230,8 @@ class GoogleDrive(ResumableDownload):
                             "reachable?") from None
 
 
-def _retrieve(url, dst, known_hash, downloader):
+def _retrieve(url: str, dst: str, known_hash: str | None,
+              downloader: ResumableDownload) -> str:
     """pooch.retrieve into dst's folder, quietly (pooch logs each download to stderr)."""
     pooch = require("pooch", extra="download")
     directory, name = os.path.split(os.path.abspath(dst))
@@ -242,7 +245,8 @@ def _retrieve(url, dst, known_hash, downloader):
         pooch_logger.setLevel(level)
 
 
-def fetch(url, dst, sha256=None, timeout=60, google_drive=False):
+def fetch(url: str, dst: str, sha256: str | None = None, timeout: float = 60,
+          google_drive: bool = False) -> str:
     """Download url to dst through pooch (see the module docstring). Returns dst. An existing
     dst is checked against the published or recorded checksum, not downloaded again."""
     expected = expected_sha256(dst, sha256)
@@ -264,8 +268,8 @@ def fetch(url, dst, sha256=None, timeout=60, google_drive=False):
                         "removed") from None
     except (urllib.error.URLError, OSError, TimeoutError) as e:
         partial = downloader.partial
-        kept = bool(partial) and os.path.exists(partial) and os.path.getsize(partial) > 0
-        if partial and not kept and os.path.exists(partial):
+        kept = partial is not None and os.path.exists(partial) and os.path.getsize(partial) > 0
+        if partial is not None and not kept and os.path.exists(partial):
             os.unlink(partial)
         reason = getattr(e, "reason", None) or e
         raise UserError(f"could not download {url} ({reason}); is the network reachable?"
@@ -273,12 +277,12 @@ def fetch(url, dst, sha256=None, timeout=60, google_drive=False):
     return accept(dst, url, sha256)
 
 
-def _inside(root, path):
+def _inside(root: str, path: str) -> bool:
     root = os.path.realpath(root)
     return os.path.commonpath([root, os.path.realpath(path)]) == root
 
 
-def _extract_zip(archive, into):
+def _extract_zip(archive: str, into: str) -> None:
     with zipfile.ZipFile(archive) as zf:
         for member in zf.infolist():
             if os.path.isabs(member.filename) or not _inside(into, os.path.join(
@@ -288,7 +292,7 @@ def _extract_zip(archive, into):
         zf.extractall(into)
 
 
-def _extract_tar(archive, into):
+def _extract_tar(archive: str, into: str) -> None:
     with tarfile.open(archive) as tar:
         try:
             tar.extractall(into, filter="data")
@@ -296,7 +300,7 @@ def _extract_tar(archive, into):
             raise UserError(f"{archive}: unsafe member ({e}); refusing to extract") from None
 
 
-def extract(archive, into, remove=True):
+def extract(archive: str, into: str, remove: bool = True) -> list[str]:
     """Unpack archive into `into` via a temp dir; returns the top-level names placed."""
     os.makedirs(into, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".extract-", dir=into)
@@ -327,13 +331,14 @@ def extract(archive, into, remove=True):
     return placed
 
 
-def fetch_and_extract(url, into, archive_name, sha256=None):
+def fetch_and_extract(url: str, into: str, archive_name: str, sha256: str | None = None
+                      ) -> list[str]:
     """Download an archive into `into` (resumable, verified) and unpack it there."""
     archive = fetch(url, os.path.join(into, archive_name), sha256=sha256)
     return extract(archive, into)
 
 
-def tree_digest(root, names):
+def tree_digest(root: str, names: list[str]) -> str:
     """sha256 over every regular file under root/<name> (relative path and content), in
     sorted order; symlinks count by their target text, never followed."""
     digest = hashlib.sha256()

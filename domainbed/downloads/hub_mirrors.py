@@ -22,6 +22,7 @@ import os
 import shutil
 import urllib.parse
 from dataclasses import dataclass
+from typing import Any
 
 from PIL import Image
 
@@ -69,11 +70,11 @@ MIRRORS = {
 }
 
 
-def _key(text):
+def _key(text: object) -> str:
     return "".join(ch for ch in str(text).lower() if ch.isalnum())
 
 
-def _folder(name, folders, value, what):
+def _folder(name: str, folders: tuple[str, ...], value: object, what: str) -> str:
     for folder in folders:
         if _key(folder) == _key(value):
             return folder
@@ -81,12 +82,12 @@ def _folder(name, folders, value, what):
                     f"{', '.join(folders)} (not the mirror's schema?)")
 
 
-def domain_folder(name, mirror, value):
+def domain_folder(name: str, mirror: HubMirror, value: object) -> str:
     """DomainBed's folder for the mirror's domain `value` (one error line when none)."""
     return _folder(name, mirror.domain_dirs, value, "domain")
 
 
-def class_folders(name, mirror, names):
+def class_folders(name: str, mirror: HubMirror, names: list[str]) -> list[str]:
     """DomainBed's class folder for each of the mirror's ClassLabel `names` (in label
     order), whatever their casing or word separators; the names as they are for a mirror
     that declares no class folders."""
@@ -95,12 +96,13 @@ def class_folders(name, mirror, names):
     return [_folder(name, mirror.class_dirs, value, "class") for value in names]
 
 
-def _first_line(error):
+def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def fetch_parquet_files(name, mirror, data_dir):
+def fetch_parquet_files(name: str, mirror: HubMirror, data_dir: str
+                        ) -> tuple[str, list[str]]:
     """(commit, [local parquet paths]) of the mirror at its revision, each file resumable
     across processes and checked against the sha256 the lock beside the data recorded on
     first use."""
@@ -131,26 +133,27 @@ def fetch_parquet_files(name, mirror, data_dir):
     return commit, paths
 
 
-def resolve_url(endpoint, repo, commit, file_name):
+def resolve_url(endpoint: str, repo: str, commit: str, file_name: str) -> str:
     """The Hub's download URL of a dataset file at a commit (``HF_ENDPOINT``'s, here)."""
     return (f"{endpoint.rstrip('/')}/datasets/{repo}/resolve/{commit}/"
             f"{urllib.parse.quote(file_name)}")
 
 
-def _lock_key(data_dir, mirror, file_name=""):
+def _lock_key(data_dir: str, mirror: HubMirror, file_name: str = "") -> str:
     """The lock entry (a path beside the data) of the mirror or of one of its files."""
     suffix = f"/{file_name}" if file_name else ""
     return os.path.join(data_dir, f"hub:{mirror.repo}{suffix}".replace("/", "__"))
 
 
-def _recorded_revision(name, data_dir):
+def _recorded_revision(name: str, data_dir: str) -> str | None:
     mirror = MIRRORS[name]
     entry = read_lock(os.path.abspath(data_dir)).get(
         os.path.basename(_lock_key(data_dir, mirror)), {})
     return entry.get("revision")
 
 
-def check_recorded(name, mirror, data_dir, commit, file_name, path):
+def check_recorded(name: str, mirror: HubMirror, data_dir: str, commit: str, file_name: str,
+                   path: str) -> str:
     """Record the file's sha256 on first use; refuse a file that differs from the record."""
     key = _lock_key(data_dir, mirror, file_name)
     actual = file_digest(path)
@@ -165,7 +168,8 @@ def check_recorded(name, mirror, data_dir, commit, file_name, path):
     return actual
 
 
-def write_layout(name, mirror, parquet_paths, data_dir):
+def write_layout(name: str, mirror: HubMirror, parquet_paths: list, data_dir: str
+                 ) -> dict[str, int]:
     """The mirror's rows as DATA_DIR/<dirname>/<domain>/<class>/<row>.<ext>, written into a
     temporary folder and renamed into place when complete. Returns {domain: images}."""
     pq = require("pyarrow.parquet", extra="hub")
@@ -174,7 +178,7 @@ def write_layout(name, mirror, parquet_paths, data_dir):
     if os.path.isdir(staging):
         shutil.rmtree(staging)
     os.makedirs(staging)   # the umask's mode, as every other output
-    counts = {}
+    counts: dict[str, int] = {}
     try:
         row = 0
         for path in parquet_paths:
@@ -211,12 +215,12 @@ def write_layout(name, mirror, parquet_paths, data_dir):
     return counts
 
 
-def _class_names(name, table, mirror, path):
+def _class_names(name: str, table: Any, mirror: HubMirror, path: str) -> list[str]:
     """DomainBed's class folders for the label column's ClassLabel names, from the schema
     the datasets library wrote."""
     meta = (table.schema.metadata or {}).get(b"huggingface")
     try:
-        features = json.loads(meta)["info"]["features"]
+        features = json.loads(meta or b"")["info"]["features"]
         names = features[mirror.label_column]["names"]
     except (TypeError, KeyError, ValueError):
         raise UserError(f"{name}: {os.path.basename(path)} has no ClassLabel names for "
@@ -224,7 +228,7 @@ def _class_names(name, table, mirror, path):
     return class_folders(name, mirror, names)
 
 
-def download_from_hub(name, data_dir):
+def download_from_hub(name: str, data_dir: str) -> str:
     """Fetch the mirror of dataset `name` and write DomainBed's layout; one summary line."""
     mirror = MIRRORS[name]
     commit, paths = fetch_parquet_files(name, mirror, data_dir)

@@ -3,11 +3,13 @@ variant): torchvision's downloader, which holds the files' URLs and md5s."""
 import os
 import urllib.error
 from dataclasses import dataclass
+from typing import Any
 
+from domainbed.downloads.sources import Source
 from oodutils.errors import UserError
 
 
-def _torchvision_datasets():
+def _torchvision_datasets() -> Any:
     """torchvision.datasets (heavy: imported when MNIST is downloaded or verified)."""
     import torchvision.datasets.utils
     return torchvision.datasets
@@ -15,7 +17,7 @@ def _torchvision_datasets():
 
 @dataclass
 class TorchvisionMNIST:
-    def run(self, data_dir):
+    def run(self, data_dir: str) -> None:
         torchvision_datasets = _torchvision_datasets()
         try:
             torchvision_datasets.MNIST(data_dir, train=True, download=True)
@@ -23,7 +25,7 @@ class TorchvisionMNIST:
         except (RuntimeError, urllib.error.URLError, OSError) as e:
             raise UserError(f"could not download MNIST into {data_dir} ({e})") from None
 
-    def verify(self, data_dir):
+    def verify(self, data_dir: str) -> str:
         """torchvision records MNIST's md5s and checks them at download; again here."""
         torchvision_datasets = _torchvision_datasets()
         resources = torchvision_datasets.MNIST.resources
@@ -36,4 +38,4 @@ class TorchvisionMNIST:
         return f"{len(resources)} files match torchvision's md5s"
 
 
-SOURCES = {"MNIST": [TorchvisionMNIST()]}
+SOURCES: dict[str, list[Source]] = {"MNIST": [TorchvisionMNIST()]}

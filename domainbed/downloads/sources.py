@@ -7,6 +7,7 @@ import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from domainbed.downloads.fetching import (
     check_file,
@@ -23,7 +24,16 @@ from oodutils.errors import UserError
 GDRIVE = "https://drive.google.com/uc?id="
 
 
-def is_google_drive(url):
+class Source(Protocol):
+    """One step of a dataset's download: `run` places its files under DATA_DIR ("manual"
+    where the user must fetch them), `verify` re-checks them (a line saying what matched)."""
+
+    def run(self, data_dir: str) -> str | None: ...
+
+    def verify(self, data_dir: str) -> str: ...
+
+
+def is_google_drive(url: str) -> bool:
     return url.startswith(GDRIVE)
 
 
@@ -38,7 +48,7 @@ class Archive:
     sha256: str | None = None
     prune: Callable | None = None
 
-    def run(self, data_dir):
+    def run(self, data_dir: str) -> None:
         into = os.path.join(data_dir, self.subdir)
         archive = fetch(self.url, os.path.join(into, self.name), sha256=self.sha256,
                         google_drive=is_google_drive(self.url))
@@ -53,7 +63,7 @@ class Archive:
             self.prune(into, names)
         record(os.path.join(into, self.name), tree=names, tree_sha256=tree_digest(into, names))
 
-    def verify(self, data_dir):
+    def verify(self, data_dir: str) -> str:
         return verify_extracted(os.path.join(data_dir, self.subdir), self.name, self.url,
                                 self.sha256)
 
@@ -66,11 +76,11 @@ class File:
     subdir: str = ""
     sha256: str | None = None
 
-    def run(self, data_dir):
+    def run(self, data_dir: str) -> None:
         fetch(self.url, os.path.join(data_dir, self.subdir, self.name), sha256=self.sha256,
               google_drive=is_google_drive(self.url))
 
-    def verify(self, data_dir):
+    def verify(self, data_dir: str) -> str:
         return verify_file(os.path.join(data_dir, self.subdir, self.name), self.url,
                            self.sha256)
 
@@ -81,22 +91,24 @@ class Manual:
     where: str
     layout: str
 
-    def run(self, data_dir):
+    def run(self, data_dir: str) -> str:
         print(f"  get it from {self.where}\n  and place it as {os.path.join(data_dir, '')}"
               f"{self.layout}")
         return "manual"
 
-    def verify(self, data_dir):
+    def verify(self, data_dir: str) -> str:
         raise UserError("fetched by hand: no checksum to verify it against")
 
 
-def verify_extracted(into, archive_name, url, sha256=None):
+def verify_extracted(into: str, archive_name: str, url: str, sha256: str | None = None
+                     ) -> str:
     """The tree extracted from `archive_name` (or the archive, while it is on disk) against
     the lock in `into`."""
     archive = os.path.join(into, archive_name)
     entry = read_lock(into).get(archive_name, {})
-    if os.path.isfile(archive) and expected_sha256(archive, sha256):
-        check_file(archive, expected_sha256(archive, sha256), url)
+    expected = expected_sha256(archive, sha256)
+    if os.path.isfile(archive) and expected:
+        check_file(archive, expected, url)
         return f"{archive_name} matches its sha256"
     names, recorded = entry.get("tree"), entry.get("tree_sha256")
     if not (isinstance(names, list) and all(isinstance(n, str) for n in names)
@@ -109,7 +121,7 @@ def verify_extracted(into, archive_name, url, sha256=None):
     return f"{', '.join(names)} as extracted from {archive_name}"
 
 
-def verify_file(path, url, sha256):
+def verify_file(path: str, url: str, sha256: str | None) -> str:
     """A file on disk against its published or recorded checksum (a line saying which)."""
     expected = expected_sha256(path, sha256)
     if not os.path.isfile(path):

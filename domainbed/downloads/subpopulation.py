@@ -2,17 +2,17 @@
 ``domainbed.datasets.oodbench_images`` come from: Waterbirds, CelebA (also read by
 CelebA_Blond), MetaShift from their authors' links, WILDS' Waterbirds through wilds, and
 NICO by hand (its page asks for a request)."""
-from domainbed.downloads.sources import GDRIVE, Archive, File, Manual
+from domainbed.downloads.sources import GDRIVE, Archive, File, Manual, Source
 from domainbed.downloads.wilds import Wilds
 
 STANFORD_DRO = "https://nlp.stanford.edu/data/dro/"
 
-CELEBA = [Archive(GDRIVE + "1mb1R6dXfWbvk3DnlWOBO8pDeoBKOcLE6", "img_align_celeba.zip",
-                  "celeba"),
-          File(GDRIVE + "1acn0-nE4W7Wa17sIkKB0GtfW4Z41CMFB", "list_eval_partition.txt", "celeba"),
-          File(GDRIVE + "11um21kRUuaUNoMl59TCe2fb01FNjqNms", "list_attr_celeba.txt", "celeba")]
+CELEBA: list[Source] = [
+    Archive(GDRIVE + "1mb1R6dXfWbvk3DnlWOBO8pDeoBKOcLE6", "img_align_celeba.zip", "celeba"),
+    File(GDRIVE + "1acn0-nE4W7Wa17sIkKB0GtfW4Z41CMFB", "list_eval_partition.txt", "celeba"),
+    File(GDRIVE + "11um21kRUuaUNoMl59TCe2fb01FNjqNms", "list_attr_celeba.txt", "celeba")]
 
-SOURCES = {
+SOURCES: dict[str, list[Source]] = {
     "Waterbirds": [Archive(STANFORD_DRO + "waterbird_complete95_forest2water2.tar.gz",
                            "waterbirds.tar.gz", "waterbirds")],
     "WILDSWaterbirds": [Wilds("waterbirds")],
@@ -22,7 +22,7 @@ SOURCES = {
                           "metashift.tar.gz", "metashift")],
 }
 
-OODBENCH_SOURCES = {
+OODBENCH_SOURCES: dict[str, list[Source]] = {
     "NICO_Mixed": [Manual(
         "the NICO dataset page (https://nico.thumedialab.com, by request) and, for OoD-Bench's "
         "exact split, the lists in https://github.com/ynysjtu/ood_bench "

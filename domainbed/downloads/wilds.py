@@ -6,6 +6,7 @@ import tempfile
 from dataclasses import dataclass
 
 from domainbed.downloads.fetching import lock_path, read_lock, record, tree_digest
+from domainbed.downloads.sources import Source
 from oodutils.errors import UserError, require
 
 
@@ -15,7 +16,7 @@ class Wilds:
     into a temp root renamed into place when it returns."""
     name: str
 
-    def run(self, data_dir):
+    def run(self, data_dir: str) -> None:
         wilds = require("wilds", extra="wilds")
         tmp = tempfile.mkdtemp(prefix=".wilds-", dir=data_dir)
         try:
@@ -37,7 +38,7 @@ class Wilds:
         record(target, wilds=self.name, tree=[folder], tree_sha256=tree_digest(data_dir,
                                                                                [folder]))
 
-    def verify(self, data_dir):
+    def verify(self, data_dir: str) -> str:
         entries = {k: v for k, v in read_lock(data_dir).items() if v.get("wilds") == self.name}
         if not entries:
             raise UserError(f"nothing recorded for WILDS {self.name} in {lock_path(data_dir)}"
@@ -49,7 +50,7 @@ class Wilds:
         return f"{', '.join(entries)} as downloaded"
 
 
-SOURCES = {
+SOURCES: dict[str, list[Source]] = {
     "WILDSCamelyon": [Wilds("camelyon17")],
     "WILDSFMoW": [Wilds("fmow")],
 }

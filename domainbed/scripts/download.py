@@ -10,6 +10,7 @@ print where to get them and the layout expected.
 import argparse
 import os
 import sys
+from collections.abc import Callable
 
 from domainbed.downloads import DATASETS, download_original, verify_dataset
 from domainbed.downloads.fetching import LOCK_FILE
@@ -29,11 +30,13 @@ from oodutils.log import get_logger
 
 logger = get_logger(__name__)
 
+Action = Callable[..., "str | None"]   # a download or check: the line it printed, or None
+
 EPILOG = epilog_example("domainbed-download", "domainbed.scripts.download",
                         "--data_dir ./data --datasets MNIST PACS VLCS")
 
 
-def build_parser():
+def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="domainbed-download",
                        description="Download datasets and pretrained weights",
                                 epilog=EPILOG,
@@ -64,7 +67,7 @@ def build_parser():
     return p
 
 
-def check_request(args):
+def check_request(args: argparse.Namespace) -> None:
     """A UserError unless every named dataset and weights file is known and something is
     named (the datasets' missing-data messages suggest commands that must pass this)."""
     unknown = [d for d in args.datasets if d not in DATASETS]
@@ -85,7 +88,7 @@ def check_request(args):
                         "checks each parquet file against its recorded sha256 every time")
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     configure_logging(args)
     if not args.verify:     # --verify only reads
@@ -100,7 +103,8 @@ def main(argv=None):
     os.makedirs(args.data_dir, exist_ok=True)
     if args.verify:
         return verify_all(args)
-    fetched = {}
+    fetched: dict[int, str] = {}
+    checks: list[tuple[str, Action]]
     if args.source == "hub":
         checks = [(n, lambda n=n: download_from_hub(n, args.data_dir))
                   for n in args.datasets]
@@ -113,7 +117,7 @@ def main(argv=None):
         raise UserError(f"{len(failed)} of {len(checks)} downloads failed: {', '.join(failed)}")
 
 
-def run_each(checks):
+def run_each(checks: list[tuple[str, Action]]) -> list[str]:
     """Run each (name, action): print "name: <what it returns>", or log its UserError and
     go on with the rest; the names that failed."""
     failed = []
@@ -128,10 +132,11 @@ def run_each(checks):
     return failed
 
 
-def verify_all(args):
+def verify_all(args: argparse.Namespace) -> None:
     """--verify: one line per dataset or weights file; a non-zero exit on any mismatch."""
-    checks = [(n, lambda n=n: f"verified ({verify_dataset(n, args.data_dir)})")
-              for n in args.datasets]
+    checks: list[tuple[str, Action]] = [
+        (n, lambda n=n: f"verified ({verify_dataset(n, args.data_dir)})")
+        for n in args.datasets]
     checks += [(n, lambda n=n: f"verified ({verify_weights(n, args.weights_dir)})")
                for n in args.weights]
     failed = run_each(checks)
@@ -140,7 +145,7 @@ def verify_all(args):
                         f"{', '.join(failed)}")
 
 
-def cli():
+def cli() -> None:
     """The `domainbed-download` console command ([project.scripts])."""
     sys.exit(run_cli(main))
 
