@@ -38,3 +38,21 @@ def test_unknown_names(tmp_path):
         download.main(["--data_dir", str(tmp_path), "--datasets", "Nope"])
     with pytest.raises(UserError, match="unknown weights"):
         weights.download_weights("vgg")
+
+
+def test_help_needs_no_pooch_and_a_download_without_it_is_one_line(tmp_path):
+    """pooch is imported when a file is fetched, never for --help; without it a download
+    fails in one line naming the extra that installs it."""
+    import subprocess
+    import sys
+    probe = ("import sys; sys.modules['pooch'] = None; sys.argv = ['domainbed-download'] + "
+             "sys.argv[1:]; from domainbed.scripts.download import cli; cli()")
+    shown = subprocess.run([sys.executable, "-c", probe, "--help"], capture_output=True,
+                           text=True, timeout=120)
+    assert shown.returncode == 0 and "--datasets" in shown.stdout, shown.stderr
+    failed = subprocess.run([sys.executable, "-c", probe, "--datasets", "MetaShift",
+                             "--data_dir", str(tmp_path)], capture_output=True, text=True,
+                            timeout=120)
+    assert failed.returncode != 0 and "Traceback" not in failed.stderr
+    lines = [line for line in failed.stderr.splitlines() if "pooch" in line]
+    assert len(lines) == 1 and "pip install 'oodbed[download]'" in lines[0], failed.stderr
