@@ -331,13 +331,6 @@ def extract(archive: str, into: str, remove: bool = True) -> list[str]:
     return placed
 
 
-def fetch_and_extract(url: str, into: str, archive_name: str, sha256: str | None = None
-                      ) -> list[str]:
-    """Download an archive into `into` (resumable, verified) and unpack it there."""
-    archive = fetch(url, os.path.join(into, archive_name), sha256=sha256)
-    return extract(archive, into)
-
-
 def tree_digest(root: str, names: list[str]) -> str:
     """sha256 over every regular file under root/<name> (relative path and content), in
     sorted order; symlinks count by their target text, never followed."""
