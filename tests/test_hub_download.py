@@ -231,7 +231,8 @@ def test_a_killed_download_resumes_from_its_partial_file(tmp_path, fake_hub):
     proc = _download(tmp_path, fake_hub)
     assert proc.returncode == 0, proc.stderr
     assert _file_ranges(fake_hub) == [None, f"bytes={kept}-"]
-    assert not partial.exists()
+    # nothing left beside the file: neither the partial nor pooch's temporary file
+    assert [p.name for p in partial.parent.iterdir()] == [os.path.basename(FILE)]
     assert [len(e) for e in _pacs(tmp_path / "data")] == [14] * 4
     lock = json.loads((tmp_path / "data" / "domainbed_checksums.lock.json").read_text())
     entry = next(v for k, v in lock.items() if k.endswith("train-00000-of-00001.parquet"))

@@ -1,7 +1,8 @@
 """Downloading and unpacking, done safely: the machinery every download uses.
 
-* ``fetch(url, dst, sha256=None)``: pooch's ``retrieve`` (a temporary file, its hash
-  checked, renamed into place only when it matches) with ``ResumableDownload`` as its
+* ``fetch(url, dst, sha256=None)``: pooch's ``retrieve`` (a temporary file in a staging
+  folder beside dst, its hash checked, renamed into place only when it matches; the
+  staging folder removed before and after) with ``ResumableDownload`` as its
   downloader: the bytes go to a partial file beside dst (``.<dst name>.<random>.partial``)
   that outlives a failure or a killed process; the next call resumes it with an HTTP Range
   request (a server that ignores Range is answered by starting over; an HTTP 416 is taken as
@@ -232,17 +233,29 @@ class GoogleDrive(ResumableDownload):
 
 def _retrieve(url: str, dst: str, known_hash: str | None,
               downloader: ResumableDownload) -> str:
-    """pooch.retrieve into dst's folder, quietly (pooch logs each download to stderr)."""
+    """pooch.retrieve, quietly (pooch logs each download to stderr), into a staging folder
+    beside dst (``.<dst name>.pooch``: where pooch keeps its temporary file, removed before
+    and after, so a killed run leaves nothing there), then renamed to dst."""
     pooch = require("pooch", extra="download")
     directory, name = os.path.split(os.path.abspath(dst))
+    staging = os.path.join(directory, f".{name}.pooch")
+    _remove_staging(staging)
     pooch_logger = pooch.get_logger()
     level = pooch_logger.level
     pooch_logger.setLevel(logging.WARNING)
     try:
-        return pooch.retrieve(url, known_hash=f"sha256:{known_hash}" if known_hash else None,
-                              fname=name, path=directory, downloader=downloader)
+        placed = pooch.retrieve(url, known_hash=f"sha256:{known_hash}" if known_hash else None,
+                                fname=name, path=staging, downloader=downloader)
+        os.replace(placed, dst)
     finally:
         pooch_logger.setLevel(level)
+        _remove_staging(staging)
+    return dst
+
+
+def _remove_staging(staging: str) -> None:
+    if os.path.isdir(staging) and not os.path.islink(staging):
+        shutil.rmtree(staging)
 
 
 def fetch(url: str, dst: str, sha256: str | None = None, timeout: float = 60,
