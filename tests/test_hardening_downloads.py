@@ -119,3 +119,17 @@ def test_verify_checks_weights_against_the_hash_in_their_name(tmp_path, capsys):
     with pytest.raises(UserError, match="verifications failed"):
         download.main(["--weights", name, "--weights_dir", str(tmp_path), "--verify"])
     assert "not on disk" in capsys.readouterr().err
+
+
+def test_a_link_where_pooch_would_stage_is_refused(server, tmp_path):
+    """The staging folder beside the target is never followed: a link there is one error
+    line and nothing is written through it."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / ".a.bin.pooch").symlink_to(elsewhere)
+    server.files["/a.bin"] = b"payload"
+    with pytest.raises(UserError, match="not a folder a download made"):
+        downloading.fetch(server.url + "/a.bin", str(data / "a.bin"))
+    assert list(elsewhere.iterdir()) == [] and not (data / "a.bin").exists()

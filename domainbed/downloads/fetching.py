@@ -254,7 +254,12 @@ def _retrieve(url: str, dst: str, known_hash: str | None,
 
 
 def _remove_staging(staging: str) -> None:
-    if os.path.isdir(staging) and not os.path.islink(staging):
+    """Remove the staging folder a download made; anything else by that name (a link, a
+    file) is refused, never followed."""
+    if os.path.islink(staging) or (os.path.lexists(staging) and not os.path.isdir(staging)):
+        raise UserError(f"{staging} is not a folder a download made; remove it and run "
+                        "again")
+    if os.path.isdir(staging):
         shutil.rmtree(staging)
 
 
