@@ -133,3 +133,16 @@ def test_a_link_where_pooch_would_stage_is_refused(server, tmp_path):
     with pytest.raises(UserError, match="not a folder a download made"):
         downloading.fetch(server.url + "/a.bin", str(data / "a.bin"))
     assert list(elsewhere.iterdir()) == [] and not (data / "a.bin").exists()
+
+
+def test_a_linked_partial_is_never_resumed_through(server, tmp_path):
+    """A `.NAME.*.partial` that is a link (someone else's) is not appended to."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep me")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / ".a.bin.x1y2.partial").symlink_to(victim)
+    server.files["/a.bin"] = PAYLOAD
+    downloading.fetch(server.url + "/a.bin", str(data / "a.bin"), sha256=SHA)
+    assert victim.read_bytes() == b"keep me" and (data / "a.bin").read_bytes() == PAYLOAD
+    assert server.ranges == [None]

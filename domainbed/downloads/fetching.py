@@ -126,8 +126,9 @@ def accept(dst: str, url: str, sha256: str | None) -> str:
 
 def _partials(dst: str) -> list[str]:
     directory, name = os.path.split(os.path.abspath(dst))
-    return sorted(glob.glob(os.path.join(glob.escape(directory), f".{glob.escape(name)}.*"
-                                         ".partial")), key=os.path.getsize, reverse=True)
+    found = glob.glob(os.path.join(glob.escape(directory), f".{glob.escape(name)}.*.partial"))
+    regular = [p for p in found if os.path.isfile(p) and not os.path.islink(p)]
+    return sorted(regular, key=os.path.getsize, reverse=True)   # a link is never resumed
 
 
 def _partial_file(dst: str, resume: bool = True) -> str:
