@@ -65,7 +65,7 @@ def build_parser():
     add_option(p, "--format", choices=FORMATS,
                   default=None, help="default text, or what the --output extension names")
     add_option(p, "--digits", type=int, default=2)
-    add_option(p, "--output", dest="output",
+    add_option(p, "--output", "--out", "--output-dir", dest="output",
                   default=None, help="write the table here")
     add_option(p, "--plot", type=Path, default=None, metavar="DIR",
                   help="write a probit-axis scatter PNG per split into DIR")

@@ -45,7 +45,7 @@ def build_parser():
     add_option(p, "--transfer", default="full", choices=TRANSFERS,
                help="linear_probe (with --backbone): frozen pretrained features; full: the "
                     "small-image zoo (MLPs, CNNs) trained from scratch")
-    add_option(p, "--max_workers", dest="workers", type=int, default=2,
+    add_option(p, "--max_workers", "--workers", dest="workers", type=int, default=2,
                help="runs trained at once (the sweep's --max_workers)")
     add_option(p, "--data_dir", default=DEFAULT_DATA_DIR,
                   help=f"default: {DEFAULT_DATA_DIR}; MNIST in torchvision's layout if "

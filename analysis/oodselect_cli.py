@@ -232,9 +232,9 @@ def build_parser():
     add_option(src, "--save_matrix", help="also write the built A and y to this .npz")
     add_option(p, "--sizes", type=int, nargs="+", help="subset sizes (default: a log grid)")
     add_option(p, "--seed", type=int, default=0)
-    add_option(p, "--output_dir", dest="out",
+    add_option(p, "--output_dir", "--out", "--output", dest="out",
                   required=True, help="output directory")
-    add_option(p, "--model_split", dest="split", choices=("run", "model", "arch"),
+    add_option(p, "--model_split", "--split", dest="split", choices=("run", "model", "arch"),
                default="run", help="how models split into train/val/test (default: by run)")
     add_option(p, "--fractions", type=float, nargs=3, default=(0.6, 0.2, 0.2))
     add_option(p, "--test_archs", nargs="+")

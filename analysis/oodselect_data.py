@@ -276,7 +276,7 @@ def split_models(groups, fractions=(0.6, 0.2, 0.2), seed=0, min_models=3):
     if len(uniq) < 3:
         raise UserError(f"a train/val/test split needs models from at least 3 runs; "
                         f"found {len(uniq)} (split checkpoints independently with "
-                        "--model_split model)")
+                        "--split model)")
     fractions = np.asarray(fractions, dtype=float)
     fractions = fractions / fractions.sum()
     rng = np.random.default_rng(seed)

@@ -65,7 +65,7 @@ def _add_k_options(p):
 
 def _add_output(p):
     add_option(p, "--format", choices=FORMATS)
-    add_option(p, "--output", dest="output",
+    add_option(p, "--output", "--out", "--output-dir", dest="output",
                   help="write here (format from the extension unless --format)")
     add_option(p, "--digits", type=int, default=2)
 

@@ -248,7 +248,7 @@ def build_parser():
     add_option(p, "--seed", type=int, default=0)
     add_option(p, "--force_iid", action="store_true",
                   help="pool P and Q and split 50/50 at random (i.i.d. reference)")
-    add_option(p, "--output", dest="out",
+    add_option(p, "--output", "--out", "--output-dir", dest="out",
                   required=True, help="features .npz (a .json log goes beside)")
     add_option(p, "--device", default="cpu")
     add_option(p, "--num_threads", type=int, default=0)
@@ -263,7 +263,7 @@ def build_parser():
     q.add_estimator_arguments(p)
     add_option(p, "--n_trials", type=int, default=5)
     add_option(p, "--seed", type=int, default=0, help="trial seeds are seed, seed+1, ...")
-    add_option(p, "--output_dir", required=True)
+    add_option(p, "--output_dir", "--output", "--out", required=True)
     add_option(p, "--calibrate", action="store_true", help="i.i.d. threshold calibration")
     add_option(p, "--calibration_level", default="data", choices=("data", "features"))
     add_option(p, "--iid_reference", action="store_true",
@@ -274,7 +274,7 @@ def build_parser():
     add_option(p, "--features", nargs="+", required=True, help="features files (globs ok)")
     add_option(p, "--already_iid", action="store_true",
                   help="the files are i.i.d. already (extract --force_iid); no re-split")
-    add_option(p, "--output", dest="out", required=True)
+    add_option(p, "--output", "--out", "--output-dir", dest="out", required=True)
     add_option(p, "--seed", type=int, default=0)
     q.add_estimator_arguments(p)
     for flag, default in (("--lower_bound", 5e-3), ("--upper_bound", 1e-2),
@@ -286,15 +286,15 @@ def build_parser():
 
     p = sub.add_parser("summarize", help="mean +/- SE over result.json files")
     add_option(p, "--results", nargs="+", help="result.json files (globs ok)")
-    add_option(p, "--input_dir", dest="root", default=".",
+    add_option(p, "--input_dir", "--root", dest="root", default=".",
                help="else every result.json under this folder")
-    add_option(p, "--output", dest="out", default=None)
+    add_option(p, "--output", "--out", "--output-dir", dest="out", default=None)
     p.set_defaults(func=cmd_summarize)
 
     p = sub.add_parser("table3", help="Table 3 on Colored MNIST, ours beside the paper's")
     add_option(p, "--data_dir", default=DEFAULT_DATA_DIR, help=DATA_DIR_HELP)
     add_option(p, "--n_trials", type=int, default=5)
-    add_option(p, "--output_dir", default=None)
+    add_option(p, "--output_dir", "--output", "--out", default=None)
     add_option(p, "--rows", nargs="+", default=None,
                   help="subset of 0.9 0.7 0.5 0.3 0.1 0.1+blue")
     add_option(p, "--quick", action="store_true", help="reduced CPU setting (table3.QUICK)")
@@ -305,7 +305,7 @@ def build_parser():
     add_option(p, "--kind", default="rho", choices=("rho", "mu-div", "mu-cor"))
     add_option(p, "--values", type=float, nargs="+", default=[0.1, 0.3, 0.5, 0.7, 0.9])
     add_option(p, "--data_dir", default=DEFAULT_DATA_DIR, help=DATA_DIR_HELP)
-    add_option(p, "--output_dir", required=True)
+    add_option(p, "--output_dir", "--output", "--out", required=True)
     _reduced_training_args(p)
     p.set_defaults(func=cmd_heatmap)
 
@@ -314,7 +314,7 @@ def build_parser():
     add_option(p, "--summaries", nargs="+", help="NAME=summary.json (plane)")
     add_option(p, "--paper", action="store_true", help="overlay Table 8's points (plane)")
     add_option(p, "--grid", help="heatmap_*.json (heatmap)")
-    add_option(p, "--output", dest="out", required=True, help="PNG path")
+    add_option(p, "--output", "--out", "--output-dir", dest="out", required=True, help="PNG path")
     p.set_defaults(func=cmd_plot)
     for p in sub.choices.values():   # -v / --verbose: training progress; -q: warnings only
         add_logging_flags(p)

@@ -87,7 +87,7 @@ def build_parser(parser=None):
         prog="python -m ood_bench.quantify", description=__doc__.split("\n\n")[0])
     add_option(parser, "--features", required=True, help="npz with z_p, y_p, z_q, y_q")
     add_option(parser, "--seed", type=int, default=0, help="seed of the importance sample")
-    add_option(parser, "--output", dest="out",
+    add_option(parser, "--output", "--out", "--output-dir", dest="out",
                        default=None, help="result JSON (default: stdout only)")
     add_option(parser, "--mode", choices=("both", "div", "cor"), default="both")
     add_estimator_arguments(parser)

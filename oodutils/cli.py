@@ -1,8 +1,8 @@
 """What every command line shares: one option dialect (``add_option``: the canonical
-underscore name in --help, its hyphen spelling accepted but hidden), the
+underscore name in --help, every hyphen spelling and older name accepted but hidden), the
 ``--hparams``-style JSON option parser and the ``-v`` / ``-q`` flags (see
-:mod:`oodutils.log`); ``run_cli`` and ``epilog_example`` are :mod:`oodutils.errors`'.
-Light on purpose: every command imports it before parsing."""
+:mod:`oodutils.log`). ``run_cli`` and ``epilog_example`` live in :mod:`oodutils.errors` and
+are re-exported here. Light on purpose: every command imports it before parsing."""
 from __future__ import annotations
 
 import argparse
@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn, TextIO
 
-from oodutils.errors import UserError
+from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.log import configure
 from oodutils.text import encodable, printable
 
@@ -24,13 +24,13 @@ DATA_DIR_HELP = f"dataset root folder (default: {DEFAULT_DATA_DIR})"
 
 __all__ = ["ArgumentParser", "DEFAULT_DATA_DIR", "DATA_DIR_HELP", "add_option",
            "hidden_aliases", "parse_json_object", "add_logging_flags", "configure_logging",
-           "echo", "check_outputs"]
+           "run_cli", "epilog_example", "echo", "check_outputs"]
 
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser, except that an abbreviation matching several spellings of one
     option (``--input`` for ``--input_dir`` and its hidden ``--input-dir``) is that option,
-    not an ambiguity, so an abbreviation works as it would without the hidden spelling."""
+    not an ambiguity: abbreviations that worked before the aliases keep working."""
 
     def _get_option_tuples(self, option_string: str) -> list[tuple[Any, ...]]:
         by_action: dict[int, tuple[Any, ...]] = {}
@@ -104,24 +104,28 @@ def hyphen_twin(option: str) -> str:
 
 
 def add_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, canonical: str,
-               **kwargs: Any) -> argparse.Action:
+               *aliases: str, **kwargs: Any) -> argparse.Action:
     """Add the option ``canonical`` (``--output_dir``: DomainBed's underscore style, the one
-    name --help shows) and accept its hyphen spelling (``--output-dir``, as GNU-style tools
-    write it) as a hidden alternative. ``parser`` may be a parser or an argument group;
-    ``kwargs`` are ``add_argument``'s.
+    name --help shows) and accept ``aliases`` (older names such as ``--out``) and the
+    hyphen spelling of every name as hidden alternatives, so users' scripts keep working.
+    ``parser`` may be a parser or an argument group; ``kwargs`` are ``add_argument``'s.
 
-    The hyphen spelling is an extra key of the parser's option table pointing at the one
-    action: --help, usage and error messages name only the canonical spelling, and
-    ``required`` is satisfied by either."""
+    The aliases are extra keys of the parser's option table pointing at the one action:
+    --help, usage and error messages name only the canonical spelling, and ``required``
+    is satisfied by any spelling."""
     if not canonical.startswith("--") or "-" in canonical[2:]:
         raise ValueError(f"canonical option {canonical!r} must be --underscore_style")
     action = parser.add_argument(canonical, **kwargs)
     table = parser._option_string_actions   # shared by a parser and its argument groups
-    twin = hyphen_twin(canonical)
-    if twin != canonical and table.get(twin) is not action:
-        if twin in table:
-            raise ValueError(f"{twin}, the hyphen spelling of {canonical}, is already an option")
-        table[twin] = action
+    names = [hyphen_twin(canonical)]
+    for alias in aliases:
+        names += [alias, hyphen_twin(alias), "--" + alias[2:].replace("-", "_")]
+    for name in dict.fromkeys(names):
+        if name == canonical or table.get(name) is action:
+            continue
+        if name in table:
+            raise ValueError(f"alias {name} of {canonical} is already an option")
+        table[name] = action
     return action
 
 

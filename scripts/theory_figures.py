@@ -73,7 +73,7 @@ def draw_figure3(results, path):
 
 def main(argv=None):
     parser = ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_option(parser, "--output", dest="output_dir",
+    add_option(parser, "--output", "--output_dir", "--out", dest="output_dir",
                         default="theory_figures")
     add_option(parser, "--seed", type=int, default=1234)
     add_option(parser, "--n_test", type=int, default=50, help="test shifts per Fig. 2 panel")

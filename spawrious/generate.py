@@ -211,7 +211,7 @@ def build_parser():
     p = ArgumentParser(prog="spawrious-generate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     add_option(p, "--backend", default="procedural", help="procedural (default) | sd14")
-    add_option(p, "--output_dir", dest="out",
+    add_option(p, "--output_dir", "--out", "--output", dest="out",
                   required=True, help="ROOT: images go to ROOT/spawrious224/...")
     add_option(p, "--per_cell", type=int, default=3168,
                   help="kept images per (pool, location, breed) cell (default 3168)")

@@ -28,14 +28,14 @@ def build_parser():
         prog="spawrious-splits",
         description="Show, check and list the images of one Spawrious benchmark.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_option(p, "--data_dir", dest="root", default=None,
+    add_option(p, "--data_dir", "--root", dest="root", default=None,
                   help="ROOT holding spawrious224/ (without it: counts from the definitions)")
     add_option(p, "--benchmark", required=True, help=" | ".join(BENCHMARKS))
     add_option(p, "--per_cell", type=int, default=None,
                   help=f"images per (pool, location, breed) cell (default: ROOT's info.json, "
                         f"else {DEFAULT_PER_CELL})")
     add_option(p, "--variant", default="canonical", help=" | ".join(VARIANTS))
-    add_option(p, "--format", dest="summary", default="table",
+    add_option(p, "--format", "--summary", dest="summary", default="table",
                choices=("table", "csv", "json", "files"),
                   help="csv: env,breed,location,count rows; files: env,label,breed,location,path")
     add_option(p, "--validate", action="store_true",

@@ -18,7 +18,7 @@ VOLATILE = ("step_time", "mem_gb")
 
 def study(out, data, models, *extra):
     cmd = [sys.executable, "-m", "analysis.aotl_study_cli", "--dataset", "ColoredMNIST", "--models",
-           str(models), "--output_dir", str(out), "--max_workers", "2", "--data_dir", str(data),
+           str(models), "--output_dir", str(out), "--workers", "2", "--data_dir", str(data),
            "--steps", "16", "--checkpoint_freq", "5", "--oodselect_steps", "30", *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -42,7 +42,7 @@ def test_quantify_on_unreadable_features(tmp_path, capsys, content):
         np.savez(path, z_p=np.zeros((5, 2)), y_p=np.zeros(4), z_q=np.zeros((5, 2)),
                  y_q=np.zeros(5))
     out = tmp_path / "r.json"
-    err = cli_error(quantify.main, ["--features", str(path), "--output", str(out)], capsys)
+    err = cli_error(quantify.main, ["--features", str(path), "--out", str(out)], capsys)
     assert str(path) in err and not out.exists()
 
 
@@ -58,7 +58,7 @@ def test_summarize_on_bad_results(tmp_path, capsys, content, message):
     if content is not None:
         path.write_text(content)
     out = tmp_path / "summary.json"
-    err = cli_error(main, ["summarize", "--results", str(path), "--output", str(out)], capsys)
+    err = cli_error(main, ["summarize", "--results", str(path), "--out", str(out)], capsys)
     assert message in err and not out.exists()
 
 
@@ -68,7 +68,7 @@ def test_out_under_a_file_fails_before_work(tmp_path, capsys):
     blocker.write_text("x")
     result = tmp_path / "result.json"
     result.write_text('{"diversity": 0.1, "correlation": 0.2}')
-    err = cli_error(main, ["summarize", "--results", str(result), "--output",
+    err = cli_error(main, ["summarize", "--results", str(result), "--out",
                            str(blocker / "summary.json")], capsys)
     assert "which is a file" in err and blocker.read_text() == "x"
 
@@ -122,7 +122,7 @@ def test_constant_accuracy_correlation_is_undefined_with_a_note():
 def test_oodselect_bad_numbers(tmp_path, capsys, extra, message):
     from analysis.oodselect_cli import main
     out = tmp_path / "out"
-    err = cli_error(main, ["--matrix", str(tmp_path / "m.npz"), "--output_dir", str(out), *extra],
+    err = cli_error(main, ["--matrix", str(tmp_path / "m.npz"), "--out", str(out), *extra],
                     capsys)
     assert message in err and not out.exists()
 
@@ -132,7 +132,7 @@ def test_oodselect_out_is_a_file_and_duplicate_ids(tmp_path, capsys):
     from analysis.oodselect_data import from_arrays
     out = tmp_path / "out"
     out.write_text("mine")
-    err = cli_error(main, ["--matrix", str(tmp_path / "m.npz"), "--output_dir", str(out)], capsys)
+    err = cli_error(main, ["--matrix", str(tmp_path / "m.npz"), "--out", str(out)], capsys)
     assert "is a file, not a directory" in err and out.read_text() == "mine"
     rng = np.random.RandomState(0)
     with pytest.raises(UserError, match="id 3 appears more than once"):
@@ -141,5 +141,5 @@ def test_oodselect_out_is_a_file_and_duplicate_ids(tmp_path, capsys):
     matrix = tmp_path / "m.npz"
     np.savez(matrix, A=rng.randint(0, 2, (6, 4)), y=np.linspace(.5, .9, 6),
              example_id=np.array([1, 3, 3, 4]))
-    err = cli_error(main, ["--matrix", str(matrix), "--output_dir", str(tmp_path / "o2")], capsys)
+    err = cli_error(main, ["--matrix", str(matrix), "--out", str(tmp_path / "o2")], capsys)
     assert "appears more than once" in err and not (tmp_path / "o2").exists()

@@ -495,7 +495,7 @@ def test_a_fifo_named_as_any_commands_input_is_one_line(tmp_path, capsys, alarm,
         argv, needle = [_fifo(tmp_path, "acc.csv")], "accuracy CSV"
     elif command == "oodselect":
         from analysis.oodselect_cli import main
-        argv, needle = ["--matrix", _fifo(tmp_path, "m.npz"), "--output_dir", out], "matrix file"
+        argv, needle = ["--matrix", _fifo(tmp_path, "m.npz"), "--out", out], "matrix file"
     elif command == "ood-bench-calibration":
         import numpy as np
 
@@ -504,11 +504,11 @@ def test_a_fifo_named_as_any_commands_input_is_one_line(tmp_path, capsys, alarm,
         np.savez(tmp_path / "f.npz", z_p=rng.randn(40, 2), y_p=rng.randint(0, 2, 40),
                  z_q=rng.randn(40, 2), y_q=rng.randint(0, 2, 40))
         argv = ["--features", str(tmp_path / "f.npz"), "--calibration",
-                _fifo(tmp_path, "cal.json"), "--output", str(tmp_path / "r.json")]
+                _fifo(tmp_path, "cal.json"), "--out", str(tmp_path / "r.json")]
         needle = "--calibration"
     else:
         from ood_bench.cli import main
-        argv = ["plot", "heatmap", "--grid", _fifo(tmp_path, "grid.json"), "--output",
+        argv = ["plot", "heatmap", "--grid", _fifo(tmp_path, "grid.json"), "--out",
                 str(tmp_path / "h.png")]
         needle = "--grid"
     with pytest.raises(SystemExit) as stopped:

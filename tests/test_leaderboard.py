@@ -83,7 +83,7 @@ def mixed_site(tmp_path_factory):
     (unfinished / "done").unlink()
     out = tmp / "site"
     with redirect_stdout(io.StringIO()):
-        cli.main(["--input_dir", str(SWEEP), "--input_dir", str(debug), "--output_dir", str(out)])
+        cli.main(["--input_dir", str(SWEEP), "--input_dir", str(debug), "--out", str(out)])
     return out, json.loads((out / "leaderboard.json").read_text())
 
 
@@ -160,7 +160,7 @@ def sweep_site(tmp_path_factory):
     need_data(SWEEP, "DomainBed's published test sweep")
     out = tmp_path_factory.mktemp("sweep") / "site"
     with redirect_stdout(io.StringIO()):
-        cli.main(["--input_dir", str(SWEEP), "--output_dir", str(out)])
+        cli.main(["--input_dir", str(SWEEP), "--out", str(out)])
     return out, json.loads((out / "leaderboard.json").read_text())
 
 
@@ -280,7 +280,7 @@ def test_bad_input_is_reported_not_fatal(mixed_site):
 
 def test_empty_sweep_builds_with_published_rows(tmp_path):
     (tmp_path / "empty").mkdir()
-    proc = run_cli(["--input_dir", str(tmp_path / "empty"), "--output_dir", str(tmp_path / "site")])
+    proc = run_cli(["--input_dir", str(tmp_path / "empty"), "--out", str(tmp_path / "site")])
     assert proc.returncode == 0, proc.stderr
     assert "no records found under" in proc.stderr
     index = (tmp_path / "site" / "index.html").read_text()
@@ -289,11 +289,11 @@ def test_empty_sweep_builds_with_published_rows(tmp_path):
 
 
 def test_bad_arguments_exit_2_before_any_work(tmp_path):
-    cases = [(["--input_dir", str(tmp_path / "nope"), "--output_dir", str(tmp_path / "a")],
+    cases = [(["--input_dir", str(tmp_path / "nope"), "--out", str(tmp_path / "a")],
               "does not exist"),
-             (["--input_dir", str(tmp_path), "--output_dir", str(tmp_path / "a"), "--oodselect",
+             (["--input_dir", str(tmp_path), "--out", str(tmp_path / "a"), "--oodselect",
                str(tmp_path)], "has no summary.csv"),
-             (["--input_dir", str(tmp_path), "--output_dir", str(REPO / "docs")],
+             (["--input_dir", str(tmp_path), "--out", str(REPO / "docs")],
               "holds no leaderboard")]
     for argv, message in cases:
         proc = run_cli(argv)
@@ -312,12 +312,12 @@ def test_oodselect_panel(tmp_path):
     ood = tmp_path / "ood"
     with redirect_stdout(io.StringIO()):
         oodselect_cli.main(["--matrix", str(tmp_path / "m.npz"), "--sizes", "5", "10",
-                            "--output_dir", str(ood), "--steps", "30", "--patience", "10",
+                            "--out", str(ood), "--steps", "30", "--patience", "10",
                             "--baselines", "random", "--random-draws", "3", "--bootstrap",
                             "5", "--quiet"])
     (tmp_path / "empty").mkdir()
     with redirect_stdout(io.StringIO()):
-        cli.main(["--input_dir", str(tmp_path / "empty"), "--output_dir", str(tmp_path / "site"),
+        cli.main(["--input_dir", str(tmp_path / "empty"), "--out", str(tmp_path / "site"),
                   "--oodselect", str(ood)])
     site = tmp_path / "site"
     model = json.loads((site / "leaderboard.json").read_text())

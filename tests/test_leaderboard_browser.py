@@ -34,7 +34,7 @@ def site(tmp_path_factory):
     sweep = need_data(SWEEP, "DomainBed's test sweep")
     out = tmp / "site"
     with redirect_stdout(io.StringIO()):
-        cli.main(["--input_dir", str(sweep), "--output_dir", str(out), "--selection_methods",
+        cli.main(["--input_dir", str(sweep), "--out", str(out), "--selection_methods",
                   "training_domain", "oracle"])
     return out, json.loads((out / "leaderboard.json").read_text())
 

@@ -56,7 +56,7 @@ def expected_oracle_text(algorithm, test_env, metric):
 
 def build(sweep, out):
     with redirect_stdout(io.StringIO()):
-        cli.main(["--input_dir", str(sweep), "--output_dir", str(out), "--selection_methods",
+        cli.main(["--input_dir", str(sweep), "--out", str(out), "--selection_methods",
                   "training_domain", "oracle"])
     return json.loads((out / "leaderboard.json").read_text())
 

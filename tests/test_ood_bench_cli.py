@@ -113,7 +113,7 @@ def test_quantify_contract(tmp_path):
     f = tmp_path / "FILE.npz"
     write_features(f)
     out = tmp_path / "result.json"
-    r = run("-m", "ood_bench.quantify", "--features", str(f), "--seed", "3", "--output", str(out))
+    r = run("-m", "ood_bench.quantify", "--features", str(f), "--seed", "3", "--out", str(out))
     assert r.returncode == 0, r.stderr
     result = json.loads(out.read_text())
     assert {"diversity", "correlation"} <= set(result)
@@ -122,7 +122,7 @@ def test_quantify_contract(tmp_path):
     # the same through the subcommand, same seed -> same numbers
     out2 = tmp_path / "r2.json"
     r = run("-m", "ood_bench", "quantify", "--features", str(f), "--seed", "3",
-            "--output", str(out2), "--num-threads", "1")
+            "--out", str(out2), "--num-threads", "1")
     assert r.returncode == 0, r.stderr
     assert json.loads(out2.read_text())["correlation"] == result["correlation"]
 
@@ -130,7 +130,7 @@ def test_quantify_contract(tmp_path):
 @pytest.mark.slow
 def test_bad_inputs_are_one_clear_line(tmp_path):
     r = run("-m", "ood_bench.quantify", "--features", str(tmp_path / "none.npz"),
-            "--seed", "0", "--output", str(tmp_path / "r.json"))
+            "--seed", "0", "--out", str(tmp_path / "r.json"))
     assert r.returncode == 2 and r.stderr.strip().startswith("error:")
     assert len(r.stderr.strip().splitlines()) == 1
     np.savez(tmp_path / "bad.npz", z_p=np.zeros((5, 2)))
@@ -141,7 +141,7 @@ def test_bad_inputs_are_one_clear_line(tmp_path):
             "--bandwidth", "wide")
     assert r.returncode == 2 and "bandwidth" in r.stderr
     r = run("-m", "ood_bench", "extract", "--dataset", "NoSuchSet", "--data-dir",
-            str(tmp_path), "--envs-p", "0", "--envs-q", "1", "--output", str(tmp_path / "x.npz"))
+            str(tmp_path), "--envs-p", "0", "--envs-q", "1", "--out", str(tmp_path / "x.npz"))
     assert r.returncode == 2 and "NoSuchSet" in r.stderr
 
 
@@ -149,7 +149,7 @@ def test_calibrate_summarize_plot(tmp_path, capsys):
     from ood_bench.cli import main  # in-process: the subprocess path is tested above
     for k in range(2):
         write_features(tmp_path / f"f{k}.npz", seed=k)
-    main(["calibrate", "--features", str(tmp_path / "f*.npz"), "--output",
+    main(["calibrate", "--features", str(tmp_path / "f*.npz"), "--out",
           str(tmp_path / "cal.json"), "--sample-size", "1000", "--max-iters", "6",
           "--num-threads", "1"])
     cal = json.loads((tmp_path / "cal.json").read_text())
@@ -158,23 +158,23 @@ def test_calibrate_summarize_plot(tmp_path, capsys):
     for k in range(2):
         out = tmp_path / f"t{k}" / "result.json"
         main(["quantify", "--features", str(tmp_path / f"f{k}.npz"), "--seed", str(k),
-              "--output", str(out), "--calibration", str(tmp_path / "cal.json"),
+              "--out", str(out), "--calibration", str(tmp_path / "cal.json"),
               "--sample-size", "1000", "--num-threads", "1"])
         res.append(json.loads(out.read_text()))
     assert res[0]["eps_cor"] == cal["eps_cor"]
-    main(["summarize", "--input_dir", str(tmp_path), "--output", str(tmp_path / "summary.json")])
+    main(["summarize", "--root", str(tmp_path), "--out", str(tmp_path / "summary.json")])
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["n_trials"] == 2
     assert s["correlation"]["mean"] == pytest.approx(np.mean([x["correlation"] for x in res]))
     png = tmp_path / "plane.png"
     r = run("-m", "ood_bench", "plot", "plane", "--summaries",
-            f"toy={tmp_path / 'summary.json'}", "--paper", "--output", str(png))
+            f"toy={tmp_path / 'summary.json'}", "--paper", "--out", str(png))
     assert r.returncode == 0, r.stderr
     assert png.read_bytes()[:4] == b"\x89PNG"
     grid = {"kind": "rho", "metric": "correlation", "values": [0.1, 0.9],
             "grid": [[0.0, 0.6], [0.6, 0.0]]}
     (tmp_path / "grid.json").write_text(json.dumps(grid))
-    main(["plot", "heatmap", "--grid", str(tmp_path / "grid.json"), "--output",
+    main(["plot", "heatmap", "--grid", str(tmp_path / "grid.json"), "--out",
           str(tmp_path / "heat.png")])
     assert (tmp_path / "heat.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -224,7 +224,7 @@ def test_image_folder_dataset_features(tmp_path):
     out = tmp_path / "f.npz"
     common = ["extract", "--dataset", "PACS", "--data-dir", str(tmp_path), "--envs-q", "3",
               "--dataset-settings", '{"image_size": 32}', "--backbone", "resnet18",
-              "--output", str(out), "--num-threads", "1"]
+              "--out", str(out), "--num-threads", "1"]
     main(common + ["--envs-p", "0", "1", "2", "--no-pretrained", "--steps", "2",
                    "--eval-every", "1", "--batch-size", "4", "--holdout-fraction", "0.5"])
     with np.load(out) as f:

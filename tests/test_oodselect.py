@@ -274,7 +274,7 @@ def test_cli_contract(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "-m", "analysis.oodselect", "--matrix", str(path), "--sizes", "10",
-         "30", "--seed", "0", "--output_dir", str(out), "--steps", "500", "--patience", "200",
+         "30", "--seed", "0", "--out", str(out), "--steps", "500", "--patience", "200",
          "--random-draws", "20", "--greedy-max-cost", "0", "--bootstrap", "50"],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -302,13 +302,13 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     np.savez(tmp_path / "bad.npz", A=np.zeros((10, 5)))
     with pytest.raises(SystemExit) as e:
         run_cli(cli.main, ["--matrix", str(tmp_path / "bad.npz"), "--sizes", "2",
-                           "--output_dir", str(tmp_path / "o")])
+                           "--out", str(tmp_path / "o")])
     assert e.value.code == 2
     assert "lacks y" in capsys.readouterr().err
     np.savez(tmp_path / "m.npz", A=np.ones((10, 5)), y=np.linspace(.2, .9, 10))
     with pytest.raises(UserError, match="outside 1..5"):
-        cli.main(["--matrix", str(tmp_path / "m.npz"), "--sizes", "9", "--output_dir",
-                  str(tmp_path / "o"), "--model_split", "model"])
+        cli.main(["--matrix", str(tmp_path / "m.npz"), "--sizes", "9", "--out",
+                  str(tmp_path / "o"), "--split", "model"])
 
 
 def test_optuna_search_batches_trials(planted):

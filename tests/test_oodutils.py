@@ -221,7 +221,7 @@ def test_parse_json_object():
     ("domainbed.scripts.train", ["--dataset", "ColoredMNIST", "--data_dir", ".",
                                  "--hparams", "{bad"]),
     ("ood_bench", ["extract", "--dataset", "ColoredMNIST", "--data-dir", ".", "--envs-p",
-                   "0", "--envs-q", "1", "--output", "f.npz", "--dataset-settings", "[1]"]),
+                   "0", "--envs-q", "1", "--out", "f.npz", "--dataset-settings", "[1]"]),
 ])
 def test_bad_json_option_is_one_error_line(tmp_path, module, argv):
     proc = subprocess.run([sys.executable, "-m", module, *argv], cwd=tmp_path,

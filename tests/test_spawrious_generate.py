@@ -37,7 +37,7 @@ def _cli(*args):
 
 def test_cli_contract_layout_and_manifest(tmp_path):
     root = tmp_path / "ROOT"
-    r = _cli("--backend", "procedural", "--output_dir", str(root), "--per-cell", "2", "--seed", "5",
+    r = _cli("--backend", "procedural", "--out", str(root), "--per-cell", "2", "--seed", "5",
              "--size", "32")
     assert r.returncode == 0, r.stderr
     for pool in (0, 1):
@@ -56,16 +56,16 @@ def test_cli_contract_layout_and_manifest(tmp_path):
     info = json.load(open(root / "spawrious224" / "info.json"))
     assert info["per_cell"] == 2 and info["seed"] == 5 and info["backend"] == "procedural"
     # the splits CLI reads what the generator wrote
-    r = subprocess.run([sys.executable, "-m", "spawrious.splits", "--data_dir", str(root),
-                        "--benchmark", "m2m_easy", "--per-cell", "2", "--format", "csv"],
+    r = subprocess.run([sys.executable, "-m", "spawrious.splits", "--root", str(root),
+                        "--benchmark", "m2m_easy", "--per-cell", "2", "--summary", "csv"],
                        capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert len(r.stdout.strip().splitlines()) == 1 + 16
 
 
 def _gen(root, per_cell, seed=0, **kw):
-    argv = ["--output_dir", str(root), "--per-cell", str(per_cell), "--seed", str(seed),
-            "--size", "24", "--pools", "0", "--locations", "beach", "--breeds", "corgi", "bulldog",
+    argv = ["--out", str(root), "--per-cell", str(per_cell), "--seed", str(seed), "--size", "24",
+            "--pools", "0", "--locations", "beach", "--breeds", "corgi", "bulldog",
             "--workers", "1"]
     for k, v in kw.items():
         argv += [f"--{k.replace('_', '-')}", str(v)]
@@ -112,24 +112,24 @@ def test_settings_mismatch_and_bad_input(tmp_path):
     with pytest.raises(UserError, match="seed"):
         _gen(tmp_path / "a", 1, seed=9)
     with pytest.raises(UserError, match="size"):
-        main(["--output_dir", str(tmp_path / "a"), "--per-cell", "1", "--size", "32",
-              "--pools", "0", "--locations", "beach", "--breeds", "corgi"])
+        main(["--out", str(tmp_path / "a"), "--per-cell", "1", "--size", "32", "--pools", "0",
+              "--locations", "beach", "--breeds", "corgi"])
     with pytest.raises(UnknownNameError, match="valid breeds"):
-        main(["--output_dir", str(tmp_path / "b"), "--breeds", "poodle"])
+        main(["--out", str(tmp_path / "b"), "--breeds", "poodle"])
     with pytest.raises(UnknownNameError, match="valid locations"):
-        main(["--output_dir", str(tmp_path / "b"), "--locations", "moon"])
+        main(["--out", str(tmp_path / "b"), "--locations", "moon"])
     with pytest.raises(UnknownNameError, match="valid pools"):
-        main(["--output_dir", str(tmp_path / "b"), "--pools", "2"])
+        main(["--out", str(tmp_path / "b"), "--pools", "2"])
     with pytest.raises(UnknownNameError, match="valid backends"):
-        main(["--output_dir", str(tmp_path / "b"), "--backend", "dalle"])
+        main(["--out", str(tmp_path / "b"), "--backend", "dalle"])
     with pytest.raises(UserError, match="parent"):
-        main(["--output_dir", str(tmp_path / "no" / "such" / "dir"), "--per-cell", "1"])
+        main(["--out", str(tmp_path / "no" / "such" / "dir"), "--per-cell", "1"])
     with pytest.raises(UserError, match="does not exist"):
-        main(["--output_dir", str(tmp_path / "c"), "--backend", "sd14", "--model",
+        main(["--out", str(tmp_path / "c"), "--backend", "sd14", "--model",
               str(tmp_path / "no-model")])
-    r = _cli("--output_dir", str(tmp_path / "d"), "--breeds", "poodle")
+    r = _cli("--out", str(tmp_path / "d"), "--breeds", "poodle")
     assert r.returncode == 2 and r.stderr.startswith("error: unknown breed 'poodle'")
-    r = _cli("--output_dir", str(tmp_path / "e"), "--backend", "sd14", "--model", "/no/such/model")
+    r = _cli("--out", str(tmp_path / "e"), "--backend", "sd14", "--model", "/no/such/model")
     assert r.returncode == 2 and "does not exist" in r.stderr
 
 

@@ -31,7 +31,7 @@ def tiny_models(tmp_path_factory):
 
 
 def _argv(out, sd, captioner, *extra):
-    return ["--backend", "sd14", "--model", sd, "--captioner", captioner, "--output_dir", str(out),
+    return ["--backend", "sd14", "--model", sd, "--captioner", captioner, "--out", str(out),
             "--steps", "2", "--sd-resolution", "32", "--size", "32", "--batch-size", "2",
             "--pools", "1", "--locations", "jungle", "--breeds", "bulldog", "--device", "cpu",
             "--local-files-only", *extra]

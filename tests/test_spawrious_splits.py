@@ -154,23 +154,23 @@ def _run(*args):
 
 def test_splits_cli_csv_summary(tmp_path):
     _fake_tree(tmp_path, 20)
-    r = _run("--data_dir", str(tmp_path), "--benchmark", "o2o_easy", "--per-cell", "20",
-             "--format", "csv")
+    r = _run("--root", str(tmp_path), "--benchmark", "o2o_easy", "--per-cell", "20",
+             "--summary", "csv")
     assert r.returncode == 0, r.stderr
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
     assert list(rows[0]) == ["env", "breed", "location", "count"]
     got = {(x["env"], x["breed"], x["location"]): int(x["count"]) for x in rows}
     assert got == sp.build_split("o2o_easy", 20).counts()
     assert got[("SC_group_1", "bulldog", "beach")] == 1 and got[("Test", "corgi", "jungle")] == 40
-    r = _run("--data_dir", str(tmp_path), "--benchmark", "m2m_hard", "--per-cell", "30")
+    r = _run("--root", str(tmp_path), "--benchmark", "m2m_hard", "--per-cell", "30")
     assert r.returncode == 2 and "error:" in r.stderr and "found 20" in r.stderr
-    r = _run("--data_dir", str(tmp_path), "--benchmark", "o2o_easy", "--per-cell", "20",
-             "--format", "files")
+    r = _run("--root", str(tmp_path), "--benchmark", "o2o_easy", "--per-cell", "20",
+             "--summary", "files")
     assert r.returncode == 0 and len(r.stdout.strip().splitlines()) == 1 + 8 * 20 + 2 * 4 * 20
 
 
 def test_splits_cli_errors(tmp_path):
-    r = _run("--data_dir", str(tmp_path / "missing"), "--benchmark", "o2o_easy")
+    r = _run("--root", str(tmp_path / "missing"), "--benchmark", "o2o_easy")
     assert r.returncode == 2 and "does not exist" in r.stderr and "spawrious.generate" in r.stderr
     r = _run("--benchmark", "o2o_nothing")
     assert r.returncode == 2 and "unknown benchmark" in r.stderr

@@ -185,7 +185,7 @@ def test_theory_figures_script(tmp_path):
     out = tmp_path / "figs"
     proc = subprocess.run(
         [sys.executable, os.path.join(ROOT, "scripts", "theory_figures.py"),
-         "--output", str(out), "--n-test", "6", "--n-samples", "200",
+         "--output-dir", str(out), "--n-test", "6", "--n-samples", "200",
          "--n-classifiers", "6"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     for name in ("figure2.png", "figure3.png"):
@@ -200,6 +200,6 @@ def test_theory_figures_script_rejects_bad_flags(tmp_path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     with pytest.raises(UserError, match="a_negative"):
-        module.main(["--output", str(tmp_path), "--a-negative", "1"])
+        module.main(["--output-dir", str(tmp_path), "--a-negative", "1"])
     with pytest.raises(UserError, match="delta"):
-        module.main(["--output", str(tmp_path), "--delta", "1.5"])
+        module.main(["--output-dir", str(tmp_path), "--delta", "1.5"])

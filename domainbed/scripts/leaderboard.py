@@ -37,7 +37,7 @@ def parse_args(argv=None):
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_option(p, "--input_dir", required=True, action="extend", nargs="+",
                   help="sweep output directory; repeat (or list several) to pool sweeps")
-    add_option(p, "--output_dir", required=True,
+    add_option(p, "--output_dir", "--out", "--output", required=True,
                help="folder to write the site into")
     add_option(p, "--oodselect", action="extend", nargs="+", default=[], metavar="DIR",
                   help="output directory of oodselect --output_dir DIR")

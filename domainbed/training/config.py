@@ -71,13 +71,15 @@ EVAL_SPLITS_HELP = ("splits to evaluate at each checkpoint, a union of: all (def
 
 
 def option(default: Any, help: str = "", choices: Sequence[str] | None = None,
-           metavar: str | None = None, flag: str = "", repeatable: bool = False) -> Any:
-    """A RunConfig field: its default and what the command line says of it (the hyphen
-    spelling of every flag is accepted too, see `oodutils.cli.add_option`). ``flag``: the
-    option's name when it is not ``--<field>``; ``repeatable``: a list option that may be
-    given several times (``--tracker a --tracker b``), each time with one or more values."""
-    meta = {"help": help, "choices": choices, "metavar": metavar, "flag": flag,
-            "repeatable": repeatable}
+           metavar: str | None = None, aliases: Sequence[str] = (), flag: str = "",
+           repeatable: bool = False) -> Any:
+    """A RunConfig field: its default and what the command line says of it. ``aliases``:
+    older flag names still accepted, hidden from --help (the hyphen spelling of every name
+    is accepted anyway, see `oodutils.cli.add_option`). ``flag``: the option's name when it
+    is not ``--<field>``; ``repeatable``: a list option that may be given several times
+    (``--tracker a --tracker b``), each time with one or more values."""
+    meta = {"help": help, "choices": choices, "metavar": metavar, "aliases": tuple(aliases),
+            "flag": flag, "repeatable": repeatable}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -149,7 +151,7 @@ class RunConfig:
                                      "every checkpoint's record: tensorboard, mlflow, wandb "
                                      "or a plug-in's name (repeatable); a tracker that "
                                      "fails is a warning, never a stopped run",
-                                 metavar="TRACKER", flag="--tracker",
+                                 metavar="TRACKER", flag="--tracker", aliases=("--trackers",),
                                  repeatable=True)
     tracker_uri: str = option("", "MLflow tracking URI (default: a file store in "
                                   "OUTPUT_DIR/mlruns; e.g. file:/abs/sweep_mlruns to gather "
@@ -425,7 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     for f in dataclasses.fields(RunConfig):
         flag, kwargs = _argument(f)
-        add_option(parser, flag, **kwargs)
+        add_option(parser, flag, *f.metadata["aliases"], **kwargs)
     add_hf_flags(parser, add_option)
     add_logging_flags(parser)
     return parser
