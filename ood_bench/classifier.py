@@ -19,8 +19,12 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torchvision
 
-from ood_bench.data import fetch, iterate
+from domainbed import networks
+from domainbed.hparams import declared_space
+from domainbed.networks import TORCHVISION_WEIGHT_FILES, find_pretrained_weights
+from ood_bench.data import Part, fetch, iterate
 from oodutils.errors import UserError
 from oodutils.log import ProjectWarning
 
@@ -52,11 +56,9 @@ class TorchvisionResNet(nn.Module):
 
     def __init__(self, depth, input_shape, pretrained=False, pretrained_path=""):
         super().__init__()
-        import torchvision
         name = f"resnet{depth}"
         net = getattr(torchvision.models, name)(weights=None)
         if pretrained:
-            from domainbed.networks import TORCHVISION_WEIGHT_FILES, find_pretrained_weights
             if not pretrained_path and name not in TORCHVISION_WEIGHT_FILES:
                 raise UserError(f"no known weights file for {name}; pass --pretrained_path")
             try:
@@ -100,8 +102,6 @@ def make_backbone(name, dataset, mlp_width=390, pretrained=None, pretrained_path
         use = bool(pretrained) if pretrained is not None else True
         return TorchvisionResNet(int(name[6:]), shape, use, pretrained_path), name
     if name == "featurizer":
-        from domainbed import networks
-        from domainbed.hparams import declared_space
         space = declared_space(networks.Networks, type(dataset))
         hp = {k: h.default for k, h in space.items()}
         hp.update(featurizer_hparams or {})
@@ -243,7 +243,6 @@ def extract_features(model, sides, split="out", device="cpu", batch_size=256, n_
         elif split == "train":
             part = train
         elif split == "all":
-            from ood_bench.data import Part
             part = Part.concat([train, held])
         else:
             raise UserError(f"--extract_split must be out, train or all, not {split!r}")

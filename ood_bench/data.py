@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+import domainbed.datasets.oodbench_mnist  # noqa: F401  (registers OoDBenchColoredMNIST)
+from domainbed.hparams import declared_space
 from domainbed.registry import get_dataset_class
 from oodutils.errors import UserError
 from oodutils.log import ProjectWarning, get_logger
@@ -22,8 +24,6 @@ logger = get_logger(__name__)
 
 def load_dataset(name, data_dir, hparams=None, data_seed=0):
     """Instantiate a registered dataset with its declared defaults, no augmentation."""
-    import domainbed.datasets.oodbench_mnist  # noqa: F401  (registers OoDBenchColoredMNIST)
-    from domainbed.hparams import declared_space
     cls = get_dataset_class(name)
     space = declared_space(cls, cls)
     merged = {k: h.default for k, h in space.items()}

@@ -7,8 +7,11 @@ Fig. 4 grids (one trial per cell, as the paper):
   'mu-cor' (c) correlation shift over (mu_tr, mu_te), rho_tr = 0.1, rho_te = 0.9, sigma 0.25.
 """
 
+import json
+
 import numpy as np
 
+from ood_bench.trials import TrialConfig, run_trials
 from oodutils.errors import UserError
 from oodutils.log import get_logger
 from oodutils.plotting import figure_and_axes, save_figure
@@ -48,7 +51,6 @@ HEATMAPS = {
 
 def plane_points_from_summaries(named_paths):
     """{name: ((div mean, se), (cor mean, se))} from summary.json files."""
-    import json
     points = {}
     for name, path in named_paths.items():
         try:
@@ -104,7 +106,6 @@ def _save(fig, out):
 
 def run_heatmap(kind, values, data_dir, seed=0, verbose=False, **overrides):
     """One trial per (tr, te) cell of a Fig. 4 grid. Returns the grid dict."""
-    from ood_bench.trials import TrialConfig, run_trials
     if kind not in HEATMAPS:
         raise UserError(f"unknown heatmap {kind!r}; valid: {', '.join(HEATMAPS)}")
     spec = HEATMAPS[kind]

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import torch
+from scipy.linalg import solve_triangular
 
 #: entries of the (points x data) block evaluated at once (float64: 8 bytes each)
 BLOCK_ENTRIES = 1 << 17
@@ -31,20 +32,6 @@ def _bandwidth_factor(bw_method, n, d, kde):
     if callable(bw_method):
         return float(bw_method(kde))
     return float(bw_method)
-
-
-def parse_bandwidth(text):
-    """'scott' | 'silverman' | a positive number (the factor scipy calls bw_method)."""
-    if text is None or str(text).lower() in ("scott", "silverman"):
-        return None if text is None else str(text).lower()
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"bandwidth must be scott, silverman or a positive number, "
-                         f"not {text!r}") from None
-    if not value > 0:
-        raise ValueError(f"bandwidth factor must be positive, not {value}")
-    return value
 
 
 class GaussianKDE:
@@ -87,7 +74,6 @@ class GaussianKDE:
 
     # --- evaluation -------------------------------------------------------------------
     def _whiten(self, x):
-        from scipy.linalg import solve_triangular
         return solve_triangular(self.cho_cov, np.asarray(x, dtype=np.float64).T, lower=True).T
 
     def _white_data(self):

@@ -12,9 +12,11 @@ import json
 import sys
 import warnings
 
-from ood_bench.estimator_defaults import DEFAULTS
+from ood_bench.estimator_defaults import DEFAULTS, parse_bandwidth
+from ood_bench.features import load_features
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
 from oodutils.errors import UserError, run_cli
+from oodutils.fileio import atomic_write_json, check_output_path
 from oodutils.log import show_warning
 from oodutils.untrusted import read_input
 
@@ -39,7 +41,6 @@ def add_estimator_arguments(parser):
 
 
 def estimator_options(args):
-    from ood_bench.kde import parse_bandwidth
     try:
         bw = parse_bandwidth(args.bandwidth)
     except ValueError as e:
@@ -97,8 +98,7 @@ def build_parser(parser=None):
 
 
 def quantify_file(path, seed=0, mode="both", num_threads=0, **options):
-    from ood_bench.estimator import ShiftEstimationError, estimate_shifts
-    from ood_bench.trials import load_features
+    from ood_bench.estimator import ShiftEstimationError, estimate_shifts  # torch
     feats = load_features(path)
     with torch_threads(num_threads), warnings.catch_warnings():
         warnings.simplefilter("always")
@@ -117,7 +117,6 @@ def quantify_file(path, seed=0, mode="both", num_threads=0, **options):
 
 
 def main(argv=None):
-    from oodutils.fileio import check_output_path
     args = build_parser().parse_args(argv)
     configure_logging(args)
     if args.out:
@@ -125,7 +124,6 @@ def main(argv=None):
     result = quantify_file(args.features, args.seed, args.mode, args.num_threads,
                            **estimator_options(args))
     if args.out:
-        from oodutils.fileio import atomic_write_json
         atomic_write_json(args.out, result)
     shown = {k: result[k] for k in ("diversity", "correlation") if k in result}
     print(json.dumps(shown))

@@ -2,13 +2,13 @@
 sklearn's StandardScaler and scipy.stats.gaussian_kde), kept to check that the vectorised
 estimator gives the same numbers. Slow: every KDE is evaluated by scipy."""
 import numpy as np
+from scipy.stats import gaussian_kde
 
 from oodutils.errors import require
 
 
 def reference_estimate(z_p, y_p, z_q, y_q, sample_size=10000, eps_div=1e-12, eps_cor=5e-4,
                        seed=0, bw_method=None):
-    from scipy.stats import gaussian_kde
 
     StandardScaler = require("sklearn.preprocessing", extra="analysis").StandardScaler
     z_p, z_q = np.asarray(z_p, dtype=np.float64), np.asarray(z_q, dtype=np.float64)

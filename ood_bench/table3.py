@@ -7,7 +7,10 @@ test environment with colour-flip probability rho_te; the last row adds blue
 """
 import os
 
+from scipy.stats import spearmanr
+
 from ood_bench.trials import TrialConfig, run_trials
+from oodutils.tables import markdown_lines
 
 #: Table 3 as printed (mean, standard error over 5 runs); EMD / MMD / NI are the paper's
 #: baseline metrics, shown for reference only.
@@ -98,7 +101,6 @@ def format_table3(results, digits=2):
     rows = table3_rows(results, digits)
     if not rows:
         return "(no rows)"
-    from oodutils.tables import markdown_lines
     cols = list(rows[0])
     lines = markdown_lines(cols, [[str(r[c]) for c in cols] for r in rows])
     if "iid" in results:
@@ -113,7 +115,6 @@ def format_table3(results, digits=2):
 def spearman_cor_vs_rho(results):
     """Spearman correlation between rho_te and the mean correlation-shift estimate over the
     five red/green rows."""
-    from scipy.stats import spearmanr
     pairs = [(r["rho_te"], results[r["row"]]["correlation"]["mean"])
              for r in PAPER_TABLE3 if not r["blue"] and r["row"] in results]
     if len(pairs) < 3:

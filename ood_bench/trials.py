@@ -22,10 +22,14 @@ import warnings
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+from tqdm import tqdm
 
+from ood_bench.classifier import extract_features, train_env_classifier
+from ood_bench.data import load_dataset, make_sides
 from ood_bench.estimator import DEFAULTS, ShiftDensities, iid_split
-from oodutils.errors import UserError, load_error_reason
-from oodutils.fileio import atomic_savez, atomic_write_json
+from ood_bench.features import save_features
+from oodutils.errors import UserError
+from oodutils.fileio import atomic_write_json
 from oodutils.log import ProjectWarning, get_logger
 
 logger = get_logger(__name__)
@@ -69,8 +73,6 @@ def _log(verbose):
 
 def extract_trial(cfg, seed, force_iid=False, verbose=False, dataset=None):
     """Algorithm 1 for one seed: (features dict, training log)."""
-    from ood_bench.classifier import extract_features, train_env_classifier
-    from ood_bench.data import load_dataset, make_sides
     if dataset is None:
         dataset, _ = load_dataset(cfg.dataset, cfg.data_dir, cfg.dataset_settings, cfg.data_seed)
     sides = make_sides(dataset, cfg.envs_p, cfg.envs_q, cfg.holdout_fraction, seed, force_iid)
@@ -88,45 +90,6 @@ def densities(feats, cfg, seed, need_classes=True):
     return ShiftDensities(feats["z_p"], feats["y_p"], feats["z_q"], feats["y_q"],
                           sample_size=cfg.sample_size, seed=seed, bw_method=cfg.bw_method,
                           strict=cfg.strict, device=cfg.device, need_classes=need_classes)
-
-
-def save_features(path, feats, meta=None):
-    arrays = dict(feats)
-    if meta is not None:
-        arrays["meta"] = np.array(json.dumps(meta, sort_keys=True, default=str))
-    atomic_savez(path, **arrays)
-
-
-def load_features(path):
-    if not os.path.isfile(path):
-        raise UserError(f"features file {path!r} does not exist")
-    import zipfile
-    import zlib
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            if not hasattr(data, "files"):
-                raise ValueError("a single array, not an npz archive")
-            missing = [k for k in ("z_p", "y_p", "z_q", "y_q") if k not in data.files]
-            if missing:
-                raise UserError(f"{path}: missing arrays {missing} (need z_p, y_p, z_q, y_q)")
-            feats = {k: data[k] for k in data.files}
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:
-        reason = load_error_reason(e)
-        raise UserError(f"cannot read features file {path!r} (empty, truncated or not an "
-                        f"npz: {reason})") from None
-    check_feature_shapes(path, feats)
-    return feats
-
-
-def check_feature_shapes(path, feats):
-    for side in ("p", "q"):
-        z, y = feats[f"z_{side}"], feats[f"y_{side}"]
-        if z.ndim != 2 or y.ndim != 1 or len(z) != len(y) or len(z) == 0:
-            raise UserError(f"{path}: z_{side} must be (n, d) and y_{side} (n,) with n > 0; "
-                            f"got {z.shape} and {y.shape}")
-    if feats["z_p"].shape[1] != feats["z_q"].shape[1]:
-        raise UserError(f"{path}: z_p and z_q differ in dimension "
-                        f"({feats['z_p'].shape[1]} vs {feats['z_q'].shape[1]})")
 
 
 def mean_se(values):
@@ -195,14 +158,12 @@ def run_trials(cfg, n_trials=5, seed=0, output_dir=None, calibrate=False,
     """Run `n_trials` trials (seeds seed, seed+1, ...). Writes under output_dir:
     trial_{k}/features.npz, trial_{k}/result.json, summary.json (and iid_{k}/ when the
     i.i.d. reference is measured at the data level). Returns the summary dict."""
-    from ood_bench.data import load_dataset
     t0 = time.time()
     dataset, settings = load_dataset(cfg.dataset, cfg.data_dir, cfg.dataset_settings,
                                      cfg.data_seed)
     identity = dataset.identity() if hasattr(dataset, "identity") else {}
     seeds = [seed + t for t in range(n_trials)]
     feats, logs, dens = [], [], []
-    from tqdm import tqdm
     for s in tqdm(seeds, desc="OoD-Bench trials", unit="trial",
                   disable=not sys.stderr.isatty()):
         f, log = extract_trial(cfg, s, verbose=verbose, dataset=dataset)
