@@ -11,6 +11,7 @@ is written through `oodutils.pinned_dir.PinnedDir`, which follows no symlink in 
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
@@ -107,7 +108,6 @@ def file_name_part(name: object) -> str:
     safe = "".join(ch if ch.isalnum() or ch in "._-@" else "_" for ch in text)
     if len(safe.encode("utf-8")) <= 100:
         return safe
-    import hashlib
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
     return safe.encode("utf-8")[:60].decode("utf-8", "ignore") + "-" + digest
 

@@ -7,9 +7,10 @@ image is None when the backend refused it (info["nsfw"] True).
 
 from PIL import Image
 
-from oodutils.errors import UnknownNameError, UserError
+from oodutils.errors import UnknownNameError, UserError, require
 from spawrious.caption import check_model_location
 from spawrious.constants import NEGATIVE_PROMPT
+from spawrious.procedural import render
 
 DEFAULT_SD_MODEL = "CompVis/stable-diffusion-v1-4"
 
@@ -24,7 +25,6 @@ class ProceduralBackend:
         return {"size": self.size}
 
     def generate(self, specs, seeds):
-        from spawrious.procedural import render
         return [(Image.fromarray(render(spec, seed, self.size)), {"nsfw": False})
                 for spec, seed in zip(specs, seeds)]
 
@@ -53,8 +53,8 @@ class StableDiffusionBackend:
             location = check_model_location(model, "Stable Diffusion model")
             dtype = dtype or (torch.float16 if self.device == "cuda" else None)
             try:
-                from diffusers import StableDiffusionPipeline
-            except ImportError as e:
+                StableDiffusionPipeline = require("diffusers", "generate").StableDiffusionPipeline
+            except ImportError as e:   # diffusers without transformers
                 raise UserError(f"the sd14 backend needs diffusers and transformers: "
                                 f"pip install 'oodbed[generate]' ({e})") from e
             try:

@@ -9,7 +9,7 @@ The special keyword "*" accepts any non-empty caption (captions are still record
 import os
 import re
 
-from oodutils.errors import UserError
+from oodutils.errors import UserError, require
 
 DEFAULT_CAPTIONER = "nlpconnect/vit-gpt2-image-captioning"
 
@@ -65,16 +65,13 @@ class ViTGPT2Captioner(Captioner):
             self.model_name = model
             location = check_model_location(model, "captioner model")
             try:
-                from transformers import (
-                    AutoImageProcessor,
-                    AutoTokenizer,
-                    VisionEncoderDecoderModel,
-                )
-                model = VisionEncoderDecoderModel.from_pretrained(
+                transformers = require("transformers", "generate")
+                model = transformers.VisionEncoderDecoderModel.from_pretrained(
                     location, local_files_only=local_files_only)
-                image_processor = image_processor or AutoImageProcessor.from_pretrained(
-                    location, local_files_only=local_files_only)
-                tokenizer = tokenizer or AutoTokenizer.from_pretrained(
+                image_processor = image_processor or \
+                    transformers.AutoImageProcessor.from_pretrained(
+                        location, local_files_only=local_files_only)
+                tokenizer = tokenizer or transformers.AutoTokenizer.from_pretrained(
                     location, local_files_only=local_files_only)
             except ImportError as e:
                 raise UserError(f"the caption filter needs transformers: pip install "

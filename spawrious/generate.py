@@ -16,6 +16,9 @@ import os
 import sys
 import time
 
+from PIL import Image
+from tqdm import tqdm
+
 from oodutils.cli import (
     ArgumentParser,
     add_logging_flags,
@@ -26,6 +29,7 @@ from oodutils.cli import (
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.fileio import atomic_write_bytes, atomic_write_json
 from oodutils.log import get_logger
+from spawrious.backends import ProceduralBackend, StableDiffusionBackend, check_backend
 from spawrious.caption import DEFAULT_CAPTIONER, ViTGPT2Captioner, caption_passes
 from spawrious.constants import (
     BREEDS,
@@ -40,6 +44,7 @@ from spawrious.constants import (
 )
 from spawrious.layout import INFO_FILE, cell_relpath, read_info
 from spawrious.manifest import append_records, image_name, reconcile
+from spawrious.procedural import render
 from spawrious.prompts import image_seed, prompt_for_attempt
 
 logger = get_logger(__name__)
@@ -92,9 +97,7 @@ def _png_bytes(image):
 
 def _render_chunk(task):
     """Worker: render and atomically write procedural images; return their records."""
-    from PIL import Image
 
-    from spawrious.procedural import render
     dataset_dir, seed, size, pool, location, breed, attempts = task
     records = []
     for k in attempts:
@@ -136,7 +139,6 @@ def generate_procedural_fast(dataset_dir, seed, size, per_cell, cells, workers, 
     else:
         pool_ = multiprocessing.get_context("fork").Pool(workers)
         results = pool_.imap_unordered(_render_chunk, tasks)
-    from tqdm import tqdm
     bar = tqdm(total=total, desc="Spawrious images", unit="img",
                disable=not sys.stderr.isatty())
     try:
@@ -249,7 +251,6 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     configure_logging(args)
     check_outputs((args.out, "--output_dir", True))
-    from spawrious.backends import ProceduralBackend, StableDiffusionBackend, check_backend
     check_backend(args.backend)
     if args.per_cell < 1:
         raise UserError("--per_cell must be >= 1")

@@ -1,8 +1,11 @@
 """The `spawrious-splits` command (``python -m spawrious.splits``): build one of the six
 benchmarks' splits, check the counts against the paper's tables, print a summary."""
+import argparse
+import json
 import sys
 
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging, echo
+from oodutils.csv_out import csv_text
 from oodutils.errors import UserError, epilog_example, run_cli
 from spawrious.constants import CLASS_LIST, DEFAULT_PER_CELL, LOCATIONS
 from spawrious.layout import read_info, resolve_dataset_dir
@@ -23,7 +26,6 @@ EPILOG = epilog_example("spawrious-splits", "spawrious.splits",
 
 
 def build_parser():
-    import argparse
     p = ArgumentParser(
         prog="spawrious-splits",
         description="Show, check and list the images of one Spawrious benchmark.",
@@ -45,10 +47,7 @@ def build_parser():
 
 
 def main(argv=None):
-    import json
-    import sys
 
-    from oodutils.csv_out import csv_text
 
     args = build_parser().parse_args(argv)
     configure_logging(args)
