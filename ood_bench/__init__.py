@@ -6,6 +6,8 @@
     CLI: python -m ood_bench {extract,quantify,run,calibrate,summarize,table3,heatmap,plot}
          python -m ood_bench.quantify --features FILE.npz --seed S --output result.json
 """
+from __future__ import annotations
+
 import importlib
 from typing import Any
 

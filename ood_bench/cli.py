@@ -9,6 +9,8 @@
   heatmap    a Fig. 4 grid on Colored MNIST (grid.json + PNG)
   plot       plane (Fig. 3) from summaries, or heatmap from a grid.json
 """
+from __future__ import annotations
+
 import argparse
 import sys
 
@@ -28,7 +30,7 @@ EPILOG = epilog_example("ood-bench", "ood_bench",
                         "quantify --features features.npz --seed 0 --output result.json")
 
 
-def add_training_arguments(p, dataset_required=True):
+def add_training_arguments(p: argparse.ArgumentParser, dataset_required: bool = True) -> None:
     g = p.add_argument_group("data")
     add_option(g, "--dataset", required=dataset_required, help="a registered dataset name")
     add_option(g, "--data_dir", default=DEFAULT_DATA_DIR, help=DATA_DIR_HELP)
@@ -63,7 +65,7 @@ def add_training_arguments(p, dataset_required=True):
     add_option(g, "--n_workers", type=int, default=0)
 
 
-def _reduced_training_args(p):
+def _reduced_training_args(p: argparse.ArgumentParser) -> None:
     for flag, typ in (("--steps", int), ("--mlp_width", int), ("--holdout_fraction", float),
                       ("--sample_size", int), ("--eval_every", int)):
         add_option(p, flag, type=typ, default=None)
@@ -71,7 +73,7 @@ def _reduced_training_args(p):
     add_option(p, "--seed", type=int, default=0)
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="ood-bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=EPILOG)
@@ -147,7 +149,7 @@ def build_parser():
     return parser
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args)
     if getattr(args, "out", None):
@@ -158,7 +160,7 @@ def main(argv=None):
     commands.run(args)
     return 0
 
-def cli():
+def cli() -> None:
     """The `ood-bench` console command ([project.scripts])."""
     sys.exit(run_cli(main))
 

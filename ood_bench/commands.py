@@ -1,11 +1,14 @@
 """What each `ood-bench` subcommand does once `ood_bench.cli` has parsed and checked its
 flags (this module imports torch and the trainer; the parser does not)."""
+from __future__ import annotations
+
 import argparse
 import glob
 import json
 import os
 from collections.abc import Callable
 from dataclasses import asdict
+from typing import Any
 
 from ood_bench import figures, table3
 from ood_bench import quantify as q
@@ -26,7 +29,7 @@ from oodutils.fileio import atomic_write_json, atomic_write_text
 from oodutils.untrusted import read_input
 
 
-def config_from_args(a):
+def config_from_args(a: argparse.Namespace) -> TrialConfig:
     if a.steps < 1 or a.batch_size < 1 or a.dim_z < 1 or a.eval_every < 1:
         raise UserError("--steps, --batch_size, --dim_z and --eval_every must be positive")
     est = q.estimator_options(a) if hasattr(a, "sample_size") else {}
@@ -42,7 +45,7 @@ def config_from_args(a):
         **{k: v for k, v in est.items()})
 
 
-def cmd_extract(a):
+def cmd_extract(a: argparse.Namespace) -> None:
     cfg = config_from_args(a)
     cfg.device = a.device
     with q.torch_threads(a.num_threads):
@@ -54,7 +57,7 @@ def cmd_extract(a):
                       "val_acc": log["val_acc"], "selected_step": log["selected_step"]}))
 
 
-def cmd_quantify(a):
+def cmd_quantify(a: argparse.Namespace) -> None:
     result = q.quantify_file(a.features, a.seed, a.mode, a.num_threads,
                              **q.estimator_options(a))
     if a.out:
@@ -62,7 +65,7 @@ def cmd_quantify(a):
     print(json.dumps({k: result[k] for k in ("diversity", "correlation") if k in result}))
 
 
-def cmd_run(a):
+def cmd_run(a: argparse.Namespace) -> None:
     cfg = config_from_args(a)
     with q.torch_threads(a.num_threads):
         s = run_trials(cfg, a.n_trials, a.seed, a.output_dir, a.calibrate,
@@ -70,7 +73,7 @@ def cmd_run(a):
     _print_summary(s)
 
 
-def _print_summary(s):
+def _print_summary(s: dict[str, Any]) -> None:
     d, c = s["diversity"], s["correlation"]
     line = {"diversity": d["mean"], "diversity_se": d["se"], "correlation": c["mean"],
             "correlation_se": c["se"], "n_trials": s["n_trials"], "eps_div": s.get("eps_div"),
@@ -78,7 +81,7 @@ def _print_summary(s):
     print(json.dumps(line))
 
 
-def _expand(paths):
+def _expand(paths: list[str]) -> list[str]:
     out = []
     for p in paths:
         hits = sorted(glob.glob(p)) if any(ch in p for ch in "*?[") else [p]
@@ -88,7 +91,7 @@ def _expand(paths):
     return out
 
 
-def cmd_calibrate(a):
+def cmd_calibrate(a: argparse.Namespace) -> None:
     cfg = TrialConfig("", "", [0], [1], **q.estimator_options(a))
     feats = [load_features(p) for p in _expand(a.features)]
     with q.torch_threads(a.num_threads):
@@ -105,7 +108,7 @@ def cmd_calibrate(a):
                                           "converged")}))
 
 
-def cmd_summarize(a):
+def cmd_summarize(a: argparse.Namespace) -> None:
     paths = _expand(a.results) if a.results else sorted(
         glob.glob(os.path.join(a.root, "**", "result.json"), recursive=True))
     if not paths:
@@ -117,8 +120,8 @@ def cmd_summarize(a):
     _print_summary(s)
 
 
-def cmd_table3(a):
-    overrides = dict(table3.QUICK) if a.quick else {}
+def cmd_table3(a: argparse.Namespace) -> None:
+    overrides: dict[str, Any] = dict(table3.QUICK) if a.quick else {}
     for name in ("steps", "mlp_width", "holdout_fraction", "sample_size", "eval_every"):
         if getattr(a, name) is not None:
             overrides[name] = getattr(a, name)
@@ -137,7 +140,7 @@ def cmd_table3(a):
         atomic_write_text(os.path.join(a.output_dir, "table3.md"), text + "\n")
 
 
-def cmd_heatmap(a):
+def cmd_heatmap(a: argparse.Namespace) -> None:
     overrides = {k: getattr(a, k) for k in ("steps", "mlp_width", "holdout_fraction",
                                             "sample_size", "eval_every")
                  if getattr(a, k) is not None}
@@ -150,7 +153,7 @@ def cmd_heatmap(a):
     print(json.dumps({"grid": grid["grid"], "png": png}))
 
 
-def cmd_plot(a):
+def cmd_plot(a: argparse.Namespace) -> None:
     if a.what == "plane":
         named = {}
         for item in a.summaries or []:

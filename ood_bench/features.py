@@ -2,10 +2,14 @@
 (n_q,) and an optional JSON `meta`, as an npz (what `python -m ood_bench extract` writes,
 or the official code's data.npz). Without torch, so `quantify` reads and checks a file
 before importing the estimator."""
+from __future__ import annotations
+
 import json
 import os
 import zipfile
 import zlib
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -13,14 +17,15 @@ from oodutils.errors import UserError, load_error_reason
 from oodutils.fileio import atomic_savez
 
 
-def save_features(path, feats, meta=None):
+def save_features(path: str, feats: Mapping[str, np.ndarray],
+                  meta: dict[str, Any] | None = None) -> None:
     arrays = dict(feats)
     if meta is not None:
         arrays["meta"] = np.array(json.dumps(meta, sort_keys=True, default=str))
-    atomic_savez(path, **arrays)
+    atomic_savez(path, True, **arrays)
 
 
-def load_features(path):
+def load_features(path: str) -> dict[str, np.ndarray]:
     if not os.path.isfile(path):
         raise UserError(f"features file {path!r} does not exist")
     try:
@@ -39,7 +44,7 @@ def load_features(path):
     return feats
 
 
-def check_feature_shapes(path, feats):
+def check_feature_shapes(path: str, feats: Mapping[str, np.ndarray]) -> None:
     for side in ("p", "q"):
         z, y = feats[f"z_{side}"], feats[f"y_{side}"]
         if z.ndim != 2 or y.ndim != 1 or len(z) != len(y) or len(z) == 0:

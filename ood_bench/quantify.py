@@ -7,10 +7,15 @@ ood_bench extract` writes, or the official code's data.npz). result.json gets `d
 and `correlation` (also as the official `div` / `cor`), the thresholds, and diagnostics:
 the fraction of importance samples in each region, per-class values, skipped classes.
 """
+from __future__ import annotations
+
+import argparse
 import contextlib
 import json
 import sys
 import warnings
+from collections.abc import Iterator
+from typing import Any
 
 from ood_bench.estimator_defaults import DEFAULTS, parse_bandwidth
 from ood_bench.features import load_features
@@ -21,7 +26,7 @@ from oodutils.log import show_warning
 from oodutils.untrusted import read_input
 
 
-def add_estimator_arguments(parser):
+def add_estimator_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("estimator (Algorithm 2)")
     add_option(g, "--sample_size", type=int, default=DEFAULTS["sample_size"],
                   help="importance samples M (default 10000)")
@@ -40,7 +45,7 @@ def add_estimator_arguments(parser):
                   help="torch CPU threads (0: torch's default)")
 
 
-def estimator_options(args):
+def estimator_options(args: argparse.Namespace) -> dict[str, Any]:
     try:
         bw = parse_bandwidth(args.bandwidth)
     except ValueError as e:
@@ -67,7 +72,7 @@ def estimator_options(args):
 
 
 @contextlib.contextmanager
-def torch_threads(n):
+def torch_threads(n: int | None) -> Iterator[None]:
     import torch
     if not n:
         yield
@@ -80,7 +85,7 @@ def torch_threads(n):
         torch.set_num_threads(old)
 
 
-def build_parser(parser=None):
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     """The quantify options, on `parser` (the ood_bench subcommand, which adds -v / -q
     itself) or on a parser of their own."""
     standalone = parser is None
@@ -97,7 +102,8 @@ def build_parser(parser=None):
     return parser
 
 
-def quantify_file(path, seed=0, mode="both", num_threads=0, **options):
+def quantify_file(path: str, seed: int = 0, mode: str = "both", num_threads: int = 0,
+                  **options: Any) -> dict[str, Any]:
     from ood_bench.estimator import ShiftEstimationError, estimate_shifts  # torch
     feats = load_features(path)
     with torch_threads(num_threads), warnings.catch_warnings():
@@ -116,7 +122,7 @@ def quantify_file(path, seed=0, mode="both", num_threads=0, **options):
     return result
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args)
     if args.out:
