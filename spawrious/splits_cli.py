@@ -1,5 +1,7 @@
 """The `spawrious-splits` command (``python -m spawrious.splits``): build one of the six
 benchmarks' splits, check the counts against the paper's tables, print a summary."""
+from __future__ import annotations
+
 import argparse
 import json
 import sys
@@ -25,7 +27,7 @@ EPILOG = epilog_example("spawrious-splits", "spawrious.splits",
                         "--data_dir data --benchmark o2o_easy --per_cell 50 --format csv")
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         prog="spawrious-splits",
         description="Show, check and list the images of one Spawrious benchmark.",
@@ -46,7 +48,7 @@ def build_parser():
     return p
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
 
 
     args = build_parser().parse_args(argv)
@@ -92,7 +94,7 @@ def main(argv=None):
         raise UserError(f"{benchmark} fails validation: " + "; ".join(failures))
     return 0
 
-def cli():
+def cli() -> None:
     """The `spawrious-splits` console command ([project.scripts])."""
     sys.exit(run_cli(main))
 

@@ -14,8 +14,11 @@ its final layer norm has zero gain, so every decoder state equals the norm's bia
 only ``word``'s output embedding is aligned with it. A random captioner would otherwise
 stop at once and say nothing.
 """
+from __future__ import annotations
+
 import json
 import os
+from typing import Any
 
 import torch
 
@@ -26,7 +29,7 @@ CLIP_WORDS = ("one dog in a on the with and of black brown white sitting running
 CAPTION_WORDS = "a dog cat on the beach sitting in snow with".split()
 
 
-def build_tiny_sd(path, seed=0):
+def build_tiny_sd(path: str, seed: int = 0) -> Any:
     """A StableDiffusionPipeline (UNet, VAE, CLIP text encoder, tokenizer, DDIM) saved to `path`."""
     diffusers = require("diffusers", "generate")
     transformers = require("transformers", "generate")
@@ -63,7 +66,7 @@ def build_tiny_sd(path, seed=0):
     return pipe
 
 
-def build_tiny_captioner(path, word="dog", seed=0):
+def build_tiny_captioner(path: str, word: str = "dog", seed: int = 0) -> str:
     """A ViT + GPT-2 VisionEncoderDecoderModel, its GPT2Tokenizer and ViTImageProcessor,
     saved to `path`; it captions every image as `word` repeated (see the module doc)."""
     transformers = require("transformers", "generate")
