@@ -21,8 +21,6 @@ import zipfile
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from oodutils.errors import UserError
 from oodutils.pinned_dir import Buffer, PinnedDir, current_umask  # noqa: F401  (re-exported)
 from oodutils.text import encodable, utf8_bytes  # noqa: F401  (re-exported)
@@ -63,6 +61,7 @@ def npz_bytes(compressed: bool = True, *, level: int | None = None, **arrays: An
     """The bytes np.savez(_compressed) would write for `arrays`; `level` (1-9): deflate at
     that zlib level instead of numpy's (level 1 writes a checkpoint's predictions about
     4x faster, files about a fifth larger; np.load reads either)."""
+    import numpy as np  # heavy: the commands import this module before parsing their flags
     buf = io.BytesIO()
     if level is None:
         (np.savez_compressed if compressed else np.savez)(buf, **arrays)

@@ -72,7 +72,8 @@ class StableDiffusionBackend:
             location = check_model_location(model, "Stable Diffusion model")
             dtype = dtype or (torch.float16 if self.device == "cuda" else None)
             try:
-                StableDiffusionPipeline = require("diffusers", "generate").StableDiffusionPipeline
+                diffusers = require("diffusers", extra="generate")
+                StableDiffusionPipeline = diffusers.StableDiffusionPipeline
             except ImportError as e:   # diffusers without transformers
                 raise UserError(f"the sd14 backend needs diffusers and transformers: "
                                 f"pip install 'oodbed[generate]' ({e})") from e

@@ -73,7 +73,7 @@ class ViTGPT2Captioner(Captioner):
             self.model_name = model
             location = check_model_location(model, "captioner model")
             try:
-                transformers = require("transformers", "generate")
+                transformers = require("transformers", extra="generate")
                 model = transformers.VisionEncoderDecoderModel.from_pretrained(
                     location, local_files_only=local_files_only)
                 image_processor = image_processor or \

@@ -31,8 +31,8 @@ CAPTION_WORDS = "a dog cat on the beach sitting in snow with".split()
 
 def build_tiny_sd(path: str, seed: int = 0) -> Any:
     """A StableDiffusionPipeline (UNet, VAE, CLIP text encoder, tokenizer, DDIM) saved to `path`."""
-    diffusers = require("diffusers", "generate")
-    transformers = require("transformers", "generate")
+    diffusers = require("diffusers", extra="generate")
+    transformers = require("transformers", extra="generate")
     torch.manual_seed(seed)
     unet = diffusers.UNet2DConditionModel(
         sample_size=8, in_channels=4, out_channels=4, layers_per_block=1,
@@ -69,7 +69,7 @@ def build_tiny_sd(path: str, seed: int = 0) -> Any:
 def build_tiny_captioner(path: str, word: str = "dog", seed: int = 0) -> str:
     """A ViT + GPT-2 VisionEncoderDecoderModel, its GPT2Tokenizer and ViTImageProcessor,
     saved to `path`; it captions every image as `word` repeated (see the module doc)."""
-    transformers = require("transformers", "generate")
+    transformers = require("transformers", extra="generate")
     os.makedirs(path, exist_ok=True)
     words = list(CAPTION_WORDS) + ([word] if word not in CAPTION_WORDS else [])
     vocab = {"<|endoftext|>": 0}
