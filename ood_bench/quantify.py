@@ -104,8 +104,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 def quantify_file(path: str, seed: int = 0, mode: str = "both", num_threads: int = 0,
                   **options: Any) -> dict[str, Any]:
-    from ood_bench.estimator import ShiftEstimationError, estimate_shifts  # torch
-    feats = load_features(path)
+    feats = load_features(path)   # a bad file is refused before torch is imported
+    from ood_bench.estimator import ShiftEstimationError, estimate_shifts
     with torch_threads(num_threads), warnings.catch_warnings():
         warnings.simplefilter("always")
         warnings.showwarning = show_warning
