@@ -12,7 +12,6 @@ from oodutils.errors import require
 def reference_estimate(z_p: np.ndarray, y_p: np.ndarray, z_q: np.ndarray, y_q: np.ndarray,
                        sample_size: int = 10000, eps_div: float = 1e-12, eps_cor: float = 5e-4,
                        seed: int = 0, bw_method: str | float | None = None) -> dict[str, float]:
-
     StandardScaler = require("sklearn.preprocessing", extra="analysis").StandardScaler
     z_p, z_q = np.asarray(z_p, dtype=np.float64), np.asarray(z_q, dtype=np.float64)
     y_p, y_q = np.asarray(y_p), np.asarray(y_q)

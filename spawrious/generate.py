@@ -107,7 +107,6 @@ def _png_bytes(image: Image.Image) -> bytes:
 
 def _render_chunk(task: tuple[str, int, int, int, str, str, Sequence[int]]) -> ChunkRecords:
     """Worker: render and atomically write procedural images; return their records."""
-
     dataset_dir, seed, size, pool, location, breed, attempts = task
     records = []
     for k in attempts:

@@ -7,7 +7,6 @@ import json
 import sys
 
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging, echo
-from oodutils.csv_out import csv_text
 from oodutils.errors import UserError, epilog_example, run_cli
 from spawrious.constants import CLASS_LIST, DEFAULT_PER_CELL, LOCATIONS
 from spawrious.layout import read_info, resolve_dataset_dir
@@ -49,9 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-
-
     args = build_parser().parse_args(argv)
+    from oodutils.csv_out import csv_text  # numpy: after the flags are parsed
     configure_logging(args)
     benchmark, variant = check_benchmark(args.benchmark), check_variant(args.variant)
     dataset_dir = resolve_dataset_dir(args.root) if args.root is not None else None
