@@ -48,6 +48,9 @@ ROW_SCHEMA: dict[str, Any] = {"block": pl.Int64, "step": pl.Int64, "epoch": pl.F
 # a lone surrogate escape (or half of a pair: read line by line, replaced there)
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# what polars raises on bytes it cannot read: its errors, and a panic of its Rust code
+# (a BaseException) on some corrupt input
+POLARS_ERRORS = (Exception, pl.exceptions.PanicException)
 # bytes mapped to a shape: digits, "+" and "-" to "0", "e" and "E" to "e", others to a
 # space; an "e" and five more is an exponent of 4 digits or more
 _SHAPE = bytes(48 if (48 <= b <= 57 or b in b"+-") else 101 if b in b"eE" else 32
@@ -291,7 +294,7 @@ def _batch_fits(data: bytes, files: Sequence[_Reduced], table: pl.DataFrame | No
 def _parse(data: bytes, schema: dict[str, Any]) -> pl.DataFrame | None:
     try:
         return pl.read_ndjson(data, schema=schema)
-    except Exception:  # noqa: BLE001 - polars' errors: any is a "not here"
+    except POLARS_ERRORS:  # any is a "not here"
         return None
 
 
