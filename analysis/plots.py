@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis.aotl.stats import transform as stats_transform
 from oodutils.accuracy import AOTL_CLIP
 from oodutils.plotting import figure_and_axes, save_figure
 
@@ -69,19 +70,16 @@ def aotl_scatter(series, overall, path=None, scale="probit", clip=AOTL_CLIP, tit
     (its points are not drawn). At most ``max_points`` points per series are drawn (a
     random subset), fits use all of them.
     """
-    import matplotlib
-    if transform is None:
-        from analysis.aotl_stats import transform
+    transform = transform or stats_transform
     fig, ax = figure(ax=ax)
     rng = np.random.default_rng(seed)
-    colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     everything = []
     for i, (label, x, y, fit) in enumerate(series):
         tx, ty = transform(x, scale, clip), transform(y, scale, clip)
         everything += [tx, ty]
         keep = (rng.choice(len(tx), max_points, replace=False) if len(tx) > max_points
                 else slice(None))
-        color = colors[i % len(colors)]
+        color = f"C{i % 10}"   # the style's colour cycle
         ax.scatter(tx[keep], ty[keep], s=6, alpha=0.35, color=color, linewidths=0,
                    rasterized=True)
         lo, hi = tx.min(), tx.max()

@@ -1,18 +1,22 @@
-"""The `aotl` console command: parse (a light parser, see `analysis.aotl_options`), then
-import the numeric code and run it, so --help and argument errors answer at once."""
-import sys
+"""The `aotl` console command (also ``python -m analysis.aotl``): parse with the light
+parser of `analysis.aotl.options`, then run; the package loads its numeric code on first
+use, so --help and argument errors answer before numpy, pandas and scipy load."""
+from __future__ import annotations
 
-from analysis.aotl_options import build_parser
+import sys
+from collections.abc import Sequence
+
+from analysis import aotl
+from analysis.aotl.options import build_parser
 from oodutils.errors import run_cli
 
 
-def main(argv=None):
-    args = build_parser().parse_args(argv)
-    from analysis import aotl
-    return aotl.run(args)
+def main(argv: Sequence[str] | None = None) -> int:
+    """The aotl command on `argv`."""
+    return aotl.run(build_parser().parse_args(argv))
 
 
-def cli():
+def cli() -> None:
     """The `aotl` console command ([project.scripts])."""
     sys.exit(run_cli(main))
 

@@ -20,11 +20,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.aotl import cli as aotl_cli
+from analysis.oodselect import cli as oodselect_cli
 from domainbed.api import train_zoo
 from domainbed.results.records import TABLE_FIELDS, load_records
 from oodutils import fileio
 from oodutils.errors import UserError
 from oodutils.log import configure
+from oodutils.tables import render
 
 
 def zoo_facts(runs_dir: str) -> pd.DataFrame | None:
@@ -78,21 +81,20 @@ def run_aotl(runs_dir: str, out_dir: str) -> dict[str, str]:
 
 
 def _write_aotl_files(runs_dir: str, paths: dict[str, str]) -> None:
-    from analysis import aotl
     for table in ("per-ood", "pairwise"):
         stem = table.replace("-", "_")
         for fmt in ("csv", "markdown"):
             output = paths[f"{stem}_{'md' if fmt == 'markdown' else 'csv'}"]
             argv = [runs_dir, "--table", table, "--format", fmt, "--output", output, "-qq"]
             try:
-                aotl.main(argv)
+                aotl_cli.main(argv)
             except UserError as e:   # the per-OOD fits are the study; pairwise may fail
                 if table == "per-ood":
                     raise
                 fileio.atomic_write_text(output, f"pairwise fits not computed: {e}\n")
     os.makedirs(paths["plots"], exist_ok=True)
     try:
-        aotl.main([runs_dir, "--plot", paths["plots"], "--format", "csv", "--output",
+        aotl_cli.main([runs_dir, "--plot", paths["plots"], "--format", "csv", "--output",
                    os.path.join(paths["plots"], "per_ood.csv"), "-qq"])
     except UserError as e:   # a degenerate (e.g. tiny) zoo: the tables still stand
         paths["plot_error"] = str(e)
@@ -106,7 +108,6 @@ def pick_ood_env(per_ood: pd.DataFrame) -> int:
 def run_oodselect(runs_dir: str, dataset: str, ood_env: int, out_dir: str, steps: int = 1500,
                   seed: int = 0) -> tuple[pd.DataFrame, list[str]]:
     """OODSelect's summary table and its small-input warnings (split.json)."""
-    from analysis import oodselect_cli
     argv = ["--input_dir", runs_dir, "--dataset", dataset, "--ood_env", str(ood_env),
             "--output_dir", out_dir, "--steps", str(steps), "--patience", str(max(100, steps // 5)),
             "--seed", str(seed), "--baselines", "random", "hard", "--quiet", "--quiet"]
@@ -120,7 +121,6 @@ def run_oodselect(runs_dir: str, dataset: str, ood_env: int, out_dir: str, steps
 
 
 def _md(df: pd.DataFrame, digits: int = 3) -> str:
-    from oodutils.tables import render
     return render(df, "markdown", digits).strip() if len(df) else "(empty)"
 
 

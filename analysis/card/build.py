@@ -12,7 +12,7 @@ A section the inputs cannot support is kept, with what it needs (a flag, an inpu
     text = render_markdown(card)
 
 The leaderboard writes ``card_<slug>.html`` and ``.md`` per dataset; ``python -m
-analysis.card`` (``analysis.card_cli``) writes them from sweeps alone.
+analysis.card`` (``analysis.card.cli``) writes them from sweeps alone.
 """
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def _frame_rows(frame: pd.DataFrame, columns: Sequence[str], digits: int = 3
 
 
 def _accuracies(records: list) -> Any:
-    from analysis.aotl_inputs import accuracies_from_records
+    from analysis.aotl.inputs import accuracies_from_records
     return accuracies_from_records(records, split="out", checkpoints="all")
 
 
@@ -121,7 +121,7 @@ def effective_robustness_section(records: list) -> Section:
 
 
 def validity_section(records: list, name: str) -> Section:
-    from analysis import validity_records
+    from analysis.validity import records as validity_records
     s = Section("validity", "Validity desiderata (Bell et al. 2024)")
     try:
         results = validity_records.group_results(records)
@@ -297,6 +297,6 @@ def read_ood_bench_summaries(dirs: Sequence[str]) -> list[dict[str, Any]]:
     return out
 
 
-if __name__ == "__main__":  # python -m analysis.card runs analysis.card_cli
+if __name__ == "__main__":  # python -m analysis.card runs analysis.card.cli
     import runpy
-    runpy.run_module("analysis.card_cli", run_name="__main__", alter_sys=True)
+    runpy.run_module("analysis.card.cli", run_name="__main__", alter_sys=True)

@@ -261,6 +261,6 @@ def _split_checkpoint(run_dir: str, step: int, args: dict[str, Any], arrays: Any
     return cps
 
 
-if __name__ == "__main__":  # python -m analysis.labelfree runs analysis.labelfree_cli
+if __name__ == "__main__":  # python -m analysis.labelfree runs analysis.labelfree.cli
     import runpy
-    runpy.run_module("analysis.labelfree_cli", run_name="__main__", alter_sys=True)
+    runpy.run_module("analysis.labelfree.cli", run_name="__main__", alter_sys=True)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analysis import oodselect_config
+from analysis.oodselect import config as oodselect_config
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.log import get_logger
@@ -43,7 +43,7 @@ BASELINES = ("random", "hard", "greedy", "exhaustive")
 def make_split(cm, how="run", seed=0, fractions=(0.6, 0.2, 0.2), test_archs=None):
     """(train, val, test) model indices. how: "run" (whole runs), "model" (each
     checkpoint on its own) or "arch" (architecture-disjoint test set)."""
-    from analysis import oodselect_data as data
+    from analysis.oodselect import data
     if how == "run":
         return data.split_models(cm.models["run"].to_numpy(), fractions, seed)
     if how == "model":
@@ -59,7 +59,7 @@ def make_split(cm, how="run", seed=0, fractions=(0.6, 0.2, 0.2), test_archs=None
 
 def _row(method, n, A, y, parts, subset, fisher_m=None, extra=None):
     from analysis import oodselect as core
-    from analysis import oodselect_report as rep
+    from analysis.oodselect import report as rep
     tr, va, te = parts
     r_te = core.subset_correlation(A[te], y[te], subset)
     m = fisher_m or len(te)
@@ -90,8 +90,8 @@ def run_selection(cm, sizes, seed=0, out_dir=None, split="run", fractions=(0.6, 
     import pandas as pd
 
     from analysis import oodselect as core
-    from analysis import oodselect_baselines as bl
-    from analysis import oodselect_report as rep
+    from analysis.oodselect import baselines as bl
+    from analysis.oodselect import report as rep
     log = log or logger.info
     A, y, N = cm.A, cm.y, cm.n_examples
     sizes = sorted({int(n) for n in sizes})
@@ -176,7 +176,7 @@ def run_selection(cm, sizes, seed=0, out_dir=None, split="run", fractions=(0.6, 
 
 def write_outputs(out_dir, cm, results, plots=True):
     from analysis import oodselect as core
-    from analysis import oodselect_report as rep
+    from analysis.oodselect import report as rep
     os.makedirs(out_dir, exist_ok=True)
     summary, sel, sizes = results["summary"], results["selector"], results["sizes"]
     rep.write_csv(os.path.join(out_dir, "summary.csv"), summary)
@@ -273,7 +273,7 @@ def build_parser():
 
 
 def load_input(args):
-    from analysis import oodselect_data as data
+    from analysis.oodselect import data
     if bool(args.matrix) == bool(args.input_dir):
         raise UserError("give exactly one of --matrix FILE.npz or --input_dir DIR")
     if args.matrix:
@@ -315,7 +315,7 @@ def main(argv=None):
     configure_logging(args)
     check_args(args)
     from analysis import oodselect as core
-    from analysis import oodselect_report as rep
+    from analysis.oodselect import report as rep
     log = logger.info     # -q (or --quiet) hides the progress lines, as it always did
     cm = load_input(args)
     sizes = args.sizes or [n for n in DEFAULT_SIZES if n < cm.n_examples]

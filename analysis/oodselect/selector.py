@@ -24,10 +24,10 @@ several of them run in one batch: one pass over ``A`` serves them all.
     sel.subsets_[0]            # example indices of the n=100 subset, in rank order
     subset_correlation(A_te, y_te, sel.subsets_[0])
 
-The command line lives in ``analysis.oodselect_cli`` (``python -m analysis.oodselect``);
-data loading and model splits in ``analysis.oodselect_data``; baselines in
-``analysis.oodselect_baselines``; intervals, overlaps, composition, files and plots in
-``analysis.oodselect_report``.
+The command line lives in ``analysis.oodselect.cli`` (``python -m analysis.oodselect``);
+data loading and model splits in ``analysis.oodselect.data``; baselines in
+``analysis.oodselect.baselines``; intervals, overlaps, composition, files and plots in
+``analysis.oodselect.report``.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike
 
-from analysis.oodselect_config import (  # noqa: F401
+from analysis.oodselect.config import (  # noqa: F401
     LOSSES,
     PENALTY_FORMS,
     SEARCH_SPACE,
@@ -442,6 +442,6 @@ class OODSelect:
                 [b_[3] for b_ in best], [b_[4] for b_ in best])
 
 
-if __name__ == "__main__":  # python -m analysis.oodselect runs analysis.oodselect_cli
+if __name__ == "__main__":  # python -m analysis.oodselect runs analysis.oodselect.cli
     import runpy
-    runpy.run_module("analysis.oodselect_cli", run_name="__main__", alter_sys=True)
+    runpy.run_module("analysis.oodselect.cli", run_name="__main__", alter_sys=True)

@@ -1,13 +1,13 @@
 """The ``benchmark-validity`` command line (``python -m analysis.validity``): subcommands
 report, compute-k, robustness, agreement, recommend, leave-one-out over run directories,
-through the records adapter :mod:`analysis.validity_records` (see its docstring)."""
+through the records adapter :mod:`analysis.validity.records` (see its docstring)."""
 from __future__ import annotations
 
 import argparse
 import os
 import sys
 
-from analysis import validity_config
+from analysis.validity import config as validity_config
 from oodutils.cli import (
     ArgumentParser,
     add_logging_flags,
@@ -82,7 +82,7 @@ def _k_kwargs(args):
 
 
 def _load(args):
-    from analysis.validity_records import benchmark_names, group_results, k_from_records, read_k_csv
+    from analysis.validity.records import benchmark_names, group_results, k_from_records, read_k_csv
     from domainbed.results.records import TABLE_FIELDS, load_records
     recs = load_records(args.input_dir, require_done=not args.include_unfinished,
                         fields=TABLE_FIELDS)
@@ -127,7 +127,7 @@ def _thresholds(args):
 
 
 def cmd_report(args):
-    from analysis.validity_records import validity_report
+    from analysis.validity.records import validity_report
     results, K, _ = _load(args)
     table = validity_report(results, K, _thresholds(args), args.erm_algorithm, args.ddof,
                             with_mi=not args.no_mi, min_pairs=args.cv_min_pairs)
@@ -144,7 +144,7 @@ def cmd_report(args):
 def cmd_compute_k(args):
     import pandas as pd
 
-    from analysis.validity_records import compute_k
+    from analysis.validity.records import compute_k
     out = compute_k(args.erm_run, args.reference_run, **_k_kwargs(args))
     df = pd.DataFrame([{"K": out["k"], "worst group": out["worst_group_name"],
                         "n": out["n"], "ERM acc. on it": out["erm_group_acc"],
@@ -156,7 +156,7 @@ def cmd_compute_k(args):
 
 def cmd_robustness(args):
     from analysis import validity as V
-    from analysis.validity_records import wga_matrix
+    from analysis.validity.records import wga_matrix
     results, K, _ = _load(args)
     rob = V.method_robustness(wga_matrix(results), K).reset_index()
     rob = rob.sort_values(["median", "iqr"], ascending=[False, True])
@@ -168,7 +168,7 @@ def cmd_robustness(args):
 
 def cmd_agreement(args):
     from analysis import validity as V
-    from analysis.validity_records import wga_matrix
+    from analysis.validity.records import wga_matrix
     results, _, _ = _load(args)
     agree = V.agreement_matrix(wga_matrix(results), method=args.method)
     _emit(agree.reset_index().rename(columns={"index": "benchmark"}), args,
@@ -176,7 +176,7 @@ def cmd_agreement(args):
 
 
 def _valid_set(args, results, K):
-    from analysis.validity_records import validity_report
+    from analysis.validity.records import validity_report
     table = validity_report(results, K, _thresholds(args), args.erm_algorithm, args.ddof,
                             with_mi=False, min_pairs=args.cv_min_pairs)
     return list(table.index[table["valid"].fillna(False).astype(bool)]), table
@@ -187,7 +187,7 @@ def cmd_recommend(args):
     import pandas as pd
 
     from analysis import validity as V
-    from analysis.validity_records import wga_matrix
+    from analysis.validity.records import wga_matrix
     results, K, _ = _load(args)
     wga = wga_matrix(results)
     valid, _ = _valid_set(args, results, K) if args.strategy != "all" else ([], None)
@@ -214,7 +214,7 @@ def cmd_recommend(args):
 
 def cmd_leave_one_out(args):
     from analysis import validity as V
-    from analysis.validity_records import wga_matrix
+    from analysis.validity.records import wga_matrix
     results, K, _ = _load(args)
     if K is None:
         raise UserError("leave-one-out needs K (--k_dir or --k_csv)")

@@ -1,5 +1,5 @@
 """The validity analysis of Bell et al. 2024 on run directories: the records adapter (the
-command line is :mod:`analysis.validity_cli`).
+command line is :mod:`analysis.validity.cli`).
 
 Reads group-annotated records (``env{i}_{in,out}_acc_g{g}``, ``env{i}_{in,out}_wga``,
 ``args.group_names``) through ``domainbed.results.records`` and hands arrays to
@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import validity as V
-from analysis.validity_config import SPLIT_CODES
+from analysis.validity.config import SPLIT_CODES
 from domainbed.predictions import list_prediction_steps, load_predictions
 from domainbed.results import model_selection as ms
 from domainbed.results.records import load_records
