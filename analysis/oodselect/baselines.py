@@ -12,7 +12,7 @@ import math
 import numpy as np
 import torch
 
-from analysis.oodselect import PROBIT_EPS, _torch_threads, pearson, probit
+from analysis.oodselect.selector import PROBIT_EPS, _torch_threads, pearson, probit
 from oodutils.errors import UserError
 
 

@@ -15,12 +15,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from scipy.special import expit, ndtr
 
+from domainbed.predictions import prediction_matrix
+from domainbed.results.records import TABLE_FIELDS, load_records
 from oodutils.accuracy import check_accuracies
 from oodutils.csv_out import csv_value
 from oodutils.errors import UserError, load_error_reason
+from oodutils.fileio import atomic_savez
 from oodutils.log import get_logger
-from oodutils.untrusted import open_input
+from oodutils.untrusted import open_input, open_regular
 
 logger = get_logger(__name__)
 
@@ -112,7 +116,6 @@ def load_matrix(path):
 
 def save_matrix(path, cm):
     """Write a CorrectnessMatrix as ``.npz`` (readable back by :func:`load_matrix`)."""
-    from oodutils.fileio import atomic_savez
     arrays = {"A": cm.A, "y": cm.y, "example_id": cm.examples["id"].to_numpy()}
     for key in ("run", "arch", "run_dir", "step", "algorithm"):
         if key in cm.models:
@@ -152,8 +155,6 @@ def from_runs(input_dir, dataset=None, id_envs=None, ood_env=None, require_done=
     A covers the OOD environment's in and out splits, columns sorted by example id.
     Raises UserError when models were scored on different OOD examples, naming the runs.
     """
-    from domainbed.predictions import prediction_matrix
-    from domainbed.results.records import TABLE_FIELDS, load_records
 
     recs = load_records(input_dir, require_done=require_done, quiet=quiet,
                         fields=TABLE_FIELDS).records
@@ -227,7 +228,6 @@ def _example_paths(path: str) -> pd.DataFrame | None:
     someone else may have planted: a regular file only, never a FIFO or a symlink), or
     None when there is none or it cannot be read (with a warning: subsets are then listed
     without file paths)."""
-    from oodutils.untrusted import open_regular
     try:
         with open_regular(path) as f:
             paths = pd.read_csv(f)
@@ -342,7 +342,6 @@ def planted_problem(n_runs=60, checkpoints=5, n_aligned=300, n_conflict=60, stre
     subset) it rises with skill - reliance, i.e. falls with the reliance that drives ID.
     Returns (CorrectnessMatrix, planted boolean mask over the examples).
     """
-    from scipy.special import expit, ndtr
     rng = np.random.default_rng(seed)
     M = n_runs * checkpoints
     run = np.repeat(np.arange(n_runs), checkpoints)

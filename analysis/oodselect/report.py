@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pandas as pd
+from scipy.stats import hypergeom, norm
 
 from oodutils.accuracy import OODSELECT_CLIP, probit
 from oodutils.csv_out import frame_csv
@@ -20,7 +21,6 @@ PAPER_FISHER_M = 100      # Table A.3's parentheticals use m_b = 100 "trials" (n
 
 def fisher_interval(r, m, level=0.95):
     """Fisher-z confidence interval (lo, hi) of a Pearson r measured on m models."""
-    from scipy.stats import norm
     if m is None or m <= 3 or r is None or not np.isfinite(r):
         return (float("nan"), float("nan"))
     z = math.atanh(float(np.clip(r, -0.999999, 0.999999)))
@@ -83,7 +83,6 @@ def jaccard(a, b):
 def expected_random_jaccard(N, a, b):
     """E[J] of two independent uniform random subsets of sizes a and b out of N
     (their intersection is hypergeometric), exactly."""
-    from scipy.stats import hypergeom
     lo, hi = max(0, a + b - N), min(a, b)
     k = np.arange(lo, hi + 1)
     pmf = hypergeom(N, a, b).pmf(k)
