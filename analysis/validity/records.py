@@ -35,7 +35,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from analysis import validity as V
+from analysis.validity import stats as V
 from analysis.validity.config import SPLIT_CODES
 from domainbed.predictions import list_prediction_steps, load_predictions
 from domainbed.results import model_selection as ms

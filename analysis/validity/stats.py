@@ -558,7 +558,3 @@ def strategy_win_counts(all_acc: ArrayLike, valid_acc: ArrayLike,
                    closest_best_strict=int(np.sum(has & (c > best_other))))
     return out
 
-
-if __name__ == "__main__":  # python -m analysis.validity runs analysis.validity.cli
-    import runpy
-    runpy.run_module("analysis.validity.cli", run_name="__main__", alter_sys=True)
