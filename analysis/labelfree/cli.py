@@ -10,10 +10,13 @@ DIR/agreement.csv (the agreement line per split), DIR/verdicts.csv (trust or not
 why) and DIR/estimates_<dataset>_env<k>.png (the dataset name made file-safe). The sweep
 must have saved logits (`--save_logits` on train or sweep).
 """
-import argparse
-import os
-import sys
+from __future__ import annotations
 
+import argparse
+import sys
+from collections.abc import Sequence
+
+from analysis import labelfree
 from oodutils.cli import (
     ArgumentParser,
     add_logging_flags,
@@ -22,13 +25,14 @@ from oodutils.cli import (
     configure_logging,
 )
 from oodutils.errors import epilog_example, run_cli
-from oodutils.plotting import figure_and_axes, save_figure
+from oodutils.fileio import check_output_path
 
 EPILOG = epilog_example("labelfree", "analysis.labelfree",
                         "--input_dir sweeps/zoo --output_dir labelfree/")
 
 
-def build_parser():
+def build_parser() -> ArgumentParser:
+    """The labelfree command's options."""
     p = ArgumentParser(prog="labelfree", description=__doc__.split("\n\n")[0],
                        epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -41,51 +45,20 @@ def build_parser():
     return p
 
 
-def plot_split(estimates, dataset, env, path):
-    fig, ax = figure_and_axes(None, (5, 5))
-    part = estimates[(estimates["dataset"] == dataset) & (estimates["env"] == env)]
-    for method, rows in part.groupby("method"):
-        ax.scatter(100 * rows["true_acc"], 100 * rows["estimated_acc"], s=12, label=method)
-    ax.plot([0, 100], [0, 100], color="grey", linewidth=0.8)
-    ax.set_xlabel("true OOD accuracy (%)")
-    ax.set_ylabel("estimated OOD accuracy (%)")
-    ax.set_title(f"{dataset}, env {env}")
-    ax.legend(fontsize=7)
-    save_figure(fig, path)
-
-
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
+    """The labelfree command on `argv`: inputs and output checked, then the estimates (the
+    package loads pandas and scipy on first use, after the flags are parsed)."""
     args = build_parser().parse_args(argv)
     configure_logging(args)
     check_directories(args.input_dir)
-    from analysis import labelfree
-    from oodutils.csv_out import frame_csv
-    from oodutils.fileio import atomic_write_text, check_output_path, file_name_part
     check_output_path(args.output_dir, "--output_dir", directory=True)
-    checkpoints = labelfree.checkpoints_from_sweep(args.input_dir, args.all_steps)
-    estimates, agreement = labelfree.estimate(checkpoints)
-    n_models = estimates[estimates["method"] == "avg_conf"].groupby(
-        ["dataset", "env"]).size().to_dict()
-    summary = labelfree.summary(estimates)
-    verdicts = labelfree.verdicts(agreement, n_models)
-    os.makedirs(args.output_dir, exist_ok=True)
-    for name, frame in (("estimates", estimates), ("summary", summary),
-                        ("agreement", agreement), ("verdicts", verdicts)):
-        atomic_write_text(os.path.join(args.output_dir, f"{name}.csv"), frame_csv(frame))
-    for dataset, env in sorted(n_models):
-        plot_name = f"estimates_{file_name_part(dataset)}_env{env}.png"
-        plot_split(estimates, dataset, env, os.path.join(args.output_dir, plot_name))
-    from oodutils.tables import render
-    print(render(summary, "text", title="Mean absolute error (points)"))
-    print(render(verdicts, "text", title="Can label-free estimation be trusted here?"))
-    print(f"wrote {args.output_dir}/estimates.csv, summary.csv, agreement.csv, verdicts.csv")
-    return 0
+    return labelfree.run(args)
 
 
-def cli():
+def cli() -> None:
     """The `labelfree` console command ([project.scripts])."""
     sys.exit(run_cli(main))
 
 
 if __name__ == "__main__":
-    run_cli(main)
+    cli()
