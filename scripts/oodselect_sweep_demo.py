@@ -18,8 +18,10 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from analysis import oodselect as core  # noqa: E402
-from analysis import oodselect_cli as cli  # noqa: E402
-from analysis import oodselect_data as data  # noqa: E402
+from analysis.oodselect import (
+    cli,  # noqa: E402
+    data,  # noqa: E402
+)
 from oodutils.cli import ArgumentParser, add_option  # noqa: E402
 from oodutils.errors import run_cli  # noqa: E402
 

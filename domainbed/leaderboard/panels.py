@@ -26,7 +26,7 @@ def aotl_panel(records, label, site_dir):
     """Probit scatter, fit and well-specified verdict per leave-one-domain-out split of
     one dataset (all checkpoints of the runs with one test environment)."""
     from analysis import aotl
-    from analysis.aotl_inputs import accuracies_from_records
+    from analysis.aotl.inputs import accuracies_from_records
     try:
         acc = accuracies_from_records(records, split="out", checkpoints="all")
         table = aotl.per_ood_table(acc)

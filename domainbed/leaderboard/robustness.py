@@ -75,7 +75,7 @@ def effective_robustness(model: dict, records_by_label: dict[str, list]) -> dict
     2020), in accuracy points (`effective_robustness`) and probit units (`er`, with the
     fit's standard error `er_stderr`); the fits themselves; why a dataset has none."""
     from analysis import aotl
-    from analysis.aotl_inputs import accuracies_from_records
+    from analysis.aotl.inputs import accuracies_from_records
     cells: list[dict[str, Any]] = []
     fits: list[dict[str, Any]] = []
     missing: dict[str, str] = {}
