@@ -13,7 +13,8 @@ from oodutils.errors import run_cli
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The aotl command on `argv`."""
-    return aotl.run(build_parser().parse_args(argv))
+    args = build_parser().parse_args(argv)   # first: `aotl.run` loads the numeric code
+    return aotl.run(args)
 
 
 def cli() -> None:

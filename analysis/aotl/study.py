@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.aotl import cli as aotl_cli
+from analysis.aotl import tables
+from analysis.aotl.options import build_parser
 from analysis.oodselect import cli as oodselect_cli
 from domainbed.api import train_zoo
 from domainbed.results.records import TABLE_FIELDS, load_records
@@ -80,6 +81,11 @@ def run_aotl(runs_dir: str, out_dir: str) -> dict[str, str]:
     return paths
 
 
+def _aotl(argv: list[str]) -> int:
+    """The aotl command's work on `argv` (its options, no process exit)."""
+    return tables.run(build_parser().parse_args(argv))
+
+
 def _write_aotl_files(runs_dir: str, paths: dict[str, str]) -> None:
     for table in ("per-ood", "pairwise"):
         stem = table.replace("-", "_")
@@ -87,14 +93,14 @@ def _write_aotl_files(runs_dir: str, paths: dict[str, str]) -> None:
             output = paths[f"{stem}_{'md' if fmt == 'markdown' else 'csv'}"]
             argv = [runs_dir, "--table", table, "--format", fmt, "--output", output, "-qq"]
             try:
-                aotl_cli.main(argv)
+                _aotl(argv)
             except UserError as e:   # the per-OOD fits are the study; pairwise may fail
                 if table == "per-ood":
                     raise
                 fileio.atomic_write_text(output, f"pairwise fits not computed: {e}\n")
     os.makedirs(paths["plots"], exist_ok=True)
     try:
-        aotl_cli.main([runs_dir, "--plot", paths["plots"], "--format", "csv", "--output",
+        _aotl([runs_dir, "--plot", paths["plots"], "--format", "csv", "--output",
                    os.path.join(paths["plots"], "per_ood.csv"), "-qq"])
     except UserError as e:   # a degenerate (e.g. tiny) zoo: the tables still stand
         paths["plot_error"] = str(e)

@@ -25,7 +25,7 @@ MAX_PANEL_FILE_BYTES = 64 << 20
 def aotl_panel(records, label, site_dir):
     """Probit scatter, fit and well-specified verdict per leave-one-domain-out split of
     one dataset (all checkpoints of the runs with one test environment)."""
-    from analysis import aotl
+    from analysis.aotl import tables as aotl
     from analysis.aotl.inputs import accuracies_from_records
     try:
         acc = accuracies_from_records(records, split="out", checkpoints="all")

@@ -33,7 +33,7 @@ DEFAULT_BOOTSTRAPS = 200
 
 # ------------------------------------------------------------------ effective robustness
 def _split_fits(acc: Any) -> list[dict[str, Any]]:
-    from analysis import aotl
+    from analysis.aotl import tables as aotl
     table = aotl.per_ood_table(acc)
     return [{"dataset": str(r["dataset"]), "ood_env": int(r["ood_env"]), "n": int(r["n"]),
              "slope": float(r["slope"]), "intercept": float(r["intercept"]),
@@ -74,7 +74,7 @@ def effective_robustness(model: dict, records_by_label: dict[str, list]) -> dict
     OOD accuracy above (+) or below (-) the split's accuracy-on-the-line fit (Taori et al.
     2020), in accuracy points (`effective_robustness`) and probit units (`er`, with the
     fit's standard error `er_stderr`); the fits themselves; why a dataset has none."""
-    from analysis import aotl
+    from analysis.aotl import tables as aotl
     from analysis.aotl.inputs import accuracies_from_records
     cells: list[dict[str, Any]] = []
     fits: list[dict[str, Any]] = []
