@@ -11,10 +11,13 @@ from arrays or an ``.npz`` with :func:`load_matrix` (keys ``A`` and ``y``, optio
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 from scipy.special import expit, ndtr
 
 from domainbed.predictions import prediction_matrix
@@ -33,13 +36,16 @@ EXAMPLE_COLUMNS = ("label", "env", "split", "group", "path")
 
 @dataclass
 class CorrectnessMatrix:
+    """A correctness matrix `A` (models x OOD examples, 1 = correct), each model's ID
+    accuracy `y`, a table per model (its run, architecture, ...) and per example (its
+    id, label, environment, ...), and where it came from (`info`)."""
     A: np.ndarray
     y: np.ndarray
     models: pd.DataFrame
     examples: pd.DataFrame
     info: dict = field(default_factory=dict)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.A = np.asarray(self.A)
         self.y = np.asarray(self.y, dtype=np.float64)
         if self.A.ndim != 2:
@@ -62,15 +68,19 @@ class CorrectnessMatrix:
             raise UserError(f"example ids must be unique; id {dup} appears more than once")
 
     @property
-    def n_models(self):
+    def n_models(self) -> int:
+        """Rows of A."""
         return self.A.shape[0]
 
     @property
-    def n_examples(self):
+    def n_examples(self) -> int:
+        """Columns of A."""
         return self.A.shape[1]
 
 
-def from_arrays(A, y, run=None, arch=None, example_id=None, **example_columns):
+def from_arrays(A: ArrayLike, y: ArrayLike, run: ArrayLike | None = None,
+                arch: ArrayLike | None = None, example_id: ArrayLike | None = None,
+                **example_columns: ArrayLike | None) -> CorrectnessMatrix:
     """A CorrectnessMatrix from arrays; without `run` every model is its own run."""
     A = np.asarray(A)
     if A.ndim != 2:
@@ -87,7 +97,7 @@ def from_arrays(A, y, run=None, arch=None, example_id=None, **example_columns):
     return CorrectnessMatrix(A, y, models, examples)
 
 
-def load_matrix(path):
+def load_matrix(path: str | os.PathLike[str]) -> CorrectnessMatrix:
     """Read a CorrectnessMatrix from an ``.npz`` holding at least ``A`` and ``y``."""
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -114,7 +124,7 @@ def load_matrix(path):
     return cm
 
 
-def save_matrix(path, cm):
+def save_matrix(path: str | os.PathLike[str], cm: CorrectnessMatrix) -> None:
     """Write a CorrectnessMatrix as ``.npz`` (readable back by :func:`load_matrix`)."""
     arrays = {"A": cm.A, "y": cm.y, "example_id": cm.examples["id"].to_numpy()}
     for key in ("run", "arch", "run_dir", "step", "algorithm"):
@@ -129,21 +139,23 @@ def save_matrix(path, cm):
 
 # ----------------------------------------------------------------- from run directories
 
-def _pick(name, wanted, available):
-    available = sorted(set(available), key=str)
+def _pick(name: str, wanted: Any, available: Collection[Any]) -> Any:
+    found = sorted(set(available), key=str)
     if wanted is None:
-        if len(available) != 1:
-            raise UserError(f"several {name}s in the records ({', '.join(map(str, available))});"
+        if len(found) != 1:
+            raise UserError(f"several {name}s in the records ({', '.join(map(str, found))});"
                             f" choose one with --{name.replace('_', '-')}")
-        return available[0]
-    if wanted not in available:
+        return found[0]
+    if wanted not in found:
         raise UserError(f"no runs with {name} {wanted!r}; found: "
-                        f"{', '.join(map(str, available)) or 'none'}")
+                        f"{', '.join(map(str, found)) or 'none'}")
     return wanted
 
 
-def from_runs(input_dir, dataset=None, id_envs=None, ood_env=None, require_done=True,
-              steps="all", quiet=False):
+def from_runs(input_dir: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+              dataset: str | None = None, id_envs: Sequence[int] | None = None,
+              ood_env: int | None = None, require_done: bool = True, steps: str = "all",
+              quiet: bool = False) -> CorrectnessMatrix:
     """Build A and y from run directories (every checkpoint with predictions = a model).
 
     dataset: the dataset name (may be omitted when the records hold only one).
@@ -247,7 +259,8 @@ def _example_paths(path: str) -> pd.DataFrame | None:
 
 # ----------------------------------------------------------------------------- splits
 
-def _assign_groups(groups, counts, fractions, rng):
+def _assign_groups(groups: Sequence[Hashable] | np.ndarray, counts: np.ndarray,
+                   fractions: np.ndarray, rng: np.random.Generator) -> dict[Any, int]:
     """Shuffle groups, then cut the cumulative model count at the split fractions."""
     order = rng.permutation(len(groups))
     total = counts.sum()
@@ -264,7 +277,8 @@ def _assign_groups(groups, counts, fractions, rng):
     return {groups[order[i]]: int(which[i]) for i in range(len(groups))}
 
 
-def split_models(groups, fractions=(0.6, 0.2, 0.2), seed=0, min_models=3):
+def split_models(groups: ArrayLike, fractions: ArrayLike = (0.6, 0.2, 0.2), seed: int = 0,
+                 min_models: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Seeded train/val/test split of models, whole groups at a time.
 
     groups: one label per model (its run, so checkpoints of one run never straddle
@@ -277,12 +291,12 @@ def split_models(groups, fractions=(0.6, 0.2, 0.2), seed=0, min_models=3):
         raise UserError(f"a train/val/test split needs models from at least 3 runs; "
                         f"found {len(uniq)} (split checkpoints independently with "
                         "--split model)")
-    fractions = np.asarray(fractions, dtype=float)
-    fractions = fractions / fractions.sum()
+    shares = np.asarray(fractions, dtype=float)
+    shares = shares / shares.sum()
     rng = np.random.default_rng(seed)
-    where = _assign_groups(np.arange(len(uniq)), counts, fractions, rng)
+    where = _assign_groups(np.arange(len(uniq)), counts, shares, rng)
     label = np.array([where[g] for g in inverse])
-    parts = tuple(np.flatnonzero(label == s) for s in range(3))
+    parts = (np.flatnonzero(label == 0), np.flatnonzero(label == 1), np.flatnonzero(label == 2))
     small = [name for name, p in zip(("train", "val", "test"), parts) if len(p) < min_models]
     if small:
         raise UserError(f"the {'/'.join(small)} split would hold fewer than {min_models} "
@@ -290,8 +304,10 @@ def split_models(groups, fractions=(0.6, 0.2, 0.2), seed=0, min_models=3):
     return parts
 
 
-def split_by_arch(archs, groups=None, test_archs=None, fractions=(0.6, 0.2, 0.2), seed=0,
-                  min_models=3):
+def split_by_arch(archs: ArrayLike, groups: ArrayLike | None = None,
+                  test_archs: Sequence[str] | None = None, fractions: ArrayLike = (0.6, 0.2, 0.2),
+                  seed: int = 0, min_models: int = 3
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Architecture-disjoint split: each architecture lies only in train+val or only in
     test. test_archs: the architectures to test on (default: a seeded random choice of
     whole architectures holding about fractions[2] of the models). Train and val are
@@ -301,11 +317,11 @@ def split_by_arch(archs, groups=None, test_archs=None, fractions=(0.6, 0.2, 0.2)
     if len(uniq) < 2:
         raise UserError(f"an architecture-disjoint split needs at least 2 architectures; "
                         f"found {list(uniq)} (is 'arch' in the runs' hparams?)")
-    fractions = np.asarray(fractions, dtype=float) / np.sum(fractions)
+    shares = np.asarray(fractions, dtype=float) / np.sum(fractions)
     rng = np.random.default_rng(seed)
     if test_archs is None:
         where = _assign_groups(list(uniq), counts,
-                               np.array([1 - fractions[2], fractions[2]]), rng)
+                               np.array([1 - shares[2], shares[2]]), rng)
         test_archs = [a for a, s in where.items() if s == 1]
     else:
         test_archs = [str(a) for a in test_archs]
@@ -319,7 +335,7 @@ def split_by_arch(archs, groups=None, test_archs=None, fractions=(0.6, 0.2, 0.2)
     uniq_g, inverse, cnt = np.unique(sub, return_inverse=True, return_counts=True)
     if len(uniq_g) < 2:
         raise UserError("the non-test architectures come from fewer than 2 runs")
-    tv = fractions[:2] / fractions[:2].sum()
+    tv = shares[:2] / shares[:2].sum()
     where = _assign_groups(np.arange(len(uniq_g)), cnt, tv, rng)
     lab = np.array([where[g] for g in inverse])
     parts = (rest[lab == 0], rest[lab == 1], np.flatnonzero(is_test))
@@ -332,8 +348,9 @@ def split_by_arch(archs, groups=None, test_archs=None, fractions=(0.6, 0.2, 0.2)
 
 # ---------------------------------------------------------------- planted test problem
 
-def planted_problem(n_runs=60, checkpoints=5, n_aligned=300, n_conflict=60, strength=1.5,
-                    seed=0):
+def planted_problem(n_runs: int = 60, checkpoints: int = 5, n_aligned: int = 300,
+                    n_conflict: int = 60, strength: float = 1.5, seed: int = 0
+                    ) -> tuple[CorrectnessMatrix, np.ndarray]:
     """A synthetic sweep with a hidden subset on which accuracy falls as ID rises.
 
     Each run has a skill and a spurious reliance; its checkpoints improve over training.

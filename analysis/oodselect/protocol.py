@@ -7,25 +7,33 @@ import argparse
 import math
 import os
 import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from analysis.oodselect import baselines as bl
 from analysis.oodselect import data
 from analysis.oodselect import report as rep
 from analysis.oodselect import selector as core
 from analysis.oodselect.config import BASELINES
+from analysis.oodselect.data import CorrectnessMatrix
 from oodutils.errors import UserError
 from oodutils.log import get_logger
 from oodutils.tables import render
 
 logger = get_logger(__name__)
 
+Parts = tuple[np.ndarray, np.ndarray, np.ndarray]   # train, val, test model indices
+
 DEFAULT_SIZES = (10, 20, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000)
 
 
-def make_split(cm, how="run", seed=0, fractions=(0.6, 0.2, 0.2), test_archs=None):
+def make_split(cm: CorrectnessMatrix, how: str = "run", seed: int = 0,
+               fractions: ArrayLike = (0.6, 0.2, 0.2), test_archs: Sequence[str] | None = None
+               ) -> Parts:
     """(train, val, test) model indices. how: "run" (whole runs), "model" (each
     checkpoint on its own) or "arch" (architecture-disjoint test set)."""
     if how == "run":
@@ -41,7 +49,8 @@ def make_split(cm, how="run", seed=0, fractions=(0.6, 0.2, 0.2), test_archs=None
     raise UserError(f"unknown split {how!r}; valid: run, model, arch")
 
 
-def _row(method, n, A, y, parts, subset, fisher_m=None, extra=None):
+def _row(method: str, n: int, A: np.ndarray, y: np.ndarray, parts: Parts, subset: ArrayLike,
+         fisher_m: int | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     tr, va, te = parts
     r_te = core.subset_correlation(A[te], y[te], subset)
     m = fisher_m or len(te)
@@ -61,11 +70,15 @@ def _row(method, n, A, y, parts, subset, fisher_m=None, extra=None):
     return row
 
 
-def run_selection(cm, sizes, seed=0, out_dir=None, split="run", fractions=(0.6, 0.2, 0.2),
-                  test_archs=None, selector=None, baselines=("random", "hard", "greedy",
-                  "exhaustive"), random_draws=100, hard_reference="train",
-                  greedy_max_cost=2e10, exhaustive_max=1_000_000, fisher_m=None,
-                  n_boot=1000, plots=True, log=None) -> tuple[pd.DataFrame, dict]:
+def run_selection(cm: CorrectnessMatrix, sizes: Sequence[int], seed: int = 0,
+                  out_dir: str | None = None, split: str = "run",
+                  fractions: ArrayLike = (0.6, 0.2, 0.2), test_archs: Sequence[str] | None = None,
+                  selector: core.OODSelect | None = None, baselines: Sequence[str] = BASELINES,
+                  random_draws: int = 100, hard_reference: str = "train",
+                  greedy_max_cost: float = 2e10, exhaustive_max: int = 1_000_000,
+                  fisher_m: int | None = None, n_boot: int = 1000, plots: bool = True,
+                  log: Callable[[str], Any] | None = None
+                  ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The whole protocol on one correctness matrix. Returns (summary DataFrame, dict of
     results); writes the files described in the module docstring when out_dir is set.
     ``log``: where progress lines go (default: this package's logger, at INFO)."""
@@ -91,7 +104,8 @@ def run_selection(cm, sizes, seed=0, out_dir=None, split="run", fractions=(0.6, 
     log(f"[oodselect] selection of {len(sizes)} size(s) took {time.time() - t0:.1f}s")
 
     rows = [_row("all", N, A, y, parts, np.arange(N), fisher_m)]
-    subsets = {"oodselect": {}, "random": {}, "hard": {}, "greedy": {}, "exhaustive": {}}
+    subsets: dict[str, dict[int, Any]] = {"oodselect": {}, "random": {}, "hard": {},
+                                          "greedy": {}, "exhaustive": {}}
     for k, n in enumerate(sizes):
         sub = selector.subsets_[k]
         subsets["oodselect"][n] = sub
@@ -151,7 +165,9 @@ def run_selection(cm, sizes, seed=0, out_dir=None, split="run", fractions=(0.6, 
     return summary, results
 
 
-def write_outputs(out_dir, cm, results, plots=True):
+def write_outputs(out_dir: str, cm: CorrectnessMatrix, results: dict[str, Any],
+                  plots: bool = True) -> None:
+    """The files and plots of `run_selection`'s results under `out_dir`."""
     os.makedirs(out_dir, exist_ok=True)
     summary, sel, sizes = results["summary"], results["selector"], results["sizes"]
     rep.write_csv(os.path.join(out_dir, "summary.csv"), summary)
@@ -193,7 +209,8 @@ def write_outputs(out_dir, cm, results, plots=True):
                                     os.path.join(out_dir, f"scatter_{n}.png"), n=n)
 
 
-def load_input(args):
+def load_input(args: argparse.Namespace) -> CorrectnessMatrix:
+    """The correctness matrix of --matrix or --input_dir (saved to --save_matrix if given)."""
     if bool(args.matrix) == bool(args.input_dir):
         raise UserError("give exactly one of --matrix FILE.npz or --input_dir DIR")
     if args.matrix:
@@ -237,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def format_summary(summary, warnings=()) -> str:
+def format_summary(summary: pd.DataFrame, warnings: Sequence[str] = ()) -> str:
     """The summary table, then one `warning:` line per reason the input is too small."""
     cols = [c for c in ("method", "n", "r_test", "r_test_lo", "r_test_hi", "r_test_sd",
                         "r_val", "spearman_test", "m_test") if c in summary]

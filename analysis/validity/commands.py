@@ -3,7 +3,8 @@ tables computed with `analysis.validity.stats`, written or printed."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -32,12 +33,12 @@ REPORT_COLUMNS = {"K": "K", "mi": "I(Y;A)", "erm_failure": "ERM Fail.",
                   "pass_conv_validity": "Conv. Validity ok", "valid": "valid"}
 
 
-def _display(table, columns):
+def _display(table: pd.DataFrame, columns: Mapping[str, str]) -> pd.DataFrame:
     return table.reset_index()[["benchmark"] + list(columns)].rename(
         columns={"benchmark": "Benchmark", **columns})
 
 
-def _k_kwargs(args):
+def _k_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     wg = args.worst_group
     splits = tuple(s.strip() for s in args.test_splits.split(",") if s.strip())
     bad = [s for s in splits if s not in SPLIT_CODES]
@@ -48,10 +49,11 @@ def _k_kwargs(args):
             "worst_group": int(wg) if str(wg).lstrip("-").isdigit() else wg}
 
 
-def _load(args):
+def _load(args: argparse.Namespace
+          ) -> tuple[pd.DataFrame, pd.Series | None, pd.DataFrame | None]:
     recs = load_records(args.input_dir, require_done=not args.include_unfinished,
                         fields=TABLE_FIELDS)
-    k_recs = []
+    k_recs: list[dict[str, Any]] = []
     if getattr(args, "k_dir", None):
         if args.k_csv:
             raise UserError("pass either --k_dir or --k_csv, not both")
@@ -59,7 +61,8 @@ def _load(args):
                               fields=TABLE_FIELDS).records
     names, labels = benchmark_names(recs.records + k_recs)
     results = group_results(recs, names, labels)
-    K, k_table = None, None
+    K: pd.Series | None = None
+    k_table: pd.DataFrame | None = None
     if k_recs:
         k_table = k_from_records(k_recs, names, labels, reference=args.reference,
                                  erm=args.erm_algorithm, **_k_kwargs(args))
@@ -69,7 +72,8 @@ def _load(args):
     return results, K, k_table
 
 
-def _emit(df, args, title, notes=()):
+def _emit(df: pd.DataFrame, args: argparse.Namespace, title: str,
+          notes: Sequence[str] = ()) -> None:
     fmt = args.format or (report.format_for_path(args.output) if args.output else "text")
     text = report.render(df, fmt, args.digits, title if fmt != "csv" else None)
     if fmt != "csv":
@@ -84,12 +88,13 @@ def _emit(df, args, title, notes=()):
         echo(text, end="")
 
 
-def _thresholds(args):
+def _thresholds(args: argparse.Namespace) -> dict[str, float]:
     return {"erm_failure": args.erm_failure_min, "disc_power": args.disc_power_min,
             "conv_validity": args.conv_validity_min}
 
 
-def cmd_report(args):
+def cmd_report(args: argparse.Namespace) -> None:
+    """Table 1: K, the three desiderata and pass/fail per benchmark."""
     results, K, _ = _load(args)
     table = validity_report(results, K, _thresholds(args), args.erm_algorithm, args.ddof,
                             with_mi=not args.no_mi, min_pairs=args.cv_min_pairs)
@@ -103,7 +108,8 @@ def cmd_report(args):
     _emit(_display(table, cols), args, title, table.attrs["notes"])
 
 
-def cmd_compute_k(args):
+def cmd_compute_k(args: argparse.Namespace) -> None:
+    """K between one ERM run and one reference run."""
     out = compute_k(args.erm_run, args.reference_run, **_k_kwargs(args))
     df = pd.DataFrame([{"K": out["k"], "worst group": out["worst_group_name"],
                         "n": out["n"], "ERM acc. on it": out["erm_group_acc"],
@@ -113,7 +119,8 @@ def cmd_compute_k(args):
           if args.reduction == "mean" else "K (summed log-likelihood ratio, nats)")
 
 
-def cmd_robustness(args):
+def cmd_robustness(args: argparse.Namespace) -> None:
+    """Per method: median and IQR of worst-group accuracy over benchmarks, R^2 on K."""
     results, K, _ = _load(args)
     rob = V.method_robustness(wga_matrix(results), K).reset_index()
     rob = rob.sort_values(["median", "iqr"], ascending=[False, True])
@@ -123,20 +130,23 @@ def cmd_robustness(args):
           args, "Method robustness over benchmarks (worst-group test accuracy, points)")
 
 
-def cmd_agreement(args):
+def cmd_agreement(args: argparse.Namespace) -> None:
+    """Benchmark x benchmark agreement of the methods' worst-group accuracies."""
     results, _, _ = _load(args)
     agree = V.agreement_matrix(wga_matrix(results), method=args.method)
     _emit(agree.reset_index().rename(columns={"index": "benchmark"}), args,
           f"Agreement between benchmarks ({args.method} r of WG test accuracy over methods)")
 
 
-def _valid_set(args, results, K):
+def _valid_set(args: argparse.Namespace, results: pd.DataFrame, K: pd.Series | None
+               ) -> tuple[list[str], pd.DataFrame]:
     table = validity_report(results, K, _thresholds(args), args.erm_algorithm, args.ddof,
                             with_mi=False, min_pairs=args.cv_min_pairs)
     return list(table.index[table["valid"].fillna(False).astype(bool)]), table
 
 
-def cmd_recommend(args):
+def cmd_recommend(args: argparse.Namespace) -> None:
+    """A method chosen by the all / valid / closest strategy."""
     results, K, _ = _load(args)
     wga = wga_matrix(results)
     valid, _ = _valid_set(args, results, K) if args.strategy != "all" else ([], None)
@@ -161,7 +171,8 @@ def cmd_recommend(args):
     _emit(df, args, f"Recommended method ({args.strategy})", [rec.note] if rec.note else [])
 
 
-def cmd_leave_one_out(args):
+def cmd_leave_one_out(args: argparse.Namespace) -> None:
+    """Table 2: the three strategies compared, leaving each benchmark out."""
     results, K, _ = _load(args)
     if K is None:
         raise UserError("leave-one-out needs K (--k_dir or --k_csv)")
