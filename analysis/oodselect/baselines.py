@@ -115,7 +115,7 @@ def _greedy(A: ArrayLike, y: ArrayLike, n: int, eps: float, device: str | torch.
 
 def exhaustive(A: ArrayLike, y: ArrayLike, n: int, eps: float = PROBIT_EPS,
                max_subsets: int = 5_000_000, chunk: int = 65536
-               ) -> tuple[np.ndarray | None, float]:
+               ) -> tuple[np.ndarray, float]:
     """The exact minimiser of r over all subsets of size n, by enumeration.
     Returns (best subset indices sorted, its r). Refuses when C(N, n) > max_subsets."""
     A_np = np.asarray(A)
@@ -142,4 +142,5 @@ def exhaustive(A: ArrayLike, y: ArrayLike, n: int, eps: float = PROBIT_EPS,
         j = int(torch.argmin(r))
         if float(r[j]) < best_r:
             best_r, best = float(r[j]), idx[j].numpy().copy()
+    assert best is not None   # 1 <= n <= N: there was at least one subset
     return best, best_r

@@ -21,7 +21,7 @@ from numpy.typing import ArrayLike
 from scipy.special import expit, ndtr
 
 from domainbed.predictions import prediction_matrix
-from domainbed.results.records import TABLE_FIELDS, load_records
+from domainbed.results.records import TABLE_FIELDS, Record, load_records
 from oodutils.accuracy import check_accuracies
 from oodutils.csv_out import csv_value
 from oodutils.errors import UserError, load_error_reason
@@ -94,7 +94,7 @@ def from_arrays(A: ArrayLike, y: ArrayLike, run: ArrayLike | None = None,
     for key, value in example_columns.items():
         if value is not None:
             examples[key] = np.asarray(value)
-    return CorrectnessMatrix(A, y, models, examples)
+    return CorrectnessMatrix(A, np.asarray(y), models, examples)
 
 
 def load_matrix(path: str | os.PathLike[str]) -> CorrectnessMatrix:
@@ -200,7 +200,7 @@ def from_runs(input_dir: str | os.PathLike[str] | Sequence[str | os.PathLike[str
         raise UserError(f"ID environments {id_envs} include a test environment of "
                         f"{len(clash)} run(s): {', '.join(clash[:5])}")
     if steps == "last":
-        last = {}
+        last: dict[str, Record] = {}
         for r in recs:
             if r["run_dir"] not in last or r["step"] > last[r["run_dir"]]["step"]:
                 last[r["run_dir"]] = r
@@ -230,7 +230,7 @@ def from_runs(input_dir: str | os.PathLike[str] | Sequence[str | os.PathLike[str
         examples = examples.merge(paths, on="id", how="left")
     info = {"dataset": dataset, "id_envs": id_envs, "ood_env": ood_env,
             "n_runs": int(models["run"].nunique()), "skipped_checkpoints": missing,
-            "source": os.fspath(input_dir) if not isinstance(input_dir, (list, tuple))
+            "source": os.fspath(input_dir) if isinstance(input_dir, (str, os.PathLike))
             else [os.fspath(d) for d in input_dir]}
     return CorrectnessMatrix(A, y, models, examples, info)
 

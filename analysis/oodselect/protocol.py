@@ -55,13 +55,14 @@ def _row(method: str, n: int, A: np.ndarray, y: np.ndarray, parts: Parts, subset
     r_te = core.subset_correlation(A[te], y[te], subset)
     m = fisher_m or len(te)
     lo, hi = rep.fisher_interval(r_te, m)
-    row = {"method": method, "n": int(n), "r_test": r_te, "r_test_lo": lo,
-           "r_test_hi": hi, "r_test_err": r_te - lo if np.isfinite(lo) else np.nan,
-           "r_val": core.subset_correlation(A[va], y[va], subset),
-           "r_train": core.subset_correlation(A[tr], y[tr], subset),
-           "spearman_test": core.subset_correlation(A[te], y[te], subset, method="spearman"),
-           "ood_acc_test": float(core.subset_accuracy(A[te], subset).mean()),
-           "m_train": len(tr), "m_val": len(va), "m_test": len(te), "fisher_m": m}
+    row: dict[str, Any] = {
+        "method": method, "n": int(n), "r_test": r_te, "r_test_lo": lo,
+        "r_test_hi": hi, "r_test_err": r_te - lo if np.isfinite(lo) else np.nan,
+        "r_val": core.subset_correlation(A[va], y[va], subset),
+        "r_train": core.subset_correlation(A[tr], y[tr], subset),
+        "spearman_test": core.subset_correlation(A[te], y[te], subset, method="spearman"),
+        "ood_acc_test": float(core.subset_accuracy(A[te], subset).mean()),
+        "m_train": len(tr), "m_val": len(va), "m_test": len(te), "fisher_m": m}
     undefined = [k for k in ("r_test", "r_val", "r_train") if not np.isfinite(row[k])]
     if undefined:
         row["note"] = (f"{', '.join(undefined)} undefined: accuracy on the subset (or ID "

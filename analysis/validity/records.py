@@ -299,7 +299,7 @@ def mutual_information_of(results: pd.DataFrame, benchmark: str
     try:
         a = V.attributes_from_groups(p["group"][train], p["label"][train],
                                      len(args.get("group_names") or []),
-                                     args.get("num_classes"))
+                                     args.get("num_classes") or 0)
     except UserError as e:
         return None, str(e)
     return V.mutual_information(p["label"][train], a), ""
@@ -313,13 +313,13 @@ def validity_report(results: pd.DataFrame, K: Mapping[str, float] | pd.Series | 
     Validity (with its R^2), best method and its WG test accuracy, pass flags, valid.
     ``K``: benchmark -> K (or None). Notes on what could not be computed in ``.attrs``."""
     wga = wga_matrix(results)
-    K = pd.Series(dtype=float) if K is None else pd.Series(K, dtype=float)
+    k_of = pd.Series(dtype=float) if K is None else pd.Series(K, dtype=float)
     notes, rows = [], []
     thr = {**V.DEFAULT_THRESHOLDS, **(thresholds or {})}
     for b in wga.columns:
         methods = wga[b].dropna()
         best = V.best_methods(wga[[b]])[b]
-        row = {"benchmark": b, "K": K.get(b, np.nan), "mi": np.nan,
+        row = {"benchmark": b, "K": k_of.get(b, np.nan), "mi": np.nan,
                "erm_failure": V.erm_failure(erm_group_accuracies(results, b, erm), ddof),
                "disc_power": np.nan, "n_methods": len(methods),
                "best_method": " = ".join(best), "best_wga": 100 * float(methods.max())}
@@ -337,10 +337,10 @@ def validity_report(results: pd.DataFrame, K: Mapping[str, float] | pd.Series | 
     table = pd.DataFrame(rows).set_index("benchmark")
     passing = [b for b in table.index if table.loc[b, "erm_failure"] >= thr["erm_failure"]
                and table.loc[b, "disc_power"] >= thr["disc_power"]]
-    with_k = [b for b in table.index if b in K.index and not np.isnan(K[b])]
+    with_k = [b for b in table.index if b in k_of.index and not np.isnan(k_of[b])]
     table["conv_validity"], table["cv_r2"], table["cv_pairs"] = np.nan, np.nan, 0
     if with_k:
-        cv = V.convergent_validity(wga, K[with_k], benchmarks=with_k,
+        cv = V.convergent_validity(wga, k_of[with_k], benchmarks=with_k,
                                    pool=[b for b in passing if b in with_k],
                                    min_pairs=min_pairs)
         table.loc[cv.index, "conv_validity"] = cv["conv_validity"]
