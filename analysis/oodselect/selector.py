@@ -43,7 +43,7 @@ from numpy.typing import ArrayLike
 from scipy.stats import rankdata
 from tqdm import tqdm
 
-from analysis.oodselect.config import (  # noqa: F401
+from analysis.oodselect.config import (
     LOSSES,
     PENALTY_FORMS,
     SEARCH_SPACE,
