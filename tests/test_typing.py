@@ -11,7 +11,8 @@ from tests.toml_files import pyproject
 
 ROOT = Path(__file__).resolve().parents[1]
 USER_FACING = (
-    "domainbed", "domainbed.api", "domainbed.config", "domainbed.registry", "domainbed.hparams",
+    "domainbed", "domainbed.api", "domainbed.training.config", "domainbed.training.run",
+    "domainbed.registry", "domainbed.hparams",
     "domainbed.run_hparams", "domainbed.results", "domainbed.results.records",
     "domainbed.results.model_selection", "domainbed.results.report", "analysis.selection_stats",
     "domainbed.results.tables", "domainbed.results.schema", "domainbed.results.export",
@@ -96,8 +97,8 @@ def test_the_main_entry_points_are_checked():
     (`domainbed.train` is `domainbed.api.train`, a lazy export)."""
     seen = {f"{m}.{name}" for m in USER_FACING
             for name, _, _ in public_callables(importlib.import_module(m))}
-    for name in ("domainbed.api.train", "domainbed.api.run_config",
-                 "domainbed.config.RunConfig.validate",
+    for name in ("domainbed.api.train", "domainbed.training.run.run_config",
+                 "domainbed.training.config.RunConfig.validate",
                  "domainbed.registry.get_algorithm_class", "domainbed.run_hparams.resolve",
                  "domainbed.results.records.load_records",
                  "domainbed.results.model_selection.select",

@@ -15,11 +15,11 @@ import shutil
 import stat
 import sys
 
-from domainbed.config import check_job
 from domainbed.hparams import seed_hash
 from domainbed.launch import jobs as launchers
 from domainbed.launch.launchers import get_launcher
 from domainbed.registry import ALGORITHMS, DATASETS, get_algorithm_class, get_dataset_class
+from domainbed.training.config import check_job
 from oodutils.errors import UserError
 
 # The command that runs one job; tests swap it for a fake.

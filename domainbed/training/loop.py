@@ -21,9 +21,11 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
-from domainbed.config import RunConfig
-from domainbed.training import arithmetic, trackers
+from domainbed.algorithms.base import TrainingContext, require_groups, supports_grad_accumulation
+from domainbed.networks import backbones
+from domainbed.training import arithmetic, feature_cache, probe_stack, trackers
 from domainbed.training.batches import (  # noqa: F401  (re-exported: part of training's API)
     BatchSampler,
     MinibatchSource,
@@ -34,6 +36,7 @@ from domainbed.training.batches import (  # noqa: F401  (re-exported: part of tr
     sampling_weights,
     training_view,
 )
+from domainbed.training.config import RunConfig
 from domainbed.training.early_stopping import DEFAULT_PATIENCE, EarlyStopping
 from domainbed.training.evaluation import (  # noqa: F401
     RunContext,
@@ -62,6 +65,7 @@ from domainbed.training.resume import (  # noqa: F401
 )
 from domainbed.training.schedules import RunSchedule
 from oodutils import fileio
+from oodutils.csv_out import csv_text
 from oodutils.errors import UserError
 from oodutils.log import get_logger
 from oodutils.pinned_dir import PinnedDir
@@ -164,7 +168,6 @@ class TrainingRun:
         """How this run computes when it trains by itself: `probe-stack` for a linear probe
         on cached features that `probe_stack.why_not` accepts (a stack of one), else
         `single`."""
-        from domainbed.training import probe_stack
         if self.uses_feature_cache and probe_stack.why_not(self) is None:
             return arithmetic.PROBE_STACK
         return arithmetic.SINGLE
@@ -199,7 +202,6 @@ class TrainingRun:
         self.group_names = getattr(self.dataset, "group_names", None)
 
     def _build_identity(self):
-        from domainbed.networks import backbones
         args_dict = data_args(self.config, self.dataset, self.dataset_cls)
         backbones.set_weights_dir(self.config.weights_dir)
         args_dict.update(backbones.weights_identity(self.dataset.input_shape, self.hparams))
@@ -216,13 +218,11 @@ class TrainingRun:
             self.algorithm = self.algorithm.to(self.device)
             if memory_format is not None:
                 self.algorithm = self.algorithm.to(memory_format=memory_format)
-        from domainbed.networks import feature_cache
         self.uses_feature_cache = feature_cache.attach(self)  # linear probes: cached features
         self._prepare_algorithm()
 
     def _prepare_algorithm(self):
         """Optional algorithm hooks: the training data once (two-stage and group methods)."""
-        from domainbed.algorithms.base import TrainingContext, require_groups
         if getattr(self.algorithm, "NEEDS_GROUPS", False):
             require_groups(self.config.algorithm, [self.in_splits[i] for i in self.train_envs])
         if hasattr(self.algorithm, "prepare"):
@@ -329,7 +329,6 @@ class TrainingRun:
         """The probe stack of one this run trains as (built at its first step, after
         restore(): it starts from the restored head and Adam state), or None."""
         if self.probe is None:
-            from domainbed.training import probe_stack
             self.probe = self.arithmetic == arithmetic.PROBE_STACK and \
                 probe_stack.ProbeStack([self])
         return self.probe or None
@@ -472,7 +471,6 @@ def write_checkpoint(run_dir, step, table, confusion, records):
 def check_grad_accumulation(algorithm_name, algorithm_cls, hparams):
     """The run's grad_accum_steps; more than 1 only for algorithms whose update is one loss
     through ERM.optimizer_step (a clear error for the others, before any work)."""
-    from domainbed.algorithms.base import supports_grad_accumulation
     steps = int(hparams.get("grad_accum_steps", 1))
     if steps > 1 and not supports_grad_accumulation(algorithm_cls):
         raise UserError(f"{algorithm_name} does not support grad_accum_steps > 1 (its "
@@ -564,7 +562,6 @@ def train_loop(training_run: TrainingRun) -> dict | None:
     nothing and show no progress)."""
     config, log = training_run.config, training_run.log
     start_step = training_run.restore()
-    from tqdm import tqdm
     progress = tqdm(total=training_run.n_steps, initial=start_step,
                     disable=not (training_run.is_main and sys.stderr.isatty()),
                     desc=f"{config.algorithm}/{config.dataset}", dynamic_ncols=True)
@@ -601,7 +598,6 @@ def checkpoint_line(results):
 def example_paths_csv(dataset):
     """examples.csv: each example's id, environment and file path (``oodutils.csv_out``:
     a file name that starts like a formula is inert in a spreadsheet)."""
-    from oodutils.csv_out import csv_text
     return csv_text(["id", "env", "path"],
                     ([int(example_id), env_i, str(file_path)]
                      for env_i, env in enumerate(dataset)
