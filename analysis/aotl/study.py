@@ -22,7 +22,8 @@ import pandas as pd
 
 from analysis.aotl import tables
 from analysis.aotl.options import build_parser
-from analysis.oodselect import cli as oodselect_cli
+from analysis.oodselect import options as oodselect_options
+from analysis.oodselect import protocol as oodselect_protocol
 from domainbed.api import train_zoo
 from domainbed.results.records import TABLE_FIELDS, load_records
 from oodutils import fileio
@@ -117,8 +118,9 @@ def run_oodselect(runs_dir: str, dataset: str, ood_env: int, out_dir: str, steps
     argv = ["--input_dir", runs_dir, "--dataset", dataset, "--ood_env", str(ood_env),
             "--output_dir", out_dir, "--steps", str(steps), "--patience", str(max(100, steps // 5)),
             "--seed", str(seed), "--baselines", "random", "hard", "--quiet", "--quiet"]
-    try:   # its small-input warnings come back in split.json: the caller says them once
-        oodselect_cli.main(argv)
+    configure(-2)   # as -qq: its small-input warnings come back in split.json, said once
+    try:
+        oodselect_protocol.run(oodselect_options.build_parser().parse_args(argv))
     finally:
         configure(0)
     with open(os.path.join(out_dir, "split.json")) as f:
