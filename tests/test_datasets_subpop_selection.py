@@ -89,7 +89,7 @@ def test_sweep_uses_the_datasets_default_test_envs():
 
 
 def test_validity_selects_with_val_worst_group(sweep):
-    from analysis import validity_records as VR
+    from analysis.validity import records as VR
     from domainbed.results.records import load_records
     results = VR.group_results(load_records([str(sweep)], quiet=True).records)
     assert set(results["benchmark"]) == {"Waterbirds"}  # one benchmark: its test env

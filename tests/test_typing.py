@@ -18,9 +18,9 @@ USER_FACING = (
     "domainbed.results.tables", "domainbed.results.schema", "domainbed.results.export",
     "domainbed.predictions", "domainbed.results.reader", "domainbed.results.cache",
     "domainbed.leaderboard.site", "domainbed.leaderboard.published",
-    "analysis.aotl", "analysis.aotl_inputs", "analysis.aotl_stats", "analysis.aotl_study",
-    "analysis.labelfree", "analysis.oodselect", "analysis.oodselect_config", "analysis.theory",
-    "analysis.validity",
+    "analysis.aotl.tables", "analysis.aotl.inputs", "analysis.aotl.stats", "analysis.aotl.study",
+    "analysis.labelfree.estimators", "analysis.oodselect.selector", "analysis.oodselect.config",
+    "analysis.theory", "analysis.validity.stats",
     "oodutils", "oodutils.accuracy", "oodutils.cli", "oodutils.errors", "oodutils.fileio",
     "oodutils.log", "oodutils.plotting", "oodutils.tables",
     "oodutils.templating", "oodutils.metrics", "oodutils.untrusted", "oodutils.pinned_dir",
@@ -102,9 +102,9 @@ def test_the_main_entry_points_are_checked():
                  "domainbed.registry.get_algorithm_class", "domainbed.run_hparams.resolve",
                  "domainbed.results.records.load_records",
                  "domainbed.results.model_selection.select",
-                 "domainbed.leaderboard.site.build_site", "analysis.aotl.per_ood_table",
-                 "analysis.aotl_stats.fit_line", "analysis.oodselect.OODSelect.fit",
-                 "analysis.validity.bayes_factor_k",
+                 "domainbed.leaderboard.site.build_site", "analysis.aotl.tables.per_ood_table",
+                 "analysis.aotl.stats.fit_line", "analysis.oodselect.selector.OODSelect.fit",
+                 "analysis.validity.stats.bayes_factor_k",
                  "oodutils.fileio.atomic_write_text"):
         assert name in seen, name
 

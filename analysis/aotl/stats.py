@@ -14,7 +14,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from scipy import special, stats
 
-from analysis.aotl_options import SCALES
+from analysis.aotl.options import SCALES
 from oodutils.accuracy import AOTL_CLIP, check_clip, probit
 from oodutils.errors import UnknownNameError, UserError, require
 
