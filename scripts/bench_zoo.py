@@ -38,7 +38,7 @@ class Clock:
 
 def process_start_cost():
     """CPU and wall seconds of starting Python and importing the train CLI's modules."""
-    code = ("import domainbed.config, domainbed.training.loop, domainbed.registry as r; "
+    code = ("import domainbed.training.config, domainbed.training.loop, domainbed.registry as r; "
             "r.get_algorithm_class('ERM'); r.get_dataset_class('ColoredMNIST')")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall = time.perf_counter()
@@ -51,8 +51,8 @@ def process_start_cost():
 
 def bench_arch(arch, extra, data_dir, steps, eval_splits, algorithm="ERM"):
     from domainbed import run_hparams
-    from domainbed.config import RunConfig
     from domainbed.registry import get_algorithm_class, get_dataset_class
+    from domainbed.training.config import RunConfig
     from domainbed.training.loop import TrainingRun
     out = os.path.join(data_dir, ".bench_zoo_run")
     args = RunConfig.from_argv(["--dataset", "ColoredMNIST", "--algorithm", algorithm,
@@ -126,7 +126,10 @@ def main():
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from benchfigures import record
     if study:
-        record("zoo-run-cost", what="Cost per zoo run (pooled launcher vs a process per run)",
+        first = study[0]
+        record("zoo-run-cost", what="CPU cost of one zoo run, pooled launcher",
+               headline=f"{first['arch']}: {first['cpu_per_run_pooled']:.1f} CPU-s a run",
+               peer=f"a process per run {first['cpu_per_run_local']:.1f} CPU-s",
                command="python scripts/bench_zoo.py " + " ".join(sys.argv[1:]),
                result="; ".join(f"{r['arch']}: {r['cpu_per_run_pooled']:.1f} s vs "
                                 f"{r['cpu_per_run_local']:.1f} s of CPU per run"

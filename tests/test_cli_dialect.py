@@ -184,13 +184,14 @@ def test_one_default_data_folder_for_every_command(parsers):
         if f"--data_dir {action.metavar or 'DATA_DIR'}" not in parser.format_help():
             wrong[command] = "not in --help"
     assert oodcli.DEFAULT_DATA_DIR == "data" and wrong == {}
-    from domainbed.config import RunConfig
+    from domainbed.training.config import RunConfig
     assert RunConfig().data_dir == "data"
 
 
 def test_older_spellings_parse_to_the_same_option():
-    from analysis import aotl_options, oodselect_cli
-    from domainbed import config
+    from analysis.aotl import options as aotl_options
+    from analysis.oodselect import cli as oodselect_cli
+    from domainbed.training import config
     from ood_bench import cli as ood_cli
     parse = oodselect_cli.build_parser().parse_args
     for flag in ("--output_dir", "--output-dir", "--out", "--output"):
@@ -210,7 +211,7 @@ def test_older_spellings_parse_to_the_same_option():
 
 
 def test_an_error_names_the_canonical_spelling(capsys):
-    from analysis import oodselect_cli
+    from analysis.oodselect import cli as oodselect_cli
     with pytest.raises(SystemExit) as exit_info:
         oodselect_cli.build_parser().parse_args(["--matrix", "m.npz"])
     assert exit_info.value.code == 2

@@ -11,15 +11,16 @@ from tests.toml_files import pyproject
 
 ROOT = Path(__file__).resolve().parents[1]
 USER_FACING = (
-    "domainbed", "domainbed.api", "domainbed.config", "domainbed.registry", "domainbed.hparams",
+    "domainbed", "domainbed.api", "domainbed.training.config", "domainbed.training.run",
+    "domainbed.registry", "domainbed.hparams",
     "domainbed.run_hparams", "domainbed.results", "domainbed.results.records",
     "domainbed.results.model_selection", "domainbed.results.report", "analysis.selection_stats",
     "domainbed.results.tables", "domainbed.results.schema", "domainbed.results.export",
     "domainbed.predictions", "domainbed.results.reader", "domainbed.results.cache",
     "domainbed.leaderboard.site", "domainbed.leaderboard.published",
-    "analysis.aotl", "analysis.aotl_inputs", "analysis.aotl_stats", "analysis.aotl_study",
-    "analysis.labelfree", "analysis.oodselect", "analysis.oodselect_config", "analysis.theory",
-    "analysis.validity",
+    "analysis.aotl.tables", "analysis.aotl.inputs", "analysis.aotl.stats", "analysis.aotl.study",
+    "analysis.labelfree.estimators", "analysis.oodselect.selector", "analysis.oodselect.config",
+    "analysis.theory", "analysis.validity.stats",
     "oodutils", "oodutils.accuracy", "oodutils.cli", "oodutils.errors", "oodutils.fileio",
     "oodutils.log", "oodutils.plotting", "oodutils.tables",
     "oodutils.templating", "oodutils.metrics", "oodutils.untrusted", "oodutils.pinned_dir",
@@ -96,14 +97,14 @@ def test_the_main_entry_points_are_checked():
     (`domainbed.train` is `domainbed.api.train`, a lazy export)."""
     seen = {f"{m}.{name}" for m in USER_FACING
             for name, _, _ in public_callables(importlib.import_module(m))}
-    for name in ("domainbed.api.train", "domainbed.api.run_config",
-                 "domainbed.config.RunConfig.validate",
+    for name in ("domainbed.api.train", "domainbed.training.run.run_config",
+                 "domainbed.training.config.RunConfig.validate",
                  "domainbed.registry.get_algorithm_class", "domainbed.run_hparams.resolve",
                  "domainbed.results.records.load_records",
                  "domainbed.results.model_selection.select",
-                 "domainbed.leaderboard.site.build_site", "analysis.aotl.per_ood_table",
-                 "analysis.aotl_stats.fit_line", "analysis.oodselect.OODSelect.fit",
-                 "analysis.validity.bayes_factor_k",
+                 "domainbed.leaderboard.site.build_site", "analysis.aotl.tables.per_ood_table",
+                 "analysis.aotl.stats.fit_line", "analysis.oodselect.selector.OODSelect.fit",
+                 "analysis.validity.stats.bayes_factor_k",
                  "oodutils.fileio.atomic_write_text"):
         assert name in seen, name
 

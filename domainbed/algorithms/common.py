@@ -2,6 +2,8 @@
 import torch
 import torch.nn as nn
 
+from domainbed.hparams import Hparam
+
 
 def concat(minibatches):
     """All inputs and all labels of a list of (x, y) minibatches, in order."""
@@ -47,13 +49,11 @@ def set_output_activation(featurizer, name):
 def log_uniform(default, low_exp, high_exp, doc="", cast=float):
     """Drawn as 10 ** uniform(low_exp, high_exp); valid from 10**low_exp (or the default,
     when DomainBed's default lies outside its search range) to 10**high_exp."""
-    from domainbed.hparams import Hparam
     return Hparam(default, lambda r: cast(10 ** r.uniform(low_exp, high_exp)), doc,
                   low=min(default, 10 ** low_exp), high=max(default, 10 ** high_exp))
 
 
 def uniform(default, low, high, doc="", cast=float):
-    from domainbed.hparams import Hparam
     return Hparam(default, lambda r: cast(r.uniform(low, high)), doc,
                   low=min(default, low), high=max(default, high))
 
@@ -63,7 +63,6 @@ def choice(default, options, doc=""):
     values: booleans and strings as listed (plus the default); numbers anywhere between the
     smallest and largest option or default, or any non-negative value when DomainBed
     searches a single value (a user may still set another)."""
-    from domainbed.hparams import Hparam
     options = list(options)
     values = options + [default]
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
@@ -78,7 +77,6 @@ def choice(default, options, doc=""):
 def fixed(default, doc="", low=None, high=None):
     """A hyperparameter DomainBed never searches over: always the default when drawn.
     Booleans may be either value; numbers are valid within [low, high]."""
-    from domainbed.hparams import Hparam
     if isinstance(default, bool):
         return Hparam(default, lambda r: default, doc, choices=(False, True))
     if isinstance(default, str):

@@ -7,6 +7,7 @@ from collections import OrderedDict
 
 import torch
 import torch.autograd as autograd
+import torch.func
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -199,13 +200,13 @@ def l2_between_dicts(dict_1, dict_2):
 def per_example_gradients(module, inputs, y):
     """{parameter name: (n, numel) per-example gradients of the cross-entropy}, differentiable
     with respect to the inputs and parameters (what backpack's BatchGrad gives DomainBed)."""
-    from torch.func import functional_call, grad, vmap
     params = dict(module.named_parameters())
 
     def loss(p, x, t):
-        return F.cross_entropy(functional_call(module, p, (x.unsqueeze(0),)), t.unsqueeze(0))
+        logits = torch.func.functional_call(module, p, (x.unsqueeze(0),))
+        return F.cross_entropy(logits, t.unsqueeze(0))
 
-    grads = vmap(grad(loss), in_dims=(None, 0, 0))(params, inputs, y)
+    grads = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0, 0))(params, inputs, y)
     return OrderedDict((name, g.reshape(g.shape[0], -1)) for name, g in grads.items())
 
 

@@ -39,8 +39,15 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
+def torchvision_transforms():
+    """torchvision.transforms, imported when a dataset first builds its transforms (heavy:
+    not when the registry loads the dataset modules)."""
+    import torchvision.transforms
+    return torchvision.transforms
+
+
 def eval_transform(size=224):
-    from torchvision import transforms
+    transforms = torchvision_transforms()
     return transforms.Compose([
         transforms.Resize((size, size)),
         transforms.ToTensor(),
@@ -49,7 +56,7 @@ def eval_transform(size=224):
 
 def augment_transform(size=224):
     """DomainBed's MultipleEnvironmentImageFolder augmentation."""
-    from torchvision import transforms
+    transforms = torchvision_transforms()
     return transforms.Compose([
         transforms.RandomResizedCrop(size, scale=(0.7, 1.0)),
         transforms.RandomHorizontalFlip(),

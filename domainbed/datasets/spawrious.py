@@ -26,7 +26,12 @@ import os
 import numpy as np
 
 from domainbed.datasets.base import MultipleDomainDataset
-from domainbed.datasets.image_folders import IMAGENET_MEAN, IMAGENET_STD, ImageEnvironment
+from domainbed.datasets.image_folders import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    ImageEnvironment,
+    torchvision_transforms,
+)
 from domainbed.hparams import Hparam
 from domainbed.registry import register_dataset
 from oodutils.errors import UserError
@@ -38,7 +43,7 @@ ID_STRIDE = 1_000_000
 
 
 def spawrious_transforms(size, augment):
-    from torchvision import transforms
+    transforms = torchvision_transforms()
     normalize = transforms.Normalize(mean=IMAGENET_MEAN, std=IMAGENET_STD)
     ev = transforms.Compose([transforms.Resize((size, size)), transforms.ToTensor(), normalize])
     if not augment:

@@ -38,6 +38,7 @@ from domainbed.datasets.layout import (
     check_sampled_files,
     find_root,
     fingerprint_columns,
+    pandas_module,
     read_csv,
     require_files,
 )
@@ -168,7 +169,7 @@ class WILDSWaterbirds(Waterbirds):
 
 def read_celeba_attributes(name, root):
     """list_attr_celeba.txt -> (filenames, {attribute: int8 array of +1/-1})."""
-    import pandas as pd
+    pd = pandas_module()
     path = os.path.join(root, "list_attr_celeba.txt")
     with open(path) as f:
         f.readline()
@@ -185,7 +186,7 @@ def read_celeba_attributes(name, root):
 
 def read_celeba(name, data_dir):
     """(root, DataFrame filename/split/y/a/id, paths) of the CelebA release, checked."""
-    import pandas as pd
+    pd = pandas_module()
     how = ("download img_align_celeba.zip, list_attr_celeba.txt and list_eval_partition.txt "
            "from https://mmlab.ie.cuhk.edu.hk/projects/CelebA.html (or run "
            f"`python -m domainbed.scripts.download --datasets {name} --data_dir DATA_DIR`)")

@@ -42,17 +42,21 @@ in sentence 2.
 """
 import contextlib
 import hashlib
+import json
 import os
 
 import numpy as np
+import torch
 
 from domainbed.datasets.base import MultipleDomainDataset, TensorEnvironment
 from domainbed.datasets.layout import find_root, fingerprint_columns, read_csv
 from domainbed.datasets.subpopulation import SUBPOPBENCH_TEXT_OPTIMIZER, group_names
-from domainbed.networks.text import TEXT_HPARAMS
+from domainbed.networks.text import TEXT_HPARAMS, cache_dir, encode_texts, minilm_path
 from domainbed.registry import register_dataset
-from oodutils.errors import UserError
+from oodutils import fileio
+from oodutils.errors import UserError, require
 from oodutils.log import get_logger
+from oodutils.untrusted import parse_json, read_regular_bytes
 
 IDENTITIES = ["male", "female", "LGBTQ", "christian", "muslim", "other_religions", "black",
               "white"]
@@ -77,7 +81,6 @@ class TextDataset(MultipleDomainDataset):
                                 source):
         """texts: every text of the source; row: which text each example is; env/y/groups/ids:
         per example. Encodes the texts once (cached), then slices per environment."""
-        from domainbed.networks.text import encode_texts
         row, env, y, ids = (np.asarray(v, dtype=np.int64) for v in (row, env, y, ids))
         groups = np.asarray(groups, dtype=np.int64)  # ids are unique by construction
         text_fp = texts_fingerprint(texts)
@@ -95,7 +98,6 @@ class TextDataset(MultipleDomainDataset):
 
 
 def keep_rows(row, keep):
-    import torch
     return torch.from_numpy(row[keep])
 
 
@@ -199,7 +201,7 @@ class WILDSCivilComments(TextDataset):
 
 
 logger = get_logger(__name__)
-MAX_TEXT_CACHE_BYTES = 1 << 30  # MultiNLI's 412k decoded pairs take about 100 MB
+MAX_TEXT_CACHE_BYTES = 1 << 30  # well above MultiNLI's decoded pairs, the largest cache entry
 MNLI_FEATURE_FILES = ("cached_train_bert-base-uncased_128_mnli",
                       "cached_dev_bert-base-uncased_128_mnli",
                       "cached_dev_bert-base-uncased_128_mnli-mm")
@@ -227,7 +229,6 @@ def _allowing_input_features(torch):
 
 def read_mnli_token_ids(name, feature_dir):
     """[N, 128] input ids and masks of the three cached feature files, concatenated."""
-    import torch
     ids, masks = [], []
     for file in MNLI_FEATURE_FILES:
         path = os.path.join(feature_dir, file)
@@ -245,10 +246,9 @@ def read_mnli_token_ids(name, feature_dir):
 
 def decode_bert_ids(ids, masks):
     """bert-base-uncased token ids -> text (sentence pair kept apart by [SEP])."""
-    from transformers import AutoTokenizer
-
-    from domainbed.networks.text import minilm_path
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path())  # bert-base-uncased vocabulary
+    transformers = require("transformers", extra="text")
+    # the featurizer's vocabulary is bert-base-uncased's
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_path())
     rows = [row[1:int(m.sum())] for row, m in zip(ids, masks)]  # drop [CLS] and padding
     return tokenizer.batch_decode(rows, clean_up_tokenization_spaces=True)
 
@@ -257,10 +257,6 @@ def mnli_texts(name, feature_dir, data_dir):
     """The decoded texts of the feature files, cached beside the text features (keyed by the
     files' names, sizes and modification times): unpickling and decoding 412k examples is
     the slow part of loading MultiNLI."""
-    import json
-
-    from domainbed.networks.text import cache_dir
-    from oodutils import fileio
     stats = [(f, os.path.getsize(os.path.join(feature_dir, f)),
               os.path.getmtime(os.path.join(feature_dir, f))) for f in MNLI_FEATURE_FILES]
     key = hashlib.sha256(json.dumps(stats).encode()).hexdigest()[:24]
@@ -281,14 +277,12 @@ def mnli_texts(name, feature_dir, data_dir):
 
 
 def _texts_digest(texts):
-    import json
     return hashlib.sha256(json.dumps(texts).encode()).hexdigest()
 
 
 def _checked_texts(path):
     """The texts of a decoded-text cache entry (a regular file whose row count and checksum
     match), or None."""
-    from oodutils.untrusted import parse_json, read_regular_bytes
     try:
         entry = parse_json(read_regular_bytes(path, MAX_TEXT_CACHE_BYTES))
     except OSError:

@@ -16,12 +16,15 @@ import multiprocessing.connection
 import os
 import sys
 import time
+import traceback
 
-from domainbed.api import run_config
-from domainbed.config import RunConfig
+import torch
+
 from domainbed.launch import jobs
 from domainbed.launch.local import _report
 from domainbed.launch.progress import SweepProgress
+from domainbed.training.config import RunConfig
+from domainbed.training.run import run_config
 from oodutils.errors import UserError
 
 TRAIN_MODULE = "domainbed.scripts.train"
@@ -94,7 +97,6 @@ def _call_train(flags, log):
         except SystemExit as e:   # argparse
             return e.code if isinstance(e.code, int) else 1
         except Exception:   # the job failed; run_config wrote err.txt with the traceback
-            import traceback
             traceback.print_exc()
             return 1
 
@@ -102,7 +104,6 @@ def _call_train(flags, log):
 # ---------------------------------------------------------------- the worker processes
 def _worker_loop(conn):
     """A worker: run each command received, send back its Outcome; None ends it."""
-    import torch
     torch.set_num_threads(1)
     while True:
         command = conn.recv()
@@ -111,7 +112,6 @@ def _worker_loop(conn):
         try:
             conn.send(run_in_process(command))
         except Exception:   # a launcher bug, not a job failure: the parent raises it
-            import traceback
             conn.send(traceback.format_exc())
 
 
@@ -164,7 +164,7 @@ def died_outcome(command, process):
                        "ab") as log:
             log.write(f"{reason}\n{jobs.LOG_PREFIX} exit code {code}\n".encode(
                 "utf-8", "backslashreplace"))
-    except (OSError, jobs.UnsafeJobFile):
+    except (OSError, jobs.UnsafePath):
         pass   # the outcome still says failed
     return jobs.Outcome(command.output_dir, "failed", code)
 

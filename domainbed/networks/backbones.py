@@ -22,8 +22,8 @@ since loading one runs the code stored in it.
 Transfer mode (`transfer` hyperparameter): ``full`` trains everything (batch norm frozen
 when starting from pretrained weights, as DomainBed); ``linear_probe`` freezes the whole
 backbone (no gradients, always in eval mode) and rounds its features to float16, the
-precision the frozen-feature cache (``feature_cache``) stores, so a probe trained from the
-cache and one computing features on the fly see the same numbers.
+precision the frozen-feature cache (``domainbed.training.feature_cache``) stores, so a
+probe trained from the cache and one computing features on the fly see the same numbers.
 """
 import hashlib
 import io
@@ -32,18 +32,22 @@ import re
 import warnings
 import zipfile
 from dataclasses import dataclass
+from importlib import metadata
 
 import torch
 import torch.nn as nn
+import torchvision
+from torchvision.models.vision_transformer import interpolate_embeddings
 
-from domainbed.networks.input_adapters import (  # noqa: F401 (re-exported)
+from domainbed.networks.input_adapters import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     TwoColourToRGB,
     _takes_imagenet_inputs,
     takes_two_colours,
 )
-from oodutils.errors import UserError
+from domainbed.networks.text import resolve_encoder
+from oodutils.errors import UserError, require
 from oodutils.untrusted import open_input, read_input
 
 TRANSFER_MODES = ("full", "linear_probe")
@@ -190,7 +194,7 @@ def get_spec(name):
 
 def _timm_hf_repo(model):
     try:
-        import timm
+        timm = require("timm", extra="backbones")
         cfg = timm.models.get_pretrained_cfg(model)
     except Exception:  # an unknown name is reported when the model is built
         return ""
@@ -201,8 +205,8 @@ def _hf_cached(repo, filenames):
     if not repo:
         return []
     try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
+        try_to_load_from_cache = require("huggingface_hub", extra="hub").try_to_load_from_cache
+    except UserError:
         return []
     found = []
     for filename in filenames:
@@ -215,7 +219,6 @@ def _hf_cached(repo, filenames):
 def _package_file(distribution, filename):
     """Where the installed distribution keeps `filename` (none when it is not installed);
     read from its file list, without importing it."""
-    from importlib import metadata
     try:
         files = metadata.files(distribution) or []
     except metadata.PackageNotFoundError:
@@ -307,7 +310,6 @@ def text_encoder_identity(hparams):
     if finetune and hparams.get("transfer") == "linear_probe":
         raise UserError("on text datasets the transfer mode is text_finetune; "
                         "transfer=linear_probe contradicts text_finetune=true")
-    from domainbed.networks.text import resolve_encoder
     path, _ = resolve_encoder(hparams)
     files = sorted(f for f in os.listdir(path) if f.endswith((".safetensors", ".bin")))
     if not files:
@@ -400,7 +402,7 @@ def _safetensors_state(path, data):
     """The tensors of a safetensors file's bytes; a malformed one (a huge or torn header,
     bad JSON, an unknown dtype, offsets past its end, a pickle under that name) is one
     error line."""
-    from safetensors.torch import load
+    load = require("safetensors.torch", extra="backbones").load
     try:
         return load(data)
     except Exception as e:   # SafetensorError, or a dtype torch lacks
@@ -448,7 +450,6 @@ def load_by_order(model, state, path):
 
 def _torchvision_classifier(spec, input_shape, path):
     """torchvision's whole model (classifier included), with the weights at `path`."""
-    import torchvision
     kwargs = {"image_size": input_shape[1]} if spec.model.startswith("vit_") else {}
     model = torchvision.models.get_model(spec.model, weights=None, **kwargs)
     if path:
@@ -456,7 +457,6 @@ def _torchvision_classifier(spec, input_shape, path):
         if spec.model.startswith("densenet"):
             state = _rename_old_densenet_keys(state)
         if kwargs and "encoder.pos_embedding" in state:
-            from torchvision.models.vision_transformer import interpolate_embeddings
             state = interpolate_embeddings(input_shape[1], model.patch_size, state)
         model.load_state_dict(state)
     return model
@@ -476,7 +476,7 @@ def _build_torchvision(spec, input_shape, path):
 def _timm_classifier(spec, input_shape, path, **kwargs):
     """timm's model with the weights at `path` (its classifier too, unless kwargs say
     num_classes=0)."""
-    import timm
+    timm = require("timm", extra="backbones")
     if path and not spec.keys_by_order:
         kwargs.update(pretrained=True, pretrained_cfg_overlay={"file": path})
     try:
@@ -505,7 +505,7 @@ def _build_timm(spec, input_shape, path):
 
 
 def _build_open_clip(spec, input_shape, path):
-    import open_clip
+    open_clip = require("open_clip", extra="backbones")
     if input_shape[0] != 3:
         raise UserError(f"backbone {spec.name} needs 3-channel images")
     model = open_clip.create_model(spec.model, pretrained=None, load_weights=False,

@@ -1,6 +1,8 @@
 """Whole pretrained classifiers of the backbone zoo (ImageNet head included) and the
 preprocessing their weights expect: to check that weights on disk are what they claim
 (an ImageNet photo gets its ImageNet class) and to use them outside a training run."""
+from torchvision import transforms
+
 from domainbed.networks.backbones import (
     CLASSIFIERS,
     PRETRAINED_INPUT_SIZE,
@@ -17,7 +19,6 @@ CROP_FRACTION = 0.875  # resize to 256, center-crop 224: the usual ImageNet eval
 def preprocessing(name):
     """The transform from a PIL image to backbone `name`'s input: resized, center-cropped
     to 224 and normalized as its weights were trained (mean and std of its spec)."""
-    from torchvision import transforms
     spec = get_spec(backbone_name({"backbone": name}))
     return transforms.Compose([
         transforms.Resize(round(INPUT_SIZE / CROP_FRACTION)),

@@ -13,11 +13,12 @@ import polars as pl
 
 from domainbed.predictions import metric_names, read_side_file
 from domainbed.registry import DATASETS, get_dataset_class
-from domainbed.results import model_selection
+from domainbed.results import grouping, model_selection
 from domainbed.results import tables as reporting
 from domainbed.results.reader import Frame, subset
 from oodutils.errors import UserError
 from oodutils.log import get_logger
+from oodutils.metrics import METRICS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -250,7 +251,6 @@ def metrics_in(records: RecordsOrTable, labels: dict) -> dict[str, set[str]]:
     """{metric: the dataset labels with it} for the metrics beyond accuracy that the
     records (trained with --metrics) or their runs' metrics.jsonl (domainbed-metrics)
     carry; in METRICS' order, then acc_class<k> by k."""
-    from oodutils.metrics import METRICS
     frame = model_selection.frame_of(records)
     rows = _labelled(frame, labels).join(
         frame.blocks.select("run_dir").with_columns(block=pl.int_range(pl.len(),
@@ -353,7 +353,7 @@ def with_labels(records: RecordsOrTable, labels: dict, infos: Iterable[str]
     if isinstance(records, Frame):
         return subset(records, model_selection._label_of_blocks(records, labels)
                       .is_in(list(keep)).fill_null(False))
-    return [r for r in records if model_selection.dataset_label(r, labels) in keep]
+    return [r for r in records if grouping.dataset_label(r, labels) in keep]
 
 
 def algorithms_of(records: RecordsOrTable) -> list[str]:

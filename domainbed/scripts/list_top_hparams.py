@@ -10,7 +10,9 @@ import argparse
 import sys
 
 from domainbed.hub_options import add_hf_flags, fold_hf_flags
-from domainbed.results import model_selection
+from domainbed.results import grouping, model_selection
+from domainbed.results.records import TABLE_FIELDS, load_records
+from domainbed.results.report import DOMAINBED_ALGORITHMS, order_names
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.log import get_logger
@@ -46,10 +48,10 @@ def parse_args(argv=None):
 
 def _groups_for(records, dataset, algorithm, test_env):
     """{(algorithm, dataset label): [(trial_seed, records)]} for the requested cell."""
-    labels = model_selection.dataset_labels(records)
+    labels = grouping.dataset_labels(records)
     wanted = {label for (name, _), label in labels.items() if name == dataset}
     out = {}
-    for key, group in model_selection.group_records(records, labels).items():
+    for key, group in grouping.group_records(records, labels).items():
         if key.dataset in wanted and key.test_env == test_env and \
                 (algorithm is None or key.algorithm == algorithm):
             out.setdefault((key.algorithm, key.dataset), []).append((key.trial_seed, group))
@@ -81,8 +83,6 @@ def _run_acc_text(run_acc):
 
 def main(argv=None):
     args = parse_args(argv)
-    from domainbed.results.records import TABLE_FIELDS, load_records
-    from domainbed.results.report import DOMAINBED_ALGORITHMS, order_names
     loaded = load_records(args.input_dir, require_done=not args.include_unfinished,
                           quiet=True, fields=TABLE_FIELDS)
     if not loaded.records:
@@ -118,7 +118,7 @@ def main(argv=None):
                     for run_acc in model_selection.candidates(group, method).to_dicts():
                         setting = (run_acc["hparams_seed_text"], run_acc["hparams_key"])
                         hparam_records = [r for r in group
-                                          if model_selection.hparams_key(r) == setting]
+                                          if grouping.hparams_key(r) == setting]
                         print(f"\t{_run_acc_text(run_acc)}")
                         print("\t\thparams:")
                         for k, v in sorted((hparam_records[0].get("hparams") or {}).items()):

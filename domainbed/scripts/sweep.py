@@ -20,30 +20,26 @@ import math
 import os
 import sys
 
-from domainbed.config import MAX_SEED, check_limits
 from domainbed.hub_options import add_hf_flags, fold_hf_flags
 from domainbed.launch import launchers
-from domainbed.launch.fused import FUSED_MAX_MODELS
+from domainbed.launch.jobs import DONE, INCOMPLETE, NOT_LAUNCHED, RUNNING
 from domainbed.launch.slurm_status import slurm_view, summarize_view
-from domainbed.launch.sweep import (  # noqa: F401  (the planning API, by its old path)
-    TRAIN_COMMAND,
+from domainbed.launch.sweep import (
     Job,
     _default_algorithms,
     _default_datasets,
-    all_test_env_combinations,
     check_jobs,
     check_names,
-    default_test_envs,
     delete,
     launch,
     make_args_list,
-    num_environments,
     outside_notice,
     summarize,
-    train_argv,
 )
 from domainbed.registry import get_dataset_class
+from domainbed.training.config import MAX_SEED, check_limits
 from domainbed.training.early_stopping import check_options as check_early_stopping
+from domainbed.training.splits import check_eval_splits
 from oodutils.cli import (
     DATA_DIR_HELP,
     DEFAULT_DATA_DIR,
@@ -63,7 +59,7 @@ EPILOG = epilog_example("domainbed-sweep", "domainbed.scripts.sweep",
 MAX_JOBS = 10**6
 
 # Job states `launch` runs: incomplete ones (resumed) and those never launched.
-TO_LAUNCH = launchers.INCOMPLETE + (launchers.NOT_LAUNCHED,)
+TO_LAUNCH = INCOMPLETE + (NOT_LAUNCHED,)
 
 # Our train flags that the sweep can pass through; a flag left unset is not passed, so
 # job hashes stay equal to DomainBed's for a DomainBed-style sweep.
@@ -162,7 +158,7 @@ def build_parser():
     add_option(parser, "--gpus_per_job", type=int, default=1,
                        help="multi_gpu launcher: GPUs each job trains on, data-parallel "
                             "(train.py's --distributed K)")
-    add_option(parser, "--fused_max_models", type=int, default=FUSED_MAX_MODELS,
+    add_option(parser, "--fused_max_models", type=int, default=launchers.FUSED_MAX_MODELS,
                        help="fused launcher: most models trained together in one group")
     add_option(parser, "--fused_arithmetic", default="auto",
                        choices=("auto", "exact", "batched"),
@@ -232,7 +228,6 @@ def check_args(args):
     launchers.get_launcher(args.command_launcher)
     check_early_stopping(args.early_stopping, args.patience)
     if args.eval_splits:
-        from domainbed.training.evaluation import check_eval_splits
         check_eval_splits(args.eval_splits)
 
 
@@ -280,7 +275,7 @@ def main(argv=None):
         extra_args={name: getattr(args, name) for name in PASS_THROUGH
                     if not (name == "eval_splits" and args.eval_splits == ["all"])})
     jobs = [Job(train_args, args.output_dir) for train_args in args_list]
-    running = [j for j in jobs if j.state == launchers.RUNNING]
+    running = [j for j in jobs if j.state == RUNNING]
 
     if args.command == "status":
         print_status(jobs, args.output_dir)
@@ -314,9 +309,9 @@ def main(argv=None):
         return 0
 
     if args.command == "delete_incomplete":
-        to_delete = [j for j in jobs if j.state in launchers.INCOMPLETE]
+        to_delete = [j for j in jobs if j.state in INCOMPLETE]
     else:  # delete_all
-        to_delete = [j for j in jobs if j.state in launchers.INCOMPLETE + (launchers.DONE,)]
+        to_delete = [j for j in jobs if j.state in INCOMPLETE + (DONE,)]
     if running:
         print(f"Not deleting {len(running)} jobs that are running now.")
     print(f"About to delete {len(to_delete)} jobs.")

@@ -9,6 +9,7 @@ resume never continues a run in another arithmetic than the one that started it.
 record without the key (DomainBed's own, or this project's before it) counts as
 `single`. See docs/CONTRACTS.md ("Arithmetic").
 """
+import json
 import re
 
 import torch
@@ -60,7 +61,6 @@ def args_entries(name, device):
 def resume_problem(vouched_records, name):
     """Why a run computed in `name` may not continue the run whose resume state vouches
     for `vouched_records` (JSON lines), or None."""
-    import json
     previous = None
     for line in reversed(list(vouched_records)):
         try:

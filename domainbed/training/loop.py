@@ -21,37 +21,23 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
-from domainbed.config import RunConfig
-from domainbed.training import arithmetic, trackers
-from domainbed.training.batches import (  # noqa: F401  (re-exported: part of training's API)
-    BatchSampler,
+from domainbed.algorithms.base import TrainingContext, require_groups, supports_grad_accumulation
+from domainbed.networks import backbones
+from domainbed.training import arithmetic, feature_cache, probe_stack, trackers
+from domainbed.training.batches import (
     MinibatchSource,
     build_dataset,
-    class_balanced_weights,
     make_splits,
     samples_per_step,
-    sampling_weights,
     training_view,
 )
+from domainbed.training.config import RunConfig
 from domainbed.training.early_stopping import DEFAULT_PATIENCE, EarlyStopping
-from domainbed.training.evaluation import (  # noqa: F401
-    RunContext,
-    evaluate,
-    iterate_split,
-    predict_split,
-    predicted_class,
-    select_splits,
-    split_metrics,
-)
-from domainbed.training.precision import (  # noqa: F401
-    ALLOW_EMULATED_BF16,
-    autocast_context,
-    check_precision,
-    cpu_supports_bf16,
-)
-from domainbed.training.resume import (  # noqa: F401
-    NON_IDENTITY_ARGS,
+from domainbed.training.evaluation import RunContext, evaluate
+from domainbed.training.precision import autocast_context, check_precision
+from domainbed.training.resume import (
     RESULTS_FILE,
     RESUME_FILE,
     args_identity,
@@ -61,7 +47,9 @@ from domainbed.training.resume import (  # noqa: F401
     save_resume_state,
 )
 from domainbed.training.schedules import RunSchedule
+from domainbed.training.splits import select_splits
 from oodutils import fileio
+from oodutils.csv_out import csv_text
 from oodutils.errors import UserError
 from oodutils.log import get_logger
 from oodutils.pinned_dir import PinnedDir
@@ -91,8 +79,8 @@ def write_error(output_dir, message):
 
 
 def pick_memory_format(choice, device, precision):
-    """auto: channels-last on CPU (oneDNN's preferred layout: a default ColoredMNIST run
-    measured 824 s vs 933 s contiguous on 2 cores) and with bf16; contiguous otherwise."""
+    """auto: channels-last on CPU (oneDNN's preferred layout, faster for convolutions
+    there) and with bf16; contiguous otherwise."""
     if choice == "auto":
         choice = ("channels_last" if precision == "bf16" or torch.device(device).type == "cpu"
                   else "contiguous")
@@ -164,7 +152,6 @@ class TrainingRun:
         """How this run computes when it trains by itself: `probe-stack` for a linear probe
         on cached features that `probe_stack.why_not` accepts (a stack of one), else
         `single`."""
-        from domainbed.training import probe_stack
         if self.uses_feature_cache and probe_stack.why_not(self) is None:
             return arithmetic.PROBE_STACK
         return arithmetic.SINGLE
@@ -199,7 +186,6 @@ class TrainingRun:
         self.group_names = getattr(self.dataset, "group_names", None)
 
     def _build_identity(self):
-        from domainbed.networks import backbones
         args_dict = data_args(self.config, self.dataset, self.dataset_cls)
         backbones.set_weights_dir(self.config.weights_dir)
         args_dict.update(backbones.weights_identity(self.dataset.input_shape, self.hparams))
@@ -216,13 +202,11 @@ class TrainingRun:
             self.algorithm = self.algorithm.to(self.device)
             if memory_format is not None:
                 self.algorithm = self.algorithm.to(memory_format=memory_format)
-        from domainbed.networks import feature_cache
         self.uses_feature_cache = feature_cache.attach(self)  # linear probes: cached features
         self._prepare_algorithm()
 
     def _prepare_algorithm(self):
         """Optional algorithm hooks: the training data once (two-stage and group methods)."""
-        from domainbed.algorithms.base import TrainingContext, require_groups
         if getattr(self.algorithm, "NEEDS_GROUPS", False):
             require_groups(self.config.algorithm, [self.in_splits[i] for i in self.train_envs])
         if hasattr(self.algorithm, "prepare"):
@@ -329,7 +313,6 @@ class TrainingRun:
         """The probe stack of one this run trains as (built at its first step, after
         restore(): it starts from the restored head and Adam state), or None."""
         if self.probe is None:
-            from domainbed.training import probe_stack
             self.probe = self.arithmetic == arithmetic.PROBE_STACK and \
                 probe_stack.ProbeStack([self])
         return self.probe or None
@@ -472,7 +455,6 @@ def write_checkpoint(run_dir, step, table, confusion, records):
 def check_grad_accumulation(algorithm_name, algorithm_cls, hparams):
     """The run's grad_accum_steps; more than 1 only for algorithms whose update is one loss
     through ERM.optimizer_step (a clear error for the others, before any work)."""
-    from domainbed.algorithms.base import supports_grad_accumulation
     steps = int(hparams.get("grad_accum_steps", 1))
     if steps > 1 and not supports_grad_accumulation(algorithm_cls):
         raise UserError(f"{algorithm_name} does not support grad_accum_steps > 1 (its "
@@ -564,7 +546,6 @@ def train_loop(training_run: TrainingRun) -> dict | None:
     nothing and show no progress)."""
     config, log = training_run.config, training_run.log
     start_step = training_run.restore()
-    from tqdm import tqdm
     progress = tqdm(total=training_run.n_steps, initial=start_step,
                     disable=not (training_run.is_main and sys.stderr.isatty()),
                     desc=f"{config.algorithm}/{config.dataset}", dynamic_ncols=True)
@@ -601,7 +582,6 @@ def checkpoint_line(results):
 def example_paths_csv(dataset):
     """examples.csv: each example's id, environment and file path (``oodutils.csv_out``:
     a file name that starts like a formula is inert in a spreadsheet)."""
-    from oodutils.csv_out import csv_text
     return csv_text(["id", "env", "path"],
                     ([int(example_id), env_i, str(file_path)]
                      for env_i, env in enumerate(dataset)

@@ -21,10 +21,11 @@ import warnings
 import torch
 
 from domainbed import run_hparams
-from domainbed.config import RunConfig
+from domainbed.networks import backbones, classifiers
 from domainbed.networks.backbones import MAX_WEIGHTS_BYTES
 from domainbed.registry import get_algorithm_class
 from domainbed.training import arithmetic
+from domainbed.training.config import RunConfig
 from domainbed.training.evaluation import RunContext, evaluate
 from domainbed.training.loop import (
     build_run_data,
@@ -187,7 +188,6 @@ def evaluate_checkpoint(path, options, trust_pickle=False):
 def evaluate_model(name, options, weights="", class_map_file=""):
     """Score an outside classifier (`domainbed.networks.classifiers`); `options`: RunConfig
     fields (dataset, test_envs, output_dir, ...)."""
-    from domainbed.networks import backbones, classifiers
     config = RunConfig.from_options(**options)
     dataset_cls = config.validate_data()
     check_output_dir(config.output_dir)
