@@ -149,7 +149,7 @@ def generate_procedural_fast(dataset_dir: str, seed: int, size: int, per_cell: i
         results: Iterable[ChunkRecords] = map(_render_chunk, tasks)
         pool_ = None
     else:
-        pool_ = multiprocessing.get_context("fork").Pool(workers)
+        pool_ = multiprocessing.get_context("spawn").Pool(workers)   # (no fork)
         results = pool_.imap_unordered(_render_chunk, tasks)
     bar = tqdm(total=total, desc="Spawrious images", unit="img",
                disable=not sys.stderr.isatty())
