@@ -159,8 +159,8 @@ def test_ordinary_exponents_stay_with_the_fast_reader(tmp_path, monkeypatch):
 def test_an_exponent_of_four_digits_goes_line_by_line(tmp_path, monkeypatch, literal):
     """polars' number parser wraps long exponents: a file with one is read by json."""
     top = tmp_path / "s"
-    run(top, "a", [record(0)])
-    run(top, "b", [record(0), record(1, extra=f', "env9_in_acc": {literal}')])
+    write_run(top / "a", [record(0)])
+    write_run(top / "b", [record(0), record(1, extra=f', "env9_in_acc": {literal}')])
     lined = fast_reads(monkeypatch)
     fast = load_records(top, fields=TABLE_FIELDS, use_cache=False).records
     assert lined == [str(top / "b")]
