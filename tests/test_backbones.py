@@ -18,7 +18,7 @@ from domainbed import hparams as hp
 from domainbed import networks, run_hparams
 from domainbed.algorithms.erm import ERM
 from domainbed.datasets.debug import Debug
-from domainbed.networks import backbones
+from domainbed.networks import backbones, weight_files
 from oodutils.errors import UserError
 from tests.hardening_util import PlantedPickle
 from tests.requirements import need_package
@@ -282,7 +282,7 @@ def test_torchscript_weight_files_are_refused_without_running_their_code(tmp_pat
     module = torch.jit.script(torch.nn.Linear(3, 2))
     module.save(str(tmp_path / "scripted.pt"))
     with pytest.raises(UserError, match="runs code") as e:
-        backbones._read_state_dict(str(tmp_path / "scripted.pt"))
+        weight_files.read_state_dict(str(tmp_path / "scripted.pt"))
     assert "scripted.pt" in str(e.value) and "weights_only=False" not in str(e.value)
 
 
@@ -290,7 +290,7 @@ def test_pickled_objects_in_weights_files_are_refused_before_they_run(tmp_path):
     target = tmp_path / "victim.txt"
     torch.save({"weight": PlantedPickle(str(target))}, tmp_path / "evil.pth")
     with pytest.raises(UserError, match="tensors only"):
-        backbones._read_state_dict(str(tmp_path / "evil.pth"))
+        weight_files.read_state_dict(str(tmp_path / "evil.pth"))
     assert not target.exists()
 
 
@@ -301,9 +301,9 @@ def test_a_hash_prefix_in_the_file_name_is_checked_before_use(tmp_path):
     prefix = _sha256(draft)[:8]
     good = tmp_path / f"linear-{prefix}.pth"
     draft.rename(good)
-    torch.testing.assert_close(backbones._read_state_dict(str(good))["weight"], state["weight"])
+    torch.testing.assert_close(weight_files.read_state_dict(str(good))["weight"], state["weight"])
     wrong = "0" * 8 if prefix != "0" * 8 else "1" * 8
     bad = tmp_path / f"linear-{wrong}.pth"
     good.rename(bad)
     with pytest.raises(UserError, match=f"sha256 prefix {wrong}"):
-        backbones._read_state_dict(str(bad))
+        weight_files.read_state_dict(str(bad))

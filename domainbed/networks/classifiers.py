@@ -16,7 +16,7 @@ What a user of the field expects:
   the dataset's class k (e.g. ImageNet classes for a dataset's classes); a class's logit is
   the log-sum-exp of its outputs. Without it, the outputs must be the dataset's classes.
 
-Weights are read without running code (``_read_state_dict``: safetensors or
+Weights are read without running code (``read_state_dict``: safetensors or
 ``torch.load(weights_only=True)``, a hash prefix in the file name checked).
 """
 import contextlib
@@ -32,15 +32,14 @@ from domainbed.networks.backbones import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     _build_open_clip,
-    _read_state_dict,
     _takes_imagenet_inputs,
     _timm_classifier,
     _torchvision_classifier,
     backbone_name,
-    file_sha256,
     get_spec,
     locate_weights,
 )
+from domainbed.networks.weight_files import file_sha256, read_state_dict
 from oodutils.errors import UserError, require
 from oodutils.untrusted import open_input, parse_json, read_input
 
@@ -117,7 +116,7 @@ def _whole_classifier(spec, input_shape, weights):
     build = _torchvision_classifier if spec.family == "torchvision" else _timm_classifier
     if not weights:
         return build(spec, input_shape, locate_weights(spec.name, {}))
-    state = _read_state_dict(weights, "--weights")
+    state = read_state_dict(weights, "--weights")
     model = build(spec, input_shape, None)
     name, _ = _last_linear(model)
     head = state.get(f"{name}.weight")
@@ -145,7 +144,7 @@ def _tower_and_head(spec, input_shape, weights):
         raise UserError(f"{spec.name} is an image tower without a classifier: pass --weights "
                         f"FILE with a linear head (head.weight, head.bias; optionally the "
                         f"tower as visual.*)")
-    state = _read_state_dict(weights, "--weights")
+    state = read_state_dict(weights, "--weights")
     head = state.get("head.weight")
     if not isinstance(head, torch.Tensor) or head.dim() != 2:
         raise UserError(f"weights file {weights} has no head.weight (a linear head "

@@ -22,7 +22,7 @@ import torch
 
 from domainbed import run_hparams
 from domainbed.config import RunConfig
-from domainbed.networks.backbones import MAX_WEIGHTS_BYTES
+from domainbed.networks.weight_files import MAX_WEIGHTS_BYTES
 from domainbed.registry import get_algorithm_class
 from domainbed.training import arithmetic
 from domainbed.training.evaluation import RunContext, evaluate
