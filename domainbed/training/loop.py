@@ -24,6 +24,7 @@ import torch
 
 from domainbed.config import RunConfig
 from domainbed.training import arithmetic, trackers
+from domainbed.training.accumulation import check_grad_accumulation, micro_batch
 from domainbed.training.batches import (  # noqa: F401  (re-exported: part of training's API)
     BatchSampler,
     MinibatchSource,
@@ -467,34 +468,6 @@ def write_checkpoint(run_dir, step, table, confusion, records):
         with run_dir.subdir("confusion") as confusion_dir:
             confusion_dir.write_bytes(f"step_{step:07d}.npz", fileio.npz_bytes(**confusion))
     run_dir.write_text(RESULTS_FILE, "\n".join(records) + "\n", durable=True)
-
-
-def check_grad_accumulation(algorithm_name, algorithm_cls, hparams):
-    """The run's grad_accum_steps; more than 1 only for algorithms whose update is one loss
-    through ERM.optimizer_step (a clear error for the others, before any work)."""
-    from domainbed.algorithms.base import supports_grad_accumulation
-    steps = int(hparams.get("grad_accum_steps", 1))
-    if steps > 1 and not supports_grad_accumulation(algorithm_cls):
-        raise UserError(f"{algorithm_name} does not support grad_accum_steps > 1 (its "
-                        f"update steps its optimizers itself); algorithms that do: those "
-                        f"with one loss and one optimizer, e.g. ERM, GroupDRO, IRM, VREx, "
-                        f"CORAL, MMD")
-    return steps
-
-
-def micro_batch(index, count):
-    """A function slicing each tensor (or (x, y) pair) of a list into `count` equal parts
-    and keeping part `index` (the whole list when count is 1)."""
-    def part(tensor):
-        size = tensor.shape[0] // count
-        return tensor[index * size:(index + 1) * size]
-
-    def micro(items):
-        if count == 1:
-            return items
-        return [tuple(part(t) for t in item) if isinstance(item, tuple) else part(item)
-                for item in items]
-    return micro
 
 
 class RunData(NamedTuple):
