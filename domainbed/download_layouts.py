@@ -12,6 +12,7 @@ DomainBed's download script does it, so the loaders find DomainBed's layout:
 """
 import os
 import shutil
+from typing import Any
 
 from oodutils.errors import UserError
 from oodutils.untrusted import NotRegularFile, parse_json, read_regular_bytes
@@ -30,7 +31,7 @@ TERRA_ANNOTATION_FILES = ("cis_test_annotations.json", "cis_val_annotations.json
 MAX_ANNOTATION_BYTES = 1 << 30
 
 
-def remove_domain_net_duplicates(root, domains):
+def remove_domain_net_duplicates(root: Any, domains: Any) -> Any:
     """Delete the listed duplicates under root/<domain> for each unpacked `domains` folder
     (a listed file that is absent is passed over, as DomainBed does); how many went."""
     removed = 0
@@ -46,7 +47,7 @@ def remove_domain_net_duplicates(root, domains):
     return removed
 
 
-def _read_annotation_file(path):
+def _read_annotation_file(path: Any) -> Any:
     try:
         data = parse_json(read_regular_bytes(path, MAX_ANNOTATION_BYTES))
     except (OSError, NotRegularFile) as e:
@@ -58,7 +59,7 @@ def _read_annotation_file(path):
     return data
 
 
-def read_camera_trap_annotations(folder):
+def read_camera_trap_annotations(folder: Any) -> Any:
     """The images, annotations and categories of the five ECCV'18 files, merged."""
     merged = {"images": [], "annotations": [], "categories": []}
     for name in TERRA_ANNOTATION_FILES:
@@ -68,7 +69,7 @@ def read_camera_trap_annotations(folder):
     return merged
 
 
-def terra_incognita_placements(annotations):
+def terra_incognita_placements(annotations: Any) -> Any:
     """{image file name: (location, [category, ...])} for every image of the kept
     locations, with the kept categories its annotations name (possibly none)."""
     try:
@@ -92,7 +93,7 @@ def terra_incognita_placements(annotations):
     return placements
 
 
-def _plain_relative(file_name):
+def _plain_relative(file_name: Any) -> Any:
     parts = str(file_name).replace("\\", "/").split("/")
     if os.path.isabs(str(file_name)) or any(p in ("", ".", "..") for p in parts):
         raise UserError(f"TerraIncognita: the annotations name the image {file_name!r}, "
@@ -100,7 +101,7 @@ def _plain_relative(file_name):
     return parts
 
 
-def arrange_terra_incognita(images_dir, annotations, destination):
+def arrange_terra_incognita(images_dir: Any, annotations: Any, destination: Any) -> Any:
     """Move the kept images from images_dir into destination/location_<L>/<category>/
     (a copy for an image's second category); how many files were placed. As DomainBed,
     every kept location gets its folder, even where none of its images is kept."""

@@ -30,6 +30,7 @@ import tempfile
 import urllib.error
 import urllib.request
 import zipfile
+from typing import Any
 
 from oodutils.errors import UserError
 from oodutils.fileio import atomic_write_text
@@ -41,7 +42,7 @@ MAX_LOCK_BYTES = 1 << 20
 USER_AGENT = "domainbed-downloader"
 
 
-def file_digest(path, algorithm="sha256"):
+def file_digest(path: Any, algorithm: str = "sha256") -> Any:
     digest = hashlib.new(algorithm)
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(CHUNK), b""):
@@ -49,7 +50,7 @@ def file_digest(path, algorithm="sha256"):
     return digest.hexdigest()
 
 
-def verify(path, sha256, source):
+def verify(path: Any, sha256: str, source: Any) -> None:
     """sha256: the full hex digest, or a prefix of it (torch hub's `name-<prefix>.pth`); a
     mismatch removes the file."""
     if not sha256:
@@ -63,11 +64,11 @@ def verify(path, sha256, source):
 
 # ------------------------------------------------------------- trust on first use (lock)
 
-def lock_path(directory):
+def lock_path(directory: Any) -> Any:
     return os.path.join(directory, LOCK_FILE)
 
 
-def read_lock(directory):
+def read_lock(directory: Any) -> Any:
     """{file name: {"url", "sha256", ...}} of the lock file in `directory` ({} if none);
     a lock that is not a regular JSON file is a UserError, never silently ignored."""
     path = lock_path(directory)
@@ -83,14 +84,14 @@ def read_lock(directory):
     return lock
 
 
-def recorded_sha256(dst):
+def recorded_sha256(dst: Any) -> Any:
     """The sha256 the lock beside `dst` recorded at its first download, or None."""
     directory, name = os.path.split(os.path.abspath(dst))
     value = read_lock(directory).get(name, {}).get("sha256")
     return value if isinstance(value, str) and value else None
 
 
-def record(dst, **fields):
+def record(dst: Any, **fields: Any) -> None:
     """Add `fields` to the lock entry of `dst` (the lock beside it)."""
     directory, name = os.path.split(os.path.abspath(dst))
     lock = read_lock(directory)
@@ -98,12 +99,12 @@ def record(dst, **fields):
     atomic_write_text(lock_path(directory), json.dumps(lock, indent=1, sort_keys=True) + "\n")
 
 
-def expected_sha256(dst, sha256):
+def expected_sha256(dst: Any, sha256: str) -> Any:
     """What a download of `dst` must match: the published checksum, else the lock's."""
     return sha256 or recorded_sha256(dst)
 
 
-def check_file(path, sha256, source):
+def check_file(path: Any, sha256: str, source: Any) -> Any:
     """A UserError unless the file on disk matches `sha256` (full or prefix); kept as is."""
     actual = file_digest(path)
     if not actual.startswith(sha256.lower()):
@@ -113,7 +114,7 @@ def check_file(path, sha256, source):
     return actual
 
 
-def accept(partial, dst, url, sha256):
+def accept(partial: Any, dst: Any, url: str, sha256: str) -> Any:
     """A complete download: checked against the published or recorded checksum (removed on
     a mismatch), recorded in the lock on first use, then renamed into place."""
     expected = expected_sha256(dst, sha256)
@@ -129,13 +130,13 @@ def accept(partial, dst, url, sha256):
     return dst
 
 
-def _partials(dst):
+def _partials(dst: Any) -> list[Any]:
     directory, name = os.path.split(os.path.abspath(dst))
     return sorted(glob.glob(os.path.join(glob.escape(directory), f".{glob.escape(name)}.*"
                                          ".partial")), key=os.path.getsize, reverse=True)
 
 
-def _partial_file(dst, resume=True):
+def _partial_file(dst: Any, resume: bool = True) -> Any:
     """The largest partial download of dst to resume (only where the result will be checked
     against a checksum), or a new one with a random name."""
     existing = _partials(dst)
@@ -149,20 +150,20 @@ def _partial_file(dst, resume=True):
     return path
 
 
-def _progress(total, initial, desc):
+def _progress(total: Any, initial: Any, desc: Any) -> Any:
     from tqdm import tqdm
     return tqdm(total=total, initial=initial, unit="B", unit_scale=True, desc=desc,
                 disable=not sys.stderr.isatty(), dynamic_ncols=True)
 
 
-def _open(url, offset, timeout):
+def _open(url: str, offset: Any, timeout: Any) -> Any:
     request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
     if offset:
         request.add_header("Range", f"bytes={offset}-")
     return urllib.request.urlopen(request, timeout=timeout)
 
 
-def _stream(url, partial, timeout):
+def _stream(url: str, partial: Any, timeout: Any) -> Any:
     offset = os.path.getsize(partial)
     try:
         response = _open(url, offset, timeout)
@@ -188,13 +189,13 @@ def _stream(url, partial, timeout):
                           "bytes")
 
 
-def _complete_size(headers):
+def _complete_size(headers: Any) -> Any:
     """The full size a 416 answer states (`Content-Range: bytes */SIZE`), or None."""
     match = re.fullmatch(r"bytes \*/(\d+)", (headers or {}).get("Content-Range", "") or "")
     return int(match.group(1)) if match else None
 
 
-def fetch(url, dst, sha256=None, timeout=60):
+def fetch(url: str, dst: Any, sha256: str | None = None, timeout: int = 60) -> Any:
     """Download url to dst (see the module docstring). Returns dst. An existing dst is
     checked against the published or recorded checksum, not downloaded again."""
     expected = expected_sha256(dst, sha256)
@@ -216,12 +217,12 @@ def fetch(url, dst, sha256=None, timeout=60):
     return accept(partial, dst, url, sha256)
 
 
-def _inside(root, path):
+def _inside(root: Any, path: Any) -> bool:
     root = os.path.realpath(root)
     return os.path.commonpath([root, os.path.realpath(path)]) == root
 
 
-def _extract_zip(archive, into):
+def _extract_zip(archive: Any, into: Any) -> None:
     with zipfile.ZipFile(archive) as zf:
         for member in zf.infolist():
             if os.path.isabs(member.filename) or not _inside(into, os.path.join(
@@ -231,7 +232,7 @@ def _extract_zip(archive, into):
         zf.extractall(into)
 
 
-def _extract_tar(archive, into):
+def _extract_tar(archive: Any, into: Any) -> None:
     with tarfile.open(archive) as tar:
         try:
             tar.extractall(into, filter="data")
@@ -239,7 +240,7 @@ def _extract_tar(archive, into):
             raise UserError(f"{archive}: unsafe member ({e}); refusing to extract") from None
 
 
-def extract(archive, into, remove=True):
+def extract(archive: Any, into: Any, remove: bool = True) -> Any:
     """Unpack archive into `into` via a temp dir; returns the top-level names placed."""
     os.makedirs(into, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".extract-", dir=into)
@@ -270,13 +271,13 @@ def extract(archive, into, remove=True):
     return placed
 
 
-def fetch_and_extract(url, into, archive_name, sha256=None):
+def fetch_and_extract(url: str, into: Any, archive_name: Any, sha256: str | None = None) -> Any:
     """Download an archive into `into` (resumable, verified) and unpack it there."""
     archive = fetch(url, os.path.join(into, archive_name), sha256=sha256)
     return extract(archive, into)
 
 
-def tree_digest(root, names):
+def tree_digest(root: Any, names: Any) -> Any:
     """sha256 over every regular file under root/<name> (relative path and content), in
     sorted order; symlinks count by their target text, never followed."""
     digest = hashlib.sha256()

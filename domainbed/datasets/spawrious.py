@@ -22,6 +22,7 @@ is the side images are resized to.
 """
 import hashlib
 import os
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +38,7 @@ from spawrious.splits import ENVIRONMENTS, build_split, select_files
 ID_STRIDE = 1_000_000
 
 
-def spawrious_transforms(size, augment):
+def spawrious_transforms(size: Any, augment: Any) -> tuple[Any, ...]:
     from torchvision import transforms
     normalize = transforms.Normalize(mean=IMAGENET_MEAN, std=IMAGENET_STD)
     ev = transforms.Compose([transforms.Resize((size, size)), transforms.ToTensor(), normalize])
@@ -50,7 +51,7 @@ def spawrious_transforms(size, augment):
     return tr, ev
 
 
-def example_id(pool, location, label, position):
+def example_id(pool: Any, location: Any, label: Any, position: Any) -> Any:
     if position >= ID_STRIDE:
         raise UserError(f"more than {ID_STRIDE} images in one Spawrious folder")
     return ((int(pool) * len(LOCATIONS) + LOCATIONS.index(location)) * len(CLASS_LIST)
@@ -67,7 +68,8 @@ class SpawriousBenchmark(MultipleDomainDataset):
     BENCHMARK = None
     HPARAMS = {"image_size": Hparam(224, lambda r: 224, "side images are resized to", low=1)}
 
-    def __init__(self, root, test_envs, hparams, per_cell=None, variant="canonical"):
+    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any], per_cell: Any = None,
+                 variant: str = "canonical") -> None:
         dataset_dir = resolve_dataset_dir(root)
         info = read_info(dataset_dir)
         if per_cell is None:
@@ -101,7 +103,7 @@ class SpawriousBenchmark(MultipleDomainDataset):
         self.data_fingerprint = digest.hexdigest()[:16]
 
 
-def _benchmark(name, benchmark):
+def _benchmark(name: Any, benchmark: Any) -> Any:
     cls = type(name, (SpawriousBenchmark,), {"BENCHMARK": benchmark, "__module__": __name__})
     return register_dataset(name)(cls)
 

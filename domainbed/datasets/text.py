@@ -43,6 +43,7 @@ in sentence 2.
 import contextlib
 import hashlib
 import os
+from typing import Any
 
 import numpy as np
 
@@ -62,7 +63,7 @@ SPLITS = {"train": 0, "val": 1, "test": 2}
 ATTR_STRIDE = 16
 
 
-def texts_fingerprint(texts):
+def texts_fingerprint(texts: Any) -> Any:
     joined = "\x1e".join(map(str, texts)) + "\x1e"
     return hashlib.sha256(joined.encode("utf-8", "replace")).hexdigest()[:16]
 
@@ -73,8 +74,8 @@ class TextDataset(MultipleDomainDataset):
     CLASSES = None
     HPARAMS = dict(TEXT_HPARAMS)
 
-    def build_text_environments(self, texts, row, env, y, groups, ids, hparams, data_dir,
-                                source):
+    def build_text_environments(self, texts: Any, row: Any, env: Any, y: Any, groups: Any, ids: Any,
+                                hparams: dict[str, Any], data_dir: str, source: Any) -> None:
         """texts: every text of the source; row: which text each example is; env/y/groups/ids:
         per example. Encodes the texts once (cached), then slices per environment."""
         from domainbed.networks.text import encode_texts
@@ -94,12 +95,12 @@ class TextDataset(MultipleDomainDataset):
                                                     [text_fp])
 
 
-def keep_rows(row, keep):
+def keep_rows(row: Any, keep: Any) -> Any:
     import torch
     return torch.from_numpy(row[keep])
 
 
-def read_civilcomments(name, data_dir):
+def read_civilcomments(name: Any, data_dir: str) -> tuple[Any, ...]:
     """(path, texts, split int array, y, identity matrix [N, 8] bool) of the WILDS csv."""
     root = find_root(name, data_dir, CIVIL_DIRS, CIVIL_FILE)
     path = os.path.join(root, CIVIL_FILE)
@@ -127,7 +128,7 @@ class CivilComments(TextDataset):
     N_STEPS = 30001
     CHECKPOINT_FREQ = 1000
 
-    def __init__(self, root, test_envs, hparams):
+    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any]) -> None:
         source, texts, split, y, identities = read_civilcomments(self.registry_name, root)
         rows, attrs = [], []
         train = np.flatnonzero(split == 0)
@@ -155,14 +156,15 @@ class CivilCommentsIdentity(TextDataset):
     N_STEPS = 5001
     CHECKPOINT_FREQ = 100
 
-    def __init__(self, root, test_envs, hparams):
+    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any]) -> None:
         source, texts, split, y, identities = read_civilcomments(self.registry_name, root)
         row = np.flatnonzero(identities.sum(1) == 1)
         env = identities[row].argmax(1) * 2 + (1 - y[row])
         self.build_text_environments(texts, row, env, y[row], env, row, hparams, root, source)
 
 
-def wilds_civil_environments(identities, seed, move_fraction=0.2):
+def wilds_civil_environments(identities: Any, seed: int,
+                             move_fraction: float = 0.2) -> tuple[Any, ...]:
     """(environment, identity drawn before the move or -1) per comment (module docstring)."""
     rng = np.random.RandomState(seed)
     n, k = identities.shape
@@ -189,7 +191,8 @@ class WILDSCivilComments(TextDataset):
     N_STEPS = 5001
     CHECKPOINT_FREQ = 100
 
-    def __init__(self, root, test_envs, hparams, data_seed=0):
+    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any],
+                 data_seed: int = 0) -> None:
         source, texts, split, y, identities = read_civilcomments(self.registry_name, root)
         env, chosen = wilds_civil_environments(identities, 42 + int(data_seed))
         attr = np.where(chosen >= 0, chosen, len(IDENTITIES))
@@ -215,7 +218,7 @@ _InputFeatures.__module__ = "utils_glue"
 _InputFeatures.__name__ = _InputFeatures.__qualname__ = "InputFeatures"
 
 
-def _allowing_input_features(torch):
+def _allowing_input_features(torch: Any) -> Any:
     """A context in which torch.load(weights_only=True) builds _InputFeatures: for that load
     alone where torch has `safe_globals` (2.5+), for the process on torch 2.4."""
     if hasattr(torch.serialization, "safe_globals"):
@@ -225,7 +228,7 @@ def _allowing_input_features(torch):
     return contextlib.nullcontext()
 
 
-def read_mnli_token_ids(name, feature_dir):
+def read_mnli_token_ids(name: Any, feature_dir: Any) -> tuple[Any, ...]:
     """[N, 128] input ids and masks of the three cached feature files, concatenated."""
     import torch
     ids, masks = [], []
@@ -243,7 +246,7 @@ def read_mnli_token_ids(name, feature_dir):
     return np.asarray(ids, dtype=np.int64), np.asarray(masks, dtype=np.int64)
 
 
-def decode_bert_ids(ids, masks):
+def decode_bert_ids(ids: Any, masks: Any) -> Any:
     """bert-base-uncased token ids -> text (sentence pair kept apart by [SEP])."""
     from transformers import AutoTokenizer
 
@@ -253,7 +256,7 @@ def decode_bert_ids(ids, masks):
     return tokenizer.batch_decode(rows, clean_up_tokenization_spaces=True)
 
 
-def mnli_texts(name, feature_dir, data_dir):
+def mnli_texts(name: Any, feature_dir: Any, data_dir: str) -> Any:
     """The decoded texts of the feature files, cached beside the text features (keyed by the
     files' names, sizes and modification times): unpickling and decoding 412k examples is
     the slow part of loading MultiNLI."""
@@ -280,12 +283,12 @@ def mnli_texts(name, feature_dir, data_dir):
     return texts
 
 
-def _texts_digest(texts):
+def _texts_digest(texts: Any) -> Any:
     import json
     return hashlib.sha256(json.dumps(texts).encode()).hexdigest()
 
 
-def _checked_texts(path):
+def _checked_texts(path: Any) -> Any:
     """The texts of a decoded-text cache entry (a regular file whose row count and checksum
     match), or None."""
     from oodutils.untrusted import parse_json, read_regular_bytes
@@ -313,7 +316,7 @@ class MultiNLI(TextDataset):
     N_STEPS = 30001
     CHECKPOINT_FREQ = 1000
 
-    def __init__(self, root, test_envs, hparams):
+    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any]) -> None:
         name = self.registry_name
         base = find_root(name, root, ("multinli",), os.path.join("data", "metadata_random.csv"))
         meta = read_csv(name, os.path.join(base, "data", "metadata_random.csv"),

@@ -31,7 +31,9 @@ import os
 import queue
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from domainbed.config import RunConfig
 from domainbed.launch import jobs, local
@@ -61,7 +63,7 @@ class Plan:
     notices: list = field(default_factory=list)
 
 
-def parse_job(command):
+def parse_job(command: Any) -> tuple[Any, ...]:
     """The job's parsed train arguments and hyperparameters, or why it cannot fuse."""
     flags = train_flags(command)
     if flags is None:
@@ -89,7 +91,7 @@ def parse_job(command):
     return Job(command, args, hparams, algorithm_cls, dataset_cls), None
 
 
-def unfusable_optimization(args, hparams):
+def unfusable_optimization(args: Any, hparams: dict[str, Any]) -> str | None:
     """Why fused training (constant-rate Adam, one step per batch, every step) cannot
     train this job, or None: other optimizers, schedules, gradient accumulation or
     clipping and early stopping run as ordinary jobs."""
@@ -105,11 +107,11 @@ def unfusable_optimization(args, hparams):
     return None
 
 
-def is_probe(job):
+def is_probe(job: Any) -> bool:
     return job.hparams.get("transfer", "full") == "linear_probe"
 
 
-def group_key(job):
+def group_key(job: Any) -> Any:
     """Jobs with equal keys train together: everything but each member's own values."""
     from domainbed.launch import probe_stack
     from domainbed.launch.fused_training import member_hparams
@@ -120,7 +122,7 @@ def group_key(job):
     return json.dumps([is_probe(job), args, hparams], sort_keys=True, default=str)
 
 
-def plan(commands, max_models=FUSED_MAX_MODELS):
+def plan(commands: Any, max_models: Any = FUSED_MAX_MODELS) -> Any:
     """Split a sweep's commands into fused groups (of at most `max_models`) and ordinary
     jobs, with one notice line per reason a job does not fuse."""
     from domainbed.launch import probe_stack
@@ -154,13 +156,14 @@ def plan(commands, max_models=FUSED_MAX_MODELS):
     return result
 
 
-def fusable_algorithms():
+def fusable_algorithms() -> list[Any]:
     from domainbed.algorithms.base import fused_form
     return sorted(name for name in ALGORITHMS.names() if fused_form(ALGORITHMS.get(name)))
 
 
-def fused_launcher(commands, max_workers=1, echo=None, fused_max_models=FUSED_MAX_MODELS,
-                   fused_arithmetic="auto", **_):
+def fused_launcher(commands: Any, max_workers: int = 1, echo: Any = None,
+                   fused_max_models: Any = FUSED_MAX_MODELS, fused_arithmetic: str = "auto",
+                   **_: Any) -> Any:
     """Train fusable jobs in groups (one process per group, `max_workers` groups at a
     time), then every other job with the local launcher. `fused_arithmetic`: exact,
     batched or auto (see domainbed.launch.fused_training)."""
@@ -185,7 +188,7 @@ def fused_launcher(commands, max_workers=1, echo=None, fused_max_models=FUSED_MA
         echo = progress.echo
         started, names = {}, {c.output_dir: c.describe() for c in commands}
 
-        def on_start(index, commands):
+        def on_start(index: Any, commands: Any) -> None:
             started[index] = time.monotonic()
             for _ in commands:
                 progress.job_started()
@@ -207,7 +210,8 @@ def fused_launcher(commands, max_workers=1, echo=None, fused_max_models=FUSED_MA
     return outcomes
 
 
-def run_groups(groups, max_workers, on_start=None, on_idle=None, arithmetic="auto"):
+def run_groups(groups: Any, max_workers: Any, on_start: Any = None, on_idle: Any = None,
+               arithmetic: str = "auto") -> Iterator[Any]:
     """Yield (index, GroupResult) of each group, training `max_workers` groups at a time, each in a
     fresh spawned process (safe with CUDA; its memory is freed when it ends). A process
     that dies without a result (killed, out of memory) fails its members, not the
@@ -246,11 +250,11 @@ def run_groups(groups, max_workers, on_start=None, on_idle=None, arithmetic="aut
             process.terminate()
 
 
-def _group_process(index, commands, results, arithmetic):
+def _group_process(index: Any, commands: Any, results: Any, arithmetic: Any) -> None:
     results.put((index, run_group(commands, arithmetic)))
 
 
-def _died(commands, exitcode):
+def _died(commands: Any, exitcode: Any) -> Any:
     outcomes = [jobs.Outcome(c.output_dir, "failed", exitcode) for c in commands
                 if not jobs.is_done(c.output_dir)]
     return GroupResult(outcomes, [], summary=f"fused: the process of a group of "
@@ -266,7 +270,7 @@ class GroupResult:
     summary: str = ""
 
 
-def run_group(commands, arithmetic="auto"):
+def run_group(commands: Any, arithmetic: str = "auto") -> Any:
     """Train one group in this process (the pool's worker); see fused_group.py."""
     from domainbed.launch.fused_group import GroupRunner
     started = time.time()
@@ -282,5 +286,5 @@ def run_group(commands, arithmetic="auto"):
     return GroupResult(runner.outcomes, runner.fallback, runner.fallback_reason, summary)
 
 
-def pid_line():
+def pid_line() -> str:
     return f"{jobs.LOG_PREFIX} pid {os.getpid()}"

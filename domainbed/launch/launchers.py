@@ -13,6 +13,7 @@ Where each lives: :mod:`domainbed.launch.jobs` (one job: lock, log, outcome),
 :mod:`~domainbed.launch.fused`, :mod:`~domainbed.launch.cluster` (slurm, ray).
 """
 import importlib
+from typing import Any
 
 from domainbed.launch.jobs import (  # noqa: F401  (the job API, under its old name)
     DONE,
@@ -52,15 +53,15 @@ BUILTIN = {
 LAUNCHERS = dict(BUILTIN)
 
 
-def register_launcher(name):
+def register_launcher(name: Any) -> Any:
     """Register a launcher function under `name` (a plug-in's own launcher)."""
-    def decorator(fn):
+    def decorator(fn: Any) -> Any:
         LAUNCHERS[name] = fn
         return fn
     return decorator
 
 
-def get_launcher(name):
+def get_launcher(name: Any) -> Any:
     if name not in LAUNCHERS:
         raise UnknownNameError("command launcher", name, LAUNCHERS)
     launcher = LAUNCHERS[name]

@@ -8,6 +8,7 @@ import os
 import sys
 import threading
 import time
+from typing import Any
 
 # The bar's width and the screen's height where the terminal does not say its own (a
 # pseudo-terminal opened without a window size, as `script` or a CI runner's may be: 0 x 0,
@@ -15,7 +16,7 @@ import time
 FALLBACK_COLUMNS, FALLBACK_ROWS = 80, 24
 
 
-def terminal_columns(stream):
+def terminal_columns(stream: Any) -> Any:
     """The width of the terminal `stream` writes to, 0 when it does not say."""
     try:
         return os.get_terminal_size(stream.fileno()).columns
@@ -23,7 +24,7 @@ def terminal_columns(stream):
         return 0
 
 
-def format_duration(seconds):
+def format_duration(seconds: Any) -> Any:
     seconds = int(round(seconds))
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
@@ -33,7 +34,8 @@ def format_duration(seconds):
 class SweepProgress:
     """Counts of a pool of jobs run `slots` at a time; thread-safe."""
 
-    def __init__(self, total, slots=1, echo=print, interval=60.0, stream=None, clock=None):
+    def __init__(self, total: Any, slots: int = 1, echo: Any = print, interval: float = 60.0,
+                 stream: Any = None, clock: Any = None) -> None:
         self.total, self.slots, self.interval = total, max(1, slots), interval
         self.clock = clock or time.monotonic
         self.start_time = self.last_line = self.clock()
@@ -52,7 +54,7 @@ class SweepProgress:
         else:
             self.echo = echo
 
-    def eta(self):
+    def eta(self) -> Any:
         """Seconds left: mean finished-job duration x jobs left / parallel slots."""
         left = self.total - self.done - self.failed
         if not self.durations or left <= 0:
@@ -60,7 +62,7 @@ class SweepProgress:
         mean = sum(self.durations) / len(self.durations)
         return mean * left / self.slots
 
-    def status_line(self):
+    def status_line(self) -> str:
         waiting = self.total - self.done - self.failed - self.running
         eta = self.eta()
         return (f"[sweep] {self.done}/{self.total} done, {self.failed} failed, "
@@ -68,12 +70,12 @@ class SweepProgress:
                 f"{format_duration(self.clock() - self.start_time)}, ETA "
                 f"{'unknown' if eta is None else format_duration(eta)}")
 
-    def job_started(self):
+    def job_started(self) -> None:
         with self.lock:
             self.running += 1
             self._refresh()
 
-    def job_finished(self, outcome, seconds, next_started=False):
+    def job_finished(self, outcome: Any, seconds: Any, next_started: bool = False) -> None:
         """`outcome.status`: ok / failed / skipped_done / skipped_running. `next_started`:
         the freed slot has already taken the next job (counted as running, not started
         again), so the line printed now counts the jobs really running."""
@@ -90,12 +92,12 @@ class SweepProgress:
                 self.bar.update(1)
             self._refresh(force_line=True)
 
-    def tick(self):
+    def tick(self) -> None:
         """Called periodically: a status line when `interval` seconds have passed."""
         with self.lock:
             self._refresh()
 
-    def _refresh(self, force_line=False):
+    def _refresh(self, force_line: bool = False) -> None:
         if self.bar is not None:
             eta = self.eta()
             self.bar.set_postfix_str(
@@ -109,6 +111,6 @@ class SweepProgress:
             self.last_line = now
             self.echo(self.status_line())
 
-    def close(self):
+    def close(self) -> None:
         if self.bar is not None:
             self.bar.close()

@@ -27,6 +27,7 @@ import hashlib
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -98,7 +99,7 @@ _TORCHVISION_URLS = {  # torchvision's IMAGENET1K_V1 weights (what DomainBed loa
 }
 
 
-def _torchvision_spec(name, url):
+def _torchvision_spec(name: Any, url: str) -> Any:
     file = url.rsplit("/", 1)[1]
     prefix = re.search(r"-([0-9a-f]{8,})\.pth$", file)
     return BackboneSpec(name, "torchvision", name, file, url,
@@ -144,7 +145,7 @@ WEIGHT_SOURCES = {  # per downloadable backbone: file name on disk, published UR
 class BackboneChoices(tuple):
     """The valid `backbone` values: the named ones, `auto`, and any `timm:<name>`."""
 
-    def __contains__(self, value):
+    def __contains__(self, value: Any) -> bool:
         return isinstance(value, str) and (tuple.__contains__(self, value) or (
             value.startswith("timm:") and len(value) > 5))
 
@@ -154,7 +155,7 @@ BACKBONE_CHOICES = BackboneChoices(("auto", *BACKBONES, "timm:<name>"))
 _weights_dir = os.environ.get("DOMAINBED_WEIGHTS_DIR", "")
 
 
-def set_weights_dir(path):
+def set_weights_dir(path: Any) -> None:
     """Where a run looks for weight files first (the train CLI's --weights_dir)."""
     global _weights_dir
     if path and not os.path.isdir(path):
@@ -162,7 +163,7 @@ def set_weights_dir(path):
     _weights_dir = path or os.environ.get("DOMAINBED_WEIGHTS_DIR", "")
 
 
-def backbone_name(hparams):
+def backbone_name(hparams: dict[str, Any]) -> Any:
     """The backbone a run builds: `auto` resolves as DomainBed (resnet18 flag)."""
     name = hparams.get("backbone", "auto") or "auto"
     if name == "auto":
@@ -173,7 +174,7 @@ def backbone_name(hparams):
     return name
 
 
-def get_spec(name):
+def get_spec(name: Any) -> Any:
     if name.startswith("timm:"):
         model = name[5:]
         safe = model.replace("/", "_")
@@ -182,7 +183,7 @@ def get_spec(name):
     return BACKBONES[name]
 
 
-def _timm_hf_repo(model):
+def _timm_hf_repo(model: Any) -> Any:
     try:
         import timm
         cfg = timm.models.get_pretrained_cfg(model)
@@ -191,7 +192,7 @@ def _timm_hf_repo(model):
     return (getattr(cfg, "hf_hub_id", "") or "") if cfg is not None else ""
 
 
-def _hf_cached(repo, filenames):
+def _hf_cached(repo: Any, filenames: Any) -> Any:
     if not repo:
         return []
     try:
@@ -206,7 +207,7 @@ def _hf_cached(repo, filenames):
     return found
 
 
-def _package_file(distribution, filename):
+def _package_file(distribution: Any, filename: Any) -> list[Any]:
     """Where the installed distribution keeps `filename` (none when it is not installed);
     read from its file list, without importing it."""
     from importlib import metadata
@@ -217,7 +218,7 @@ def _package_file(distribution, filename):
     return [str(f.locate()) for f in files if f.name == filename]
 
 
-def candidate_paths(spec):
+def candidate_paths(spec: Any) -> Any:
     """Every place the weights of `spec` may be on disk, in the order they are tried."""
     paths = []
     if _weights_dir:
@@ -236,7 +237,7 @@ def candidate_paths(spec):
     return paths
 
 
-def locate_weights(name, hparams):
+def locate_weights(name: Any, hparams: dict[str, Any]) -> Any:
     """The weights file of backbone `name` for this run; a clear error when none is on disk."""
     explicit = hparams.get("pretrained_path", "")
     if explicit:
@@ -266,7 +267,7 @@ def locate_weights(name, hparams):
 
 
 
-def uses_backbone(input_shape, hparams):
+def uses_backbone(input_shape: tuple[int, ...], hparams: dict[str, Any]) -> bool:
     """True where networks.Featurizer builds a zoo backbone (large images)."""
     if len(input_shape) != 3 or "text_featurizer" in hparams:
         return False
@@ -274,7 +275,7 @@ def uses_backbone(input_shape, hparams):
     return hparams.get("arch", default) not in SMALL_ARCHS
 
 
-def text_encoder_identity(hparams):
+def text_encoder_identity(hparams: dict[str, Any]) -> Any:
     """The args entries of a run on a pretrained text encoder (`minilm`, `hf`; see
     networks.text): there `text_finetune` is the transfer mode (false: frozen, cached
     embeddings, i.e. a linear probe), and the weights' sha256 covers every weight file."""
@@ -299,7 +300,7 @@ def text_encoder_identity(hparams):
             "weights": ",".join(files), "weights_sha256": digest.hexdigest()}
 
 
-def weights_identity(input_shape, hparams):
+def weights_identity(input_shape: tuple[int, ...], hparams: dict[str, Any]) -> Any:
     """What a run records in its args about its backbone: name, transfer mode, and the
     weights' file name and sha256 ("random_init" when `pretrained` is false)."""
     if "text_featurizer" in hparams:
@@ -317,12 +318,12 @@ def weights_identity(input_shape, hparams):
 
 
 
-def _rename_old_densenet_keys(state):
+def _rename_old_densenet_keys(state: Any) -> dict[Any, Any]:
     """torchvision's published DenseNet files use `norm.1`, today's modules `norm1`."""
     return {re.sub(r"\.(norm|relu|conv)\.([12])\.", r".\1\2.", k): v for k, v in state.items()}
 
 
-def _strip_last_linear(model):
+def _strip_last_linear(model: Any) -> Any:
     """Replace the model's last Linear (the classifier) by Identity; its input width."""
     name, linear = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)][-1]
     parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
@@ -330,7 +331,7 @@ def _strip_last_linear(model):
     return linear.in_features
 
 
-def _adapt_stem(model, n_channels):
+def _adapt_stem(model: Any, n_channels: Any) -> None:
     """DomainBed's ResNet stem for inputs with other channel counts (weights cycled)."""
     weight = model.conv1.weight.data.clone()
     model.conv1 = nn.Conv2d(n_channels, 64, 7, 2, 3, bias=False)
@@ -338,7 +339,7 @@ def _adapt_stem(model, n_channels):
         model.conv1.weight.data[:, i] = weight[:, i % 3]
 
 
-def load_by_order(model, state, path):
+def load_by_order(model: Any, state: Any, path: Any) -> None:
     """Load weights saved under another implementation's key names: the file's i-th tensor
     into the model's i-th, each checked in shape and kind (weight, bias, running_mean ...)
     first, so that a file of another architecture fails loudly instead of loading."""
@@ -354,7 +355,7 @@ def load_by_order(model, state, path):
     model.load_state_dict(dict(zip(target, state.values())))
 
 
-def _torchvision_classifier(spec, input_shape, path):
+def _torchvision_classifier(spec: Any, input_shape: tuple[int, ...], path: Any) -> Any:
     """torchvision's whole model (classifier included), with the weights at `path`."""
     import torchvision
     kwargs = {"image_size": input_shape[1]} if spec.model.startswith("vit_") else {}
@@ -370,7 +371,7 @@ def _torchvision_classifier(spec, input_shape, path):
     return model
 
 
-def _build_torchvision(spec, input_shape, path):
+def _build_torchvision(spec: Any, input_shape: tuple[int, ...], path: Any) -> tuple[Any, ...]:
     model = _torchvision_classifier(spec, input_shape, path)
     n_outputs = _strip_last_linear(model)
     if input_shape[0] != 3:
@@ -381,7 +382,7 @@ def _build_torchvision(spec, input_shape, path):
     return model, n_outputs
 
 
-def _timm_classifier(spec, input_shape, path, **kwargs):
+def _timm_classifier(spec: Any, input_shape: tuple[int, ...], path: Any, **kwargs: Any) -> Any:
     """timm's model with the weights at `path` (its classifier too, unless kwargs say
     num_classes=0)."""
     import timm
@@ -400,7 +401,7 @@ def _timm_classifier(spec, input_shape, path, **kwargs):
     return model
 
 
-def _build_timm(spec, input_shape, path):
+def _build_timm(spec: Any, input_shape: tuple[int, ...], path: Any) -> tuple[Any, ...]:
     if input_shape[0] != 3:
         raise UserError(f"backbone {spec.name} needs 3-channel images")
     if spec.keys_by_order:  # the file's tensors include the classifier's
@@ -412,7 +413,7 @@ def _build_timm(spec, input_shape, path):
     return model, width
 
 
-def _build_open_clip(spec, input_shape, path):
+def _build_open_clip(spec: Any, input_shape: tuple[int, ...], path: Any) -> tuple[Any, ...]:
     import open_clip
     if input_shape[0] != 3:
         raise UserError(f"backbone {spec.name} needs 3-channel images")
@@ -439,7 +440,8 @@ CLASSIFIERS = {"torchvision": _torchvision_classifier, "timm": _timm_classifier}
 _SHARED_FROZEN = {}  # (name, input shape, weights file) -> the built frozen network
 
 
-def _build_network(spec, input_shape, path, hparams):
+def _build_network(spec: Any, input_shape: tuple[int, ...], path: Any,
+                   hparams: dict[str, Any]) -> tuple[Any, ...]:
     """The network of a backbone as the datasets feed it; (network, feature width)."""
     if takes_two_colours(input_shape, hparams):
         size = PRETRAINED_INPUT_SIZE
@@ -449,7 +451,8 @@ def _build_network(spec, input_shape, path, hparams):
     return _takes_imagenet_inputs(network, spec), width
 
 
-def _frozen_pretrained(spec, input_shape, path, hparams):
+def _frozen_pretrained(spec: Any, input_shape: tuple[int, ...], path: Any,
+                       hparams: dict[str, Any]) -> Any:
     """A linear probe's frozen pretrained network, built once per process and shared by
     every probe on it (nothing trains it). It is built without touching the global RNG
     (its random initialization is overwritten by the weights anyway), so a probe's head
@@ -474,7 +477,7 @@ class Backbone(nn.Module):
     features themselves instead of images.
     """
 
-    def __init__(self, name, input_shape, hparams):
+    def __init__(self, name: Any, input_shape: tuple[int, ...], hparams: dict[str, Any]) -> None:
         super().__init__()
         transfer = hparams.get("transfer", "full")
         if transfer not in TRANSFER_MODES:
@@ -495,17 +498,17 @@ class Backbone(nn.Module):
             self.network.requires_grad_(False).eval()
         self.train()
 
-    def features(self, x):
+    def features(self, x: torch.Tensor) -> Any:
         """The backbone's output for images x (float16-rounded when frozen)."""
         if not self.linear_probe:
             return self.network(x)
         with torch.no_grad():
             return self.network(x).float().half().float()
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout(x.float() if self.takes_features else self.features(x))
 
-    def train(self, mode=True):
+    def train(self, mode: bool = True) -> Any:
         """A frozen network stays in eval mode and is not walked (a stack of 500 probes
         would walk its hundreds of modules twice per probe and checkpoint)."""
         if not self.linear_probe:
@@ -518,13 +521,13 @@ class Backbone(nn.Module):
                 child.train(mode)
         return self
 
-    def freeze_bn(self):
+    def freeze_bn(self) -> None:
         if self.frozen_bn:
             for m in self.network.modules():
                 if isinstance(m, nn.modules.batchnorm._BatchNorm):
                     m.eval()
 
 
-def build_featurizer(input_shape, hparams):
+def build_featurizer(input_shape: tuple[int, ...], hparams: dict[str, Any]) -> Any:
     """The featurizer of large-image runs: the `backbone` hyperparameter's network."""
     return Backbone(backbone_name(hparams), input_shape, hparams)

@@ -24,6 +24,8 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -52,12 +54,12 @@ class OutsideClassifier(nn.Module):
     """An outside model as an algorithm for evaluation: `predict(x)` gives one logit per
     dataset class (through the class map where given)."""
 
-    def __init__(self, network, class_map=None):
+    def __init__(self, network: Any, class_map: Any = None) -> None:
         super().__init__()
         self.network = network
         self.class_map = class_map
 
-    def predict(self, x):
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
         out = self.network(x)
         logits = getattr(out, "logits", out)   # Hugging Face models return an output object
         if self.class_map is None:
@@ -66,7 +68,7 @@ class OutsideClassifier(nn.Module):
                            dim=1)
 
 
-def read_class_map(path, num_classes):
+def read_class_map(path: Any, num_classes: int) -> Any:
     """The --class_map file: a JSON list of num_classes entries, each an output index or a
     non-empty list of them; as a list of index lists."""
     try:
@@ -90,12 +92,12 @@ def read_class_map(path, num_classes):
     return out
 
 
-def _last_linear(model):
+def _last_linear(model: Any) -> tuple[Any, ...]:
     name, linear = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)][-1]
     return name, linear
 
 
-def _replace_head(model, name, n_outputs):
+def _replace_head(model: Any, name: Any, n_outputs: int) -> None:
     """The model with its last Linear (`name`) replaced by one with n_outputs."""
     old = model.get_submodule(name)
     parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
@@ -103,7 +105,7 @@ def _replace_head(model, name, n_outputs):
             nn.Linear(old.in_features, n_outputs, bias=old.bias is not None))
 
 
-def _load_strict(model, state, path):
+def _load_strict(model: Any, state: Any, path: Any) -> None:
     try:
         model.load_state_dict(state)
     except RuntimeError as e:
@@ -111,7 +113,7 @@ def _load_strict(model, state, path):
         raise UserError(f"weights file {path} does not fit the model: {detail[:300]}") from None
 
 
-def _whole_classifier(spec, input_shape, weights):
+def _whole_classifier(spec: Any, input_shape: tuple[int, ...], weights: Any) -> Any:
     """torchvision / timm: the library's model, with the --weights file's head size."""
     build = _torchvision_classifier if spec.family == "torchvision" else _timm_classifier
     if not weights:
@@ -129,15 +131,15 @@ def _whole_classifier(spec, input_shape, weights):
 
 
 class _TowerAndHead(nn.Module):
-    def __init__(self, visual, head):
+    def __init__(self, visual: Any, head: Any) -> None:
         super().__init__()
         self.visual, self.head = visual, head
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.visual(x))
 
 
-def _tower_and_head(spec, input_shape, weights):
+def _tower_and_head(spec: Any, input_shape: tuple[int, ...], weights: Any) -> tuple[Any, ...]:
     """open_clip: (the image tower and the linear head of the --weights file, the zoo's
     weights file the tower was read from: "" when --weights holds the tower)."""
     if not weights:
@@ -164,7 +166,7 @@ def _tower_and_head(spec, input_shape, weights):
 class _Normalized(nn.Module):
     """ImageNet-normalized inputs re-normalized to another mean and std."""
 
-    def __init__(self, network, mean, std):
+    def __init__(self, network: Any, mean: Any, std: Any) -> None:
         super().__init__()
         self.network = network
         mean, std = torch.tensor(mean, dtype=torch.float32), torch.tensor(std, dtype=torch.float32)
@@ -173,11 +175,11 @@ class _Normalized(nn.Module):
         self.register_buffer("shift", ((torch.tensor(IMAGENET_MEAN) - mean) / std
                                        ).view(1, -1, 1, 1), persistent=False)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.network(x * self.scale + self.shift)
 
 
-def _hugging_face(folder, weights):
+def _hugging_face(folder: Any, weights: Any) -> Any:
     if weights:
         raise UserError("a Hugging Face model (hf:DIR) takes its weights from its folder; "
                         "leave out --weights")
@@ -210,7 +212,7 @@ def _hugging_face(folder, weights):
 
 
 @contextlib.contextmanager
-def quiet_logger(name, level=logging.ERROR):
+def quiet_logger(name: Any, level: Any = logging.ERROR) -> Iterator[Any]:
     """A library's logger kept below `level` for the block (its own warnings repeat, in
     many lines, what one error line here says)."""
     logger = logging.getLogger(name)
@@ -223,7 +225,7 @@ def quiet_logger(name, level=logging.ERROR):
 
 
 @contextlib.contextmanager
-def quiet_transformers(transformers):
+def quiet_transformers(transformers: Any) -> Iterator[Any]:
     """transformers' load report and progress bar kept out of the terminal for the
     block, as they were after it."""
     hf_logging = transformers.utils.logging
@@ -237,7 +239,7 @@ def quiet_transformers(transformers):
             hf_logging.enable_progress_bar()
 
 
-def check_loaded(folder, model, info):
+def check_loaded(folder: Any, model: Any, info: Any) -> None:
     """A model some of whose weights were not in its file (initialised at random, which
     transformers only warns of) is refused: its scores would be a random model's."""
     missing = list(info.get("missing_keys") or []) + \
@@ -249,7 +251,7 @@ def check_loaded(folder, model, info):
                         f"random; a model whose weights did not load is never scored")
 
 
-def _output_width(model):
+def _output_width(model: Any) -> Any:
     config = getattr(model, "config", None) or getattr(getattr(model, "network", None),
                                                        "config", None)
     if config is not None and getattr(config, "num_labels", None):
@@ -257,7 +259,7 @@ def _output_width(model):
     return _last_linear(model)[1].out_features
 
 
-def _files_identity(paths):
+def _files_identity(paths: Any) -> dict[str, Any]:
     """weights / weights_sha256 of the model's weight files: one file's name and sha256;
     several (an open_clip head and the zoo's tower) named in order, comma-separated, with
     the sha256 of their "name:sha256" lines (as a text encoder's files are recorded)."""
@@ -270,7 +272,8 @@ def _files_identity(paths):
             "weights_sha256": digest.hexdigest()}
 
 
-def outside_classifier(name, input_shape, num_classes, weights="", class_map=None):
+def outside_classifier(name: Any, input_shape: tuple[int, ...], num_classes: int, weights: str = "",
+                       class_map: Any = None) -> tuple[Any, ...]:
     """(OutsideClassifier, identity entries for the record's args) of model `name`; its
     outputs must be the dataset's num_classes classes, or cover the class map."""
     if name.startswith(HF_PREFIX):

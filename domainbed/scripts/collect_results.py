@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from domainbed.results import model_selection
 from oodutils.cli import (
@@ -39,7 +40,7 @@ _REPORT_NAMES = ("DOMAINBED_ALGORITHMS", "DOMAINBED_DATASETS", "DatasetInfo", "b
                  "build_section", "dataset_infos", "order_names", "registered_environments")
 
 
-def __getattr__(name):
+def __getattr__(name: Any) -> Any:
     if name in _REPORT_NAMES:
         from domainbed.results import report
         return getattr(report, name)
@@ -50,7 +51,7 @@ logger = get_logger(__name__)
 EPILOG = epilog_example("domainbed-collect-results", "domainbed.scripts.collect_results",
                         "--input_dir sweeps/s1 --format markdown")
 
-def parse_args(argv=None):
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = ArgumentParser(
         prog="domainbed-collect-results",
         description="Results tables of a sweep (DomainBed's collect_results)",
@@ -90,7 +91,7 @@ def parse_args(argv=None):
     return args
 
 
-def check_metric_name(name):
+def check_metric_name(name: Any) -> None:
     import re
 
     from oodutils.metrics import METRICS
@@ -99,7 +100,7 @@ def check_metric_name(name):
                         f"{', '.join(m for m in METRICS if m != 'class_acc')} or acc_class<k>")
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     check_outputs((args.export_selected, "--export_selected", True))
     from domainbed.results import tables as reporting
@@ -153,7 +154,7 @@ def main(argv=None):
             logger.warning(f"warning: could not save {path}: {e}")
     return 0
 
-def cli():
+def cli() -> None:
     """The `domainbed-collect-results` console command ([project.scripts])."""
     sys.exit(run_cli(main))
 

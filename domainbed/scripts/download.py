@@ -18,6 +18,7 @@ import tempfile
 import urllib.error
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from domainbed.download_layouts import (
     TERRA_ANNOTATIONS_DIR,
@@ -75,7 +76,7 @@ class Archive:
     sha256: str = None
     prune: Callable = None
 
-    def run(self, data_dir):
+    def run(self, data_dir: str) -> None:
         into = os.path.join(data_dir, self.subdir)
         if self.url.startswith(GDRIVE):
             placed = extract(gdrive_fetch(self.url, os.path.join(into, self.name),
@@ -92,12 +93,12 @@ class Archive:
             self.prune(into, names)
         record(os.path.join(into, self.name), tree=names, tree_sha256=tree_digest(into, names))
 
-    def verify(self, data_dir):
+    def verify(self, data_dir: str) -> Any:
         return verify_extracted(os.path.join(data_dir, self.subdir), self.name, self.url,
                                 self.sha256)
 
 
-def verify_extracted(into, archive_name, url, sha256=None):
+def verify_extracted(into: Any, archive_name: Any, url: str, sha256: str | None = None) -> str:
     """The tree extracted from `archive_name` (or the archive, while it is on disk) against
     the lock in `into`."""
     archive = os.path.join(into, archive_name)
@@ -127,7 +128,7 @@ class CameraTraps:
     annotations_name: str = "eccv_18_annotations.tar.gz"
     folder: str = "terra_incognita"
 
-    def run(self, data_dir):
+    def run(self, data_dir: str) -> None:
         archives = [fetch(self.images_url, os.path.join(data_dir, self.images_name)),
                     fetch(self.annotations_url, os.path.join(data_dir, self.annotations_name))]
         staging = tempfile.mkdtemp(prefix=f".{self.folder}-", dir=data_dir)
@@ -150,7 +151,7 @@ class CameraTraps:
         record(archives[0], tree=[self.folder], tree_sha256=tree_digest(data_dir,
                                                                         [self.folder]))
 
-    def verify(self, data_dir):
+    def verify(self, data_dir: str) -> Any:
         return verify_extracted(data_dir, self.images_name, self.images_url)
 
 
@@ -162,14 +163,14 @@ class File:
     subdir: str = ""
     sha256: str = None
 
-    def run(self, data_dir):
+    def run(self, data_dir: str) -> None:
         dst = os.path.join(data_dir, self.subdir, self.name)
         if self.url.startswith(GDRIVE):
             gdrive_fetch(self.url, dst, self.sha256)
         else:
             fetch(self.url, dst, sha256=self.sha256)
 
-    def verify(self, data_dir):
+    def verify(self, data_dir: str) -> Any:
         return verify_file(os.path.join(data_dir, self.subdir, self.name), self.url,
                            self.sha256)
 
@@ -179,7 +180,7 @@ class Wilds:
     """A WILDS dataset through the wilds package's downloader (DATA_DIR/<name>_v<version>)."""
     name: str
 
-    def run(self, data_dir):
+    def run(self, data_dir: str) -> None:
         try:
             from wilds import get_dataset
         except ImportError:
@@ -205,7 +206,7 @@ class Wilds:
         record(target, wilds=self.name, tree=[folder], tree_sha256=tree_digest(data_dir,
                                                                                [folder]))
 
-    def verify(self, data_dir):
+    def verify(self, data_dir: str) -> str:
         entries = {k: v for k, v in read_lock(data_dir).items() if v.get("wilds") == self.name}
         if not entries:
             raise UserError(f"nothing recorded for WILDS {self.name} in {lock_path(data_dir)}"
@@ -223,18 +224,18 @@ class Manual:
     where: str
     layout: str
 
-    def run(self, data_dir):
+    def run(self, data_dir: str) -> str:
         print(f"  get it from {self.where}\n  and place it as {os.path.join(data_dir, '')}"
               f"{self.layout}")
         return "manual"
 
-    def verify(self, data_dir):
+    def verify(self, data_dir: str) -> None:
         raise UserError("fetched by hand: no checksum to verify it against")
 
 
 @dataclass
 class TorchvisionMNIST:
-    def run(self, data_dir):
+    def run(self, data_dir: str) -> None:
         from torchvision.datasets import MNIST
         try:
             MNIST(data_dir, train=True, download=True)
@@ -242,7 +243,7 @@ class TorchvisionMNIST:
         except (RuntimeError, urllib.error.URLError, OSError) as e:
             raise UserError(f"could not download MNIST into {data_dir} ({e})") from None
 
-    def verify(self, data_dir):
+    def verify(self, data_dir: str) -> str:
         """torchvision records MNIST's md5s and checks them at download; again here."""
         from torchvision.datasets import MNIST
         from torchvision.datasets.utils import check_integrity
@@ -255,7 +256,7 @@ class TorchvisionMNIST:
         return f"{len(MNIST.resources)} files match torchvision's md5s"
 
 
-def verify_file(path, url, sha256):
+def verify_file(path: Any, url: str, sha256: str) -> str:
     """A file on disk against its published or recorded checksum (a line saying which)."""
     expected = expected_sha256(path, sha256)
     if not os.path.isfile(path):
@@ -268,7 +269,7 @@ def verify_file(path, url, sha256):
            "sha256"
 
 
-def gdrive_fetch(url, dst, sha256=None):
+def gdrive_fetch(url: str, dst: Any, sha256: str | None = None) -> Any:
     """Google Drive through gdown (no Range support there), then verified against the
     published or recorded checksum (recorded on first use) and renamed into place."""
     gdown = require("gdown", extra="download")
@@ -341,19 +342,19 @@ DATASETS = {
         "NICO/{animal,vehicle}/images/<category>/<context>/<image>.jpg with contexts on_snow, "
         "in_forest, on_beach, on_grass (optional: NICO/mixed_split_corrected/env_*.csv)")],
 }
-def weight_sources():
+def weight_sources() -> Any:
     """Every named backbone's published weights (file, URL, checksum): one table, in
     domainbed.networks.backbones, read by both the runs and this script."""
     from domainbed.networks.backbones import WEIGHT_SOURCES
     return WEIGHT_SOURCES
 
 
-def hub_hash_prefix(url):
+def hub_hash_prefix(url: str) -> Any:
     stem = os.path.basename(url).rsplit(".", 1)[0]
     return stem.rsplit("-", 1)[1] if "-" in stem else None
 
 
-def download_weights(name, weights_dir=""):
+def download_weights(name: Any, weights_dir: str = "") -> Any:
     """The weights of backbone `name` into `weights_dir` (default: torch hub's checkpoints
     folder, where runs also look), checked against the published sha256 or its prefix."""
     import torch
@@ -366,7 +367,7 @@ def download_weights(name, weights_dir=""):
                  sha256=source["sha256"] or source["sha256_prefix"] or None)
 
 
-def verify_weights(name, weights_dir=""):
+def verify_weights(name: Any, weights_dir: str = "") -> Any:
     """The weights file of backbone `name` on disk against its published or recorded sha256."""
     import torch
     source = weight_sources()[name]
@@ -375,12 +376,12 @@ def verify_weights(name, weights_dir=""):
                        source["sha256"] or source["sha256_prefix"] or None)
 
 
-def verify_dataset(name, data_dir):
+def verify_dataset(name: Any, data_dir: str) -> Any:
     """Re-check each step of a dataset on disk; the lines saying what matched."""
     return "; ".join(step.verify(data_dir) for step in DATASETS[name])
 
 
-def download_dataset(name, data_dir):
+def download_dataset(name: Any, data_dir: str) -> Any:
     """Runs each step of a dataset; 'manual' where the user must fetch it by hand."""
     outcome = "done"
     for step in DATASETS[name]:
@@ -389,7 +390,7 @@ def download_dataset(name, data_dir):
     return outcome
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="domainbed-download",
                        description="Download datasets and pretrained weights",
                                 epilog=EPILOG,
@@ -420,7 +421,7 @@ def build_parser():
     return p
 
 
-def check_request(args):
+def check_request(args: Any) -> None:
     """A UserError unless every named dataset and weights file is known and something is
     named (the datasets' missing-data messages suggest commands that must pass this)."""
     unknown = [d for d in args.datasets if d not in DATASETS]
@@ -441,7 +442,7 @@ def check_request(args):
                         "checks each parquet file against its recorded sha256 every time")
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> Any:
     args = build_parser().parse_args(argv)
     configure_logging(args)
     if not args.verify:     # --verify only reads
@@ -469,7 +470,7 @@ def main(argv=None):
         raise UserError(f"{len(failed)} of {len(checks)} downloads failed: {', '.join(failed)}")
 
 
-def _download_one_dataset(name, data_dir, fetched):
+def _download_one_dataset(name: Any, data_dir: str, fetched: Any) -> Any:
     steps = DATASETS[name]
     if id(steps) in fetched:  # e.g. CelebA and CelebA_Blond read the same files
         return f"done (same files as {fetched[id(steps)]})"
@@ -484,7 +485,7 @@ def _download_one_dataset(name, data_dir, fetched):
     return f"done ({data_dir})" if download_dataset(name, data_dir) == "done" else None
 
 
-def run_each(checks):
+def run_each(checks: Any) -> Any:
     """Run each (name, action): print "name: <what it returns>", or log its UserError and
     go on with the rest; the names that failed."""
     failed = []
@@ -499,7 +500,7 @@ def run_each(checks):
     return failed
 
 
-def verify_all(args):
+def verify_all(args: Any) -> None:
     """--verify: one line per dataset or weights file; a non-zero exit on any mismatch."""
     checks = [(n, lambda n=n: f"verified ({verify_dataset(n, args.data_dir)})")
               for n in args.datasets]
@@ -511,7 +512,7 @@ def verify_all(args):
                         f"{', '.join(failed)}")
 
 
-def cli():
+def cli() -> None:
     """The `domainbed-download` console command ([project.scripts])."""
     sys.exit(run_cli(main))
 

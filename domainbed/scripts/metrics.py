@@ -14,7 +14,7 @@ EPILOG = epilog_example("domainbed-metrics", "domainbed.scripts.metrics",
                         "--input_dir sweeps/s1 --metrics ece balanced_acc")
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="domainbed-metrics", description=__doc__.split("\n\n")[0],
                        epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -27,7 +27,7 @@ def build_parser():
     return p
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args)
     names = check_metrics(args.metrics)
@@ -56,7 +56,7 @@ def main(argv=None):
     return 0
 
 
-def cli():
+def cli() -> None:
     """The `domainbed-metrics` console command ([project.scripts])."""
     sys.exit(run_cli(main))
 

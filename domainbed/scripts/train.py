@@ -1,7 +1,9 @@
 """Train one model: `python -m domainbed.scripts.train --dataset D --algorithm A ...`
 (DomainBed's flags, plus --data_seed, --precision, --save_logits, resume on rerun).
 The options are `domainbed.RunConfig`'s fields; the parser is generated from it."""
+import argparse
 import sys
+from typing import Any
 
 from domainbed.api import run_config
 from domainbed.config import RunConfig, build_parser
@@ -12,7 +14,8 @@ from oodutils.log import configure, get_logger
 logger = get_logger(__name__)
 
 
-def parse_args(argv=None, configure_logging=False):
+def parse_args(argv: list[str] | None = None,
+               configure_logging: bool = False) -> argparse.Namespace:
     """The run's RunConfig. -v / -q set the messages (with ``configure_logging``) and are
     then dropped: how chatty a run is is not part of what it is (its records' args)."""
     namespace = build_parser().parse_args(argv)
@@ -21,14 +24,14 @@ def parse_args(argv=None, configure_logging=False):
     return RunConfig.from_namespace(namespace)
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> None:
     config = parse_args(argv, configure_logging=True)
     results = run_config(config, notify=logger.info)
     if not distributed.is_secondary_process():   # under torchrun: rank 0 says it once
         print(summary(config.output_dir, results), flush=True)
 
 
-def summary(output_dir, results):
+def summary(output_dir: str, results: Any) -> Any:
     """What the run left where: its directory and the last checkpoint's accuracies."""
     lines = [f"run directory: {output_dir}"]
     if results is None:
@@ -40,7 +43,7 @@ def summary(output_dir, results):
     return "\n".join(lines)
 
 
-def cli():
+def cli() -> None:
     """The `domainbed-train` console command ([project.scripts])."""
     sys.exit(run_cli(main))
 

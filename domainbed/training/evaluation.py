@@ -1,5 +1,8 @@
 """Evaluation of a model on named splits: accuracies, per-group and worst-group accuracy,
 and the per-example prediction table of one checkpoint (see docs/CONTRACTS.md)."""
+from collections.abc import Iterator
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -13,12 +16,13 @@ from oodutils.metrics import classification_metrics, confusion_matrix
 
 
 class RunContext:
-    def __init__(self, device, precision, memory_format, eval_batch_size, n_workers):
+    def __init__(self, device: Any, precision: Any, memory_format: Any, eval_batch_size: Any,
+                 n_workers: Any) -> None:
         self.device, self.precision, self.memory_format = device, precision, memory_format
         self.eval_batch_size, self.n_workers = eval_batch_size, n_workers
 
 
-def iterate_split(split, batch_size, n_workers):
+def iterate_split(split: Any, batch_size: int, n_workers: Any) -> Iterator[Any]:
     if split.x is not None:
         for start in range(0, len(split), batch_size):
             yield split.x[start:start + batch_size]
@@ -30,7 +34,8 @@ def iterate_split(split, batch_size, n_workers):
 
 
 @torch.inference_mode()
-def predict_split(algorithm, split, device, precision, memory_format, batch_size, n_workers):
+def predict_split(algorithm: Any, split: Any, device: Any, precision: Any, memory_format: Any,
+                  batch_size: int, n_workers: Any) -> Any:
     """Logits of every example of a split, in order."""
     chunks = []
     for x in iterate_split(split, batch_size, n_workers):
@@ -42,13 +47,13 @@ def predict_split(algorithm, split, device, precision, memory_format, batch_size
     return torch.cat(chunks) if chunks else torch.empty(0)
 
 
-def predicted_class(logits):
+def predicted_class(logits: torch.Tensor) -> Any:
     if logits.dim() == 1 or logits.size(1) == 1:  # DomainBed's binary single-logit case
         return (logits.view(-1) > 0).long()
     return logits.argmax(1)
 
 
-def split_metrics(name, correct, groups, n_groups):
+def split_metrics(name: Any, correct: Any, groups: Any, n_groups: Any) -> Any:
     """Accuracy, and per-group and worst-group accuracy where groups exist. An empty
     split's accuracy is NaN (undefined, read as missing by model selection), never 0.0."""
     metrics = {f"{name}_acc": float(correct.mean()) if len(correct) else float("nan")}
@@ -65,8 +70,9 @@ def split_metrics(name, correct, groups, n_groups):
     return metrics
 
 
-def evaluate(algorithm, named_splits, ctx, n_groups, save_logits, logits=None,
-             extra_metrics=(), num_classes=None):
+def evaluate(algorithm: Any, named_splits: Any, ctx: Any, n_groups: Any, save_logits: Any,
+             logits: torch.Tensor | None = None, extra_metrics: Any = (),
+             num_classes: int | None = None) -> tuple[Any, ...]:
     """Metrics of every split and the per-example prediction table of this checkpoint.
     `logits`: {split name: logits} computed elsewhere (a fused evaluation pass over many
     models); missing names are predicted here. `extra_metrics` (names of

@@ -17,7 +17,8 @@ import random
 import stat
 import sys
 import time
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -74,14 +75,15 @@ class TrainingDiverged(UserError):
     """A loss became NaN or infinite: the run stops without writing a garbage record."""
 
 
-def save_model(run_dir, name, args_dict, dataset, algorithm, hparams, num_domains):
+def save_model(run_dir: Any, name: Any, args_dict: Any, dataset: Any, algorithm: Any,
+               hparams: dict[str, Any], num_domains: int) -> None:
     run_dir.write_bytes(name, fileio.torch_bytes({
         "args": args_dict, "model_input_shape": dataset.input_shape,
         "model_num_classes": dataset.num_classes, "model_num_domains": num_domains,
         "model_hparams": hparams, "model_dict": algorithm.state_dict()}))
 
 
-def write_error(output_dir, message):
+def write_error(output_dir: str, message: Any) -> None:
     """err.txt, unless the run directory is refused (a symlink: the error says so) or
     cannot be written (a full disk: the error already names the file)."""
     try:
@@ -91,7 +93,7 @@ def write_error(output_dir, message):
         pass
 
 
-def pick_memory_format(choice, device, precision):
+def pick_memory_format(choice: Any, device: Any, precision: Any) -> Any:
     """auto: channels-last on CPU (oneDNN's preferred layout: a default ColoredMNIST run
     measured 824 s vs 933 s contiguous on 2 cores) and with bf16; contiguous otherwise."""
     if choice == "auto":
@@ -101,7 +103,7 @@ def pick_memory_format(choice, device, precision):
 
 
 
-def already_placed(module, device, memory_format=None):
+def already_placed(module: Any, device: Any, memory_format: Any = None) -> bool:
     """Whether `module.to(device)` (then `.to(memory_format=...)`) would give back every
     parameter and buffer as it is: then skipping them changes nothing, and a process
     building hundreds of runs around one shared frozen backbone (a probe stack) does not
@@ -126,8 +128,8 @@ class TrainingRun:
     saves_resume_state = True
     stacks_as_probe = True   # one process: its steps may run as a probe stack
 
-    def __init__(self, config: RunConfig, hparams: dict, algorithm_cls: type,
-                 dataset_cls: type, log=None, data=None):
+    def __init__(self, config: RunConfig, hparams: dict, algorithm_cls: type, dataset_cls: type,
+                 log: Callable[[str], Any] | None = None, data: Any = None) -> None:
         """`data`: a RunData to share (the fused launcher builds it once per group of
         runs with the same dataset and splits); built here when None."""
         self.config, self.hparams, self.log = config, hparams, log or LOG.info
@@ -161,7 +163,7 @@ class TrainingRun:
         self.probe = None      # its probe stack of one once training starts, False if none
         self.set_arithmetic(self._own_arithmetic())
 
-    def _own_arithmetic(self):
+    def _own_arithmetic(self) -> Any:
         """How this run computes when it trains by itself: `probe-stack` for a linear probe
         on cached features that `probe_stack.why_not` accepts (a stack of one), else
         `single`."""
@@ -170,13 +172,13 @@ class TrainingRun:
             return arithmetic.PROBE_STACK
         return arithmetic.SINGLE
 
-    def set_arithmetic(self, name):
+    def set_arithmetic(self, name: Any) -> None:
         """The arithmetic its records name (training.arithmetic; a launcher that computes
         the run another way says so before restore(), which refuses a resume in another)."""
         self.arithmetic = name
         self.args_dict.update(arithmetic.args_entries(name, self.device))
 
-    def _build_data(self, data=None):
+    def _build_data(self, data: Any = None) -> None:
         config, hparams = self.config, self.hparams
         data = data or build_run_data(self.dataset_cls, config, hparams)
         self.dataset = data.dataset
@@ -199,7 +201,7 @@ class TrainingRun:
         self.named_splits = evaluated_splits(data, config)
         self.group_names = getattr(self.dataset, "group_names", None)
 
-    def _build_identity(self):
+    def _build_identity(self) -> None:
         from domainbed.networks import backbones
         args_dict = data_args(self.config, self.dataset, self.dataset_cls)
         backbones.set_weights_dir(self.config.weights_dir)
@@ -207,7 +209,7 @@ class TrainingRun:
         self.args_dict = args_dict
         self.identity = args_identity(args_dict)
 
-    def _build_model(self):
+    def _build_model(self) -> None:
         dataset = self.dataset
         self.algorithm = self.algorithm_cls(
             dataset.input_shape, dataset.num_classes, len(self.train_envs),
@@ -221,7 +223,7 @@ class TrainingRun:
         self.uses_feature_cache = feature_cache.attach(self)  # linear probes: cached features
         self._prepare_algorithm()
 
-    def _prepare_algorithm(self):
+    def _prepare_algorithm(self) -> None:
         """Optional algorithm hooks: the training data once (two-stage and group methods)."""
         from domainbed.algorithms.base import TrainingContext, require_groups
         if getattr(self.algorithm, "NEEDS_GROUPS", False):
@@ -234,7 +236,7 @@ class TrainingRun:
                 n_steps=self.config.steps or self.dataset_cls.N_STEPS, seed=self.config.seed,
                 device=self.device))
 
-    def restore(self):
+    def restore(self) -> Any:
         """The first step to train: after the last checkpoint of an unfinished run, else 0.
         Starts the run's experiment trackers (--tracker)."""
         self._open_trackers()
@@ -267,7 +269,7 @@ class TrainingRun:
                      f"in {aside}")
         return 0
 
-    def _remove_temporaries(self):
+    def _remove_temporaries(self) -> None:
         """The `.tmp-*` files an attempt killed mid-write left (a partial resume state,
         predictions) go before this one writes anything."""
         removed = self.run_dir.remove_temporaries()
@@ -279,7 +281,7 @@ class TrainingRun:
             self.log(f"notice: removed {removed} temporary file{'s' * (removed != 1)} "
                      f"an interrupted attempt left in {self.out}")
 
-    def _open_trackers(self):
+    def _open_trackers(self) -> None:
         if self.trackers is None and self.config.trackers and self.is_main:
             self.trackers = trackers.open_trackers(self.config.trackers, trackers.TrackedRun(
                 self.out, trackers.run_name(self.args_dict), self.hparams, self.args_dict,
@@ -287,12 +289,12 @@ class TrainingRun:
                 timeout=self.config.tracker_timeout),
                 warn=LOG.warning if self.log == LOG.info else self.log)
 
-    def close(self):
+    def close(self) -> None:
         """Close the trackers (finish() does; a run stopped by an error calls it too)."""
         if self.trackers is not None:
             self.trackers.close()
 
-    def train_step(self, step):
+    def train_step(self, step: Any) -> Any:
         """One optimizer step of the algorithm at the scheduled learning rate (under
         gradient accumulation, `grad_accum_steps` updates on slices of the step's
         batches); its values are averaged into the next record."""
@@ -326,7 +328,7 @@ class TrainingRun:
         self.accumulate(step, step_vals, time.time() - step_start)
         return step_vals
 
-    def _probe_stack(self):
+    def _probe_stack(self) -> Any:
         """The probe stack of one this run trains as (built at its first step, after
         restore(): it starts from the restored head and Adam state), or None."""
         if self.probe is None:
@@ -335,13 +337,13 @@ class TrainingRun:
                 probe_stack.ProbeStack([self])
         return self.probe or None
 
-    def _sync_probe(self):
+    def _sync_probe(self) -> None:
         """The probe stack's head and Adam state into the algorithm (what a checkpoint
         evaluates and saves); nothing to do without a probe stack."""
         if self.probe:
             self.probe.write_back()
 
-    def accumulate(self, step, step_vals, seconds):
+    def accumulate(self, step: Any, step_vals: Any, seconds: Any) -> None:
         """Add one step's update() values to the next record's averages; a NaN or infinite
         value stops the run (TrainingDiverged) before any record holds it."""
         for key, value in step_vals.items():
@@ -353,10 +355,10 @@ class TrainingRun:
             self.accumulators.setdefault(key, []).append(value)
         self.accumulators.setdefault("step_time", []).append(seconds)
 
-    def is_checkpoint(self, step):
+    def is_checkpoint(self, step: Any) -> Any:
         return step % self.checkpoint_freq == 0 or step == self.n_steps - 1
 
-    def checkpoint(self, step, logits=None):
+    def checkpoint(self, step: Any, logits: torch.Tensor | None = None) -> Any:
         """Evaluate, append the record, save predictions and the resume state.
         `logits`: {split name: logits} already computed (the fused launcher's evaluation
         pass), else the algorithm predicts each split here."""
@@ -399,7 +401,7 @@ class TrainingRun:
             self.trackers.log_checkpoint(step, results)
         return results
 
-    def keep_if_best(self, step, results):
+    def keep_if_best(self, step: Any, results: Any) -> None:
         """model_best.pkl + model_best.json (its step and validation accuracy) when this
         checkpoint's training-domain validation accuracy (the mean of the training
         environments' `out` accuracies) beats the kept one; read back on resume."""
@@ -417,11 +419,11 @@ class TrainingRun:
             self.run_dir.write_text("model_best.json", json.dumps(
                 {"step": step, "val_acc": val}, indent=2, sort_keys=True) + "\n")
 
-    def save_model(self, name):
+    def save_model(self, name: Any) -> None:
         save_model(self.run_dir, name, self.args_dict, self.dataset, self.algorithm,
                    self.hparams, len(self.train_envs))
 
-    def finish(self):
+    def finish(self) -> None:
         """model.pkl, then `done` last; the resume state is no longer needed."""
         self._sync_probe()
         if not self.config.skip_model_save:
@@ -431,7 +433,7 @@ class TrainingRun:
         self.close()
 
 
-def evaluated_splits(data, config):
+def evaluated_splits(data: Any, config: Any) -> Any:
     """[(name, env, kind, split)] of the splits a checkpoint evaluates: every environment's
     in/out (and uda) split, with its deterministic transform, narrowed by --eval_splits (a
     split left out is never evaluated and its keys never written)."""
@@ -444,7 +446,7 @@ def evaluated_splits(data, config):
     return select_splits(named, config.eval_splits, config.test_envs)
 
 
-def data_args(config, dataset, dataset_cls):
+def data_args(config: Any, dataset: Any, dataset_cls: Any) -> Any:
     """A record's `args` before the model's entries: the config's fields (less where things
     are kept and how the run started), the data's identity, env, group and class names."""
     args_dict = config.to_dict()
@@ -459,7 +461,7 @@ def data_args(config, dataset, dataset_cls):
     return args_dict
 
 
-def write_checkpoint(run_dir, step, table, confusion, records):
+def write_checkpoint(run_dir: Any, step: Any, table: Any, confusion: Any, records: Any) -> None:
     """One checkpoint's files: predictions, confusion matrices (rows: true class, one
     array per split) where computed, then results.jsonl holding `records` (JSON lines)."""
     with run_dir.subdir("predictions") as predictions:
@@ -487,7 +489,7 @@ def build_run_data(dataset_cls: type, config: RunConfig, hparams: dict) -> RunDa
     return RunData(dataset, *make_splits(dataset, config, hparams))
 
 
-def prepare_output_dir(out, log=None):
+def prepare_output_dir(out: Any, log: Callable[[str], Any] | None = None) -> bool:
     """False when `out` already holds a finished run (nothing to do); UnsafePath when
     `out` is a symlink or not a folder."""
     log = log or LOG.info
@@ -502,7 +504,7 @@ def prepare_output_dir(out, log=None):
     return True
 
 
-def remove_foreign_done(run_dir, st, log):
+def remove_foreign_done(run_dir: Any, st: Any, log: Callable[[str], Any]) -> None:
     """A `done` that is no regular file (a symlink, dangling or not, a FIFO, a folder)
     marks nothing a run wrote: it goes (a folder is moved aside, a link's target is left
     alone) and the run resumes or starts, instead of every relaunch skipping it."""
@@ -518,7 +520,7 @@ def remove_foreign_done(run_dir, st, log):
 
 
 def run(config: RunConfig, hparams: dict, algorithm_cls: type, dataset_cls: type,
-        log=None) -> dict | None:
+        log: Callable[[str], Any] | None = None) -> dict | None:
     """Train one run into config.output_dir (resuming if it holds an unfinished one).
     `log`: where notices and checkpoint lines go (default: the domainbed logger)."""
     log = log or LOG.info
@@ -559,7 +561,7 @@ def train_loop(training_run: TrainingRun) -> dict | None:
     return training_run.last_results
 
 
-def checkpoint_line(results):
+def checkpoint_line(results: Any) -> Any:
     """One log line per checkpoint, like DomainBed's printed table: step, epoch, the
     update() values, then every environment's accuracies."""
     head = [f"step {results['step']}", f"epoch {results['epoch']:.2f}"]
@@ -571,7 +573,7 @@ def checkpoint_line(results):
     return "  ".join(head + values + accs)
 
 
-def example_paths_csv(dataset):
+def example_paths_csv(dataset: Any) -> Any:
     """examples.csv: each example's id, environment and file path (``oodutils.csv_out``:
     a file name that starts like a formula is inert in a spreadsheet)."""
     from oodutils.csv_out import csv_text
