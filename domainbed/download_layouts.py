@@ -61,7 +61,7 @@ def _read_annotation_file(path: Any) -> Any:
 
 def read_camera_trap_annotations(folder: Any) -> Any:
     """The images, annotations and categories of the five ECCV'18 files, merged."""
-    merged = {"images": [], "annotations": [], "categories": []}
+    merged: Any = {"images": [], "annotations": [], "categories": []}
     for name in TERRA_ANNOTATION_FILES:
         data = _read_annotation_file(os.path.join(folder, name))
         for key in merged:
@@ -74,12 +74,12 @@ def terra_incognita_placements(annotations: Any) -> Any:
     locations, with the kept categories its annotations name (possibly none)."""
     try:
         names = {c["id"]: c["name"] for c in annotations["categories"]}
-        categories_of = {}
+        categories_of: dict[Any, Any] = {}
         for a in annotations["annotations"]:
             categories = categories_of.setdefault(a["image_id"], [])
             if names[a["category_id"]] not in categories:
                 categories.append(names[a["category_id"]])
-        placements = {}
+        placements: dict[Any, Any] = {}
         for image in annotations["images"]:
             location = str(image["location"])
             if location not in TERRA_LOCATIONS:

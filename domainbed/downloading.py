@@ -99,7 +99,7 @@ def record(dst: Any, **fields: Any) -> None:
     atomic_write_text(lock_path(directory), json.dumps(lock, indent=1, sort_keys=True) + "\n")
 
 
-def expected_sha256(dst: Any, sha256: str) -> Any:
+def expected_sha256(dst: Any, sha256: str | None) -> Any:
     """What a download of `dst` must match: the published checksum, else the lock's."""
     return sha256 or recorded_sha256(dst)
 
@@ -114,7 +114,7 @@ def check_file(path: Any, sha256: str, source: Any) -> Any:
     return actual
 
 
-def accept(partial: Any, dst: Any, url: str, sha256: str) -> Any:
+def accept(partial: Any, dst: Any, url: str, sha256: str | None) -> Any:
     """A complete download: checked against the published or recorded checksum (removed on
     a mismatch), recorded in the lock on first use, then renamed into place."""
     expected = expected_sha256(dst, sha256)

@@ -137,7 +137,7 @@ def write_layout(name: Any, mirror: Any, parquet_paths: Any, data_dir: str) -> A
     if os.path.isdir(staging):
         shutil.rmtree(staging)
     os.makedirs(staging)   # the umask's mode, as every other output
-    counts = {}
+    counts: dict[Any, Any] = {}
     try:
         row = 0
         for path in parquet_paths:
@@ -179,7 +179,7 @@ def _class_names(name: Any, table: Any, mirror: Any, path: Any) -> list[Any]:
     import json
     meta = (table.schema.metadata or {}).get(b"huggingface")
     try:
-        features = json.loads(meta)["info"]["features"]
+        features = json.loads(meta)["info"]["features"]  # type: ignore[arg-type]
         names = features[mirror.label_column]["names"]
     except (TypeError, KeyError, ValueError):
         raise UserError(f"{name}: {os.path.basename(path)} has no ClassLabel names for "

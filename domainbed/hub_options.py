@@ -31,7 +31,7 @@ DEFAULTS = {"domain_column": "domain", "label_column": "label", "text_column": N
             "revision": None, "split": "train", "domains": None}
 
 
-def split_name(name: Any) -> str:
+def split_name(name: str) -> tuple[str, dict[str, Any]]:
     """``hf:SOURCE?k=v&...`` -> (SOURCE, {option: value}) with the defaults filled in."""
     source, _, query = name.partition("?")
     options = dict(DEFAULTS)

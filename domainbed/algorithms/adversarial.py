@@ -38,6 +38,7 @@ class AbstractDANN(Algorithm):
     gradient penalty on its input) trains, otherwise the featurizer and classifier minimize
     cross-entropy minus `lambda` times the discriminator's loss. DomainBed uses alternating
     optimizers instead of the paper's gradient-reversal layer."""
+    update_count: torch.Tensor
     HPARAMS = {
         "lambda": log_uniform(1.0, -2, 2, "weight of the adversarial loss"),
         "weight_decay_d": log_uniform(0.0, -6, -2, "discriminator weight decay"),
@@ -220,6 +221,7 @@ def supcon_lambda_loss(features: Any, labels: Any, domains: Any, lamda: float = 
     batch_size = features.shape[0]
     normalized = F.normalize(features, p=2, dim=1)
     dots = normalized @ normalized.T / temperature
+    loss: Any
     loss, nans = 0, 0
     for i, (label, domain) in enumerate(zip(labels, domains)):
         same_label, same_domain = labels == label, domains == domain
@@ -248,6 +250,7 @@ class ADRMX(Algorithm):
     an adversarial domain discriminator and a remix loss (invariant features of one example
     plus domain features of another of the same class). Steps alternate discriminator and
     generator as DANN's."""
+    update_count: torch.Tensor
     HPARAMS = {
         "cnt_lambda": choice(1.0, [1.0]), "dclf_lambda": choice(1.0, [1.0]),
         "disc_lambda": choice(0.75, [0.75]), "rmxd_lambda": choice(1.0, [1.0]),
@@ -283,7 +286,7 @@ class ADRMX(Algorithm):
             betas=betas)
 
     def remix_loss(self, feat_combined: Any, feat_domain: Any, all_y: Any) -> Any:
-        loss = 0
+        loss: Any = 0
         for i in range(self.num_classes):
             indices = torch.where(all_y == i)[0]
             for _ in range(self.mix_num):
@@ -384,6 +387,7 @@ class ERDG(Algorithm):
 
     def cross_domain_loss(self, features: Any, minibatches: list[tuple[torch.Tensor, ...]]) -> Any:
         """Mean cross-entropy of each domain's classifier on the other domains' examples."""
+        total: Any
         total, pairs = 0.0, 0
         for k, head in enumerate(self.domain_classifiers):
             for j, (f, (_, y)) in enumerate(zip(features, minibatches)):

@@ -57,6 +57,7 @@ def alignment_objective(discrepancy: Any) -> Any:
                   state: Any) -> tuple[Any, ...]:
         n = len(minibatches)
         features = [model.featurize(x) for x, _ in minibatches]
+        loss: Any
         loss, penalty = 0.0, torch.zeros((), device=features[0].device)
         for i in range(n):
             loss = loss + F.cross_entropy(model.classify(features[i]), minibatches[i][1])

@@ -48,7 +48,7 @@ class FusedForm:
     reset_optimizer: Optional[Callable] = None
 
 
-def hparam_tensor(values: Any, device: str = "cpu") -> Any:
+def hparam_tensor(values: Any, device: torch.device | str = "cpu") -> Any:
     """Members' values of one hyperparameter as a tensor: bool, int64, or float32 (the
     dtype a python float takes when it meets a float32 tensor in update())."""
     dtype = (torch.bool if all(isinstance(v, bool) for v in values) else

@@ -31,6 +31,7 @@ class Focal(ERM):
 
 class ClassSizeLoss(ERM):
     """ERM with a loss that depends on the training class sizes (set by `prepare`)."""
+    class_sizes: torch.Tensor
     HPARAMS = {}
 
     def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,

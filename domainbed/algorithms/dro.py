@@ -31,6 +31,7 @@ class GroupDRO(ERM):
     The weights range over training domains; SubpopGroupDRO (reweighting.py) is SubpopBench's
     GroupDRO over (label, attribute) groups.
     """
+    q: torch.Tensor
     HPARAMS = {
         "groupdro_eta": Hparam(1e-2, lambda r: 10 ** r.uniform(-3, -1), low=0.0),
     }

@@ -48,7 +48,7 @@ class Fish(Algorithm):
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.network = WholeFish(input_shape, num_classes, hparams)
         self.optimizer = make_optimizer(self.network.parameters(), hparams)
-        self.optimizer_inner_state = None
+        self.optimizer_inner_state: Any = None
 
     def update(self, minibatches: list[tuple[torch.Tensor, ...]],
                unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
@@ -86,7 +86,7 @@ def per_domain_gradients(network: Any, minibatches: list[tuple[torch.Tensor, ...
     """For each parameter, the list of its gradients on each domain's risk; and the mean
     risk (a float)."""
     params = list(network.parameters())
-    per_param = [[] for _ in params]
+    per_param: Any = [[] for _ in params]
     mean_loss = 0.0
     for x, y in minibatches:
         loss = F.cross_entropy(network(x), y)
@@ -125,6 +125,7 @@ class ANDMask(ERM):
 class SANDMask(ERM):
     """SAND-mask (Shahtalebi et al. 2021): a smooth mask in [0, 1],
     max(0, tanh(k * (|mean sign| - tau) / variance)), instead of AND-mask's hard one."""
+    update_count: torch.Tensor
     HPARAMS = {
         "tau": uniform(1.0, 0.0, 1.0, "sign-agreement threshold"),
         "k": log_uniform(1e1, -3, 5, "steepness of the tanh mask"),
@@ -164,6 +165,7 @@ class IGA(ERM):
     def update(self, minibatches: list[tuple[torch.Tensor, ...]],
                unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         params = list(self.network.parameters())
+        total_loss: Any
         total_loss, grads = 0, []
         for x, y in minibatches:
             env_loss = F.cross_entropy(self.network(x), y)
@@ -171,7 +173,7 @@ class IGA(ERM):
             grads.append(autograd.grad(env_loss, params, create_graph=True))
         mean_loss = total_loss / len(minibatches)
         mean_grad = autograd.grad(mean_loss, params, retain_graph=True)
-        penalty = 0
+        penalty: Any = 0
         for grad in grads:
             for g, mean_g in zip(grad, mean_grad):
                 penalty += (g - mean_g).pow(2).sum()
@@ -184,6 +186,7 @@ class MovingAverage:
     through it do not shrink with ema (DomainBed's misc.MovingAverage)."""
 
     def __init__(self, ema: Any) -> None:
+        self.data: dict[Any, Any]
         self.ema, self.data, self.updates = ema, {}, 0
 
     def update(self, values: Any) -> dict[str, float]:
@@ -224,6 +227,7 @@ class Fishr(Algorithm):
     domain's variance of per-example classifier gradients (EMA-smoothed) and their mean
     across domains; Adam is reset when the penalty switches on. Per-example gradients come
     from torch.func instead of backpack (the same numbers)."""
+    update_count: torch.Tensor
     HPARAMS = {
         "lambda": log_uniform(1000.0, 1.0, 4.0, "weight of the gradient-variance penalty"),
         "penalty_anneal_iters": Hparam(1500, lambda r: int(r.uniform(0.0, 5000.0)),
@@ -280,7 +284,7 @@ class Fishr(Algorithm):
 
     def fishr_penalty(self, all_z: Any, all_y: Any, sizes: Any) -> Any:
         grads = per_example_gradients(self.classifier, all_z, all_y)
-        variances = [{} for _ in range(self.num_domains)]
+        variances: Any = [{} for _ in range(self.num_domains)]
         for name, g in grads.items():
             start = 0
             for d, size in enumerate(sizes):

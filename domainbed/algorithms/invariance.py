@@ -26,6 +26,7 @@ class InformationBottleneck(ERM):
     """ERM (optionally + IRM) plus `ib_lambda` times the mean per-domain feature variance,
     switched on after `ib_penalty_anneal_iters` steps (Ahuja et al. 2021); Adam is reset
     whenever a penalty switches on. `use_irm` adds IRMv1's penalty as IRM anneals it."""
+    update_count: torch.Tensor
     use_irm = False
 
     def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
@@ -44,6 +45,9 @@ class InformationBottleneck(ERM):
         ib_weight = h["ib_lambda"] if count >= h["ib_penalty_anneal_iters"] else 0.0
         all_features = self.featurizer(torch.cat([x for x, _ in minibatches]))
         all_logits = self.classifier(all_features)
+        nll: Any
+        irm: Any
+        ib: Any
         nll, irm, ib = 0.0, 0.0, 0.0
         for features, logits, (_, y) in zip(split_rows(all_features, minibatches),
                                             split_rows(all_logits, minibatches), minibatches):
@@ -136,6 +140,8 @@ class EQRM(ERM):
     """Empirical Quantile Risk Minimization (Eastwood et al. 2022, Algorithm 1): after an
     ERM burn-in, minimize the `eqrm_quantile` quantile of the domain risks' KDE, with a
     fresh Adam at `eqrm_lr`. The quantile is float64 as in DomainBed (its alpha buffer)."""
+    update_count: torch.Tensor
+    alpha: torch.Tensor
     HPARAMS = {
         "eqrm_quantile": uniform(0.75, 0.5, 0.99, "risk quantile minimized"),
         "eqrm_burnin_iters": Hparam(2500, lambda r: 10 ** r.uniform(2.5, 3.5),
@@ -178,6 +184,7 @@ class RDM(ERM):
     """Risk Distribution Matching (Nguyen et al. 2024): mean risk plus, after an anneal
     period (with a fresh Adam at `rdm_lr`), the Gaussian-kernel MMD between the worst
     domain's per-example losses and all of them, and the variance of both."""
+    update_count: torch.Tensor
     HPARAMS = {
         "rdm_lambda": by_dataset({
             ("DomainNet",): uniform(0.5, 0.1, 1.0),
@@ -239,12 +246,15 @@ class AbstractCausIRL(ERM):
     features are cut at a random point (numpy.random.randint); the pooled first and second
     parts are matched with MMD or CORAL's distance."""
     HPARAMS = {"mmd_gamma": log_uniform(1.0, -1, 1, "weight of the feature-matching penalty")}
-    distance = None
+    distance: Any = None
 
     def update(self, minibatches: list[tuple[torch.Tensor, ...]],
                unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         n = len(minibatches)
         features = [self.featurizer(x) for x, _ in minibatches]
+        objective: Any
+        first: Any
+        second: Any
         objective, first, second = 0, [], []
         for f, (_, y) in zip(features, minibatches):
             objective += F.cross_entropy(self.classifier(f) + 1e-16, y)

@@ -55,6 +55,7 @@ def irm_objective(model: Any, minibatches: list[tuple[torch.Tensor, ...]], hp: d
     """IRM.update as a pure function of one model (the fused launcher's form)."""
     weight = annealed_weight("irm", hp, state)
     all_logits = model.predict(torch.cat([x for x, _ in minibatches]))
+    nll: Any
     nll, penalty = 0.0, 0.0
     for logits, y in split_logits(all_logits, minibatches):
         nll = nll + F.cross_entropy(logits, y)
@@ -74,7 +75,8 @@ class AnnealedPenalty(ERM):
     `update_count` is a buffer (shape [1], as DomainBed) so it is saved in state dicts and a
     resumed run anneals at the same step.
     """
-    PREFIX = None
+    update_count: torch.Tensor
+    PREFIX: Any = None
 
     def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
                  hparams: dict[str, Any]) -> None:

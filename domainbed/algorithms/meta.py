@@ -51,7 +51,7 @@ class MLDG(ERM):
                unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         num_mb = len(minibatches)
         beta = self.hparams["mldg_beta"]
-        objective = 0
+        objective: Any = 0
         self.optimizer.zero_grad()
         for p in self.network.parameters():
             if p.grad is None:
@@ -66,15 +66,15 @@ class MLDG(ERM):
             inner_opt.step()
             for p_tgt, p_src in zip(self.network.parameters(), inner_net.parameters()):
                 if p_src.grad is not None:
-                    p_tgt.grad.data.add_(p_src.grad.data / num_mb)
+                    p_tgt.grad.data.add_(p_src.grad.data / num_mb)  # type: ignore[union-attr]
             objective += inner_obj.item()
             loss_inner_j = F.cross_entropy(inner_net(xj), yj)
-            grad_inner_j = autograd.grad(loss_inner_j, inner_net.parameters(),
+            grad_inner_j = autograd.grad(loss_inner_j, inner_net.parameters(),  # type: ignore[call-overload]
                                          allow_unused=True)
             objective += (beta * loss_inner_j).item()
             for p, g_j in zip(self.network.parameters(), grad_inner_j):
                 if g_j is not None:
-                    p.grad.data.add_(beta * g_j.data / num_mb)
+                    p.grad.data.add_(beta * g_j.data / num_mb)  # type: ignore[union-attr]
         objective /= len(minibatches)
         self.optimizer.step()
         return {"loss": objective}
@@ -133,6 +133,7 @@ class MTL(Algorithm):
 
     As DomainBed: `predict` overwrites that embedding with standard normal noise
     (`.normal_()`), so it draws from torch's global generator at every call."""
+    embeddings: torch.Tensor
     HPARAMS = {"mtl_ema": choice(0.99, [0.5, 0.9, 0.99, 1.0], "EMA of domain embeddings")}
 
     def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
@@ -148,7 +149,7 @@ class MTL(Algorithm):
 
     def update(self, minibatches: list[tuple[torch.Tensor, ...]],
                unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
-        loss = 0
+        loss: Any = 0
         for env, (x, y) in enumerate(minibatches):
             loss += F.cross_entropy(self.predict(x, env), y)
         self.optimizer.zero_grad()

@@ -39,7 +39,7 @@ class Mixup(ERM):
 
     def update(self, minibatches: list[tuple[torch.Tensor, ...]],
                unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
-        objective = 0
+        objective: Any = 0
         for (xi, yi), (xj, yj) in random_pairs_of_minibatches(minibatches):
             lam = np.random.beta(self.hparams["mixup_alpha"], self.hparams["mixup_alpha"])
             predictions = self.predict(lam * xi + (1 - lam) * xj)
@@ -247,6 +247,7 @@ class LISA(ERM):
     def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
                  hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
+        self.num_attributes: int | None
         self.num_classes, self.num_attributes = num_classes, None
 
     def prepare(self, context: Any) -> None:
@@ -261,6 +262,8 @@ class LISA(ERM):
             else mix_up
         if len(torch.unique(attributes if within_label else labels)) < 2:
             return x, y
+        mixed_x: Any
+        mixed_y: Any
         mixed_x, mixed_y = [], []
         while sum(len(m) for m in mixed_x) < len(x):
             before = sum(len(m) for m in mixed_x)

@@ -83,7 +83,7 @@ def make_schedule(optimizer: Any, hparams: dict[str, Any], n_steps: int) -> Any:
     rest = max(1, n_steps - warmup)
     kind = hparams.get("lr_schedule", "constant")
     if kind == "cosine":
-        main = sched.CosineAnnealingLR(optimizer, T_max=rest, eta_min=0.0)
+        main: Any = sched.CosineAnnealingLR(optimizer, T_max=rest, eta_min=0.0)
     elif kind == "linear":
         main = sched.LinearLR(optimizer, start_factor=1.0, end_factor=0.0, total_iters=rest)
     elif kind == "step":

@@ -77,13 +77,13 @@ class LARS(torch.optim.Optimizer):
     """LARS (You et al. 2017) as in MoCo v3 / DomainBed: momentum SGD whose step for each
     weight matrix is scaled by trust * |w| / |update|; no scaling for vectors."""
 
-    def __init__(self, params: Any, lr: int = 0, weight_decay: int = 0, momentum: float = 0.9,
+    def __init__(self, params: Any, lr: float = 0, weight_decay: float = 0, momentum: float = 0.9,
                  trust_coefficient: float = 0.001) -> None:
         super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum,
                                       trust_coefficient=trust_coefficient))
 
     @torch.no_grad()
-    def step(self, closure: Any = None) -> None:
+    def step(self, closure: Any = None) -> None:  # type: ignore[override]
         for g in self.param_groups:
             for p in g["params"]:
                 dp = p.grad
@@ -112,6 +112,8 @@ class ERMPlusPlus(Algorithm):
     come from `network_sma`, a copy of the network that becomes a simple moving average
     from step 600. DomainBed's validation-loss learning-rate schedule (`set_lr`, called by
     its own training script) is not part of `update` and is not ported."""
+    global_iter: torch.Tensor
+    sma_count: torch.Tensor
     HPARAMS = {
         "linear_lr": log_uniform(5e-5, -5, -3.5, "learning rate of the linear-probe phase"),
         "linear_steps": fixed(500, "classifier-only steps first"),

@@ -37,6 +37,7 @@ def normalized(weights: Any) -> Any:
 class GroupWeightedERM(ERM):
     """ERM whose per-example losses are multiplied by a weight per group, computed from the
     training group sizes in `prepare` (a non-persistent buffer: recomputed on resume)."""
+    weights_per_group: torch.Tensor
     NEEDS_GROUPS = True
     HPARAMS = {}
 
@@ -115,6 +116,7 @@ class SubpopGroupDRO(ERM):
     """GroupDRO as SubpopBench runs it: the worst-case weights q range over (label,
     attribute) groups of the pooled batch, not over training domains (that is DomainBed's
     `GroupDRO`). q_g *= exp(eta * mean loss of g) for groups present in the batch."""
+    q: torch.Tensor
     NEEDS_GROUPS = True
     HPARAMS = {"groupdro_eta": log_uniform(1e-2, -3, -1, "step of the group weights")}
 
@@ -147,7 +149,7 @@ class SubpopGroupDRO(ERM):
         for g, group_loss in zip(present, group_losses):
             self.q[g] *= (self.hparams["groupdro_eta"] * group_loss.detach()).exp()
         self.q /= self.q.sum()
-        loss = sum(self.q[g] * group_loss for g, group_loss in zip(present, group_losses))
+        loss: Any = sum(self.q[g] * group_loss for g, group_loss in zip(present, group_losses))
         self.optimizer_step(loss)
         return {"loss": loss.item()}
 

@@ -46,6 +46,8 @@ class TRM(Algorithm):
     transfers to the others; the featurizer minimizes that transfer risk, with a gradient
     alignment term and GroupDRO-like weights `alpha` over domain pairs. Unlike DomainBed,
     the heads and alpha are in state_dict (so they are checkpointed)."""
+    update_count: torch.Tensor
+    alpha: torch.Tensor
     HPARAMS = {
         "cos_lambda": log_uniform(1e-4, -5, 0, "weight of the gradient-alignment term"),
         "iters": Hparam(200, lambda r: int(10 ** r.uniform(0, 4)), "ERM steps first",
@@ -71,7 +73,7 @@ class TRM(Algorithm):
 
     def fit_domain_heads(self, features: Any, minibatches: list[tuple[torch.Tensor, ...]]) -> None:
         for _ in range(30):
-            loss = 0.0
+            loss: Any = 0.0
             for j, (f, (_, y)) in enumerate(zip(features, minibatches)):
                 loss += F.cross_entropy(self.clist[j](f.detach()), y)
             for opt in self.olist:
@@ -87,17 +89,17 @@ class TRM(Algorithm):
             head = self.clist[q]
             loss_q = F.cross_entropy(head(features[q]), ys[q])
             vec_grad_q = nn.utils.parameters_to_vector(
-                autograd.grad(loss_q, head.weight, create_graph=True))
+                autograd.grad(loss_q, head.weight, create_graph=True))  # type: ignore[arg-type]
             loss_p = [F.cross_entropy(head(features[i]), ys[i]) * self.alpha[q, i].data
                       if i != q else 0.0 for i in range(len(minibatches))]
             loss_p_sum = sum(loss_p)
             vec_grad_p = nn.utils.parameters_to_vector(
-                autograd.grad(loss_p_sum, head.weight, create_graph=True)).detach()
+                autograd.grad(loss_p_sum, head.weight, create_graph=True)).detach()  # type: ignore[arg-type]
             vec_grad_p = neumann_inverse_hvp(vec_grad_p, head, (features[q], ys[q]))
             loss_swap += loss_p_sum - self.hparams["cos_lambda"] * (vec_grad_p @ vec_grad_q)
             for i in range(len(minibatches)):
                 if i != q:
-                    self.alpha[q, i] *= (self.hparams["groupdro_eta"] * loss_p[i].data).exp()
+                    self.alpha[q, i] *= (self.hparams["groupdro_eta"] * loss_p[i].data).exp()  # type: ignore[union-attr]
         return loss_swap / len(minibatches)
 
     def update(self, minibatches: list[tuple[torch.Tensor, ...]],
@@ -153,6 +155,7 @@ class Transfer(Algorithm):
     which itself takes `d_steps_per_g` SGD steps to increase that gap while staying within
     `delta` of the main classifier. DomainBed's `update` is used (not `update_second`).
     With gda the main optimizer updates the adversarial classifier only (as DomainBed)."""
+    update_count: torch.Tensor
     HPARAMS = {
         "t_lambda": log_uniform(1.0, -2, 1, "weight of the risk gap"),
         "delta": uniform(2.0, 0.1, 3.0, "radius of the adversary's ball"),

@@ -23,6 +23,8 @@ from oodutils.errors import UserError
 class TwoStage(Algorithm):
     """Stage 1 is ERM (`stage1_model`); subclasses define the second stage. Every optimizer
     is a top-level attribute created at construction, so a resumed run restores them."""
+    update_count: torch.Tensor
+    optimizer_stage2: torch.optim.Optimizer   # each subclass's own
     HPARAMS = {"first_stage_step_frac": uniform(0.5, 0.2, 0.8, "fraction of steps in stage 1")}
 
     def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
@@ -31,7 +33,7 @@ class TwoStage(Algorithm):
         self.stage1_model = ERM(input_shape, num_classes, num_domains, hparams)
         self.optimizer = self.stage1_model.optimizer
         self.register_buffer("update_count", torch.tensor([0]))
-        self.switch_step = None
+        self.switch_step: Any = None
 
     def prepare(self, context: Any) -> None:
         self.switch_step = int(self.hparams["first_stage_step_frac"] * context.n_steps)
@@ -208,7 +210,7 @@ def group_balanced_subset(splits: Any, seed: int) -> tuple[Any, ...]:
     generator = torch.Generator().manual_seed(seed_hash("DFR", seed))
     present = keys.unique()
     smallest = min(int((keys == k).sum()) for k in present)
-    chosen = []
+    chosen: Any = []
     for k in present:
         members = torch.nonzero(keys == k).flatten()
         chosen.append(members[torch.randperm(len(members), generator=generator)[:smallest]])
@@ -236,7 +238,7 @@ class DFR(TwoStage):
                  hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.optimizer_stage2 = self.classifier_sgd(0.0)
-        self.heldout = None
+        self.heldout: Any = None
 
     def prepare(self, context: Any) -> None:
         super().prepare(context)

@@ -10,21 +10,22 @@ from domainbed.hparams import Hparam
 
 
 class MultipleDomainDataset:
+    registry_name: str       # set by registry.register_dataset
     N_STEPS = 5001           # default number of steps
     CHECKPOINT_FREQ = 100    # default checkpoint frequency
     N_WORKERS = 8            # default loader workers (image datasets)
-    ENVIRONMENTS = None      # names of the environments, by index
-    INPUT_SHAPE = None
+    ENVIRONMENTS: Any = None      # names of the environments, by index
+    INPUT_SHAPE: Any = None
     SMALL_IMAGES = False     # small-image hyperparameter defaults (DomainBed's SMALL_IMAGES)
     NEEDS_DATA_DIR = True    # False: builds itself when --data_dir does not exist
-    GROUP_NAMES = None       # list of group names where examples carry a group label
+    GROUP_NAMES: Any = None       # list of group names where examples carry a group label
     HPARAMS = {
         "data_augmentation": Hparam(True, lambda r: True),
         "class_balanced": Hparam(False, lambda r: False),
     }
 
     @classmethod
-    def data_notice(cls, data_dir: str) -> str:
+    def data_notice(cls, data_dir: str) -> str | None:
         """A line a sweep prints once before its jobs about where this dataset's data
         comes from under `data_dir` (e.g. a built-in substitute), or None."""
         return None
@@ -33,6 +34,11 @@ class MultipleDomainDataset:
     #   self.datasets: list of Environment, one per entry of ENVIRONMENTS
     #   self.input_shape, self.num_classes
     #   self.data_source: str (where the examples came from), self.data_fingerprint: str
+    datasets: list[Any]
+    input_shape: tuple[int, ...]
+    num_classes: int
+    data_source: str
+    data_fingerprint: str
     def __getitem__(self, index: Any) -> Any:
         return self.datasets[index]
 
@@ -58,9 +64,9 @@ class Environment(torch.utils.data.Dataset):
     """
     y: torch.Tensor
     ids: np.ndarray
-    groups = None
-    paths = None
-    x = None  # a tensor of all inputs when the environment fits in memory (fast path)
+    groups: Any = None
+    paths: Any = None
+    x: Any = None  # a tensor of all inputs when the environment fits in memory (fast path)
 
     def __len__(self) -> int:
         return len(self.y)

@@ -273,7 +273,7 @@ class HubImageDataset(CheckedImages, MultipleDomainDataset):
     NEEDS_DATA_DIR = False
     N_WORKERS = 8
     INPUT_SHAPE = (3, 224, 224)
-    TABLE = None
+    TABLE: Any = None
     HPARAMS = {**MultipleDomainDataset.HPARAMS, **MultipleEnvironmentImageFolder.HPARAMS}
 
     def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any]) -> None:
@@ -307,7 +307,7 @@ def _text_dataset_class() -> Any:
     class HubTextDataset(TextDataset):
         """``hf:`` with ``--hf_text_column``: the texts encoded by the text featurizer."""
         NEEDS_DATA_DIR = False
-        TABLE = None
+        TABLE: Any = None
 
         def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any]) -> None:
             table = self.TABLE

@@ -70,7 +70,7 @@ def stream_problem(f: Any, max_pixels: Any = MAX_IMAGE_PIXELS) -> str | None:
         try:
             image = Image.open(f)
         except Image.DecompressionBombError:
-            return f"has more than {2 * Image.MAX_IMAGE_PIXELS:,} pixels (a decompression bomb)"
+            return f"has more than {2 * Image.MAX_IMAGE_PIXELS:,} pixels (a decompression bomb)"  # type: ignore[operator]
         except Image.UnidentifiedImageError:
             return "is not an image (PIL recognises no image format in it)"
         except Exception as e:  # PIL raises many kinds on garbage; each one is "not an image"

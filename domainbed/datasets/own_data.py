@@ -60,6 +60,10 @@ class CheckedImages:
     """Every image checked before training (image_checks): one error line for a bad one,
     or with --skip_bad_images the bad ones left out and counted (every domain must still
     hold every class)."""
+    datasets: list[Any]
+    ENVIRONMENTS: Any
+    num_classes: int
+    registry_name: str
 
     def check_images(self, skip_bad: bool = False, log: Callable[[str], Any] | None = None) -> Any:
         skipped = check_environments(self, skip_bad, log)
@@ -79,8 +83,8 @@ class CheckedImages:
 class OwnImageFolder(CheckedImages, MultipleEnvironmentImageFolder):
     """``folder:PATH``: DomainBed's image-folder loader on a folder chosen at run time."""
     NEEDS_DATA_DIR = False
-    ROOT = None      # set by folder_dataset
-    CLASSES = None   # the class folders found when the name was resolved
+    ROOT: Any = None      # set by folder_dataset
+    CLASSES: Any = None   # the class folders found when the name was resolved
 
     def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any]) -> None:
         super().__init__(self.ROOT, test_envs, hparams.get("data_augmentation", True),
@@ -224,7 +228,7 @@ class OwnTable:
 class OwnCSVDataset(CheckedImages, MultipleEnvironmentImageFolder):
     """``csv:PATH``: one ImageEnvironment per domain from a checked table."""
     NEEDS_DATA_DIR = False
-    TABLE = None   # the OwnTable read when the name was resolved
+    TABLE: Any = None   # the OwnTable read when the name was resolved
 
     def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any]) -> None:
         table = self.TABLE

@@ -65,7 +65,7 @@ class SpawriousBenchmark(MultipleDomainDataset):
     GROUP_NAMES = [f"{c}_{loc}" for c in CLASS_LIST for loc in LOCATIONS]
     N_STEPS = 5001
     CHECKPOINT_FREQ = 100
-    BENCHMARK = None
+    BENCHMARK: Any = None
     HPARAMS = {"image_size": Hparam(224, lambda r: 224, "side images are resized to", low=1)}
 
     def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any], per_cell: Any = None,

@@ -89,8 +89,8 @@ class SubpopulationDataset(MultipleDomainDataset):
     ENVIRONMENTS = ["train", "val", "test"]
     DEFAULT_TEST_ENVS = [1, 2]
     INPUT_SHAPE = (3, 224, 224)
-    CLASSES = None
-    ATTRIBUTES = None
+    CLASSES: Any = None
+    ATTRIBUTES: Any = None
     N_STEPS = 5001
     CHECKPOINT_FREQ = 100
     HPARAMS = {
@@ -159,7 +159,7 @@ class WILDSWaterbirds(Waterbirds):
     (DEFAULT_TEST_ENVS = [1])."""
     ENVIRONMENTS = ["train", "val_test"]
     DEFAULT_TEST_ENVS = [1]
-    OPTIMIZER_HPARAMS = None   # DomainBed's training, as the paper's sweeps
+    OPTIMIZER_HPARAMS: Any = None   # DomainBed's training, as the paper's sweeps
 
     def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any]) -> None:
         data_root, df, paths = read_waterbirds(self.registry_name, root)

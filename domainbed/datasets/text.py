@@ -71,7 +71,7 @@ def texts_fingerprint(texts: Any) -> Any:
 class TextDataset(MultipleDomainDataset):
     """Environments of encoded texts: TensorEnvironment(x, y, ids, groups) per environment."""
     N_WORKERS = 0
-    CLASSES = None
+    CLASSES: Any = None
     HPARAMS = dict(TEXT_HPARAMS)
 
     def build_text_environments(self, texts: Any, row: Any, env: Any, y: Any, groups: Any, ids: Any,

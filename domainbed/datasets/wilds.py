@@ -28,10 +28,11 @@ from oodutils.errors import UserError
 
 class WILDSImageDataset(MultipleDomainDataset):
     """Environments = sorted values of one WILDS metadata field (DomainBed's definition)."""
-    METADATA_FIELD = None
-    WILDS_NAME = None      # the wilds package's dataset name (for get_dataset)
+    METADATA_FIELD: Any = None
+    WILDS_NAME: Any = None      # the wilds package's dataset name (for get_dataset)
     CHECKPOINT_FREQ = 1000
     N_WORKERS = 4
+    input_path: Any   # (wilds dataset, index) -> the example's file: each subclass's own
 
     def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any]) -> None:
         dataset = self.open_wilds(root)

@@ -50,10 +50,10 @@ MEMBER_ARGS = ("seed", "hparams_seed", "hparams", "output_dir", "restart", "num_
 @dataclass
 class Job:
     command: jobs.Command
-    args: RunConfig = None
-    hparams: dict = None
-    algorithm_cls: type = None
-    dataset_cls: type = None
+    args: RunConfig | None = None
+    hparams: dict | None = None
+    algorithm_cls: type | None = None
+    dataset_cls: type | None = None
 
 
 @dataclass
@@ -69,9 +69,9 @@ def parse_job(command: Any) -> tuple[Any, ...]:
     if flags is None:
         return None, "not a train command"
     try:
-        args = RunConfig.from_argv(flags)
+        args: Any = RunConfig.from_argv(flags)
         algorithm_cls, dataset_cls = args.validate(check_data_dir=False)
-        hparams = args.resolve_hparams(notify=lambda message: None)
+        hparams: Any = args.resolve_hparams(notify=lambda message: None)
     except (UserError, SystemExit):
         return None, "its arguments are invalid (the ordinary job reports why)"
     probe = hparams.get("transfer", "full") == "linear_probe"
@@ -126,6 +126,7 @@ def plan(commands: Any, max_models: Any = FUSED_MAX_MODELS) -> Any:
     """Split a sweep's commands into fused groups (of at most `max_models`) and ordinary
     jobs, with one notice line per reason a job does not fuse."""
     from domainbed.launch import probe_stack
+    reasons: defaultdict[Any, int]
     result, by_key, reasons = Plan(), defaultdict(list), defaultdict(int)
     limits = {}
     for command in commands:
@@ -219,6 +220,7 @@ def run_groups(groups: Any, max_workers: Any, on_start: Any = None, on_idle: Any
     second of waiting."""
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
+    running: dict[Any, Any]
     pending, running = list(enumerate(groups)), {}
     try:
         while pending or running:

@@ -33,8 +33,11 @@ class Member:
 
     def __init__(self, command: Any) -> None:
         self.command, self.out = command, command.output_dir
+        self.claim: Any
+        self.run: Any
+        self.random_states: Any
         self.claim = self.run = self.random_states = None
-        self.outcome = None
+        self.outcome: Any = None
 
     def write_log(self, line: Any) -> None:
         self.claim.write_log(line)
@@ -70,8 +73,9 @@ class GroupRunner:
     def __init__(self, commands: Any, arithmetic: str = "auto") -> None:
         self.members = [Member(c) for c in commands]
         self.arithmetic = arithmetic
+        self.fallback: list[Any]
         self.fallback, self.fallback_reason = [], ""
-        self.shared_data = None
+        self.shared_data: Any = None
 
     @property
     def outcomes(self) -> list[Any]:
@@ -89,7 +93,7 @@ class GroupRunner:
         for member in active:
             member.write_log(f"{jobs.LOG_PREFIX} pid {os.getpid()} running fused "
                              f"with {len(active)} models: {member.command}")
-        by_start = {}
+        by_start: dict[Any, Any] = {}
         with feature_cache.shared_loads():   # linear probes: the features held once
             for member in active:
                 start = self._prepare(member)

@@ -90,6 +90,8 @@ def counter_uniform(key: Any, layer: Any, shape: Any, device: Any) -> Any:
 class MemberDropout(nn.Module):
     """nn.Dropout whose rate and mask key are buffers, so that each stacked member keeps
     its own rate and draws its own masks (see counter_uniform)."""
+    p: torch.Tensor
+    key: torch.Tensor
 
     def __init__(self, p: Any, active: Any, layer: Any) -> None:
         super().__init__()
@@ -144,6 +146,7 @@ def _member_template(networks: Any) -> tuple[Any, ...]:
     key from buffers (and global pools are means), each member's rate of every dropout
     layer, and the names of the dropout layers."""
     template = copy.deepcopy(networks[0])
+    dropouts: list[Any]
     rates, dropouts = {}, []
     for name, module in list(template.named_modules()):
         if _is_global_pool(module):
@@ -209,6 +212,8 @@ class FusedGroup:
         restored from a resume state)."""
         self.exp_avg, self.exp_avg_sq = {}, {}
         self.adam_steps = [0] * len(self.members)
+        self.betas: Any
+        self.eps: Any
         self.betas, self.eps = None, None
         for n in self.param_names:
             self.exp_avg[n] = torch.zeros_like(self.params[n])
@@ -319,7 +324,7 @@ class FusedGroup:
 
     # ------------------------------------------------------------ evaluation, write-back
     @torch.no_grad()
-    def predict(self) -> torch.Tensor:
+    def predict(self) -> dict[str, torch.Tensor]:
         """{split name: logits [members, n, classes]} of every evaluated split."""
         first = self.members[0]
         ctx = first.ctx

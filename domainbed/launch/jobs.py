@@ -61,7 +61,7 @@ class Command:
 class Outcome:
     output_dir: str
     status: str            # "ok", "failed", "skipped_done", "skipped_running"
-    returncode: int = None
+    returncode: int | None = None
 
     @property
     def failed(self) -> bool:
@@ -241,6 +241,8 @@ class JobClaim:
 
     def __init__(self, output_dir: str) -> None:
         self.out = output_dir
+        self.lock_fd: Any
+        self.log: Any
         self.lock_fd = self.log = None
         self.outcome = self._claim()
 
@@ -310,7 +312,7 @@ def run_command(command: Any, extra_env: Any = None, echo: Any = None) -> Any:
             return Outcome(out, "failed", 127)
         claim.mark_pid(proc.pid)
         try:
-            returncode = proc.wait()
+            returncode: Any = proc.wait()
         except BaseException:   # interrupted: stop the job too, then re-raise
             proc.terminate()
             try:

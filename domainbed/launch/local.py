@@ -18,7 +18,7 @@ LOG = get_logger(__name__)
 def _run_pool(commands: Any, slots: Any, echo: Any = print) -> list[Any]:
     """Run `commands` with one worker thread per slot; each slot is a dict of extra
     environment variables (e.g. CUDA_VISIBLE_DEVICES). Outcomes keep command order."""
-    todo = queue.Queue()
+    todo: Any = queue.Queue()
     for i, c in enumerate(commands):
         todo.put((i, c))
     outcomes = [None] * len(commands)

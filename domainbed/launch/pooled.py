@@ -37,7 +37,7 @@ def train_flags(command: Any) -> Any:
 
 
 @contextlib.contextmanager
-def _output_to(log: Callable[[str], Any]) -> Iterator[Any]:
+def _output_to(log: Any) -> Iterator[Any]:
     """Send this process's stdout and stderr (file descriptors 1 and 2) to the open file
     `log` (the job's launcher.log, opened through its pinned job folder)."""
     sys.stdout.flush()
@@ -125,7 +125,7 @@ class _Worker:
         self.process = context.Process(target=_worker_loop, args=(child,), daemon=True)
         self.process.start()
         child.close()
-        self.command = None
+        self.command: Any = None
 
     def give(self, command: Any) -> None:
         self.command, self.started = command, time.monotonic()
@@ -228,7 +228,7 @@ def pooled_launcher(commands: Any, max_workers: int = 1, echo: Any = None, **_: 
     names = {c.output_dir: c.describe() for c in commands}
     outcomes, waiting = [], len(commands)
     context = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
-    for _ in range(slots):   # a worker takes the next job as soon as it is free
+    for _ in range(slots):  # type: ignore[assignment]  # a worker takes the next job as soon as it is free
         progress.job_started()
         waiting -= 1
     try:

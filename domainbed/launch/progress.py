@@ -40,10 +40,10 @@ class SweepProgress:
         self.clock = clock or time.monotonic
         self.start_time = self.last_line = self.clock()
         self.done = self.failed = self.running = 0
-        self.durations = []
+        self.durations: list[Any] = []
         self.lock = threading.Lock()
         stream = stream if stream is not None else sys.stderr
-        self.bar = None
+        self.bar: Any = None
         if echo is not None and hasattr(stream, "isatty") and stream.isatty():
             from tqdm import tqdm
             sized = terminal_columns(stream) > 0   # else tqdm would draw 0 columns: nothing

@@ -45,7 +45,7 @@ def submitted_job_ids(sweep_dir: str) -> Any:
         for line in read_lines(path, 1 << 16):
             entry = parse_json(line) if line is not None else None
             try:
-                ids[str(entry["run"])] = str(entry["job_id"])
+                ids[str(entry["run"])] = str(entry["job_id"])  # type: ignore[index]
             except (KeyError, TypeError):
                 continue   # a torn last line of an interrupted submission
     except OSError:
@@ -55,7 +55,7 @@ def submitted_job_ids(sweep_dir: str) -> Any:
 
 def _expand_tasks(array_id: Any, tasks: Any) -> Any:
     """Task ids of an ArrayTaskId field: "3", "1-4", "0,2,5-7", "1-9%2" (throttle)."""
-    ids = []
+    ids: list[Any] = []
     for part in tasks.split("%")[0].split(","):
         if "-" in part:
             low, high = part.split("-", 1)
@@ -91,7 +91,7 @@ def parse_sacct(text: Any) -> Any:
     return states
 
 
-def _query(argv: list[str] | None) -> Any:
+def _query(argv: list[str]) -> Any:
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -132,7 +132,7 @@ def slurm_view(jobs: Any, sweep_dir: str, finished: Any = ("done",)) -> dict[Any
 
 def summarize_view(view: Any) -> Any:
     """One line: how many unfinished jobs Slurm holds in each state."""
-    counts = {}
+    counts: dict[Any, Any] = {}
     for state in view.values():
         word = state.lower() if state.isupper() else state   # TIMEOUT -> timeout
         counts[word] = counts.get(word, 0) + 1

@@ -118,7 +118,7 @@ def make_args_list(n_trials: Any, dataset_names: Any, algorithms: Any, n_hparams
             for algorithm in algorithms:
                 n_envs = num_environments(dataset)
                 if default_test_envs(dataset):  # fixed splits: --single_test_envs n/a
-                    all_test_envs = [default_test_envs(dataset)]
+                    all_test_envs: Any = [default_test_envs(dataset)]
                 elif single_test_envs:
                     all_test_envs = [[i] for i in range(n_envs)]
                 else:
@@ -214,7 +214,7 @@ def check_jobs(jobs: Any, launch_argv: Any = ()) -> None:
     """Every job's train arguments (steps, checkpoint_freq, hparams names/types/ranges,
     output directory) are valid, or one clear error before any job is launched.
     `launch_argv`: what the launcher adds to each command (multi_gpu's --distributed K)."""
-    checked = set()
+    checked: set[Any] = set()
     for job in jobs:
         try:
             check_job(train_argv(job.train_args) + list(launch_argv), checked)

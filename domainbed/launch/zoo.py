@@ -11,7 +11,7 @@ from domainbed.registry import get_algorithm_class, get_dataset_class
 # a step costs 3-9 ms of CPU against ~350 ms for MNIST_CNN on this (loaded) 2-core CPU
 # (scripts/bench_zoo.py): one CNN run costs as much as ~50 MLP runs. A few CNNs and
 # small ResNets keep the architecture axis of the zoo.
-ZOO_ARCHS = (
+ZOO_ARCHS: Any = (
     ("mlp", 0.96, {"mlp_width": (64, 128, 256), "mlp_depth": (3,)}),
     ("mnist_cnn", 0.02, {}),
     ("resnet_small", 0.02, {}),

@@ -52,7 +52,7 @@ class _SweepIndex:
         self.hparams = collections.defaultdict(set)      # (label, alg, env) -> keys
         self.pairs = set()                                # (label, alg) with 2 test envs
         self.algorithms = collections.defaultdict(set)    # label -> algorithms
-        self.run_hparams = {}
+        self.run_hparams: dict[Any, Any] = {}
         for r in records:
             args = r["args"]
             label = model_selection.dataset_label(r, labels)
@@ -132,7 +132,7 @@ def _overview(table: Any, datasets: Any, lower_is_better: bool = False) -> dict[
              "avg_text": reporting.format_avg(avg)}
             for alg, cells, avg in zip(table.rows, table.cells, table.avg)]
     for d in range(len(datasets)):
-        ranks = _rank({r["algorithm"]: r["cells"][d]["mean"] for r in rows}, lower_is_better)
+        ranks: Any = _rank({r["algorithm"]: r["cells"][d]["mean"] for r in rows}, lower_is_better)
         for r in rows:
             r["cells"][d]["rank"] = ranks.get(r["algorithm"])
     base = next((r for r in rows if r["algorithm"] == BASELINE), None)
@@ -153,7 +153,7 @@ def _published_rows(sources: Any, method_key: Any, table_name: Any, columns: Any
     user = {r["algorithm"]: r for r in user_rows}
     out = []
     for src in sources:
-        by_alg = collections.OrderedDict()
+        by_alg: Any = collections.OrderedDict()
         for row in src["rows"]:
             if row["method"] != method_key:
                 continue
@@ -296,7 +296,7 @@ def _published_overview(sources: Any, method_key: Any, names: Any, user_rows: An
     user = {r["algorithm"]: r for r in user_rows}
     out = []
     for src in sources:
-        by_alg = collections.OrderedDict()
+        by_alg: Any = collections.OrderedDict()
         for row in src["rows"]:
             if row["method"] == method_key and row["table"] == "Averages" and \
                     row["column"] in names:
@@ -321,7 +321,7 @@ def _val_worst_group_section(head: Any, records: Any, infos: Any, labels: Any,
         return {**head, "missing": VAL_WGA_NEEDS if records else "no records", "tables": [],
                 "overview": None, "published_overview": []}
     section = collect_results.build_val_worst_group_section(records, infos, labels)
-    overview, *extra = [_overview(t, covered) for t in section.tables]
+    overview, *extra = [_overview(t, covered) for t in section.tables]  # type: ignore[union-attr]
     names = [infos[label].name for label in covered]
     return {**head, "missing": None, "tables": [], "overview": overview,
             "extra_tables": extra,

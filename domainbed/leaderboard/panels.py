@@ -37,6 +37,7 @@ def aotl_panel(records: Any, label: Any, site_dir: Any) -> tuple[Any, ...]:
     splits, shown = [], []
     for row in table.to_dict("records"):
         ood = int(row["ood_env"])
+        name: str | None
         name, error = f"img/aotl_{slug(label)}_env{ood}.png", None
         try:
             aotl.plot_split(acc, dataset, ood, os.path.join(site_dir, name))

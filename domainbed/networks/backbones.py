@@ -437,7 +437,7 @@ BUILDERS = {"torchvision": _build_torchvision, "timm": _build_timm,
 CLASSIFIERS = {"torchvision": _torchvision_classifier, "timm": _timm_classifier}
 
 
-_SHARED_FROZEN = {}  # (name, input shape, weights file) -> the built frozen network
+_SHARED_FROZEN: dict[Any, Any] = {}  # (name, input shape, weights file) -> the built frozen network
 
 
 def _build_network(spec: Any, input_shape: tuple[int, ...], path: Any,

@@ -165,6 +165,8 @@ def _tower_and_head(spec: Any, input_shape: tuple[int, ...], weights: Any) -> tu
 
 class _Normalized(nn.Module):
     """ImageNet-normalized inputs re-normalized to another mean and std."""
+    scale: torch.Tensor
+    shift: torch.Tensor
 
     def __init__(self, network: Any, mean: Any, std: Any) -> None:
         super().__init__()

@@ -46,8 +46,10 @@ from oodutils.untrusted import array_digest, open_regular, parse_json, read_regu
 
 FORMAT_VERSION = 2  # 2: meta.json holds each array's row count and checksum
 MAX_META_BYTES = 1 << 20
-STATS = collections.Counter()  # "extracted" / "loaded": how often each happened (tests)
-_SHARED = None  # inside shared_loads(): entry -> (features, {id(split): FeatureSplit})
+# "extracted" / "loaded": how often each happened (tests)
+STATS: collections.Counter[str] = collections.Counter()
+# inside shared_loads(): entry -> (features, {id(split): FeatureSplit})
+_SHARED: dict[Any, Any] | None = None
 
 
 @contextlib.contextmanager
@@ -188,7 +190,7 @@ def _read_meta(entry: Any, fields: Any) -> Any:
     return arrays
 
 
-def _read_array(path: Any, rows: Any, sha256: str) -> Any:
+def _read_array(path: Any, rows: Any, sha256: str | None) -> Any:
     try:
         with open_regular(path) as f:
             array = np.load(f, allow_pickle=False)
@@ -278,7 +280,7 @@ def attach(run: Any) -> bool:
         return False
     check_not_augmented(run)
     root = cache_dir_of(run.config)
-    entry = (os.path.join(root, cache_key(run, featurizer)[1]), id(run.dataset))
+    entry = (os.path.join(root, cache_key(run, featurizer)[1]), id(run.dataset))  # type: ignore[arg-type]
     if _SHARED is not None and entry in _SHARED:
         features, swapped = _SHARED[entry]
     else:

@@ -13,6 +13,8 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 class _Renormalized(nn.Module):
     """A network trained on another normalization than ImageNet's, fed the
     ImageNet-normalized images the datasets give (re-normalized on the way in)."""
+    scale: torch.Tensor
+    shift: torch.Tensor
 
     def __init__(self, network: Any, spec: Any, attribute: str = "network") -> None:
         super().__init__()
@@ -39,6 +41,8 @@ class TwoColourToRGB(nn.Module):
     trained on: channel 0 becomes red, channel 1 green, blue stays 0 (pixel values in
     [0, 1], as the dataset gives them), bilinearly upsampled to `size` px and normalized
     with ImageNet's mean and std (the input every zoo backbone takes)."""
+    mean: torch.Tensor
+    std: torch.Tensor
 
     def __init__(self, size: Any) -> None:
         super().__init__()

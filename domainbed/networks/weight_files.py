@@ -18,7 +18,7 @@ from oodutils.untrusted import open_input, read_input
 MAX_WEIGHTS_BYTES = 64 << 30   # a weights file is read whole; larger is not a model file
 
 
-_sha256_memo = {}
+_sha256_memo: dict[Any, Any] = {}
 
 
 def file_sha256(path: Any) -> Any:

@@ -73,8 +73,8 @@ class Archive:
     name: str
     subdir: str = ""
     renames: dict = field(default_factory=dict)
-    sha256: str = None
-    prune: Callable = None
+    sha256: str | None = None
+    prune: Callable | None = None
 
     def run(self, data_dir: str) -> None:
         into = os.path.join(data_dir, self.subdir)
@@ -161,7 +161,7 @@ class File:
     url: str
     name: str
     subdir: str = ""
-    sha256: str = None
+    sha256: str | None = None
 
     def run(self, data_dir: str) -> None:
         dst = os.path.join(data_dir, self.subdir, self.name)
@@ -256,7 +256,7 @@ class TorchvisionMNIST:
         return f"{len(MNIST.resources)} files match torchvision's md5s"
 
 
-def verify_file(path: Any, url: str, sha256: str) -> str:
+def verify_file(path: Any, url: str, sha256: str | None) -> str:
     """A file on disk against its published or recorded checksum (a line saying which)."""
     expected = expected_sha256(path, sha256)
     if not os.path.isfile(path):
@@ -299,7 +299,7 @@ CELEBA = [Archive(GDRIVE + "1mb1R6dXfWbvk3DnlWOBO8pDeoBKOcLE6", "img_align_celeb
           File(GDRIVE + "1acn0-nE4W7Wa17sIkKB0GtfW4Z41CMFB", "list_eval_partition.txt", "celeba"),
           File(GDRIVE + "11um21kRUuaUNoMl59TCe2fb01FNjqNms", "list_attr_celeba.txt", "celeba")]
 CIVILCOMMENTS = [Wilds("civilcomments")]
-DATASETS = {
+DATASETS: dict[str, list[Any]] = {
     "MNIST": [TorchvisionMNIST()],
     "VLCS": [Archive(GDRIVE + "1skwblH1_okBwxWxmRsp9_qi15hyPpxg8", "VLCS.tar.gz")],
     "PACS": [Archive(GDRIVE + "1JFr8f805nMUelQWWmfnJR3y4_SYoN5Pd", "PACS.zip",
@@ -457,7 +457,7 @@ def main(argv: list[str] | None = None) -> Any:
     os.makedirs(args.data_dir, exist_ok=True)
     if args.verify:
         return verify_all(args)
-    fetched = {}
+    fetched: dict[Any, Any] = {}
     if args.source == "hub":
         checks = [(n, lambda n=n: download_from_hub(n, args.data_dir))
                   for n in args.datasets]

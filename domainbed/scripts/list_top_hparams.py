@@ -49,7 +49,7 @@ def _groups_for(records: Any, dataset: Any, algorithm: Any, test_env: Any) -> An
     """{(algorithm, dataset label): [(trial_seed, records)]} for the requested cell."""
     labels = model_selection.dataset_labels(records)
     wanted = {label for (name, _), label in labels.items() if name == dataset}
-    out = {}
+    out: dict[Any, Any] = {}
     for key, group in model_selection.group_records(records, labels).items():
         if key.dataset in wanted and key.test_env == test_env and \
                 (algorithm is None or key.algorithm == algorithm):

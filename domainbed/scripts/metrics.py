@@ -3,6 +3,7 @@ computes them from each run's saved predictions (and logits, where saved: nll, e
 and auroc need them) into `metrics.jsonl` beside its results.jsonl, which stays untouched."""
 import argparse
 import sys
+from typing import Any
 
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
 from oodutils.errors import UserError, epilog_example, run_cli
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     from domainbed.results.records import load_records
     loaded = load_records(args.input_dir, require_done=not args.include_unfinished,
                           quiet=True)
-    runs = {}
+    runs: dict[Any, Any] = {}
     for record in loaded.records:
         runs.setdefault(record["run_dir"], record)
     if not runs:

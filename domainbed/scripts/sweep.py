@@ -68,7 +68,7 @@ TO_LAUNCH = launchers.INCOMPLETE + (launchers.NOT_LAUNCHED,)
 
 # Our train flags that the sweep can pass through; a flag left unset is not passed, so
 # job hashes stay equal to DomainBed's for a DomainBed-style sweep.
-PASS_THROUGH = {   # name -> argparse kwargs
+PASS_THROUGH: dict[str, dict[str, Any]] = {   # name -> argparse kwargs
     "data_seed": dict(type=int, default=None,
                       help="seed of the environments' data (train.py's --data_seed)"),
     "precision": dict(type=str, default=None,

@@ -1,7 +1,6 @@
 """Train one model: `python -m domainbed.scripts.train --dataset D --algorithm A ...`
 (DomainBed's flags, plus --data_seed, --precision, --save_logits, resume on rerun).
 The options are `domainbed.RunConfig`'s fields; the parser is generated from it."""
-import argparse
 import sys
 from typing import Any
 
@@ -15,7 +14,7 @@ logger = get_logger(__name__)
 
 
 def parse_args(argv: list[str] | None = None,
-               configure_logging: bool = False) -> argparse.Namespace:
+               configure_logging: bool = False) -> RunConfig:
     """The run's RunConfig. -v / -q set the messages (with ``configure_logging``) and are
     then dropped: how chatty a run is is not part of what it is (its records' args)."""
     namespace = build_parser().parse_args(argv)

@@ -28,7 +28,7 @@ def make_splits(dataset: Any, config: RunConfig, hparams: dict) -> tuple[Any, ..
         out, in_ = split_dataset(env, int(len(env) * config.holdout_fraction),
                                  seed_hash(config.trial_seed, env_i))
         uda = None
-        if env_i in config.test_envs and config.task == "domain_adaptation":
+        if env_i in config.test_envs and config.task == "domain_adaptation":  # type: ignore[operator]
             uda, in_ = split_dataset(in_, int(len(in_) * config.uda_holdout_fraction),
                                      seed_hash(config.trial_seed, env_i))
         in_splits.append(in_)
@@ -101,9 +101,9 @@ class MinibatchSource:
                          sampling_weights(split, hparams))
             for split, env_i in zip(splits, env_indices)]
         self.hparams, self.seed, self.env_indices = hparams, seed, env_indices
-        self.balanced_samplers = None
+        self.balanced_samplers: Any = None
         self.rank, self.world_size = 0, 1
-        self.pool = None
+        self.pool: Any = None
         if any(split.x is None for split in splits) and n_workers > 0:
             from concurrent.futures import ThreadPoolExecutor
             self.pool = ThreadPoolExecutor(max_workers=n_workers)

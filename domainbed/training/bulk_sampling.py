@@ -56,7 +56,7 @@ def mt19937_outputs(seeds: Any, count: Any) -> Any:
             np.right_shift(y, _U32(-shift), out=scratch)
         else:
             np.left_shift(y, _U32(shift), out=scratch)
-            scratch &= _U32(mask)
+            scratch &= _U32(mask)  # type: ignore[arg-type]
         y ^= scratch
     return y.T
 

@@ -45,7 +45,7 @@ def average_gradients_before_step(optimizer: Any, world_size: int) -> Any:
     def average(opt: Any, args: Any, kwargs: Any) -> None:
         params = [p for group in opt.param_groups for p in group["params"]
                   if p.requires_grad]
-        buckets = {}
+        buckets: dict[Any, Any] = {}
         for p in params:
             buckets.setdefault((p.device, p.dtype), []).append(p)
         for (device, dtype), bucket in buckets.items():
@@ -186,7 +186,7 @@ class DataParallelRun(TrainingRun):
             torch.manual_seed(seed_hash(self.config.seed, self.rank, next_step))
         return next_step
 
-    def checkpoint(self, step: Any, logits: torch.Tensor | None = None) -> Any:
+    def checkpoint(self, step: int, logits: dict[str, torch.Tensor] | None = None) -> Any:
         logits = sharded_logits(self.algorithm, self.named_splits, self.ctx, self.rank,
                                 self.world_size)
         self.accumulators = mean_over_processes(self.accumulators, self.device)

@@ -53,6 +53,7 @@ class EarlyStopping:
         self.spec = spec
         self.name, self.maximize = parse_metric(spec)
         self.patience, self.train_envs = patience, list(train_envs)
+        self.best: float | None
         self.best, self.best_step, self.waited = None, None, 0
 
     def value(self, record: Any) -> float:

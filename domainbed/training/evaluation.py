@@ -71,19 +71,20 @@ def split_metrics(name: Any, correct: Any, groups: Any, n_groups: Any) -> Any:
 
 
 def evaluate(algorithm: Any, named_splits: Any, ctx: Any, n_groups: Any, save_logits: Any,
-             logits: torch.Tensor | None = None, extra_metrics: Any = (),
+             logits: Any = None, extra_metrics: Any = (),
              num_classes: int | None = None) -> tuple[Any, ...]:
     """Metrics of every split and the per-example prediction table of this checkpoint.
     `logits`: {split name: logits} computed elsewhere (a fused evaluation pass over many
     models); missing names are predicted here. `extra_metrics` (names of
     `oodutils.metrics.METRICS`) add `{split}_{metric}` keys and a confusion matrix per
     split (`table["confusion"]`: {split name: matrix})."""
+    columns: dict[str, list[Any]]
     metrics, columns = {}, {k: [] for k in ("id", "env", "split", "label", "pred", "correct",
                                             "group", "logits")}
     split_codes = {"in": 0, "out": 1, "uda": 2}
     confusion = {}
     algorithm.eval()
-    given = logits or {}
+    given: Any = logits or {}
     for name, env_i, kind, split in named_splits:
         logits = given.get(name)
         if logits is None:
@@ -95,8 +96,8 @@ def evaluate(algorithm: Any, named_splits: Any, ctx: Any, n_groups: Any, save_lo
         metrics.update(split_metrics(name, correct, split.groups, n_groups))
         if extra_metrics:
             metrics.update({f"{name}_{k}": v for k, v in classification_metrics(
-                label, pred, logits.float().numpy(), num_classes, extra_metrics).items()})
-            confusion[name] = confusion_matrix(label, pred, num_classes)
+                label, pred, logits.float().numpy(), num_classes, extra_metrics).items()})  # type: ignore[arg-type]
+            confusion[name] = confusion_matrix(label, pred, num_classes)  # type: ignore[arg-type]
         n = len(label)
         columns["id"].append(split.ids)
         columns["env"].append(np.full(n, env_i, np.int16))

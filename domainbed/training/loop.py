@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from domainbed.config import RunConfig
+from domainbed.datasets.base import MultipleDomainDataset
 from domainbed.training import arithmetic, trackers
 from domainbed.training.accumulation import check_grad_accumulation, micro_batch
 from domainbed.training.batches import (  # noqa: F401  (re-exported: part of training's API)
@@ -128,7 +129,8 @@ class TrainingRun:
     saves_resume_state = True
     stacks_as_probe = True   # one process: its steps may run as a probe stack
 
-    def __init__(self, config: RunConfig, hparams: dict, algorithm_cls: type, dataset_cls: type,
+    def __init__(self, config: RunConfig, hparams: dict, algorithm_cls: type,
+                 dataset_cls: type[MultipleDomainDataset],
                  log: Callable[[str], Any] | None = None, data: Any = None) -> None:
         """`data`: a RunData to share (the fused launcher builds it once per group of
         runs with the same dataset and splits); built here when None."""
@@ -153,14 +155,17 @@ class TrainingRun:
         self.checkpoint_freq = config.checkpoint_freq or dataset_cls.CHECKPOINT_FREQ
         self.steps_per_epoch = min(len(s) / samples_per_step(hparams)
                                    for s in self.in_splits)
+        self.accumulators: dict[Any, Any]
+        self.records: list[Any]
+        self.last_results: dict[str, Any] | None
         self.records, self.accumulators, self.last_results = [], {}, None
         self.schedule = RunSchedule(hparams, self.n_steps)
         self.early_stopping = EarlyStopping(
             config.early_stopping, config.patience or DEFAULT_PATIENCE,
             self.train_envs) if config.early_stopping else None
         self.stopped = False   # early stopping ended the run at its last checkpoint
-        self.trackers = None   # opened by restore(), closed by finish() / close()
-        self.probe = None      # its probe stack of one once training starts, False if none
+        self.trackers: Any = None   # opened by restore(), closed by finish() / close()
+        self.probe: Any = None      # its probe stack of one once training starts, False if none
         self.set_arithmetic(self._own_arithmetic())
 
     def _own_arithmetic(self) -> Any:
@@ -185,7 +190,7 @@ class TrainingRun:
         n_envs = len(self.dataset)
         self.in_splits, self.out_splits, self.uda_splits = (data.in_splits, data.out_splits,
                                                             data.uda_splits)
-        self.train_envs = [i for i in range(n_envs) if i not in config.test_envs]
+        self.train_envs = [i for i in range(n_envs) if i not in config.test_envs]  # type: ignore[operator]
         self.n_workers = min(getattr(self.dataset, "N_WORKERS", 0), os.cpu_count() or 1)
         self.memory_format = pick_memory_format(config.memory_format, self.device,
                                                 config.precision)
@@ -358,7 +363,7 @@ class TrainingRun:
     def is_checkpoint(self, step: Any) -> Any:
         return step % self.checkpoint_freq == 0 or step == self.n_steps - 1
 
-    def checkpoint(self, step: Any, logits: torch.Tensor | None = None) -> Any:
+    def checkpoint(self, step: int, logits: dict[str, torch.Tensor] | None = None) -> Any:
         """Evaluate, append the record, save predictions and the resume state.
         `logits`: {split name: logits} already computed (the fused launcher's evaluation
         pass), else the algorithm predicts each split here."""
@@ -474,7 +479,7 @@ def write_checkpoint(run_dir: Any, step: Any, table: Any, confusion: Any, record
 
 class RunData(NamedTuple):
     """A run's dataset and DomainBed's in/out/uda splits of it."""
-    dataset: object
+    dataset: Any
     in_splits: list
     out_splits: list
     uda_splits: list

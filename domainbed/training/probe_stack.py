@@ -174,9 +174,11 @@ class ProbeStack:
                    default=0)
         self._rows = {dtype: torch.empty(rows, self.table.shape[1], dtype=dtype, device=device)
                       for dtype in {self.table.dtype, torch.float32}}
-        self._drawn = {}   # (start, end) -> (first step, rows [steps, heads, rows], labels)
+        # (start, end) -> (first step, rows [steps, heads, rows], labels)
+        self._drawn: dict[Any, Any] = {}
         # per chunk of a group: its rows' place in the group, its parameters and gradient,
         # its logits, log-probabilities and upstream gradient (views made once)
+        self._views: dict[Any, list[Any]]
         self._views = {g: [(slice(s - g[0], e - g[0]), self.params[s:e], self.grad[s:e],
                             *(t[s - g[0]:e - g[0]] for t in self._per_group[g]))
                            for s, e in self.layout[g]] for g in self.groups}
@@ -281,7 +283,7 @@ class ProbeStack:
 
     # ------------------------------------------------------------ evaluation, write-back
     @torch.no_grad()
-    def predict(self) -> torch.Tensor:
+    def predict(self) -> dict[str, torch.Tensor]:
         """{split name: logits [heads, n, classes]} of every evaluated split, EVAL_ROWS
         rows per product."""
         first, heads = self.members[0], len(self.members)

@@ -51,7 +51,7 @@ def optimizer_attributes(algorithm: Any) -> dict[Any, Any]:
 
 def numpy_rng_state() -> dict[str, Any]:
     kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return {"kind": str(kind), "keys": torch.from_numpy(keys.astype(np.int64)),
+    return {"kind": str(kind), "keys": torch.from_numpy(keys.astype(np.int64)),  # type: ignore[attr-defined]
             "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}
 
 
@@ -156,7 +156,7 @@ def state_shape_problem(state: Any) -> Any:
 
 
 def numpy_rng_problem(state: Any) -> str | None:
-    expected_keys = np.random.get_state()[1].shape
+    expected_keys = np.random.get_state()[1].shape  # type: ignore[index]
     if not isinstance(state, dict) or not isinstance(state.get("keys"), torch.Tensor) or \
             tuple(state["keys"].shape) != expected_keys or \
             not isinstance(state.get("kind"), str) or not _is_int(state.get("pos")) or \
