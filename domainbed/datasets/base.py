@@ -76,7 +76,7 @@ class Environment(torch.utils.data.Dataset):
 
 
 class TensorEnvironment(Environment):
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, ids: Any, groups: Any = None) -> None:
+    def __init__(self, x: torch.Tensor, y: Any, ids: Any, groups: Any = None) -> None:
         assert len(x) == len(y) == len(ids)
         self.x, self.y = x, torch.as_tensor(y, dtype=torch.long)
         self.ids = np.asarray(ids, dtype=np.int64)
