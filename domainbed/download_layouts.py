@@ -31,7 +31,7 @@ TERRA_ANNOTATION_FILES = ("cis_test_annotations.json", "cis_val_annotations.json
 MAX_ANNOTATION_BYTES = 1 << 30
 
 
-def remove_domain_net_duplicates(root: Any, domains: Any) -> Any:
+def remove_domain_net_duplicates(root: str, domains: Any) -> Any:
     """Delete the listed duplicates under root/<domain> for each unpacked `domains` folder
     (a listed file that is absent is passed over, as DomainBed does); how many went."""
     removed = 0
@@ -47,7 +47,7 @@ def remove_domain_net_duplicates(root: Any, domains: Any) -> Any:
     return removed
 
 
-def _read_annotation_file(path: Any) -> Any:
+def _read_annotation_file(path: str) -> Any:
     try:
         data = parse_json(read_regular_bytes(path, MAX_ANNOTATION_BYTES))
     except (OSError, NotRegularFile) as e:
@@ -59,7 +59,7 @@ def _read_annotation_file(path: Any) -> Any:
     return data
 
 
-def read_camera_trap_annotations(folder: Any) -> Any:
+def read_camera_trap_annotations(folder: str) -> Any:
     """The images, annotations and categories of the five ECCV'18 files, merged."""
     merged: Any = {"images": [], "annotations": [], "categories": []}
     for name in TERRA_ANNOTATION_FILES:
@@ -93,7 +93,7 @@ def terra_incognita_placements(annotations: Any) -> Any:
     return placements
 
 
-def _plain_relative(file_name: Any) -> Any:
+def _plain_relative(file_name: str) -> Any:
     parts = str(file_name).replace("\\", "/").split("/")
     if os.path.isabs(str(file_name)) or any(p in ("", ".", "..") for p in parts):
         raise UserError(f"TerraIncognita: the annotations name the image {file_name!r}, "

@@ -42,7 +42,7 @@ MAX_LOCK_BYTES = 1 << 20
 USER_AGENT = "domainbed-downloader"
 
 
-def file_digest(path: Any, algorithm: str = "sha256") -> Any:
+def file_digest(path: str, algorithm: str = "sha256") -> Any:
     digest = hashlib.new(algorithm)
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(CHUNK), b""):
@@ -50,7 +50,7 @@ def file_digest(path: Any, algorithm: str = "sha256") -> Any:
     return digest.hexdigest()
 
 
-def verify(path: Any, sha256: str, source: Any) -> None:
+def verify(path: str, sha256: str, source: Any) -> None:
     """sha256: the full hex digest, or a prefix of it (torch hub's `name-<prefix>.pth`); a
     mismatch removes the file."""
     if not sha256:
@@ -64,11 +64,11 @@ def verify(path: Any, sha256: str, source: Any) -> None:
 
 # ------------------------------------------------------------- trust on first use (lock)
 
-def lock_path(directory: Any) -> Any:
+def lock_path(directory: str) -> Any:
     return os.path.join(directory, LOCK_FILE)
 
 
-def read_lock(directory: Any) -> Any:
+def read_lock(directory: str) -> Any:
     """{file name: {"url", "sha256", ...}} of the lock file in `directory` ({} if none);
     a lock that is not a regular JSON file is a UserError, never silently ignored."""
     path = lock_path(directory)
@@ -84,14 +84,14 @@ def read_lock(directory: Any) -> Any:
     return lock
 
 
-def recorded_sha256(dst: Any) -> Any:
+def recorded_sha256(dst: str) -> Any:
     """The sha256 the lock beside `dst` recorded at its first download, or None."""
     directory, name = os.path.split(os.path.abspath(dst))
     value = read_lock(directory).get(name, {}).get("sha256")
     return value if isinstance(value, str) and value else None
 
 
-def record(dst: Any, **fields: Any) -> None:
+def record(dst: str, **fields: Any) -> None:
     """Add `fields` to the lock entry of `dst` (the lock beside it)."""
     directory, name = os.path.split(os.path.abspath(dst))
     lock = read_lock(directory)
@@ -99,12 +99,12 @@ def record(dst: Any, **fields: Any) -> None:
     atomic_write_text(lock_path(directory), json.dumps(lock, indent=1, sort_keys=True) + "\n")
 
 
-def expected_sha256(dst: Any, sha256: str | None) -> Any:
+def expected_sha256(dst: str, sha256: str | None) -> Any:
     """What a download of `dst` must match: the published checksum, else the lock's."""
     return sha256 or recorded_sha256(dst)
 
 
-def check_file(path: Any, sha256: str, source: Any) -> Any:
+def check_file(path: str, sha256: str, source: Any) -> Any:
     """A UserError unless the file on disk matches `sha256` (full or prefix); kept as is."""
     actual = file_digest(path)
     if not actual.startswith(sha256.lower()):
@@ -114,7 +114,7 @@ def check_file(path: Any, sha256: str, source: Any) -> Any:
     return actual
 
 
-def accept(partial: Any, dst: Any, url: str, sha256: str | None) -> Any:
+def accept(partial: Any, dst: str, url: str, sha256: str | None) -> Any:
     """A complete download: checked against the published or recorded checksum (removed on
     a mismatch), recorded in the lock on first use, then renamed into place."""
     expected = expected_sha256(dst, sha256)
@@ -130,13 +130,13 @@ def accept(partial: Any, dst: Any, url: str, sha256: str | None) -> Any:
     return dst
 
 
-def _partials(dst: Any) -> list[Any]:
+def _partials(dst: str) -> list[Any]:
     directory, name = os.path.split(os.path.abspath(dst))
     return sorted(glob.glob(os.path.join(glob.escape(directory), f".{glob.escape(name)}.*"
                                          ".partial")), key=os.path.getsize, reverse=True)
 
 
-def _partial_file(dst: Any, resume: bool = True) -> Any:
+def _partial_file(dst: str, resume: bool = True) -> Any:
     """The largest partial download of dst to resume (only where the result will be checked
     against a checksum), or a new one with a random name."""
     existing = _partials(dst)
@@ -156,14 +156,14 @@ def _progress(total: Any, initial: Any, desc: Any) -> Any:
                 disable=not sys.stderr.isatty(), dynamic_ncols=True)
 
 
-def _open(url: str, offset: Any, timeout: Any) -> Any:
+def _open(url: str, offset: Any, timeout: float) -> Any:
     request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
     if offset:
         request.add_header("Range", f"bytes={offset}-")
     return urllib.request.urlopen(request, timeout=timeout)
 
 
-def _stream(url: str, partial: Any, timeout: Any) -> Any:
+def _stream(url: str, partial: Any, timeout: float) -> Any:
     offset = os.path.getsize(partial)
     try:
         response = _open(url, offset, timeout)
@@ -195,7 +195,7 @@ def _complete_size(headers: Any) -> Any:
     return int(match.group(1)) if match else None
 
 
-def fetch(url: str, dst: Any, sha256: str | None = None, timeout: int = 60) -> Any:
+def fetch(url: str, dst: str, sha256: str | None = None, timeout: int = 60) -> Any:
     """Download url to dst (see the module docstring). Returns dst. An existing dst is
     checked against the published or recorded checksum, not downloaded again."""
     expected = expected_sha256(dst, sha256)
@@ -217,7 +217,7 @@ def fetch(url: str, dst: Any, sha256: str | None = None, timeout: int = 60) -> A
     return accept(partial, dst, url, sha256)
 
 
-def _inside(root: Any, path: Any) -> bool:
+def _inside(root: str, path: str) -> bool:
     root = os.path.realpath(root)
     return os.path.commonpath([root, os.path.realpath(path)]) == root
 
@@ -271,13 +271,13 @@ def extract(archive: Any, into: Any, remove: bool = True) -> Any:
     return placed
 
 
-def fetch_and_extract(url: str, into: Any, archive_name: Any, sha256: str | None = None) -> Any:
+def fetch_and_extract(url: str, into: Any, archive_name: str, sha256: str | None = None) -> Any:
     """Download an archive into `into` (resumable, verified) and unpack it there."""
     archive = fetch(url, os.path.join(into, archive_name), sha256=sha256)
     return extract(archive, into)
 
 
-def tree_digest(root: Any, names: Any) -> Any:
+def tree_digest(root: str, names: list[str]) -> Any:
     """sha256 over every regular file under root/<name> (relative path and content), in
     sorted order; symlinks count by their target text, never followed."""
     digest = hashlib.sha256()

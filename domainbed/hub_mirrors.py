@@ -45,11 +45,11 @@ MIRRORS = {
 }
 
 
-def _key(text: Any) -> Any:
+def _key(text: str) -> Any:
     return "".join(ch for ch in str(text).lower() if ch.isalnum())
 
 
-def domain_folder(name: Any, mirror: Any, value: Any) -> Any:
+def domain_folder(name: str, mirror: Any, value: Any) -> Any:
     """DomainBed's folder for the mirror's domain `value` (one error line when none)."""
     for folder in mirror.domain_dirs:
         if _key(folder) == _key(value):
@@ -71,7 +71,7 @@ def _first_line(error: Any) -> Any:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def fetch_parquet_files(name: Any, mirror: Any, data_dir: str) -> tuple[Any, ...]:
+def fetch_parquet_files(name: str, mirror: Any, data_dir: str) -> tuple[Any, ...]:
     """(commit, [local parquet paths]) of the mirror at its revision, each file checked
     against the sha256 the lock beside the data recorded on first use."""
     hub = _hub()
@@ -103,7 +103,7 @@ def _lock_key(data_dir: str, mirror: Any, file_name: str = "") -> Any:
     return os.path.join(data_dir, f"hub:{mirror.repo}{suffix}".replace("/", "__"))
 
 
-def _recorded_revision(name: Any, data_dir: str) -> Any:
+def _recorded_revision(name: str, data_dir: str) -> Any:
     mirror = MIRRORS[name]
     from domainbed.downloading import read_lock
     entry = read_lock(os.path.abspath(data_dir)).get(
@@ -111,8 +111,8 @@ def _recorded_revision(name: Any, data_dir: str) -> Any:
     return entry.get("revision")
 
 
-def check_recorded(name: Any, mirror: Any, data_dir: str, commit: Any, file_name: Any,
-                   path: Any) -> Any:
+def check_recorded(name: str, mirror: Any, data_dir: str, commit: Any, file_name: str,
+                   path: str) -> Any:
     """Record the file's sha256 on first use; refuse a file that differs from the record."""
     key = _lock_key(data_dir, mirror, file_name)
     actual = file_digest(path)
@@ -127,7 +127,7 @@ def check_recorded(name: Any, mirror: Any, data_dir: str, commit: Any, file_name
     return actual
 
 
-def write_layout(name: Any, mirror: Any, parquet_paths: Any, data_dir: str) -> Any:
+def write_layout(name: str, mirror: Any, parquet_paths: Any, data_dir: str) -> Any:
     """The mirror's rows as DATA_DIR/<dirname>/<domain>/<class>/<row>.<ext>, written into a
     temporary folder and renamed into place when complete. Returns {domain: images}."""
     import pyarrow.parquet as pq
@@ -174,7 +174,7 @@ def write_layout(name: Any, mirror: Any, parquet_paths: Any, data_dir: str) -> A
     return counts
 
 
-def _class_names(name: Any, table: Any, mirror: Any, path: Any) -> list[Any]:
+def _class_names(name: str, table: Any, mirror: Any, path: str) -> list[Any]:
     """The label column's ClassLabel names from the schema the datasets library wrote."""
     import json
     meta = (table.schema.metadata or {}).get(b"huggingface")
@@ -187,7 +187,7 @@ def _class_names(name: Any, table: Any, mirror: Any, path: Any) -> list[Any]:
     return list(names)
 
 
-def download_from_hub(name: Any, data_dir: str) -> str:
+def download_from_hub(name: str, data_dir: str) -> str:
     """Fetch the mirror of dataset `name` and write DomainBed's layout; one summary line."""
     mirror = MIRRORS[name]
     commit, paths = fetch_parquet_files(name, mirror, data_dir)

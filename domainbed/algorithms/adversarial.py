@@ -213,8 +213,8 @@ class URM(ERM):
         return {"loss": loss.item()}
 
 
-def supcon_lambda_loss(features: Any, labels: Any, domains: Any, lamda: float = 0.5,
-                       temperature: float = 0.07) -> Any:
+def supcon_lambda_loss(features: Any, labels: torch.Tensor, domains: torch.Tensor,
+                       lamda: float = 0.5, temperature: float = 0.07) -> Any:
     """ADRMX's supervised contrastive loss: positives (same label) and negatives are
     weighted `lamda` inside the anchor's domain and 1 - `lamda` outside it
     (DomainBed's misc.SupConLossLambda)."""

@@ -95,6 +95,7 @@ class Algorithm(torch.nn.Module):
     - group_balanced_batches(step): True to draw that step's minibatches group-balanced.
     - stage(): the training stage the last update belonged to (written into each record).
     """
+    registry_name: str   # set by registry.register_algorithm
     NEEDS_GROUPS = False
     # (index, count) of the current micro-batch under gradient accumulation (set by the
     # training loop; ERM.optimizer_step reads it)
@@ -129,7 +130,7 @@ class Algorithm(torch.nn.Module):
     def prepare(self, context: Any) -> None:
         """Receive the run's TrainingContext (training data, length, seed)."""
 
-    def group_balanced_batches(self, step: Any) -> bool:
+    def group_balanced_batches(self, step: int) -> bool:
         return False
 
     def stage(self) -> None:

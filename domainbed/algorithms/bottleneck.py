@@ -26,8 +26,8 @@ def finite_mean(x: torch.Tensor) -> Any:
     return total / num_finite
 
 
-def contrastive_domain_loss(z: Any, y: torch.Tensor, domains: Any, temperature: Any,
-                            conditional: Any, flipped: Any) -> Any:
+def contrastive_domain_loss(z: torch.Tensor, y: torch.Tensor, domains: torch.Tensor,
+                            temperature: Any, conditional: Any, flipped: Any) -> Any:
     """CAD's bottleneck loss. Flipped (default): maximize the log-probability that an
     example's contrastive neighbours come from other domains (given the same label when
     conditional); otherwise minimize that they come from its own domain."""
@@ -89,7 +89,7 @@ class AbstractCAD(Algorithm):
             params += list(self.project.parameters())
         self.optimizer = make_optimizer(params, hparams)
 
-    def bn_loss(self, z: Any, y: torch.Tensor, dom_labels: Any) -> Any:
+    def bn_loss(self, z: torch.Tensor, y: torch.Tensor, dom_labels: Any) -> Any:
         if self.hparams["is_project"]:
             z = self.project(z)
         if self.hparams["is_normalized"]:

@@ -33,14 +33,14 @@ class OutputActivation:
     def __init__(self, activation: Any) -> None:
         self.activation = activation
 
-    def __call__(self, module: Any, inputs: Any, output: Any) -> Any:
+    def __call__(self, module: nn.Module, inputs: Any, output: Any) -> Any:
         return self.activation(output)
 
 
 ACTIVATIONS = {"tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "relu": nn.ReLU, "identity": nn.Identity}
 
 
-def set_output_activation(featurizer: Any, name: Any) -> None:
+def set_output_activation(featurizer: nn.Module, name: str) -> None:
     featurizer.register_forward_hook(OutputActivation(ACTIVATIONS[name]()))
 
 

@@ -42,7 +42,7 @@ class GroupDRO(ERM):
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.register_buffer("q", torch.ones(num_domains))
 
-    def _load_from_state_dict(self, state_dict: Any, prefix: Any, *args: Any,
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any,
                               **kwargs: Any) -> None:
         # DomainBed saves an empty q before the first step (it makes q on first use): read
         # as the uniform start, so update() and the fused launcher always see one weight

@@ -45,7 +45,7 @@ class ERM(Algorithm):
         annealing ends): the run's choice, DomainBed's Adam by default."""
         return make_optimizer(self.network.parameters(), self.hparams)
 
-    def optimizer_step(self, loss: Any) -> None:
+    def optimizer_step(self, loss: torch.Tensor) -> None:
         """One step on `loss`; under gradient accumulation (the loop sets `micro_step`
         to (index, count)), gradients of `count` micro-batches add up, each loss scaled
         by 1/count, and the optimizer steps after the last."""
@@ -79,5 +79,5 @@ class ERM(Algorithm):
     def featurize(self, x: torch.Tensor) -> torch.Tensor:
         return self.featurizer(x)
 
-    def classify(self, features: Any) -> torch.Tensor:
+    def classify(self, features: torch.Tensor) -> torch.Tensor:
         return self.classifier(features)

@@ -81,7 +81,7 @@ class Fish(Algorithm):
         return self.network(x)
 
 
-def per_domain_gradients(network: Any, minibatches: list[tuple[torch.Tensor, ...]],
+def per_domain_gradients(network: nn.Module, minibatches: list[tuple[torch.Tensor, ...]],
                          retain_graph: bool = False) -> tuple[Any, ...]:
     """For each parameter, the list of its gradients on each domain's risk; and the mean
     risk (a float)."""
@@ -96,7 +96,7 @@ def per_domain_gradients(network: Any, minibatches: list[tuple[torch.Tensor, ...
     return per_param, mean_loss
 
 
-def set_masked_mean_gradient(param: Any, grads: Any, mask: Any) -> None:
+def set_masked_mean_gradient(param: Any, grads: Any, mask: torch.Tensor) -> None:
     """param.grad = mask * mean gradient, rescaled by the fraction of the mask kept."""
     mask_t = mask.sum() / mask.numel()
     param.grad = mask * torch.mean(grads, dim=0)
@@ -208,7 +208,7 @@ def l2_between_dicts(dict_1: Any, dict_2: Any) -> Any:
             torch.cat([dict_2[k].view(-1) for k in keys])).pow(2).mean()
 
 
-def per_example_gradients(module: Any, inputs: Any, y: torch.Tensor) -> Any:
+def per_example_gradients(module: nn.Module, inputs: Any, y: torch.Tensor) -> Any:
     """{parameter name: (n, numel) per-example gradients of the cross-entropy}, differentiable
     with respect to the inputs and parameters (what backpack's BatchGrad gives DomainBed)."""
     from torch.func import functional_call, grad, vmap

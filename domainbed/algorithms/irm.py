@@ -33,14 +33,14 @@ def irm_penalty(logits: torch.Tensor, y: torch.Tensor) -> Any:
     return torch.sum(grad_1 * grad_2)
 
 
-def annealed_weight(prefix: Any, hp: dict[str, Any], state: Any) -> Any:
+def annealed_weight(prefix: str, hp: dict[str, Any], state: Any) -> Any:
     """The penalty weight of an AnnealedPenalty: 1 before its switch step, then lambda."""
     count = state["update_count"].reshape(())
     return torch.where(count >= hp[f"{prefix}_penalty_anneal_iters"],
                        hp[f"{prefix}_lambda"], torch.ones_like(hp[f"{prefix}_lambda"]))
 
 
-def annealed_fused_form(objective: Any, prefix: Any) -> Any:
+def annealed_fused_form(objective: Any, prefix: str) -> Any:
     """The FusedForm of an AnnealedPenalty: its penalty weight and anneal step may differ
     between members, and each member's Adam restarts at its own switch step."""
     def reset_optimizer(hp: dict[str, Any], state: Any) -> bool:
@@ -87,7 +87,7 @@ class AnnealedPenalty(ERM):
     def anneal_iters(self) -> Any:
         return self.hparams[f"{self.PREFIX}_penalty_anneal_iters"]
 
-    def optimizer_step(self, loss: Any) -> None:
+    def optimizer_step(self, loss: torch.Tensor) -> None:
         if int(self.update_count.item()) == self.anneal_iters:
             self.optimizer = self.new_optimizer()
         super().optimizer_step(loss)

@@ -157,7 +157,7 @@ class MTL(Algorithm):
         self.optimizer.step()
         return {"loss": loss.item()}
 
-    def update_embeddings_(self, features: Any, env: Any = None) -> Any:
+    def update_embeddings_(self, features: torch.Tensor, env: Any = None) -> Any:
         embedding = features.mean(0)
         if env is not None:
             embedding = self.ema * embedding + (1 - self.ema) * self.embeddings[env]

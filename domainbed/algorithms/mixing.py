@@ -214,7 +214,7 @@ def cut_mix(alpha: Any, x1: torch.Tensor, x2: torch.Tensor, y1: Any, y2: Any) ->
     return inputs, lam * targets + (1 - lam) * targets[partner]
 
 
-def lisa_pairs(within_label: Any, labels: Any, attributes: Any) -> Any:
+def lisa_pairs(within_label: Any, labels: torch.Tensor, attributes: Any) -> Any:
     """The (mask_1, mask_2) pairs LISA mixes: within each label, two random attributes
     (intra-label); or within each attribute, two random labels (intra-attribute)."""
     outer, inner = (labels, attributes) if within_label else (attributes, labels)

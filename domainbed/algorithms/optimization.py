@@ -41,7 +41,7 @@ OPTIMIZATION_HPARAMS = {
 }
 
 
-def dataset_default(name: Any, fallback: Any) -> Any:
+def dataset_default(name: str, fallback: Any) -> Any:
     """A declaration a dataset may replace through its OPTIMIZER_HPARAMS (a benchmark's
     own protocol, e.g. SubpopBench's SGD for images); `fallback` otherwise."""
     def pick(dataset_cls: Any) -> Any:

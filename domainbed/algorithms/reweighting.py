@@ -21,14 +21,14 @@ from domainbed.registry import register_algorithm
 from oodutils.errors import UserError
 
 
-def training_group_sizes(name: Any, context: Any) -> Any:
+def training_group_sizes(name: str, context: Any) -> Any:
     """Examples per group over the pooled training in-splits (SubpopBench's grp_sizes)."""
     groups = torch.cat(require_groups(name, context.train_splits))
     num_groups = context.num_groups or int(groups.max()) + 1
     return torch.bincount(groups, minlength=num_groups).double()
 
 
-def normalized(weights: Any) -> Any:
+def normalized(weights: torch.Tensor) -> Any:
     """Weights rescaled to sum to their count (empty groups get weight 0)."""
     weights = torch.where(torch.isfinite(weights), weights, torch.zeros_like(weights))
     return (weights / weights.sum() * len(weights)).float()
@@ -130,7 +130,7 @@ class SubpopGroupDRO(ERM):
         if len(self.q) != num_groups:
             self.q = torch.ones(num_groups, device=context.device)
 
-    def _load_from_state_dict(self, state_dict: Any, prefix: Any, *args: Any,
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any,
                               **kwargs: Any) -> None:
         saved = state_dict.get(prefix + "q")
         if saved is not None and saved.shape != self.q.shape:
@@ -185,7 +185,7 @@ class CVaRDRO(ERM):
         return {"loss": loss.item()}
 
 
-def generalized_cross_entropy(logits: torch.Tensor, targets: Any, q: Any) -> Any:
+def generalized_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, q: Any) -> Any:
     """GCE as in LfF's code: cross-entropy scaled by q * p_y^q (p_y detached); its gradient
     is q times that of the GCE (1 - p_y^q) / q, so it emphasizes examples the model finds
     easy."""

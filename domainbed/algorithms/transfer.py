@@ -17,7 +17,7 @@ from domainbed.hparams import Hparam
 from domainbed.registry import register_algorithm
 
 
-def hessian_vector_product(loss: Any, weight: Any, v: Any) -> Any:
+def hessian_vector_product(loss: torch.Tensor, weight: Any, v: Any) -> Any:
     first = nn.utils.parameters_to_vector(
         autograd.grad(loss, weight, retain_graph=True, create_graph=True, allow_unused=True))
     return nn.utils.parameters_to_vector(autograd.grad(first @ v, weight, create_graph=True))

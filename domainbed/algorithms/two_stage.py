@@ -59,7 +59,7 @@ class TwoStage(Algorithm):
             return None
         return "stage2" if self.in_stage2(count - 1) else "stage1"
 
-    def group_balanced_batches(self, step: Any) -> bool:
+    def group_balanced_batches(self, step: int) -> bool:
         return False
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
@@ -74,7 +74,7 @@ class TwoStage(Algorithm):
                       groups: Any) -> dict[str, float]:
         raise NotImplementedError
 
-    def classifier_step(self, loss: Any) -> dict[str, Any]:
+    def classifier_step(self, loss: torch.Tensor) -> dict[str, Any]:
         """A step of the second-stage optimizer, which holds the classifier only."""
         self.optimizer_stage2.zero_grad()
         loss.backward()
@@ -146,7 +146,7 @@ class CRT(TwoStage):
         require_groups(self.registry_name, context.train_splits)
         super().prepare(context)
 
-    def group_balanced_batches(self, step: Any) -> Any:
+    def group_balanced_batches(self, step: int) -> Any:
         return self.in_stage2(step)
 
     def stage2_loss(self, logits: torch.Tensor, y: torch.Tensor, groups: Any) -> torch.Tensor:
@@ -190,7 +190,7 @@ class ReWeightCRT(CRT):
         self.weights_per_group = normalized(
             1.0 / training_group_sizes(self.registry_name, context)).to(context.device)
 
-    def group_balanced_batches(self, step: Any) -> bool:
+    def group_balanced_batches(self, step: int) -> bool:
         return False
 
     def stage2_loss(self, logits: torch.Tensor, y: torch.Tensor, groups: Any) -> torch.Tensor:
@@ -249,7 +249,7 @@ class DFR(TwoStage):
         self.heldout = (x.to(context.device), y.to(context.device))
         self.seed = context.seed
 
-    def stage2_batch(self, step: Any) -> tuple[Any, ...]:
+    def stage2_batch(self, step: int) -> tuple[Any, ...]:
         """A minibatch of the balanced held-out set, a pure function of (seed, step)."""
         x, y = self.heldout
         generator = torch.Generator().manual_seed(seed_hash("DFR", self.seed, step))

@@ -82,7 +82,7 @@ class TensorEnvironment(Environment):
         self.ids = np.asarray(ids, dtype=np.int64)
         self.groups = None if groups is None else np.asarray(groups, dtype=np.int64)
 
-    def __getitem__(self, i: Any) -> tuple[Any, ...]:
+    def __getitem__(self, i: int) -> tuple[Any, ...]:
         return self.x[i], self.y[i]
 
 
@@ -98,7 +98,7 @@ class EnvironmentSubset(Environment):
         self.x = None if parent.x is None else parent.x[torch.from_numpy(indices)]
         self.transform = getattr(parent, "transform", None)
 
-    def __getitem__(self, i: Any) -> Any:
+    def __getitem__(self, i: int) -> Any:
         return self.parent[int(self.indices[i])]
 
 

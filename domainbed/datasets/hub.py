@@ -55,7 +55,7 @@ def _datasets() -> Any:
     return datasets
 
 
-def snapshot(name: Any, repo: Any, revision: Any) -> tuple[Any, ...]:
+def snapshot(name: str, repo: Any, revision: Any) -> tuple[Any, ...]:
     """(local folder, commit) of the Hub dataset `repo` at `revision` (downloaded into
     huggingface_hub's cache, or found there offline)."""
     try:
@@ -78,7 +78,7 @@ def snapshot(name: Any, repo: Any, revision: Any) -> tuple[Any, ...]:
     return folder, os.path.basename(os.path.normpath(folder))
 
 
-def local_revision(folder: Any) -> Any:
+def local_revision(folder: str) -> Any:
     """A local folder's revision: the commit of a huggingface_hub snapshot folder
     (``.../snapshots/<commit>``), else ``local`` (the fingerprint tells contents apart)."""
     parent, leaf = os.path.split(os.path.normpath(folder))
@@ -87,7 +87,7 @@ def local_revision(folder: Any) -> Any:
     return "local"
 
 
-def data_files_digest(folder: Any) -> Any:
+def data_files_digest(folder: str) -> Any:
     """sha256 over the data files under `folder` (names and contents, sorted)."""
     digest = hashlib.sha256()
     for path in sorted(p for pattern in DATA_PATTERNS[:-1]
@@ -100,7 +100,7 @@ def data_files_digest(folder: Any) -> Any:
     return digest.hexdigest()[:16]
 
 
-def load_split(name: Any, folder: Any, split: Any) -> Any:
+def load_split(name: str, folder: str, split: Any) -> Any:
     """The `split` of the dataset in `folder` (datasets.load_dataset, cached)."""
     datasets = _datasets()
     quiet = not datasets.utils.are_progress_bars_disabled()
@@ -121,14 +121,14 @@ def load_split(name: Any, folder: Any, split: Any) -> Any:
     return splits[split]
 
 
-def _column(name: Any, table: Any, option: Any, column: Any) -> Any:
+def _column(name: str, table: Any, option: Any, column: Any) -> Any:
     if column not in table.column_names:
         raise UserError(f"{name}: no column {column!r} ({HF_OPTIONS[option][0]}); the columns "
                         f"are: {', '.join(table.column_names)}")
     return column
 
 
-def _names_and_codes(name: Any, table: Any, column: Any, what: Any) -> tuple[Any, ...]:
+def _names_and_codes(name: str, table: Any, column: Any, what: Any) -> tuple[Any, ...]:
     """(names, code per row) of a column: ClassLabel names, else sorted distinct values
     (whole numbers stay the indices they are)."""
     datasets = _datasets()
@@ -150,7 +150,7 @@ def _names_and_codes(name: Any, table: Any, column: Any, what: Any) -> tuple[Any
     return names, np.asarray([index[v] for v in text], dtype=np.int64)
 
 
-def _image_column(name: Any, table: Any) -> Any:
+def _image_column(name: str, table: Any) -> Any:
     datasets = _datasets()
     found = [c for c, f in table.features.items() if isinstance(f, datasets.Image)]
     if found:
@@ -165,7 +165,7 @@ def _image_column(name: Any, table: Any) -> Any:
 class HubTable:
     """The checked columns of one split: environment, label and input per row."""
 
-    def __init__(self, name: Any, argument: Any) -> None:
+    def __init__(self, name: str, argument: Any) -> None:
         self.name = name
         self.source, self.options = split_name(argument)
         if not self.source:
@@ -231,7 +231,7 @@ class HubImageEnvironment(ImageEnvironment):
         super().__init__([None] * len(rows), labels, ids, **transforms)
         self.column, self.rows = column, np.asarray(rows, dtype=np.int64)
 
-    def _cell(self, i: Any) -> Any:
+    def _cell(self, i: int) -> Any:
         """Row i's image as {"bytes", "path"} (the Image feature's storage; a plain binary
         or text column is taken as bytes or a path)."""
         cell = self.column[int(self.rows[i])].as_py()
@@ -241,7 +241,7 @@ class HubImageEnvironment(ImageEnvironment):
             return {"bytes": None, "path": cell}
         return cell
 
-    def load(self, i: Any) -> Any:
+    def load(self, i: int) -> Any:
         import io
 
         from PIL import Image
@@ -250,7 +250,7 @@ class HubImageEnvironment(ImageEnvironment):
             return Image.open(io.BytesIO(cell["bytes"])).convert("RGB")
         return load_image(cell["path"])
 
-    def image_problem(self, i: Any) -> Any:
+    def image_problem(self, i: int) -> Any:
         cell = self._cell(i)
         if cell is None:
             return "has no image"
@@ -260,7 +260,7 @@ class HubImageEnvironment(ImageEnvironment):
             return file_problem(cell["path"])
         return "has no image bytes and no path"
 
-    def describe(self, i: Any) -> str:
+    def describe(self, i: int) -> str:
         return f"row {int(self.rows[i])} (image column)"
 
     def keep(self, indices: Any) -> None:
@@ -276,7 +276,7 @@ class HubImageDataset(CheckedImages, MultipleDomainDataset):
     TABLE: Any = None
     HPARAMS = {**MultipleDomainDataset.HPARAMS, **MultipleEnvironmentImageFolder.HPARAMS}
 
-    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any]) -> None:
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         table = self.TABLE
         column = table.table.data.column(table.image_column)   # arrow, read row by row
         size = int(hparams.get("image_size", 224))
@@ -309,7 +309,7 @@ def _text_dataset_class() -> Any:
         NEEDS_DATA_DIR = False
         TABLE: Any = None
 
-        def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any]) -> None:
+        def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
             table = self.TABLE
             texts = [str(t) for t in table.table.data.column(table.text_column).to_pylist()]
             rows = table.rows

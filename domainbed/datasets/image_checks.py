@@ -39,7 +39,7 @@ def _kind(mode: Any) -> Any:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
-def file_problem(path: Any, max_pixels: Any = MAX_IMAGE_PIXELS) -> Any:
+def file_problem(path: str, max_pixels: Any = MAX_IMAGE_PIXELS) -> Any:
     """Why the file at `path` is not a usable image, or None when it is."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:

@@ -60,7 +60,7 @@ def augment_transform(size: int = 224) -> Any:
         transforms.Normalize(mean=IMAGENET_MEAN, std=IMAGENET_STD)])
 
 
-def load_image(path: Any) -> Any:
+def load_image(path: str) -> Any:
     with open(path, "rb") as f:
         return Image.open(f).convert("RGB")
 
@@ -102,14 +102,14 @@ class ImageEnvironment(_Transforms, Environment):
         self.train_transform = train_transform or eval_transform
         self.set_transform(training)
 
-    def load(self, i: Any) -> Any:
+    def load(self, i: int) -> Any:
         return load_image(self.paths[i])
 
-    def image_problem(self, i: Any) -> Any:
+    def image_problem(self, i: int) -> Any:
         """Why example i's file is not a usable image, or None (image_checks)."""
         return file_problem(self.paths[i])
 
-    def describe(self, i: Any) -> Any:
+    def describe(self, i: int) -> Any:
         return repr(self.paths[i])
 
     def keep(self, indices: Any) -> None:
@@ -120,7 +120,7 @@ class ImageEnvironment(_Transforms, Environment):
         if self.groups is not None:
             self.groups = self.groups[indices]
 
-    def __getitem__(self, i: Any) -> tuple[Any, ...]:
+    def __getitem__(self, i: int) -> tuple[Any, ...]:
         image = self.load(int(i))
         if self.transform is not None:
             image = self.transform(image)
@@ -137,7 +137,7 @@ class ImageSubset(_Transforms, EnvironmentSubset):
         super().__init__(parent, indices)
         self._copy_transforms(parent)
 
-    def __getitem__(self, i: Any) -> tuple[Any, ...]:
+    def __getitem__(self, i: int) -> tuple[Any, ...]:
         j = int(self.indices[int(i)])
         image = self.parent.load(j)
         if self.transform is not None:
@@ -155,12 +155,12 @@ def make_transforms(training_env: Any, augment: Any, size: Any) -> tuple[Any, ..
     return (augment_transform(size) if (training_env and augment) else ev), ev
 
 
-def _inside(path: Any, root_real: Any) -> Any:
+def _inside(path: str, root_real: Any) -> Any:
     real = os.path.realpath(path)
     return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
 
 
-def _sorted_dirs(path: Any, root: Any) -> list[Any]:
+def _sorted_dirs(path: str, root: str) -> list[Any]:
     """Visible sub-folders of `path`; a symlinked one only when it stays inside `root`."""
     root_real = os.path.realpath(root)
     return sorted(e.name for e in os.scandir(path)
@@ -168,7 +168,7 @@ def _sorted_dirs(path: Any, root: Any) -> list[Any]:
                   and (not e.is_symlink() or _inside(e.path, root_real)))
 
 
-def _sorted_images(directory: Any, root: Any) -> Any:
+def _sorted_images(directory: str, root: str) -> Any:
     """ImageFolder's order: sorted walk of the class folder. Symlinks are followed only
     while they stay inside the dataset `root`; a folder reached twice (two links to one
     folder) is walked once and a link back up (a loop) not at all, so no image is counted
@@ -197,7 +197,7 @@ def _sorted_images(directory: Any, root: Any) -> Any:
     return out
 
 
-def missing_data_error(name: Any, path: Any, hint: Any = None) -> Any:
+def missing_data_error(name: str, path: str, hint: Any = None) -> Any:
     return UserError(
         f"{name}: data directory {path!r} does not exist; download it with "
         f"`python -m domainbed.scripts.download --datasets {name} --data_dir DATA_DIR` "
@@ -210,7 +210,7 @@ class MultipleEnvironmentImageFolder(MultipleDomainDataset):
     N_WORKERS = 8
     HPARAMS = {"image_size": Hparam(224, lambda r: 224, "side images are resized to", low=1)}
 
-    def __init__(self, root: Any, test_envs: Any, augment: Any, hparams: dict[str, Any]) -> None:
+    def __init__(self, root: str, test_envs: Any, augment: Any, hparams: dict[str, Any]) -> None:
         name = getattr(self, "registry_name", type(self).__name__)
         if not os.path.isdir(root):
             raise missing_data_error(name, root)
@@ -251,7 +251,7 @@ class MultipleEnvironmentImageFolder(MultipleDomainDataset):
 class _FolderDataset(MultipleEnvironmentImageFolder):
     DIRNAME: Any = None
 
-    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any]) -> None:
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         self.dir = os.path.join(root, self.DIRNAME)
         super().__init__(self.dir, test_envs, hparams["data_augmentation"], hparams)
 

@@ -11,12 +11,12 @@ from oodutils.errors import UserError
 FILE_SAMPLE = 256  # image files checked per dataset (evenly spaced, so the check stays cheap)
 
 
-def download_hint(name: Any, how: Any = None) -> Any:
+def download_hint(name: str, how: Any = None) -> Any:
     return how or (f"run `python -m domainbed.scripts.download --datasets {name} "
                    f"--data_dir DATA_DIR` and pass --data_dir DATA_DIR")
 
 
-def find_root(name: Any, data_dir: str, candidates: Any, marker: Any, how: Any = None) -> Any:
+def find_root(name: str, data_dir: str, candidates: Any, marker: Any, how: Any = None) -> Any:
     """The first `data_dir/candidate` holding `marker`; a clear error naming the expected path
     otherwise (the first candidate is the canonical layout)."""
     for candidate in candidates:
@@ -29,7 +29,7 @@ def find_root(name: Any, data_dir: str, candidates: Any, marker: Any, how: Any =
     raise UserError(f"{name}: {expected} not found{also}; {download_hint(name, how)}")
 
 
-def require_files(name: Any, root: Any, relative_paths: Any, how: Any = None) -> None:
+def require_files(name: str, root: str, relative_paths: Any, how: Any = None) -> None:
     """Each of `relative_paths` must exist under root, else a clear error naming it."""
     for rel in relative_paths:
         path = os.path.join(root, rel)
@@ -38,7 +38,7 @@ def require_files(name: Any, root: Any, relative_paths: Any, how: Any = None) ->
                             f"{download_hint(name, how)}")
 
 
-def check_sampled_files(name: Any, paths: Any, root: Any, how: Any = None) -> None:
+def check_sampled_files(name: str, paths: Any, root: str, how: Any = None) -> None:
     """A partial layout (metadata present, files missing) is named as such. Checks an evenly
     spaced sample of at most FILE_SAMPLE files so that loading stays fast on real data."""
     if not len(paths):
@@ -64,7 +64,7 @@ def fingerprint_columns(*columns: Any) -> Any:
     return digest.hexdigest()[:16]
 
 
-def read_csv(name: Any, path: Any, columns: Any, how: Any = None, **kwargs: Any) -> Any:
+def read_csv(name: str, path: str, columns: Any, how: Any = None, **kwargs: Any) -> Any:
     """pandas.read_csv with the required columns checked (a wrong layout is named)."""
     import pandas as pd
     try:

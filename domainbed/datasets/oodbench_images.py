@@ -57,7 +57,7 @@ NICO_CELLS = {  # env -> {(superclass, context): count}
 }
 
 
-def cut_cells(pools: Any, cells_by_env: Any, order: Any, seed: int, name: Any) -> Any:
+def cut_cells(pools: Any, cells_by_env: Any, order: Any, seed: int, name: str) -> Any:
     """{env: [pool indices]}: each cell's pool permuted once, then cut in `order`."""
     rng = np.random.RandomState(seed)
     chosen: Any = {env: [] for env in cells_by_env}
@@ -87,7 +87,7 @@ class CelebA_Blond(SubpopulationDataset):
     CHECKPOINT_FREQ = 200
     HPARAMS = AUGMENTED
 
-    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any],
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any],
                  data_seed: int = 0) -> None:
         name = self.registry_name
         data_root, df, paths = read_celeba(name, root)
@@ -170,7 +170,7 @@ class NICO_Mixed(SubpopulationDataset):
     CHECKPOINT_FREQ = 200
     HPARAMS = AUGMENTED
 
-    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any],
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any],
                  data_seed: int = 0) -> None:
         name = self.registry_name
         base = find_root(name, root, ("NICO",), "animal")

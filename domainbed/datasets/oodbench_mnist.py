@@ -88,7 +88,7 @@ class OoDBenchColoredMNIST(MultipleDomainDataset):
                 raise UserError(f"{name} must be >= 0, not {out[name]}")
         return out
 
-    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any],
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any],
                  data_seed: int = 0) -> None:
         s = self.settings(hparams)
         images, labels, source, fingerprint = load_mnist_digits(root)

@@ -45,13 +45,13 @@ CSV_HOW = ("the CSV needs the columns path,label,domain (and optionally group), 
            "image, paths relative to the CSV's folder")
 
 
-def _require_two_domains(name: Any, domains: Any, where: Any) -> None:
+def _require_two_domains(name: str, domains: Any, where: Any) -> None:
     if len(domains) < 2:
         raise UserError(f"{name}: needs at least two domains (one to train on, one to test "
                         f"on), found {len(domains)} in {where}: {', '.join(domains) or 'none'}")
 
 
-def _missing_class_error(name: Any, cls: Any, domain: Any) -> Any:
+def _missing_class_error(name: str, cls: Any, domain: Any) -> Any:
     return UserError(f"{name}: class {cls!r} has no images in domain {domain!r}; every "
                      f"domain needs every class")
 
@@ -86,7 +86,7 @@ class OwnImageFolder(CheckedImages, MultipleEnvironmentImageFolder):
     ROOT: Any = None      # set by folder_dataset
     CLASSES: Any = None   # the class folders found when the name was resolved
 
-    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any]) -> None:
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         super().__init__(self.ROOT, test_envs, hparams.get("data_augmentation", True),
                          hparams)
         if self.environment_dirs != list(self.ENVIRONMENTS) or self.classes != self.CLASSES:
@@ -103,7 +103,7 @@ class OwnImageFolder(CheckedImages, MultipleEnvironmentImageFolder):
 
 
 @register_dataset_prefix("folder")
-def folder_dataset(path: Any) -> Any:
+def folder_dataset(path: str) -> Any:
     """The dataset class for ``folder:PATH`` (domain and class folders checked)."""
     name = f"folder:{path}"
     if not path:
@@ -130,7 +130,7 @@ def folder_dataset(path: Any) -> Any:
 class OwnTable:
     """A checked ``csv:PATH`` table: per row its domain index, label, group, full path."""
 
-    def __init__(self, name: Any, csv_path: Any) -> None:
+    def __init__(self, name: str, csv_path: Any) -> None:
         self.name, self.csv_path = name, csv_path
         self.base = os.path.dirname(os.path.abspath(csv_path))
         df = read_csv(name, csv_path, CSV_COLUMNS, how=CSV_HOW, dtype=str,
@@ -230,7 +230,7 @@ class OwnCSVDataset(CheckedImages, MultipleEnvironmentImageFolder):
     NEEDS_DATA_DIR = False
     TABLE: Any = None   # the OwnTable read when the name was resolved
 
-    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any]) -> None:
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         table = self.TABLE
         size = int(hparams.get("image_size", 224))
         augment = bool(hparams.get("data_augmentation", True))
@@ -257,7 +257,7 @@ class OwnCSVDataset(CheckedImages, MultipleEnvironmentImageFolder):
 
 
 @register_dataset_prefix("csv")
-def csv_dataset(path: Any) -> Any:
+def csv_dataset(path: str) -> Any:
     """The dataset class for ``csv:PATH`` (the table read and checked once)."""
     if not path:
         raise UserError("csv:PATH needs a path: --dataset csv:FILE.csv with the columns "

@@ -68,7 +68,7 @@ class SpawriousBenchmark(MultipleDomainDataset):
     BENCHMARK: Any = None
     HPARAMS = {"image_size": Hparam(224, lambda r: 224, "side images are resized to", low=1)}
 
-    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any], per_cell: Any = None,
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any], per_cell: Any = None,
                  variant: str = "canonical") -> None:
         dataset_dir = resolve_dataset_dir(root)
         info = read_info(dataset_dir)
@@ -103,7 +103,7 @@ class SpawriousBenchmark(MultipleDomainDataset):
         self.data_fingerprint = digest.hexdigest()[:16]
 
 
-def _benchmark(name: Any, benchmark: Any) -> Any:
+def _benchmark(name: str, benchmark: Any) -> Any:
     cls = type(name, (SpawriousBenchmark,), {"BENCHMARK": benchmark, "__module__": __name__})
     return register_dataset(name)(cls)
 

@@ -126,7 +126,7 @@ class SubpopulationDataset(MultipleDomainDataset):
             os.path.relpath(p, source) for p in paths])
 
 
-def read_waterbirds(name: Any, data_dir: str) -> tuple[Any, ...]:
+def read_waterbirds(name: str, data_dir: str) -> tuple[Any, ...]:
     """(root, metadata DataFrame) of the standard Waterbirds release, layout checked."""
     root = find_root(name, data_dir, WATERBIRDS_DIRS, "metadata.csv")
     df = read_csv(name, os.path.join(root, "metadata.csv"), WATERBIRDS_COLUMNS)
@@ -146,7 +146,7 @@ class Waterbirds(SubpopulationDataset):
     GROUP_NAMES = group_names(CLASSES, ATTRIBUTES)
     OPTIMIZER_HPARAMS = SUBPOPBENCH_IMAGE_OPTIMIZER   # SubpopBench's protocol
 
-    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any]) -> None:
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         data_root, df, paths = read_waterbirds(self.registry_name, root)
         self.build_image_environments(df["split"], df["y"], df["place"], df["img_id"], paths,
                                       test_envs, hparams, data_root)
@@ -161,14 +161,14 @@ class WILDSWaterbirds(Waterbirds):
     DEFAULT_TEST_ENVS = [1]
     OPTIMIZER_HPARAMS: Any = None   # DomainBed's training, as the paper's sweeps
 
-    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any]) -> None:
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         data_root, df, paths = read_waterbirds(self.registry_name, root)
         env = (df["split"].to_numpy() > 0).astype(np.int64)
         self.build_image_environments(env, df["y"], df["place"], df["img_id"], paths,
                                       test_envs, hparams, data_root)
 
 
-def read_celeba_attributes(name: Any, root: Any) -> Any:
+def read_celeba_attributes(name: str, root: str) -> Any:
     """list_attr_celeba.txt -> (filenames, {attribute: int8 array of +1/-1})."""
     import pandas as pd
     path = os.path.join(root, "list_attr_celeba.txt")
@@ -185,7 +185,7 @@ def read_celeba_attributes(name: Any, root: Any) -> Any:
     return df
 
 
-def read_celeba(name: Any, data_dir: str) -> tuple[Any, ...]:
+def read_celeba(name: str, data_dir: str) -> tuple[Any, ...]:
     """(root, DataFrame filename/split/y/a/id, paths) of the CelebA release, checked."""
     import pandas as pd
     how = ("download img_align_celeba.zip, list_attr_celeba.txt and list_eval_partition.txt "
@@ -218,7 +218,7 @@ class CelebA(SubpopulationDataset):
     GROUP_NAMES = group_names(CLASSES, ATTRIBUTES)
     OPTIMIZER_HPARAMS = SUBPOPBENCH_IMAGE_OPTIMIZER   # SubpopBench's protocol
 
-    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any]) -> None:
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         data_root, df, paths = read_celeba(self.registry_name, root)
         self.build_image_environments(df["split"], df["y"], df["a"], df["id"], paths,
                                       test_envs, hparams, data_root)
@@ -250,7 +250,7 @@ class MetaShift(SubpopulationDataset):
     GROUP_NAMES = group_names(CLASSES, ATTRIBUTES)
     OPTIMIZER_HPARAMS = SUBPOPBENCH_IMAGE_OPTIMIZER   # SubpopBench's protocol
 
-    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any]) -> None:
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         name = self.registry_name
         base = find_root(name, root, ("metashift",), "MetaShift-Cat-Dog-indoor-outdoor")
         base = os.path.join(base, "MetaShift-Cat-Dog-indoor-outdoor")

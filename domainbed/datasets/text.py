@@ -63,7 +63,7 @@ SPLITS = {"train": 0, "val": 1, "test": 2}
 ATTR_STRIDE = 16
 
 
-def texts_fingerprint(texts: Any) -> Any:
+def texts_fingerprint(texts: list[str]) -> Any:
     joined = "\x1e".join(map(str, texts)) + "\x1e"
     return hashlib.sha256(joined.encode("utf-8", "replace")).hexdigest()[:16]
 
@@ -74,8 +74,9 @@ class TextDataset(MultipleDomainDataset):
     CLASSES: Any = None
     HPARAMS = dict(TEXT_HPARAMS)
 
-    def build_text_environments(self, texts: Any, row: Any, env: Any, y: Any, groups: Any, ids: Any,
-                                hparams: dict[str, Any], data_dir: str, source: Any) -> None:
+    def build_text_environments(self, texts: list[str], row: Any, env: Any, y: Any, groups: Any,
+                                ids: Any, hparams: dict[str, Any], data_dir: str,
+                                source: Any) -> None:
         """texts: every text of the source; row: which text each example is; env/y/groups/ids:
         per example. Encodes the texts once (cached), then slices per environment."""
         from domainbed.networks.text import encode_texts
@@ -100,7 +101,7 @@ def keep_rows(row: Any, keep: Any) -> Any:
     return torch.from_numpy(row[keep])
 
 
-def read_civilcomments(name: Any, data_dir: str) -> tuple[Any, ...]:
+def read_civilcomments(name: str, data_dir: str) -> tuple[Any, ...]:
     """(path, texts, split int array, y, identity matrix [N, 8] bool) of the WILDS csv."""
     root = find_root(name, data_dir, CIVIL_DIRS, CIVIL_FILE)
     path = os.path.join(root, CIVIL_FILE)
@@ -128,7 +129,7 @@ class CivilComments(TextDataset):
     N_STEPS = 30001
     CHECKPOINT_FREQ = 1000
 
-    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any]) -> None:
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         source, texts, split, y, identities = read_civilcomments(self.registry_name, root)
         rows, attrs = [], []
         train = np.flatnonzero(split == 0)
@@ -156,7 +157,7 @@ class CivilCommentsIdentity(TextDataset):
     N_STEPS = 5001
     CHECKPOINT_FREQ = 100
 
-    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any]) -> None:
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         source, texts, split, y, identities = read_civilcomments(self.registry_name, root)
         row = np.flatnonzero(identities.sum(1) == 1)
         env = identities[row].argmax(1) * 2 + (1 - y[row])
@@ -191,7 +192,7 @@ class WILDSCivilComments(TextDataset):
     N_STEPS = 5001
     CHECKPOINT_FREQ = 100
 
-    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any],
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any],
                  data_seed: int = 0) -> None:
         source, texts, split, y, identities = read_civilcomments(self.registry_name, root)
         env, chosen = wilds_civil_environments(identities, 42 + int(data_seed))
@@ -228,7 +229,7 @@ def _allowing_input_features(torch: Any) -> Any:
     return contextlib.nullcontext()
 
 
-def read_mnli_token_ids(name: Any, feature_dir: Any) -> tuple[Any, ...]:
+def read_mnli_token_ids(name: str, feature_dir: Any) -> tuple[Any, ...]:
     """[N, 128] input ids and masks of the three cached feature files, concatenated."""
     import torch
     ids, masks = [], []
@@ -256,7 +257,7 @@ def decode_bert_ids(ids: Any, masks: Any) -> Any:
     return tokenizer.batch_decode(rows, clean_up_tokenization_spaces=True)
 
 
-def mnli_texts(name: Any, feature_dir: Any, data_dir: str) -> Any:
+def mnli_texts(name: str, feature_dir: Any, data_dir: str) -> Any:
     """The decoded texts of the feature files, cached beside the text features (keyed by the
     files' names, sizes and modification times): unpickling and decoding 412k examples is
     the slow part of loading MultiNLI."""
@@ -283,12 +284,12 @@ def mnli_texts(name: Any, feature_dir: Any, data_dir: str) -> Any:
     return texts
 
 
-def _texts_digest(texts: Any) -> Any:
+def _texts_digest(texts: list[str]) -> Any:
     import json
     return hashlib.sha256(json.dumps(texts).encode()).hexdigest()
 
 
-def _checked_texts(path: Any) -> Any:
+def _checked_texts(path: str) -> Any:
     """The texts of a decoded-text cache entry (a regular file whose row count and checksum
     match), or None."""
     from oodutils.untrusted import parse_json, read_regular_bytes
@@ -316,7 +317,7 @@ class MultiNLI(TextDataset):
     N_STEPS = 30001
     CHECKPOINT_FREQ = 1000
 
-    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any]) -> None:
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         name = self.registry_name
         base = find_root(name, root, ("multinli",), os.path.join("data", "metadata_random.csv"))
         meta = read_csv(name, os.path.join(base, "data", "metadata_random.csv"),

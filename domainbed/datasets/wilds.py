@@ -34,7 +34,7 @@ class WILDSImageDataset(MultipleDomainDataset):
     N_WORKERS = 4
     input_path: Any   # (wilds dataset, index) -> the example's file: each subclass's own
 
-    def __init__(self, root: Any, test_envs: Any, hparams: dict[str, Any]) -> None:
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         dataset = self.open_wilds(root)
         field = dataset.metadata_fields.index(self.METADATA_FIELD)
         values = dataset.metadata_array[:, field].numpy()
@@ -62,7 +62,7 @@ class WILDSImageDataset(MultipleDomainDataset):
         self.data_fingerprint = fingerprint_columns(values, y, [
             os.path.relpath(p, dataset.data_dir) for p in paths])
 
-    def open_wilds(self, root: Any) -> Any:
+    def open_wilds(self, root: str) -> Any:
         try:
             from wilds import get_dataset
         except ImportError:
@@ -86,7 +86,7 @@ class WILDSCamelyon(WILDSImageDataset):
     HPARAMS = {"image_size": Hparam(96, lambda r: 96, "side patches are resized to", low=8,
                                     high=1024)}
 
-    def input_path(self, dataset: Any, i: Any) -> str:
+    def input_path(self, dataset: Any, i: int) -> str:
         return os.path.join(dataset.data_dir, dataset._input_array[i])
 
 
@@ -99,5 +99,5 @@ class WILDSFMoW(WILDSImageDataset):
     HPARAMS = {"image_size": Hparam(224, lambda r: 224, "side images are resized to", low=8,
                                     high=1024)}
 
-    def input_path(self, dataset: Any, i: Any) -> str:
+    def input_path(self, dataset: Any, i: int) -> str:
         return os.path.join(dataset.data_dir, "images", f"rgb_img_{dataset.full_idxs[i]}.png")

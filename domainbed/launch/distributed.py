@@ -73,7 +73,7 @@ def run(config: RunConfig, hparams: dict) -> dict | None:
             return None
 
 
-def spawn(world_size: int, meeting: Any, config: Any, hparams: dict[str, Any],
+def spawn(world_size: int, meeting: Any, config: RunConfig, hparams: dict[str, Any],
           threads: Any) -> None:
     """Run the processes to their end; the first failure as one UserError line where a
     process stopped on one, else as the process's traceback."""
@@ -113,8 +113,8 @@ def first_error(meeting: Any, world_size: int) -> Any:
     return None
 
 
-def _process_main(rank: int, world_size: int, meeting: Any, config: Any, hparams: dict[str, Any],
-                  threads: Any, log_level: Any) -> None:
+def _process_main(rank: int, world_size: int, meeting: Any, config: RunConfig,
+                  hparams: dict[str, Any], threads: Any, log_level: Any) -> None:
     """One spawned process: its UserError is left in the meeting folder as one line."""
     quiet_unless_first(rank, log_level)   # spawned: the parent's -v / -q
     try:
@@ -135,7 +135,7 @@ def quiet_unless_first(rank: int, log_level: Any) -> None:
                                             max(log_level, logging.WARNING))
 
 
-def run_process(rank: int, world_size: int, local_rank: Any, init_method: Any, config: Any,
+def run_process(rank: int, world_size: int, local_rank: Any, init_method: Any, config: RunConfig,
                 hparams: dict[str, Any], threads: int = 0) -> Any:
     """Join the process group, train this process's part of the run, leave the group."""
     import torch

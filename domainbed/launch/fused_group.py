@@ -39,7 +39,7 @@ class Member:
         self.claim = self.run = self.random_states = None
         self.outcome: Any = None
 
-    def write_log(self, line: Any) -> None:
+    def write_log(self, line: str) -> None:
         self.claim.write_log(line)
 
     def acquire(self) -> bool:

@@ -48,7 +48,7 @@ ARITHMETICS = ("auto", "exact", "batched")
 MASK32 = 0xFFFFFFFF
 
 
-def resolve_arithmetic(choice: Any, device: Any) -> Any:
+def resolve_arithmetic(choice: Any, device: torch.device | str) -> Any:
     """auto: exact on CPU (stacking buys no speed there), batched on an accelerator."""
     if choice not in ARITHMETICS:
         raise ValueError(f"unknown fused arithmetic {choice!r}; one of {ARITHMETICS}")
@@ -77,7 +77,7 @@ def _mix32(h: Any) -> Any:
     return h ^ (h >> 16)
 
 
-def counter_uniform(key: Any, layer: Any, shape: Any, device: Any) -> Any:
+def counter_uniform(key: Any, layer: Any, shape: Any, device: torch.device | str) -> Any:
     """Uniform [0, 1) numbers, one per element of `shape`, as a pure function of (key,
     layer, element index): no generator, so under vmap each member's numbers depend on
     its own key alone. `key`: an int64 tensor below 2**31 (a member's, per step)."""
@@ -137,7 +137,7 @@ class MemberModel:
     def featurize(self, x: torch.Tensor) -> torch.Tensor:
         return functional_call(self.template[0], self._part(0), (x,))
 
-    def classify(self, features: Any) -> torch.Tensor:
+    def classify(self, features: torch.Tensor) -> torch.Tensor:
         return functional_call(self.template[1], self._part(1), (features,))
 
 
@@ -160,7 +160,7 @@ def _member_template(networks: Any) -> tuple[Any, ...]:
     return template, rates, dropouts
 
 
-def _replace(root: Any, name: Any, module: Any) -> None:
+def _replace(root: Any, name: str, module: Any) -> None:
     parent, _, child = name.rpartition(".")
     setattr(root.get_submodule(parent) if parent else root, child, module)
 
@@ -248,7 +248,7 @@ class FusedGroup:
     def _member_logits(self, params: Any, buffers: Any, x: torch.Tensor) -> Any:
         return functional_call(self.template, {**params, **buffers}, (x,))
 
-    def minibatches(self, step: Any) -> tuple[Any, ...]:
+    def minibatches(self, step: int) -> tuple[Any, ...]:
         """Every member's minibatches, stacked: ([x_env], [y_env]), each [members, ...]."""
         sources = [m.minibatches for m in self.members]
         n_envs = len(sources[0].splits)
@@ -266,7 +266,7 @@ class FusedGroup:
             ys.append(y.to(self.device, non_blocking=True))
         return xs, ys
 
-    def _set_dropout_keys(self, step: Any) -> None:
+    def _set_dropout_keys(self, step: int) -> None:
         """Each member's mask key of this step: a function of its own seed and the step."""
         if not self.dropouts:
             return
@@ -275,7 +275,7 @@ class FusedGroup:
         for name in self.dropouts:
             self.buffers[f"{name}.key"] = keys
 
-    def train_step(self, step: Any) -> list[Any]:
+    def train_step(self, step: int) -> list[Any]:
         """One step of every member; returns each member's update() values (floats)."""
         xs, ys = self.minibatches(step)
         self._set_dropout_keys(step)
@@ -291,7 +291,7 @@ class FusedGroup:
                    for k, v in values.items()}
         return [{k: columns[k][i] for k in columns} for i in range(len(self.members))]
 
-    def _reset_adam(self, mask: Any) -> None:
+    def _reset_adam(self, mask: torch.Tensor) -> None:
         """Members whose Adam restarts now (penalty annealing): zero moments and count."""
         if not bool(mask.any()):
             return
@@ -372,7 +372,7 @@ class FusedGroup:
                 table[k] = table[k].index_select(0, index.to(table[k].device))
 
 
-def train_group(members: Any, start_step: Any, on_checkpoint: Callable[..., Any],
+def train_group(members: Any, start_step: int, on_checkpoint: Callable[..., Any],
                 on_failure: Callable[..., Any], arithmetic: str = "auto",
                 random_states: Any = None) -> Any:
     """Train `members` (all resuming at `start_step`) to the end. `on_checkpoint(member,
@@ -389,7 +389,7 @@ def train_group(members: Any, start_step: Any, on_checkpoint: Callable[..., Any]
     return _train_batched(members, start_step, on_checkpoint, on_failure, states)
 
 
-def _train_exact(members: Any, start_step: Any, on_checkpoint: Callable[..., Any],
+def _train_exact(members: Any, start_step: int, on_checkpoint: Callable[..., Any],
                  on_failure: Callable[..., Any], states: Any) -> Any:
     """Each member's own single-run step and checkpoint, in turn, with its own random
     generators: bit for bit what it computes alone."""
@@ -409,7 +409,7 @@ def _train_exact(members: Any, start_step: Any, on_checkpoint: Callable[..., Any
     return members
 
 
-def accumulate_step(group: Any, step: Any, values: Any, seconds: Any,
+def accumulate_step(group: Any, step: int, values: Any, seconds: float,
                     on_failure: Callable[..., Any]) -> bool:
     """Each member of a stacked group (FusedGroup, ProbeStack) records its values of `step`;
     one that fails (TrainingDiverged) stops alone and leaves the group. Returns whether any
@@ -426,7 +426,7 @@ def accumulate_step(group: Any, step: Any, values: Any, seconds: Any,
     return bool(group.members)
 
 
-def _train_batched(members: Any, start_step: Any, on_checkpoint: Callable[..., Any],
+def _train_batched(members: Any, start_step: int, on_checkpoint: Callable[..., Any],
                    on_failure: Callable[..., Any], states: Any) -> Any:
     group = FusedGroup(members)
     first = members[0]
@@ -443,7 +443,7 @@ def _train_batched(members: Any, start_step: Any, on_checkpoint: Callable[..., A
     return group.members
 
 
-def _checkpoint(group: Any, step: Any, on_checkpoint: Callable[..., Any],
+def _checkpoint(group: Any, step: int, on_checkpoint: Callable[..., Any],
                 on_failure: Callable[..., Any], states: Any) -> Any:
     group.write_back()
     logits = group.predict()

@@ -73,7 +73,7 @@ UnsafeJobFile = UnsafePath   # the old name: a job folder or file that is a syml
 REMOVE_HINT = " (remove it to run this job)"
 
 
-def open_in_place(path: Any, flags: Any, mode: int = 0o666) -> Any:
+def open_in_place(path: str, flags: Any, mode: int = 0o666) -> Any:
     """os.open of a job's file that follows no symlink, neither at the file nor at its job
     folder, never blocks on a FIFO, and refuses anything but a regular file
     (UnsafeJobFile). `mode` is narrowed by the umask, as for every other output."""
@@ -97,7 +97,7 @@ def unsafe_reason(output_dir: str) -> Any:
     return None
 
 
-def _try_lock(path: Any) -> Any:
+def _try_lock(path: str) -> Any:
     """An fd holding an exclusive flock on `path`, or None if someone else holds it."""
     fd = open_in_place(path, os.O_RDWR | os.O_CREAT)
     return _locked_or_none(fd)
@@ -200,7 +200,7 @@ def was_interrupted(output_dir: str) -> bool:
     return code in _INTERRUPT_EXIT_CODES
 
 
-def _last_line(path: Any, skip_prefix: Any = None, keep_prefix: Any = None) -> Any:
+def _last_line(path: str, skip_prefix: Any = None, keep_prefix: Any = None) -> Any:
     try:
         with os.fdopen(open_in_place(path, os.O_RDONLY), "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -271,7 +271,7 @@ class JobClaim:
         os.ftruncate(self.lock_fd, 0)
         os.pwrite(self.lock_fd, f"{pid}\n".encode(), 0)
 
-    def write_log(self, line: Any) -> None:
+    def write_log(self, line: str) -> None:
         """Append a line; on a full disk the line is lost, not the sweep (the run's own
         writes fail with one line naming the file)."""
         try:

@@ -53,7 +53,7 @@ BUILTIN = {
 LAUNCHERS = dict(BUILTIN)
 
 
-def register_launcher(name: Any) -> Any:
+def register_launcher(name: str) -> Any:
     """Register a launcher function under `name` (a plug-in's own launcher)."""
     def decorator(fn: Any) -> Any:
         LAUNCHERS[name] = fn
@@ -61,7 +61,7 @@ def register_launcher(name: Any) -> Any:
     return decorator
 
 
-def get_launcher(name: Any) -> Any:
+def get_launcher(name: str) -> Any:
     if name not in LAUNCHERS:
         raise UnknownNameError("command launcher", name, LAUNCHERS)
     launcher = LAUNCHERS[name]

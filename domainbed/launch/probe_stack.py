@@ -32,7 +32,7 @@ def why_not_job(config: Any, hparams: dict[str, Any]) -> str | None:
     return None
 
 
-def train_probe_group(members: Any, start_step: Any, on_checkpoint: Callable[..., Any],
+def train_probe_group(members: Any, start_step: int, on_checkpoint: Callable[..., Any],
                       on_failure: Callable[..., Any]) -> Any:
     """Train `members` (all at `start_step`) to the end as one stack; the same callbacks
     as fused_training.train_group. Returns the members that finished."""
@@ -55,7 +55,7 @@ def train_probe_group(members: Any, start_step: Any, on_checkpoint: Callable[...
     return stack.members
 
 
-def _checkpoint(stack: Any, step: Any, on_checkpoint: Callable[..., Any],
+def _checkpoint(stack: Any, step: int, on_checkpoint: Callable[..., Any],
                 on_failure: Callable[..., Any]) -> Any:
     """Every head's evaluation in one pass, then each member's record and predictions,
     CHECKPOINT_THREADS members at a time (compressing predictions and waiting for fsync

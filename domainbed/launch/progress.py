@@ -24,7 +24,7 @@ def terminal_columns(stream: Any) -> Any:
         return 0
 
 
-def format_duration(seconds: Any) -> Any:
+def format_duration(seconds: float) -> Any:
     seconds = int(round(seconds))
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
@@ -75,7 +75,7 @@ class SweepProgress:
             self.running += 1
             self._refresh()
 
-    def job_finished(self, outcome: Any, seconds: Any, next_started: bool = False) -> None:
+    def job_finished(self, outcome: Any, seconds: float, next_started: bool = False) -> None:
         """`outcome.status`: ok / failed / skipped_done / skipped_running. `next_started`:
         the freed slot has already taken the next job (counted as running, not started
         again), so the line printed now counts the jobs really running."""

@@ -65,7 +65,7 @@ def _expand_tasks(array_id: Any, tasks: Any) -> Any:
     return ids
 
 
-def parse_scontrol(text: Any) -> Any:
+def parse_scontrol(text: str) -> Any:
     """job id ("ARRAY_TASK" for array tasks, else the job id) -> JobState, from
     `scontrol show job -o` (one job record per line)."""
     states = {}
@@ -80,7 +80,7 @@ def parse_scontrol(text: Any) -> Any:
     return states
 
 
-def parse_sacct(text: Any) -> Any:
+def parse_sacct(text: str) -> Any:
     """job id -> State, from `sacct -n -P -X -o JobID,State` ("CANCELLED by 0" -> CANCELLED)."""
     states = {}
     for line in text.splitlines():

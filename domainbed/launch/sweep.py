@@ -192,7 +192,7 @@ def runs_outside(jobs: Any, sweep_dir: str) -> Any:
     return outside
 
 
-def _is_run_dir(path: Any) -> Any:
+def _is_run_dir(path: str) -> Any:
     return os.path.isdir(path) and not os.path.islink(path) and any(
         os.path.exists(os.path.join(path, marker))
         for marker in (launchers.DONE_FILE, launchers.LOG_FILE, "results.jsonl"))

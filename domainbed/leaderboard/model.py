@@ -291,7 +291,7 @@ def _section(records: Any, method: Any, infos: Any, labels: Any, index: Any, sou
                                                       overview["rows"])}
 
 
-def _published_overview(sources: Any, method_key: Any, names: Any, user_rows: Any) -> Any:
+def _published_overview(sources: Any, method_key: Any, names: list[str], user_rows: Any) -> Any:
     """Published dataset-level numbers for the user's datasets (by name), per source."""
     user = {r["algorithm"]: r for r in user_rows}
     out = []

@@ -23,7 +23,7 @@ SCRIPT = "assets/leaderboard.js"
 RANK_NOTE = "Rank per dataset after each cell (#1 = best); gain over ERM on the Avg column."
 
 
-def slug(text: Any) -> Any:
+def slug(text: str) -> Any:
     """A file-name-safe form of `text`, one per text: a short plain name (letters, digits,
     `_`, `.`) stays as it is; any other gets its cleaned first 60 characters and `-` with
     the first 10 hex digits of its sha256 ("My Data" and "My_Data" get different pages, a

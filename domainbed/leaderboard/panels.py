@@ -62,7 +62,7 @@ def check_oodselect_dir(path: Any) -> None:
                         "directory of python -m analysis.oodselect?)")
 
 
-def _read_text(path: Any, name: Any) -> Any:
+def _read_text(path: Any, name: str) -> Any:
     """A file of the OODSelect folder: a regular file in it (no symlink, FIFO or device),
     at most MAX_PANEL_FILE_BYTES, as text."""
     data = read_regular_bytes(os.path.join(path, name), MAX_PANEL_FILE_BYTES)

@@ -144,7 +144,7 @@ TORCHVISION_WEIGHT_FILES = {  # torchvision's IMAGENET1K_V1 files (what DomainBe
     name: spec.file for name, spec in BACKBONES.items() if spec.family == "torchvision"}
 
 
-def find_pretrained_weights(name: Any, explicit_path: str = "") -> Any:
+def find_pretrained_weights(name: str, explicit_path: str = "") -> Any:
     """A local weights file: the given path, or torch hub's cache. Never downloads."""
     if explicit_path:
         if not os.path.isfile(explicit_path):

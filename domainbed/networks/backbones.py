@@ -99,7 +99,7 @@ _TORCHVISION_URLS = {  # torchvision's IMAGENET1K_V1 weights (what DomainBed loa
 }
 
 
-def _torchvision_spec(name: Any, url: str) -> Any:
+def _torchvision_spec(name: str, url: str) -> Any:
     file = url.rsplit("/", 1)[1]
     prefix = re.search(r"-([0-9a-f]{8,})\.pth$", file)
     return BackboneSpec(name, "torchvision", name, file, url,
@@ -174,7 +174,7 @@ def backbone_name(hparams: dict[str, Any]) -> Any:
     return name
 
 
-def get_spec(name: Any) -> Any:
+def get_spec(name: str) -> Any:
     if name.startswith("timm:"):
         model = name[5:]
         safe = model.replace("/", "_")
@@ -237,7 +237,7 @@ def candidate_paths(spec: Any) -> Any:
     return paths
 
 
-def locate_weights(name: Any, hparams: dict[str, Any]) -> Any:
+def locate_weights(name: str, hparams: dict[str, Any]) -> Any:
     """The weights file of backbone `name` for this run; a clear error when none is on disk."""
     explicit = hparams.get("pretrained_path", "")
     if explicit:
@@ -477,7 +477,7 @@ class Backbone(nn.Module):
     features themselves instead of images.
     """
 
-    def __init__(self, name: Any, input_shape: tuple[int, ...], hparams: dict[str, Any]) -> None:
+    def __init__(self, name: str, input_shape: tuple[int, ...], hparams: dict[str, Any]) -> None:
         super().__init__()
         transfer = hparams.get("transfer", "full")
         if transfer not in TRANSFER_MODES:

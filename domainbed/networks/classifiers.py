@@ -97,7 +97,7 @@ def _last_linear(model: Any) -> tuple[Any, ...]:
     return name, linear
 
 
-def _replace_head(model: Any, name: Any, n_outputs: int) -> None:
+def _replace_head(model: Any, name: str, n_outputs: int) -> None:
     """The model with its last Linear (`name`) replaced by one with n_outputs."""
     old = model.get_submodule(name)
     parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
@@ -181,7 +181,7 @@ class _Normalized(nn.Module):
         return self.network(x * self.scale + self.shift)
 
 
-def _hugging_face(folder: Any, weights: Any) -> Any:
+def _hugging_face(folder: str, weights: Any) -> Any:
     if weights:
         raise UserError("a Hugging Face model (hf:DIR) takes its weights from its folder; "
                         "leave out --weights")
@@ -214,7 +214,7 @@ def _hugging_face(folder: Any, weights: Any) -> Any:
 
 
 @contextlib.contextmanager
-def quiet_logger(name: Any, level: Any = logging.ERROR) -> Iterator[Any]:
+def quiet_logger(name: str, level: Any = logging.ERROR) -> Iterator[Any]:
     """A library's logger kept below `level` for the block (its own warnings repeat, in
     many lines, what one error line here says)."""
     logger = logging.getLogger(name)
@@ -241,7 +241,7 @@ def quiet_transformers(transformers: Any) -> Iterator[Any]:
             hf_logging.enable_progress_bar()
 
 
-def check_loaded(folder: Any, model: Any, info: Any) -> None:
+def check_loaded(folder: str, model: Any, info: Any) -> None:
     """A model some of whose weights were not in its file (initialised at random, which
     transformers only warns of) is refused: its scores would be a random model's."""
     missing = list(info.get("missing_keys") or []) + \
@@ -274,7 +274,7 @@ def _files_identity(paths: Any) -> dict[str, Any]:
             "weights_sha256": digest.hexdigest()}
 
 
-def outside_classifier(name: Any, input_shape: tuple[int, ...], num_classes: int, weights: str = "",
+def outside_classifier(name: str, input_shape: tuple[int, ...], num_classes: int, weights: str = "",
                        class_map: Any = None) -> tuple[Any, ...]:
     """(OutsideClassifier, identity entries for the record's args) of model `name`; its
     outputs must be the dataset's num_classes classes, or cover the class map."""

@@ -79,11 +79,11 @@ def cache_dir_of(config: RunConfig) -> str | None:
 class FeatureSplit(Environment):
     """A split whose inputs are cached features (ids, labels, groups, paths unchanged)."""
 
-    def __init__(self, split: Any, features: Any) -> None:
+    def __init__(self, split: Any, features: torch.Tensor) -> None:
         self.x, self.y, self.ids = features, split.y, split.ids
         self.groups, self.paths = split.groups, split.paths
 
-    def __getitem__(self, i: Any) -> tuple[Any, ...]:
+    def __getitem__(self, i: int) -> tuple[Any, ...]:
         return self.x[i], self.y[i]
 
 
@@ -190,7 +190,7 @@ def _read_meta(entry: Any, fields: Any) -> Any:
     return arrays
 
 
-def _read_array(path: Any, rows: Any, sha256: str | None) -> Any:
+def _read_array(path: str, rows: Any, sha256: str | None) -> Any:
     try:
         with open_regular(path) as f:
             array = np.load(f, allow_pickle=False)

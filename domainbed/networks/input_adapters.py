@@ -16,7 +16,7 @@ class _Renormalized(nn.Module):
     scale: torch.Tensor
     shift: torch.Tensor
 
-    def __init__(self, network: Any, spec: Any, attribute: str = "network") -> None:
+    def __init__(self, network: nn.Module, spec: Any, attribute: str = "network") -> None:
         super().__init__()
         self.attribute = attribute  # CLIP's tower is `visual`, the name in its state dicts
         self.add_module(attribute, network)
@@ -29,7 +29,7 @@ class _Renormalized(nn.Module):
         return getattr(self, self.attribute)(x * self.scale + self.shift)
 
 
-def _takes_imagenet_inputs(network: Any, spec: Any) -> Any:
+def _takes_imagenet_inputs(network: nn.Module, spec: Any) -> Any:
     """The network as the datasets feed it: re-normalized where its weights need that."""
     if (tuple(spec.mean), tuple(spec.std)) == (IMAGENET_MEAN, IMAGENET_STD):
         return network

@@ -16,7 +16,7 @@ INPUT_SIZE = PRETRAINED_INPUT_SIZE
 CROP_FRACTION = 0.875  # resize to 256, center-crop 224: the usual ImageNet evaluation
 
 
-def preprocessing(name: Any) -> Any:
+def preprocessing(name: str) -> Any:
     """The transform from a PIL image to backbone `name`'s input: resized, center-cropped
     to 224 and normalized as its weights were trained (mean and std of its spec)."""
     from torchvision import transforms
@@ -28,7 +28,7 @@ def preprocessing(name: Any) -> Any:
         transforms.Normalize(spec.mean, spec.std)])
 
 
-def pretrained_model(name: Any) -> tuple[Any, ...]:
+def pretrained_model(name: str) -> tuple[Any, ...]:
     """(model, transform): backbone `name`'s whole pretrained classifier in eval mode, its
     weights found on disk as a run finds them (UserError where they are not), and
     ``preprocessing(name)``."""

@@ -59,7 +59,7 @@ TEXT_HPARAMS = {
 }
 
 
-def hashed_token_ids(texts: Any, buckets: Any, max_length: Any) -> Any:
+def hashed_token_ids(texts: list[str], buckets: Any, max_length: Any) -> Any:
     """[N, max_length] int32 hashed token ids (0 = padding; int32 halves the memory)."""
     out = np.zeros((len(texts), max_length), dtype=np.int32)
     for i, text in enumerate(texts):
@@ -104,7 +104,7 @@ def resolve_encoder(hparams: dict[str, Any]) -> tuple[Any, ...]:
                         f"{name}` or pass a local path as text_model") from None
 
 
-def model_identity(path: Any) -> Any:
+def model_identity(path: str) -> Any:
     """What makes two encoders the same: config and weight files (names and sizes)."""
     digest = hashlib.sha256()
     for name in sorted(os.listdir(path)):
@@ -117,7 +117,7 @@ def model_identity(path: Any) -> Any:
     return digest.hexdigest()[:16]
 
 
-def load_encoder(path: Any) -> tuple[Any, ...]:
+def load_encoder(path: str) -> tuple[Any, ...]:
     from transformers import AutoModel, AutoTokenizer
     try:
         return AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path)
@@ -125,7 +125,7 @@ def load_encoder(path: Any) -> tuple[Any, ...]:
         raise UserError(f"cannot load the text encoder at {path} ({e})") from None
 
 
-def pool(hidden: Any, mask: Any, pooling: Any) -> Any:
+def pool(hidden: Any, mask: torch.Tensor, pooling: Any) -> Any:
     if pooling == "cls":
         return hidden[:, 0]
     mask = mask.unsqueeze(-1).to(hidden.dtype)
@@ -134,7 +134,8 @@ def pool(hidden: Any, mask: Any, pooling: Any) -> Any:
 
 
 @torch.inference_mode()
-def embed_texts(texts: Any, path: Any, pooling: Any, max_length: Any, batch_size: int = 64) -> Any:
+def embed_texts(texts: list[str], path: str, pooling: Any, max_length: Any,
+                batch_size: int = 64) -> Any:
     tokenizer, model = load_encoder(path)
     model.eval()
     chunks = []
@@ -147,7 +148,7 @@ def embed_texts(texts: Any, path: Any, pooling: Any, max_length: Any, batch_size
     return torch.cat(chunks)
 
 
-def tokenize_texts(texts: Any, path: Any, max_length: Any) -> Any:
+def tokenize_texts(texts: list[str], path: str, max_length: Any) -> Any:
     """[N, 2, max_length] int64: input ids and attention mask (for fine-tuning)."""
     tokenizer, _ = load_encoder(path)
     batch = tokenizer([str(t) for t in texts], padding="max_length", truncation=True,
@@ -160,7 +161,7 @@ def cache_dir(data_dir: str) -> Any:
                         "text_features")
 
 
-def read_cached_features(path: Any, rows: Any) -> Any:
+def read_cached_features(path: str, rows: Any) -> Any:
     """The tensor of a text-feature cache entry (a regular file holding the tensor, its row
     count and checksum, read as tensors only); ValueError saying why when it is not that."""
     try:
@@ -178,7 +179,7 @@ def read_cached_features(path: Any, rows: Any) -> Any:
     return features
 
 
-def encode_texts(texts: Any, hparams: dict[str, Any], data_dir: str, data_fingerprint: Any,
+def encode_texts(texts: list[str], hparams: dict[str, Any], data_dir: str, data_fingerprint: Any,
                  log: Callable[[str], Any] | None = None) -> Any:
     """The model inputs of `texts` for the chosen featurizer: hashed ids [N, L], frozen
     embeddings [N, d] or token ids + masks [N, 2, L]; cached on disk by (model identity,
@@ -247,7 +248,7 @@ class FrozenEmbedding(nn.Module):
 class FineTunedEncoder(nn.Module):
     """A transformer encoder trained end to end on [N, 2, L] ids + masks."""
 
-    def __init__(self, path: Any, pooling: Any) -> None:
+    def __init__(self, path: str, pooling: Any) -> None:
         super().__init__()
         _, self.encoder = load_encoder(path)
         self.pooling = pooling

@@ -21,7 +21,7 @@ MAX_WEIGHTS_BYTES = 64 << 30   # a weights file is read whole; larger is not a m
 _sha256_memo: dict[Any, Any] = {}
 
 
-def file_sha256(path: Any) -> Any:
+def file_sha256(path: str) -> Any:
     """sha256 of a regular file (memoized per path, size and modification time; a FIFO
     or device is one error line, never a hang)."""
     stat = os.stat(path)
@@ -37,7 +37,7 @@ def file_sha256(path: Any) -> Any:
 _HASH_IN_NAME = re.compile(r"-([0-9a-f]{8,64})\.(?:pth|pt|bin|safetensors)$")
 
 
-def check_name_hash(path: Any, sha256: str | None = None) -> None:
+def check_name_hash(path: str, sha256: str | None = None) -> None:
     """A file named like torchvision's `resnet18-f37072fd.pth` carries the first hex digits
     of its sha256 (`sha256`: the hash of the bytes read, else the file's): a file that
     does not match them is not the published one."""
@@ -58,7 +58,7 @@ def _is_torchscript_archive(data: Any) -> bool:
         return any(name.split("/")[1:2] == ["code"] for name in archive.namelist())
 
 
-def read_state_dict(path: Any, option: str = "") -> Any:
+def read_state_dict(path: str, option: str = "") -> Any:
     """A state dict from a .safetensors or torch file, read without running code: only
     tensors and plain containers (torch.load weights_only), never a TorchScript archive,
     whose loading runs the code stored in it. The file is read once, a regular file only
@@ -92,7 +92,7 @@ def read_state_dict(path: Any, option: str = "") -> Any:
     return state
 
 
-def _safetensors_state(path: Any, data: Any) -> Any:
+def _safetensors_state(path: str, data: Any) -> Any:
     """The tensors of a safetensors file's bytes; a malformed one (a huge or torn header,
     bad JSON, an unknown dtype, offsets past its end, a pickle under that name) is one
     error line."""

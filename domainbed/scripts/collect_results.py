@@ -40,7 +40,7 @@ _REPORT_NAMES = ("DOMAINBED_ALGORITHMS", "DOMAINBED_DATASETS", "DatasetInfo", "b
                  "build_section", "dataset_infos", "order_names", "registered_environments")
 
 
-def __getattr__(name: Any) -> Any:
+def __getattr__(name: str) -> Any:
     if name in _REPORT_NAMES:
         from domainbed.results import report
         return getattr(report, name)
@@ -91,7 +91,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def check_metric_name(name: Any) -> None:
+def check_metric_name(name: str) -> None:
     import re
 
     from oodutils.metrics import METRICS

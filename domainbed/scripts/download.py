@@ -98,7 +98,7 @@ class Archive:
                                 self.sha256)
 
 
-def verify_extracted(into: Any, archive_name: Any, url: str, sha256: str | None = None) -> str:
+def verify_extracted(into: Any, archive_name: str, url: str, sha256: str | None = None) -> str:
     """The tree extracted from `archive_name` (or the archive, while it is on disk) against
     the lock in `into`."""
     archive = os.path.join(into, archive_name)
@@ -256,7 +256,7 @@ class TorchvisionMNIST:
         return f"{len(MNIST.resources)} files match torchvision's md5s"
 
 
-def verify_file(path: Any, url: str, sha256: str | None) -> str:
+def verify_file(path: str, url: str, sha256: str | None) -> str:
     """A file on disk against its published or recorded checksum (a line saying which)."""
     expected = expected_sha256(path, sha256)
     if not os.path.isfile(path):
@@ -269,7 +269,7 @@ def verify_file(path: Any, url: str, sha256: str | None) -> str:
            "sha256"
 
 
-def gdrive_fetch(url: str, dst: Any, sha256: str | None = None) -> Any:
+def gdrive_fetch(url: str, dst: str, sha256: str | None = None) -> Any:
     """Google Drive through gdown (no Range support there), then verified against the
     published or recorded checksum (recorded on first use) and renamed into place."""
     gdown = require("gdown", extra="download")
@@ -354,7 +354,7 @@ def hub_hash_prefix(url: str) -> Any:
     return stem.rsplit("-", 1)[1] if "-" in stem else None
 
 
-def download_weights(name: Any, weights_dir: str = "") -> Any:
+def download_weights(name: str, weights_dir: str = "") -> Any:
     """The weights of backbone `name` into `weights_dir` (default: torch hub's checkpoints
     folder, where runs also look), checked against the published sha256 or its prefix."""
     import torch
@@ -367,7 +367,7 @@ def download_weights(name: Any, weights_dir: str = "") -> Any:
                  sha256=source["sha256"] or source["sha256_prefix"] or None)
 
 
-def verify_weights(name: Any, weights_dir: str = "") -> Any:
+def verify_weights(name: str, weights_dir: str = "") -> Any:
     """The weights file of backbone `name` on disk against its published or recorded sha256."""
     import torch
     source = weight_sources()[name]
@@ -376,12 +376,12 @@ def verify_weights(name: Any, weights_dir: str = "") -> Any:
                        source["sha256"] or source["sha256_prefix"] or None)
 
 
-def verify_dataset(name: Any, data_dir: str) -> Any:
+def verify_dataset(name: str, data_dir: str) -> Any:
     """Re-check each step of a dataset on disk; the lines saying what matched."""
     return "; ".join(step.verify(data_dir) for step in DATASETS[name])
 
 
-def download_dataset(name: Any, data_dir: str) -> Any:
+def download_dataset(name: str, data_dir: str) -> Any:
     """Runs each step of a dataset; 'manual' where the user must fetch it by hand."""
     outcome = "done"
     for step in DATASETS[name]:
@@ -470,7 +470,7 @@ def main(argv: list[str] | None = None) -> Any:
         raise UserError(f"{len(failed)} of {len(checks)} downloads failed: {', '.join(failed)}")
 
 
-def _download_one_dataset(name: Any, data_dir: str, fetched: Any) -> Any:
+def _download_one_dataset(name: str, data_dir: str, fetched: Any) -> Any:
     steps = DATASETS[name]
     if id(steps) in fetched:  # e.g. CelebA and CelebA_Blond read the same files
         return f"done (same files as {fetched[id(steps)]})"

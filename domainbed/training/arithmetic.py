@@ -27,7 +27,7 @@ def data_parallel(world_size: int) -> str:
     return f"data-parallel-{int(world_size)}"
 
 
-def is_name(name: Any) -> Any:
+def is_name(name: str) -> Any:
     return name in NAMES[:4] or bool(re.fullmatch(r"data-parallel-[1-9][0-9]*", str(name)))
 
 
@@ -42,7 +42,7 @@ def same_numbers(a: Any, b: Any) -> Any:
     return a == b or any({a, b} <= group for group in SAME_NUMBERS)
 
 
-def device_kind(device: Any) -> Any:
+def device_kind(device: torch.device | str) -> Any:
     """`cpu`, or an accelerator's type and name (`cuda (NVIDIA H200)`)."""
     device = torch.device(device)
     if device.type == "cuda":
@@ -50,7 +50,7 @@ def device_kind(device: Any) -> Any:
     return device.type
 
 
-def args_entries(name: Any, device: Any) -> dict[str, Any]:
+def args_entries(name: str, device: torch.device | str) -> dict[str, Any]:
     """The record `args` entries of a run computed in `name` on `device`."""
     if not is_name(name):
         raise ValueError(f"unknown arithmetic {name!r}; one of {', '.join(NAMES)}")
@@ -58,7 +58,7 @@ def args_entries(name: Any, device: Any) -> dict[str, Any]:
             "device_kind": device_kind(device)}
 
 
-def resume_problem(vouched_records: Any, name: Any) -> str | None:
+def resume_problem(vouched_records: Any, name: str) -> str | None:
     """Why a run computed in `name` may not continue the run whose resume state vouches
     for `vouched_records` (JSON lines), or None."""
     import json

@@ -77,12 +77,12 @@ class BatchSampler:
     Sampling is with replacement, as DomainBed's InfiniteDataLoader."""
 
     def __init__(self, split: Any, batch_size: int, seed: int, env_i: Any,
-                 weights: Any = None) -> None:
+                 weights: torch.Tensor | None = None) -> None:
         self.n, self.batch_size, self.weights = len(split), batch_size, weights
         self.seed, self.env_i = seed, env_i
         self.generator = torch.Generator()
 
-    def indices(self, step: Any) -> Any:
+    def indices(self, step: int) -> Any:
         self.generator.manual_seed(seed_hash(self.seed, self.env_i, step))
         if self.weights is not None:
             return torch.multinomial(self.weights, self.batch_size, replacement=True,
@@ -94,7 +94,7 @@ class MinibatchSource:
     """Training minibatches from in-memory tensors (fast path) or a loader pool."""
 
     def __init__(self, splits: Any, env_indices: Any, hparams: dict[str, Any], seed: int,
-                 device: Any, memory_format: Any, n_workers: Any) -> None:
+                 device: torch.device | str, memory_format: Any, n_workers: Any) -> None:
         self.splits, self.device, self.memory_format = splits, device, memory_format
         self.samplers = [
             BatchSampler(split, samples_per_step(hparams), seed, env_i,
@@ -114,7 +114,7 @@ class MinibatchSource:
         draws, so the processes together see exactly its batch."""
         self.rank, self.world_size = rank, world_size
 
-    def _indices(self, sampler: Any, step: Any) -> Any:
+    def _indices(self, sampler: Any, step: int) -> Any:
         indices = sampler.indices(step)
         if self.world_size == 1:
             return indices
@@ -141,12 +141,12 @@ class MinibatchSource:
                 for split, env_i in zip(self.splits, self.env_indices)]
         return self.balanced_samplers
 
-    def groups(self, step: Any, group_balanced: bool = False) -> list[Any]:
+    def groups(self, step: int, group_balanced: bool = False) -> list[Any]:
         """The group index of each example of `batches(step)`, per environment."""
         return [torch.as_tensor(split.groups)[self._indices(sampler, step)].to(self.device)
                 for split, sampler in zip(self.splits, self._samplers(group_balanced))]
 
-    def batches(self, step: Any, group_balanced: bool = False) -> Any:
+    def batches(self, step: int, group_balanced: bool = False) -> Any:
         out = []
         for split, sampler in zip(self.splits, self._samplers(group_balanced)):
             x, y = self._load(split, self._indices(sampler, step))

@@ -98,7 +98,7 @@ class SplitShard:
     def __len__(self) -> int:
         return self.stop - self.start
 
-    def __getitem__(self, i: Any) -> Any:
+    def __getitem__(self, i: int) -> Any:
         return self.split[self.start + i]
 
 

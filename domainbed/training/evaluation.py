@@ -16,8 +16,8 @@ from oodutils.metrics import classification_metrics, confusion_matrix
 
 
 class RunContext:
-    def __init__(self, device: Any, precision: Any, memory_format: Any, eval_batch_size: Any,
-                 n_workers: Any) -> None:
+    def __init__(self, device: torch.device | str, precision: Any, memory_format: Any,
+                 eval_batch_size: Any, n_workers: Any) -> None:
         self.device, self.precision, self.memory_format = device, precision, memory_format
         self.eval_batch_size, self.n_workers = eval_batch_size, n_workers
 
@@ -34,8 +34,8 @@ def iterate_split(split: Any, batch_size: int, n_workers: Any) -> Iterator[Any]:
 
 
 @torch.inference_mode()
-def predict_split(algorithm: Any, split: Any, device: Any, precision: Any, memory_format: Any,
-                  batch_size: int, n_workers: Any) -> Any:
+def predict_split(algorithm: Any, split: Any, device: torch.device | str, precision: Any,
+                  memory_format: Any, batch_size: int, n_workers: Any) -> Any:
     """Logits of every example of a split, in order."""
     chunks = []
     for x in iterate_split(split, batch_size, n_workers):
@@ -53,7 +53,7 @@ def predicted_class(logits: torch.Tensor) -> Any:
     return logits.argmax(1)
 
 
-def split_metrics(name: Any, correct: Any, groups: Any, n_groups: Any) -> Any:
+def split_metrics(name: str, correct: Any, groups: Any, n_groups: Any) -> Any:
     """Accuracy, and per-group and worst-group accuracy where groups exist. An empty
     split's accuracy is NaN (undefined, read as missing by model selection), never 0.0."""
     metrics = {f"{name}_acc": float(correct.mean()) if len(correct) else float("nan")}

@@ -76,7 +76,7 @@ class TrainingDiverged(UserError):
     """A loss became NaN or infinite: the run stops without writing a garbage record."""
 
 
-def save_model(run_dir: Any, name: Any, args_dict: Any, dataset: Any, algorithm: Any,
+def save_model(run_dir: PinnedDir, name: str, args_dict: Any, dataset: Any, algorithm: Any,
                hparams: dict[str, Any], num_domains: int) -> None:
     run_dir.write_bytes(name, fileio.torch_bytes({
         "args": args_dict, "model_input_shape": dataset.input_shape,
@@ -84,7 +84,7 @@ def save_model(run_dir: Any, name: Any, args_dict: Any, dataset: Any, algorithm:
         "model_hparams": hparams, "model_dict": algorithm.state_dict()}))
 
 
-def write_error(output_dir: str, message: Any) -> None:
+def write_error(output_dir: str, message: str) -> None:
     """err.txt, unless the run directory is refused (a symlink: the error says so) or
     cannot be written (a full disk: the error already names the file)."""
     try:
@@ -94,7 +94,7 @@ def write_error(output_dir: str, message: Any) -> None:
         pass
 
 
-def pick_memory_format(choice: Any, device: Any, precision: Any) -> Any:
+def pick_memory_format(choice: Any, device: torch.device | str, precision: Any) -> Any:
     """auto: channels-last on CPU (oneDNN's preferred layout: a default ColoredMNIST run
     measured 824 s vs 933 s contiguous on 2 cores) and with bf16; contiguous otherwise."""
     if choice == "auto":
@@ -104,7 +104,7 @@ def pick_memory_format(choice: Any, device: Any, precision: Any) -> Any:
 
 
 
-def already_placed(module: Any, device: Any, memory_format: Any = None) -> bool:
+def already_placed(module: Any, device: torch.device | str, memory_format: Any = None) -> bool:
     """Whether `module.to(device)` (then `.to(memory_format=...)`) would give back every
     parameter and buffer as it is: then skipping them changes nothing, and a process
     building hundreds of runs around one shared frozen backbone (a probe stack) does not
@@ -177,7 +177,7 @@ class TrainingRun:
             return arithmetic.PROBE_STACK
         return arithmetic.SINGLE
 
-    def set_arithmetic(self, name: Any) -> None:
+    def set_arithmetic(self, name: str) -> None:
         """The arithmetic its records name (training.arithmetic; a launcher that computes
         the run another way says so before restore(), which refuses a resume in another)."""
         self.arithmetic = name
@@ -299,7 +299,7 @@ class TrainingRun:
         if self.trackers is not None:
             self.trackers.close()
 
-    def train_step(self, step: Any) -> Any:
+    def train_step(self, step: int) -> Any:
         """One optimizer step of the algorithm at the scheduled learning rate (under
         gradient accumulation, `grad_accum_steps` updates on slices of the step's
         batches); its values are averaged into the next record."""
@@ -348,7 +348,7 @@ class TrainingRun:
         if self.probe:
             self.probe.write_back()
 
-    def accumulate(self, step: Any, step_vals: Any, seconds: Any) -> None:
+    def accumulate(self, step: int, step_vals: Any, seconds: float) -> None:
         """Add one step's update() values to the next record's averages; a NaN or infinite
         value stops the run (TrainingDiverged) before any record holds it."""
         for key, value in step_vals.items():
@@ -360,7 +360,7 @@ class TrainingRun:
             self.accumulators.setdefault(key, []).append(value)
         self.accumulators.setdefault("step_time", []).append(seconds)
 
-    def is_checkpoint(self, step: Any) -> Any:
+    def is_checkpoint(self, step: int) -> Any:
         return step % self.checkpoint_freq == 0 or step == self.n_steps - 1
 
     def checkpoint(self, step: int, logits: dict[str, torch.Tensor] | None = None) -> Any:
@@ -406,7 +406,7 @@ class TrainingRun:
             self.trackers.log_checkpoint(step, results)
         return results
 
-    def keep_if_best(self, step: Any, results: Any) -> None:
+    def keep_if_best(self, step: int, results: Any) -> None:
         """model_best.pkl + model_best.json (its step and validation accuracy) when this
         checkpoint's training-domain validation accuracy (the mean of the training
         environments' `out` accuracies) beats the kept one; read back on resume."""
@@ -424,7 +424,7 @@ class TrainingRun:
             self.run_dir.write_text("model_best.json", json.dumps(
                 {"step": step, "val_acc": val}, indent=2, sort_keys=True) + "\n")
 
-    def save_model(self, name: Any) -> None:
+    def save_model(self, name: str) -> None:
         save_model(self.run_dir, name, self.args_dict, self.dataset, self.algorithm,
                    self.hparams, len(self.train_envs))
 
@@ -438,7 +438,7 @@ class TrainingRun:
         self.close()
 
 
-def evaluated_splits(data: Any, config: Any) -> Any:
+def evaluated_splits(data: Any, config: RunConfig) -> Any:
     """[(name, env, kind, split)] of the splits a checkpoint evaluates: every environment's
     in/out (and uda) split, with its deterministic transform, narrowed by --eval_splits (a
     split left out is never evaluated and its keys never written)."""
@@ -451,7 +451,7 @@ def evaluated_splits(data: Any, config: Any) -> Any:
     return select_splits(named, config.eval_splits, config.test_envs)
 
 
-def data_args(config: Any, dataset: Any, dataset_cls: Any) -> Any:
+def data_args(config: RunConfig, dataset: Any, dataset_cls: Any) -> Any:
     """A record's `args` before the model's entries: the config's fields (less where things
     are kept and how the run started), the data's identity, env, group and class names."""
     args_dict = config.to_dict()
@@ -466,7 +466,8 @@ def data_args(config: Any, dataset: Any, dataset_cls: Any) -> Any:
     return args_dict
 
 
-def write_checkpoint(run_dir: Any, step: Any, table: Any, confusion: Any, records: Any) -> None:
+def write_checkpoint(run_dir: PinnedDir, step: int, table: Any, confusion: Any,
+                     records: Any) -> None:
     """One checkpoint's files: predictions, confusion matrices (rows: true class, one
     array per split) where computed, then results.jsonl holding `records` (JSON lines)."""
     with run_dir.subdir("predictions") as predictions:
@@ -509,7 +510,7 @@ def prepare_output_dir(out: Any, log: Callable[[str], Any] | None = None) -> boo
     return True
 
 
-def remove_foreign_done(run_dir: Any, st: Any, log: Callable[[str], Any]) -> None:
+def remove_foreign_done(run_dir: PinnedDir, st: Any, log: Callable[[str], Any]) -> None:
     """A `done` that is no regular file (a symlink, dangling or not, a FIFO, a folder)
     marks nothing a run wrote: it goes (a folder is moved aside, a link's target is left
     alone) and the run resumes or starts, instead of every relaunch skipping it."""

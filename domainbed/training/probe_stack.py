@@ -197,7 +197,7 @@ class ProbeStack:
         return out
 
     # ------------------------------------------------------------ one step
-    def _draw(self, step: Any, start: Any, end: Any) -> tuple[Any, ...]:
+    def _draw(self, step: int, start: Any, end: Any) -> tuple[Any, ...]:
         """The table rows and labels [steps, heads, rows] of heads start..end (one batch
         size) for INDEX_STEPS steps from `step`: per head its environments' minibatch
         indices, each drawn as its own sampler draws them (bulk_sampling), plus each split's
@@ -209,7 +209,7 @@ class ProbeStack:
         rows = rows.to(self.table.device)
         return step, rows, self.labels.to(self.table.device)[rows]
 
-    def _step_rows(self, step: Any, group: Any) -> tuple[Any, ...]:
+    def _step_rows(self, step: int, group: Any) -> tuple[Any, ...]:
         """Rows and labels [heads, rows] of the heads of `group` (one batch size) at `step`
         (drawn INDEX_STEPS steps at a time)."""
         drawn = self._drawn.get(group)
@@ -218,7 +218,7 @@ class ProbeStack:
         return drawn[1][step - drawn[0]], drawn[2][step - drawn[0]]
 
     @torch.no_grad()
-    def train_step(self, step: Any) -> Any:
+    def train_step(self, step: int) -> Any:
         """One Adam step of every head; returns each head's loss (float)."""
         factors = self._adam_factors()
         for group in self.groups:
@@ -226,7 +226,7 @@ class ProbeStack:
         self._adam(*factors)
         return self.losses.tolist()
 
-    def _gradients(self, step: Any, group: Any) -> None:
+    def _gradients(self, step: int, group: Any) -> None:
         """The heads of `group` (one batch size): their mean cross-entropy into `losses`
         and its gradient into `grad` (the weight's and, in the last column, the bias's),
         classes before rows ([k, C, R]): no transposed copies."""

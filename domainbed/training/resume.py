@@ -71,7 +71,7 @@ def set_python_rng_state(state: Any) -> None:
     random.setstate((version, tuple(internal), gauss_next))
 
 
-def save_resume_state(run_dir: Any, name: Any, algorithm: Any, step: Any, records: Any,
+def save_resume_state(run_dir: Any, name: str, algorithm: Any, step: int, records: Any,
                       accumulators: Any, identity: Any, schedule: Any = None) -> None:
     """`records`: the results.jsonl lines written so far (the state vouches for them).
     `run_dir`: the run's PinnedDir. `schedule`: the run's learning-rate schedule
@@ -102,7 +102,7 @@ def discard_resume_state(run_dir: Any, log: Callable[[str], Any]) -> None:
         log(f"notice: --restart: discarded the resume state of {run_dir.path}")
 
 
-def _read_state(run_dir: Any, name: Any) -> Any:
+def _read_state(run_dir: Any, name: str) -> Any:
     path = run_dir.join(name)
     try:
         with run_dir.open_reader(name) as f:   # a FIFO or folder there: refused, no hang
@@ -205,7 +205,7 @@ def checkpoint_steps_problem(records: Any, next_step: Any, n_steps: int,
         return f"next_step {next_step} is beyond the run's {n_steps} steps"
     last = n_steps - 1
 
-    def is_checkpoint(step: Any) -> Any:
+    def is_checkpoint(step: int) -> Any:
         return step % checkpoint_freq == 0 or step == last
     expected_count = -(-next_step // checkpoint_freq) + \
         (next_step == n_steps and last % checkpoint_freq != 0)
@@ -252,7 +252,7 @@ def _tensors(value: Any) -> Iterator[Any]:
             yield from _tensors(item)
 
 
-def load_resume_state(run_dir: Any, name: Any, algorithm: Any, identity: Any, schedule: Any = None,
+def load_resume_state(run_dir: Any, name: str, algorithm: Any, identity: Any, schedule: Any = None,
                       run_steps: Any = None, arithmetic: Any = None) -> Any:
     """The resume state `name` of `run_dir`, checked and loaded into `algorithm` (and
     the RNGs and `schedule`). `run_steps`: (n_steps, checkpoint_freq) of the run, which
@@ -292,7 +292,7 @@ def load_resume_state(run_dir: Any, name: Any, algorithm: Any, identity: Any, sc
     return state
 
 
-def read_kept_records(run_dir: Any, name: Any, vouched: Any, log: Callable[[str], Any]) -> Any:
+def read_kept_records(run_dir: Any, name: str, vouched: Any, log: Callable[[str], Any]) -> Any:
     """The records a resumed run keeps: exactly those its state vouches for. When
     results.jsonl does not start with them (a foreign or torn line, an edit, not a
     regular file), it is moved aside to results.jsonl.prev[.N] and rewritten from the

@@ -43,7 +43,7 @@ CHECKPOINT_KEYS = ("args", "model_hparams", "model_dict", "model_input_shape",
 
 
 
-def read_checkpoint(path: Any, trust_pickle: bool = False) -> tuple[Any, ...]:
+def read_checkpoint(path: str, trust_pickle: bool = False) -> tuple[Any, ...]:
     """(the saved dict of one of our (or DomainBed's) checkpoints, the sha256 of the bytes
     it was read from). The file is read once, a regular file that is no symlink (a FIFO
     never hangs it); one that is not tensors and plain containers only is refused unless
@@ -76,7 +76,7 @@ def read_checkpoint(path: Any, trust_pickle: bool = False) -> tuple[Any, ...]:
     return saved, sha256
 
 
-def checkpoint_step(path: Any, saved_args: Any, dataset_cls: Any) -> Any:
+def checkpoint_step(path: str, saved_args: Any, dataset_cls: Any) -> Any:
     """The training step the checkpoint holds: from model_step{N}.pkl, from the
     model_best.json or selection.json beside it, else the run's last step."""
     match = re.fullmatch(r"model_step(\d+)\.pkl", os.path.basename(path))
@@ -129,7 +129,7 @@ def check_output_dir(output_dir: str) -> None:
 
 
 def score(model: Any, config: RunConfig, data: Any, dataset_cls: Any, hparams: dict[str, Any],
-          model_args: Any, step: Any) -> Any:
+          model_args: Any, step: int) -> Any:
     """Evaluate `model` (anything with predict(x)) on every split of `data` and write the
     run directory config.output_dir; returns its record."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -156,7 +156,7 @@ SPLIT_OPTIONS = ("dataset", "test_envs", "trial_seed", "data_seed", "holdout_fra
                  "uda_holdout_fraction", "task")
 
 
-def evaluate_checkpoint(path: Any, options: Any, trust_pickle: bool = False) -> Any:
+def evaluate_checkpoint(path: str, options: Any, trust_pickle: bool = False) -> Any:
     """Score a checkpoint. `options`: RunConfig fields the user gave (output_dir, data_dir,
     metrics, ...); the dataset, test environments and split seeds not given are the
     checkpoint's, so its `in`/`out` splits are those it was trained and selected on."""
@@ -186,7 +186,7 @@ def evaluate_checkpoint(path: Any, options: Any, trust_pickle: bool = False) -> 
                  checkpoint_step(path, saved_args, dataset_cls))
 
 
-def evaluate_model(name: Any, options: Any, weights: str = "", class_map_file: str = "") -> Any:
+def evaluate_model(name: str, options: Any, weights: str = "", class_map_file: str = "") -> Any:
     """Score an outside classifier (`domainbed.networks.classifiers`); `options`: RunConfig
     fields (dataset, test_envs, output_dir, ...)."""
     from domainbed.networks import backbones, classifiers

@@ -29,7 +29,7 @@ def select_splits(named_splits: Any, tokens: Any, test_envs: Any) -> list[Any]:
             raise UserError(f"--eval_splits {token}: this run has no such split "
                             f"(splits: {', '.join(sorted(names))})")
 
-    def kept(name: Any, env_i: Any, kind: Any) -> bool:
+    def kept(name: str, env_i: Any, kind: Any) -> bool:
         is_test = env_i in test_envs
         return any(t == "all" or t == kind or t == name or (t == "test" and is_test)
                    or (t == "train" and not is_test) for t in tokens)
