@@ -156,6 +156,32 @@ def test_numbers_equal_json_loads(tmp_path):
     assert got == want
 
 
+def test_ordinary_exponents_stay_with_the_fast_reader(tmp_path, monkeypatch):
+    """Exponents of up to 3 digits (what Python writes) are read by polars, as json."""
+    top = tmp_path / "s"
+    run(top, "a", [record(i, extra=f', "env9_in_acc": {x!r}, "loss": {x / 3!r}')
+                   for i, x in enumerate([1.5e-05, 2e-300, 7.25e+100, 3e-07])])
+    lined = fast_reads(monkeypatch)
+    fast = load_records(top, fields=TABLE_FIELDS, use_cache=False).records
+    assert lined == []
+    assert [r["env9_in_acc"] for r in fast] == [1.5e-05, 2e-300, 7.25e+100, 3e-07]
+
+
+def test_an_env_value_beyond_its_files_env_count_goes_line_by_line(tmp_path, monkeypatch):
+    """A key another file's first line brings into the batch's schema (env3_...) in a
+    file of 3 named environments: json's schema skips that line, and so does the read."""
+    top = tmp_path / "s"
+    names = ["A", "B", "C"]
+    run(top, "a", [record(0, envs=4)])
+    run(top, "b", [record(0, env_names=names),
+                   record(1, env_names=names, extra=', "env3_in_acc": 0.5')])
+    lined = fast_reads(monkeypatch)
+    fast = load_records(top, fields=TABLE_FIELDS, use_cache=False, quiet=True)
+    assert lined == [str(top / "b")]
+    same_values(fast.records, by_lines(top))
+    assert fast.skipped_lines == 1
+
+
 def test_a_fifo_a_symlink_and_a_long_line_are_skipped_with_a_note(tmp_path, monkeypatch):
     top = tmp_path / "s"
     run(top, "a", [record(0)])

@@ -4,10 +4,11 @@ one Parquet file instead of every results.jsonl.
 
 Never trusted over the files: each cached file is keyed by its path under the input
 directory and its (size, mtime_ns, inode); one whose key differs, or that is not cached,
-is read again. The Parquet metadata holds a checksum over the whole content (and the
-polars version that wrote it); a cache that is not a regular file of this user (a
-symlink, FIFO, folder, another user's file), does not parse or fails its checksum is
-ignored with one warning and rebuilt. Read without following symlinks, written
+is read again. The Parquet metadata holds a SHA-256 of the whole file (taken with the
+checksum's own place zeroed), checked before polars parses a byte of it, and the polars
+version that wrote it; a cache that is not a regular file of this user (a symlink,
+FIFO, folder, another user's file), fails its checksum or does not parse is ignored with
+one warning and rebuilt. Read without following symlinks, written
 atomically (``oodutils.pinned_dir``). Files changed in the last ``SETTLE_NS`` and files
 with skipped lines are not cached.
 """
@@ -15,14 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import stat
 import time
 
 import polars as pl
 
-from domainbed.results.reader import BLOCK_SCHEMA, Frame, subset
+from domainbed.results.reader import BLOCK_SCHEMA, POLARS_ERRORS, Frame, subset
 from oodutils.log import get_logger
 from oodutils.pinned_dir import PinnedDir
 from oodutils.untrusted import open_regular
@@ -36,14 +36,29 @@ MAX_CACHE_BYTES = 8 << 30
 KEY_COLUMNS = ("size", "mtime_ns", "inode")
 
 
-def digest(table: pl.DataFrame) -> str:
-    """A checksum over a table's columns, types and every value."""
-    h = hashlib.blake2b(digest_size=32)
-    h.update(json.dumps([FORMAT, pl.__version__, table.columns,
-                         [str(t) for t in table.dtypes], table.height]).encode())
-    for name in table.columns:
-        h.update(table[name].hash(7).to_numpy().tobytes())
-    return h.hexdigest()
+DIGEST_MARK = b"oodbed-sha256:"
+_UNSET = b"0" * 64
+
+
+def _sealed(data: bytes) -> bytes | None:
+    """The file's bytes with its checksum written in (the place `DIGEST_MARK` opens, the
+    last one: the Parquet footer), or None where there is no such place."""
+    at = data.rfind(DIGEST_MARK + _UNSET)
+    if at < 0:
+        return None
+    start = at + len(DIGEST_MARK)
+    return data[:start] + hashlib.sha256(data).hexdigest().encode() + data[start + 64:]
+
+
+def checksum_holds(data: bytes) -> bool:
+    """Whether the checksum in these bytes is the SHA-256 of the bytes (its place zeroed)."""
+    at = data.rfind(DIGEST_MARK)
+    if at < 0:
+        return False
+    start = at + len(DIGEST_MARK)
+    written = data[start:start + 64]
+    unset = data[:start] + _UNSET + data[start + 64:]
+    return len(written) == 64 and hashlib.sha256(unset).hexdigest().encode() == written
 
 
 class Cache:
@@ -79,17 +94,17 @@ class Cache:
         if len(data) > MAX_CACHE_BYTES:
             self._ignore("too large")
             return self
+        if not checksum_holds(data):
+            self._ignore("its checksum does not match its content")
+            return self
         try:
             meta = pl.read_parquet_metadata(io.BytesIO(data))
             table = pl.read_parquet(io.BytesIO(data))
-        except Exception as e:  # noqa: BLE001 - any error of a corrupt Parquet file
+        except POLARS_ERRORS as e:  # a file this code did not write, panics included
             self._ignore(f"not a readable Parquet file: {type(e).__name__}")
             return self
         if meta.get("format") != FORMAT or meta.get("polars") != pl.__version__:
             self._ignore("written by another version")
-            return self
-        if meta.get("digest") != digest(table):
-            self._ignore("its checksum does not match its content")
             return self
         self.row_columns = [c for c in table.columns
                             if c not in BLOCK_SCHEMA and c not in ("rel", *KEY_COLUMNS)]
@@ -97,7 +112,7 @@ class Cache:
             table.select([*(c for c in BLOCK_SCHEMA if c != "run_dir"), "rel",
                           *KEY_COLUMNS, *self.row_columns]).head(0).explode(self.row_columns)
             self.table = table
-        except Exception as e:  # noqa: BLE001 - a checksummed table of another shape
+        except POLARS_ERRORS as e:  # a checksummed table of another shape
             self._ignore(f"an unexpected table: {type(e).__name__}")
         return self
 
@@ -118,7 +133,7 @@ class Cache:
         try:
             rows = blocks.select(self.row_columns).with_columns(
                 block=pl.int_range(pl.len(), dtype=pl.Int64)).explode(self.row_columns)
-        except Exception as e:  # noqa: BLE001
+        except POLARS_ERRORS as e:
             self._ignore(f"an unexpected table: {type(e).__name__}")
             return None
         base = self.top if self.top.endswith(os.sep) else self.top + os.sep
@@ -149,9 +164,12 @@ class Cache:
         try:
             table.write_parquet(buffer, compression="zstd", compression_level=1,
                                 metadata={"format": FORMAT, "polars": pl.__version__,
-                                          "digest": digest(table)})
+                                          "checksum": (DIGEST_MARK + _UNSET).decode()})
+            sealed = _sealed(buffer.getvalue())
+            if sealed is None:
+                return
             with PinnedDir.open(self.top, follow=True) as folder:
-                folder.write_bytes(CACHE_FILE, buffer.getvalue())
+                folder.write_bytes(CACHE_FILE, sealed)
         except OSError as e:
             logger.debug(f"could not write the records cache {self.path}: {e}")
 

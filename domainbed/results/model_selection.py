@@ -108,10 +108,21 @@ def long_rows(records: RecordsLike, labels: Labels | None = None,
     and a trial seed: ``gkey`` (its trial_seed, dataset label and algorithm, numbered),
     ``test_env``, ``hparams_rank``, ``row`` (reading order), ``block``, ``n_test`` (how
     many test envs the record has), the record's values and these columns of its block;
-    the table of KEYS by ``gkey``); `values`: the record keys kept (a regex)."""
+    the table of KEYS by ``gkey``); `values`: the record keys kept (a regex). Built once
+    a frame and labels (every env value, every block column asked), then selected."""
     frame = frame_of(records)
     if labels is None:
         labels = frame_labels(frame)
+    key = ("long_rows", tuple(block_columns), tuple(sorted(labels.items(), key=repr)))
+    if key not in frame.memo:
+        frame.memo[key] = _long_rows(frame, labels, block_columns)
+    wide, keys = frame.memo[key]
+    return wide.drop(c for c in frame.rows.columns if c.startswith("env") and
+                     c in wide.columns and not re.fullmatch(values, c)), keys
+
+
+def _long_rows(frame: Frame, labels: Labels, block_columns: Sequence[str]
+               ) -> tuple[pl.DataFrame, pl.DataFrame]:
     blocks = frame.blocks.select(
         "algorithm", "trial_seed", "test_envs", *block_columns,
         _label_of_blocks(frame, labels).alias("dataset"),
@@ -120,7 +131,7 @@ def long_rows(records: RecordsLike, labels: Labels | None = None,
     keys = blocks.select(KEYS).unique(maintain_order=True).with_columns(
         gkey=pl.int_range(pl.len(), dtype=pl.Int64))
     blocks = blocks.join(keys, on=KEYS, how="left", maintain_order="left").drop(KEYS)
-    kept = [c for c in frame.rows.columns if re.fullmatch(values, c)]
+    kept = [c for c in frame.rows.columns if c.startswith("env")]
     rows = frame.rows.select("block", "step", "n_envs", *kept) \
         .with_columns(row=pl.int_range(pl.len(), dtype=pl.Int64)) \
         .join(blocks, on="block", how="inner", maintain_order="left")
@@ -263,37 +274,37 @@ class LeaveOneOutSelectionMethod(SelectionMethod):
     @classmethod
     def candidate_choices(cls, rows: pl.DataFrame) -> pl.DataFrame:
         step_keys = [*CANDIDATE, "step"]
+        single = pl.col("n_test") == 1
         rows = rows.with_columns(in_acc=env_value(rows, pl.col("test_env"), "in_acc"))
-        steps = rows.group_by(step_keys, maintain_order=True) \
-            .agg(first=pl.col("row").first(), n_envs=pl.col("n_envs").first(),
-                 singles=(pl.col("n_test") == 1).sum(),
-                 test_acc=pl.col("in_acc").filter(pl.col("n_test") == 1).first(),
-                 single_row=pl.col("row").filter(pl.col("n_test") == 1).first(),
-                 block=pl.col("block").filter(pl.col("n_test") == 1).first()) \
+        steps = rows.group_by(step_keys).agg(
+            first=pl.col("row").min(), n_envs=pl.col("n_envs").first(), singles=single.sum(),
+            test_acc=pl.col("in_acc").filter(single).first(),
+            single_row=pl.col("row").filter(single).first(),
+            block=pl.col("block").filter(single).first()) \
             .filter((pl.col("singles") == 1) & (pl.col("n_envs") >= 2) &
                     pl.col("test_acc").is_not_null())
         envs = pl.col("test_envs")
         pairs = rows.filter(pl.col("n_test") == 2).with_columns(
             val_env=pl.when(envs.list.get(0) == pl.col("test_env")).then(envs.list.get(1))
             .otherwise(envs.list.get(0)))
-        pairs = pairs.filter(pl.col("val_env") != pl.col("test_env")) \
-            .with_columns(value=env_value(pairs, pl.col("val_env"), "in_acc")) \
-            .group_by([*step_keys, "val_env"], maintain_order=True).last()
-        held = steps.join(pairs.select(*step_keys, "val_env", "value"), on=step_keys,
-                          how="left").filter(
-            pl.col("val_env").is_null() | ((pl.col("val_env") >= 0) &
-                                           (pl.col("val_env") < pl.col("n_envs"))))
-        sums = held.sort("val_env", maintain_order=True).group_by(step_keys).agg(
-            found=pl.col("value").is_not_null().sum(), values=pl.col("value").drop_nulls())
-        longest = int(sums["values"].list.len().max() or 0)  # type: ignore[arg-type]
+        pairs = pairs.filter(pl.col("val_env") != pl.col("test_env")).select(
+            *step_keys, "val_env", value=env_value(pairs, pl.col("val_env"), "in_acc"))
+        # the last value of each validation env (in reading order), an env a column
+        wide = pairs.pivot(on="val_env", index=step_keys, values="value",
+                           aggregate_function="last") if pairs.height else \
+            pairs.select(step_keys)
+        held = sorted(int(c) for c in wide.columns if c not in step_keys)
+        table = steps.join(wide, on=step_keys, how="left")
+        n_envs = pl.col("n_envs")
+        found = [(n_envs > v) & pl.col(str(v)).is_not_null() for v in held]
         total: pl.Expr = pl.lit(0.0)
-        for j in range(longest):     # in env order, one after another (as sum() adds)
-            total = total + pl.col("values").list.get(j, null_on_oob=True).fill_null(0.0)
-        sums = sums.with_columns(total=total)
-        needed = pl.col("n_envs") - (pl.col("test_env") < pl.col("n_envs")).cast(pl.Int64)
-        table = steps.join(sums, on=step_keys, how="left").filter(pl.col("found") == needed) \
-            .with_columns(val_acc=pl.col("total") / (pl.col("n_envs") - 1))
-        return _first_best(table, CANDIDATE, "first").with_columns(row=pl.col("single_row"))
+        for v, present in zip(held, found):    # in env order, one after another
+            total = total + pl.when(present).then(pl.col(str(v))).otherwise(0.0)
+        count = pl.sum_horizontal([f.cast(pl.Int64) for f in found]) if found else pl.lit(0)
+        needed = n_envs - (pl.col("test_env") < n_envs).cast(pl.Int64)
+        table = table.filter(count == needed).with_columns(val_acc=total / (n_envs - 1))
+        return _first_best(table.select(*steps.columns, "val_acc"), CANDIDATE, "first") \
+            .with_columns(row=pl.col("single_row"))
 
 
 class ValWorstGroupSelectionMethod(SelectionMethod):

@@ -18,14 +18,14 @@ import json
 import os
 import re
 from collections.abc import Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
 from domainbed.results.grouping import DATA_KEYS
-from domainbed.results.schema import record_problem
+from domainbed.results.schema import MAX_ENVS, env_index, record_problem
 from oodutils.untrusted import parse_json, read_head_stat, read_lines
 
 Record = dict[str, Any]
@@ -35,7 +35,6 @@ PREDICTIONS_DIR = "predictions"
 MAX_LINE_BYTES = 4 << 20     # a record is a few kB; a longer line is skipped, never held
 FAST_FILE_BYTES = 16 << 20   # a larger results.jsonl is read line by line
 THREADS = min(8, (os.cpu_count() or 1) + 2)
-MAX_DEPTH_EXTRA = 31         # see `_batch_fits`: brackets beyond args and hparams
 
 BLOCK_SCHEMA: dict[str, Any] = {
     "run_dir": pl.String, "args_text": pl.String, "hparams_text": pl.String,
@@ -49,19 +48,23 @@ ROW_SCHEMA: dict[str, Any] = {"block": pl.Int64, "step": pl.Int64, "epoch": pl.F
 # a lone surrogate escape (or half of a pair: read line by line, replaced there)
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-# bytes mapped to a shape: digits, ".", "+" and "-" to "0", "e" and "E" to "e", "{" and
-# "[" to "(", others to a space; a run of 25 "0" or an "e" and five more is a literal
-# polars might read otherwise than json (long mantissas, huge exponents): line by line
-_SHAPE = bytes(48 if (48 <= b <= 57 or b in b".+-") else 101 if b in b"eE" else
-               40 if b in b"{[" else 32 for b in range(256))
-_ODD_NUMBERS = (b"0" * 25, b"e00000", b"(")
+# what polars raises on bytes it cannot read: its errors, and a panic of its Rust code
+# (a BaseException) on some corrupt input
+POLARS_ERRORS = (Exception, pl.exceptions.PanicException)
+# bytes mapped to a shape: digits, "+" and "-" to "0", "e" and "E" to "e", others to a
+# space; an "e" and five more is an exponent of 4 digits or more
+_SHAPE = bytes(48 if (48 <= b <= 57 or b in b"+-") else 101 if b in b"eE" else 32
+               for b in range(256))
+_EXPONENT_OF_4 = b"e00000"
 
 
 @dataclass
 class Frame:
-    """The records of some runs as two polars tables (module docstring)."""
+    """The records of some runs as two polars tables (module docstring); `memo` holds
+    what model selection derives from them once for every method."""
     rows: pl.DataFrame
     blocks: pl.DataFrame
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 def subset(frame: Frame, keep: pl.Series) -> Frame:
@@ -183,184 +186,143 @@ def parse_lines(path: str, lines: Iterable[bytes | None], notes: list[str]
 
 # -- the fast reader ---------------------------------------------------------------------
 
+ARGS_STUB = b'"args": 0'
+HPARAMS_STUB = b'"hparams": 0'
+
+
 @dataclass
-class _Head:
-    """What the first line of a file gives the fast reader."""
+class _Reduced:
+    """A file the fast reader takes: its first line as json reads it, its args and
+    hparams as json spells them, and its bytes with every line's args and hparams replaced
+    by a stub (`reduce_file`)."""
     lines: int
     record: Record
-    args_bytes: bytes        # the args and hparams as the line spells them
-    hparams_bytes: bytes
-    args_pattern: bytes      # b'"args": {...}' as the line spells it
-    hparams_pattern: bytes
-    keys: list[str]          # the first line's keys but args and hparams
-
-
-_COLON = re.compile(r"\s*:\s*")
-_DECODER = json.JSONDecoder()
-
-
-def _value_span(text: str, key: str, outside: tuple[int, int] = (0, 0)
-                ) -> tuple[int, int, int, Any] | None:
-    """(token start, value start, value end, value) of the one ``"key":`` of `text`
-    outside the span `outside`, or None where there is not exactly one."""
-    token = f'"{key}"'
-    inside = text.count(token, outside[0], outside[1])
-    if text.count(token) - inside != 1:
-        return None
-    at = text.find(token)
-    if outside[0] <= at < outside[1]:
-        at = text.find(token, outside[1])
-    colon = _COLON.match(text, at + len(token))
-    if colon is None:
-        return None
-    try:
-        value, end = _DECODER.raw_decode(text, colon.end())
-    except (ValueError, RecursionError):
-        return None
-    return at, colon.end(), end, value
-
-
-def _head(data: bytes) -> _Head | None:
-    """The first line's record and the spelling of its args and hparams (each parsed
-    once: the rest of the line with stand-ins), or None where the file is not for the
-    fast reader (see the module docstring)."""
-    if not data.startswith(b"{"):
-        return None
-    end = data.find(b"\n")
-    try:
-        text = (data if end < 0 else data[:end]).decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    args = _value_span(text, "args")
-    hparams = _value_span(text, "hparams", args[1:3]) if args else None
-    if args is None or hparams is None or type(args[3]) is not dict or \
-            type(hparams[3]) is not dict:
-        return None
-    (a0, a1), (h0, h1) = sorted([args[1:3], hparams[1:3]])
-    record = parse_json(text[:a0] + "0" + text[a1:h0] + "0" + text[h1:])
-    if not isinstance(record, dict):
-        return None
-    record["args"], record["hparams"] = args[3], hparams[3]
-    if record_problem(record) is not None:
-        return None
-    lines = data.count(b"\n") + (not data.endswith(b"\n"))
-    if len(data) > MAX_LINE_BYTES and max(map(len, data.split(b"\n"))) >= MAX_LINE_BYTES:
-        return None
-    keys = [k for k in record if k not in ("args", "hparams")]
-    if any(type(record[k]) not in _POLARS_TYPES for k in keys):
-        return None
-    a, h = (text[v[1]:v[2]].encode() for v in (args, hparams))
-    return _Head(lines, record, a, h, text[args[0]:args[1]].encode() + a,
-                 text[hparams[0]:hparams[1]].encode() + h, keys)
+    args_text: str
+    hparams_text: str
+    data: bytes
 
 
 _POLARS_TYPES = {int: pl.Float64, float: pl.Float64, str: pl.String, bool: pl.Boolean}
 
 
-def _schema(heads: Sequence[_Head]) -> dict[str, Any]:
-    """Every key of the files' first lines: step an int, the env* and epoch values
-    floats, the others typed by their first value (they are not kept)."""
-    schema: dict[str, Any] = {"args": pl.Struct({"dataset": pl.String}),
-                              "hparams": pl.Struct({"_": pl.String})}
-    for h in heads:
-        for key in h.keys:
+def _stubbed(data: bytes, key: bytes, text: str, stub: bytes, lines: int) -> bytes | None:
+    """`data` with each ``"key": text`` replaced by `stub`, where there is one a line
+    (by count: the bytes removed are `lines` spellings), else None."""
+    spelled = key + text.encode()
+    reduced = data.replace(spelled, stub)
+    return reduced if len(data) - len(reduced) == lines * (len(spelled) - len(stub)) \
+        else None
+
+
+def reduce_file(data: bytes) -> _Reduced | None:
+    """The file for the fast reader, or None where it is not for it: every line spells
+    the first line's args and hparams as ``json.dumps`` does (what DomainBed and this
+    project write), its other values are scalars, no backslash and no non-ASCII byte
+    outside args and hparams, no line over MAX_LINE_BYTES (the line reader takes the
+    rest). The batch's counts (`_batch_fits`) prove each line holds one of each."""
+    end = data.find(b"\n")
+    first = data if end < 0 else data[:end]
+    if not first.startswith(b"{") or _SURROGATE.search(first):
+        return None
+    record = parse_json(first)
+    if type(record) is not dict or type(record.get("args")) is not dict or \
+            type(record.get("hparams")) is not dict or record_problem(record) is not None:
+        return None
+    if any(type(v) not in _POLARS_TYPES for k, v in record.items()
+           if k not in ("args", "hparams")):
+        return None
+    if len(data) > MAX_LINE_BYTES and max(map(len, data.split(b"\n"))) >= MAX_LINE_BYTES:
+        return None
+    lines = data.count(b"\n") + (not data.endswith(b"\n"))
+    args_text, hparams_text = json.dumps(record["args"]), json.dumps(record["hparams"])
+    reduced = _stubbed(data, b'"args": ', args_text, ARGS_STUB, lines)
+    reduced = reduced and _stubbed(reduced, b'"hparams": ', hparams_text, HPARAMS_STUB,
+                                   lines)
+    if not reduced or b"\\" in reduced or not reduced.isascii():
+        return None
+    return _Reduced(lines, record, args_text, hparams_text, reduced)
+
+
+def _schema(files: Sequence[_Reduced]) -> dict[str, Any]:
+    """Every key of the files' first lines: the stubs and step ints, the env* and epoch
+    values floats, the others typed by their first value (they are not kept)."""
+    schema: dict[str, Any] = {"args": pl.Int64, "hparams": pl.Int64}
+    for f in files:
+        for key, value in f.record.items():
             if key not in schema:
                 schema[key] = pl.Int64 if key == "step" else pl.Float64 \
-                    if key.startswith("env") or key == "epoch" else \
-                    _POLARS_TYPES[type(h.record[key])]
+                    if key.startswith("env") or key == "epoch" else _POLARS_TYPES[type(value)]
     return schema
 
 
-def _shared_counts(heads: Sequence[_Head], tokens: Sequence[bytes], shaped: bool = False
-                   ) -> list[int]:
-    """For each token: how often the files' args and hparams hold it (as `_SHAPE` maps
-    them where `shaped`), times their lines."""
-    by_lines: dict[int, list[bytes]] = {}
-    for h in heads:
-        by_lines.setdefault(h.lines, []).extend((h.args_bytes, h.hparams_bytes))
-    joined = {n: b"\0".join(parts).translate(_SHAPE if shaped else None)
-              for n, parts in by_lines.items()}
-    return [sum(n * text.count(token) for n, text in joined.items()) for token in tokens]
+def _beyond_env_count(table: pl.DataFrame, files: Sequence[_Reduced]) -> bool:
+    """Whether a row holds an ``env<i>_...acc...`` value with i at or beyond its file's
+    environment count (a key of another file's first line: the schema refuses it)."""
+    limits = pl.Series([len(f.record["args"].get("env_names") or ()) or MAX_ENVS
+                        for f in files], dtype=pl.Int64)
+    limit = limits.repeat_by(pl.Series([f.lines for f in files])).explode()
+    return any((table[key].is_not_null() & (limit <= env)).any()
+               for key in table.columns if (env := env_index(key)) is not None)
 
 
-def _batch_fits(data: bytes, heads: Sequence[_Head], parsing: Future[Any]) -> bool:
-    """Whether the polars table of these files' joined bytes is what json reads line by
-    line. Each count below is a sum over lines of a per-line count that is at least what
-    is asked, so an equal sum makes each line's equal: every line has one top-level
-    ``args`` and ``hparams`` spelled as its file's first line spells them (no other such
-    token), and beyond them only keys of the schema, each once, none null (json keeps the
-    last of twins, polars the first; a null goes line by line), at most MAX_DEPTH_EXTRA
-    brackets beyond its args and hparams (so no line nests deeper than the first lines,
-    which the schema checked), and number literals of an odd shape only inside args and
-    hparams (parsed by json). Each file's args and hparams are then counted in its own
-    bytes (`_file_fits`). Bytes are counted while polars parses them (`parsing`)."""
-    rows = sum(h.lines for h in heads)
-    tokens = [b'args"', b'hparams"', b":"]   # (one-byte or rare first bytes: fast scans)
-    found = [data.count(t) - s for t, s in zip(tokens, _shared_counts(heads, tokens))]
-    shape = data.translate(_SHAPE)       # odd numbers, then brackets ("(")
-    odd = [shape.count(s) - n for s, n in zip(_ODD_NUMBERS,
-                                              _shared_counts(heads, _ODD_NUMBERS, True))]
-    table = parsing.result()
-    if table is None or table.height != rows or odd[:2] != [0, 0] or \
-            odd[2] - rows > MAX_DEPTH_EXTRA:
+def _batch_fits(data: bytes, files: Sequence[_Reduced], table: pl.DataFrame | None
+                ) -> bool:
+    """Whether `table` (polars' read of these reduced files' joined bytes) is what json
+    reads line by line. Each count below is a sum over lines of a per-line count at least
+    what is asked, so an equal sum makes each line's equal: every line has exactly the
+    schema's keys it has values for, each once and not null (the colons; json keeps the
+    last of twins, polars the first), no nested value (one bracket a line; json's depth
+    limit cannot differ), and where a number literal has an exponent (an "e" beyond the
+    keys', true's, false's and the strings'), none of 4 digits or more (polars' number
+    parser wraps long exponents)."""
+    rows = sum(f.lines for f in files)
+    if table is None or table.height != rows or table["step"].null_count() or \
+            table["args"].null_count() or table["hparams"].null_count() or \
+            _beyond_env_count(table, files):
         return False
-    nonnull = sum(rows - table[k].null_count() for k in table.columns)
-    return found == [rows, rows, nonnull] and not (table["args"].null_count() or table[
-        "hparams"].null_count() or table["step"].null_count()) and table["step"].min() >= 0
-
-
-def _file_fits(data: bytes, head: _Head) -> bool:
-    """Every line of the file holds its first line's args and hparams: ``"args": `` (one a
-    line, by the batch's counts) and the args as often as there are lines, as ``"hparams": ``
-    and the hparams (the others in the args). Two such never overlap (a key token has no
-    border, a value ends with "}") unless the value holds the key token: refused."""
-    for pattern, value in ((head.args_pattern, head.args_bytes),
-                           (head.hparams_pattern, head.hparams_bytes)):
-        if pattern[:len(pattern) - len(value)] in value or data.count(pattern) != head.lines:
-            return False
-    inside = head.args_bytes.split(head.hparams_pattern[:-len(head.hparams_bytes)])
-    return not any(p.startswith(head.hparams_bytes) for p in inside[1:])
-
-
-def _quick_refusal(data: bytes) -> bool:
-    """Whether bytes hold a surrogate escape (polars reads it otherwise than json)."""
-    return b"\\" in data and b"\\u" in data and _SURROGATE.search(data) is not None
+    nonnull = {k: rows - table[k].null_count() for k in table.columns}
+    if data.count(b":") != sum(nonnull.values()) or \
+            data.count(b"{") + data.count(b"[") != rows or (table["step"] < 0).any():
+        return False
+    letters = sum((k.count("e") + k.count("E")) * n for k, n in nonnull.items()) + sum(
+        nonnull[k] if t == pl.Boolean else table[k].str.count_matches("[eE]").sum()
+        for k, t in table.schema.items() if t in (pl.Boolean, pl.String))
+    return data.count(b"e") + data.count(b"E") == letters or \
+        _EXPONENT_OF_4 not in data.translate(_SHAPE)
 
 
 def _parse(data: bytes, schema: dict[str, Any]) -> pl.DataFrame | None:
     try:
         return pl.read_ndjson(data, schema=schema)
-    except Exception:  # noqa: BLE001 - polars' errors: any is a "not here"
+    except POLARS_ERRORS:  # any is a "not here"
         return None
 
 
-def _fast_rows(files: Sequence[tuple[int, bytes, _Head]], parser: ThreadPoolExecutor
-               ) -> tuple[pl.DataFrame, list[int]]:
+def _fast_rows(files: Sequence[tuple[int, _Reduced]]) -> tuple[pl.DataFrame, list[int]]:
     """(rows of the files the fast reader reads, the indices of `files` it leaves)."""
     if not files:
         return pl.DataFrame(), []
-    joined = b"".join(d if d.endswith(b"\n") else d + b"\n" for _, d, _ in files)
-    heads = [h for _, _, h in files]
-    parsing = None if _quick_refusal(joined) else parser.submit(_parse, joined, _schema(heads))
-    if parsing and _batch_fits(joined, heads, parsing) and \
-            all(_file_fits(data, h) for _, data, h in files):
-        return _with_blocks(parsing.result(), files), []   # type: ignore[arg-type]
+    joined = b"".join(f.data if f.data.endswith(b"\n") else f.data + b"\n"
+                      for _, f in files)
+    table = _parse(joined, _schema([f for _, f in files]))
+    if _batch_fits(joined, [f for _, f in files], table):
+        return _with_blocks(table, files), []   # type: ignore[arg-type]
     if len(files) == 1:
         return pl.DataFrame(), [0]
     step = -(-len(files) // 8)   # some file does not fit: eighths of the batch, until found
     tables, left = [], []
     for start in range(0, len(files), step):
-        table, missed = _fast_rows(files[start:start + step], parser)
-        tables += [table] if table.width else []
+        part, missed = _fast_rows(files[start:start + step])
+        tables += [part] if part.width else []
         left += [start + i for i in missed]
     return pl.concat(tables, how="diagonal_relaxed") if tables else pl.DataFrame(), left
 
 
-def _with_blocks(table: pl.DataFrame, files: Sequence[tuple[int, bytes, _Head]]
+def _with_blocks(table: pl.DataFrame, files: Sequence[tuple[int, _Reduced]]
                  ) -> pl.DataFrame:
     """The table with each row's file index (in the batch) as its ``block``."""
-    blocks = pl.Series("block", [b for b, _, _ in files], dtype=pl.Int64)
-    lines = pl.Series([h.lines for _, _, h in files], dtype=pl.Int64)
+    blocks = pl.Series("block", [b for b, _ in files], dtype=pl.Int64)
+    lines = pl.Series([f.lines for _, f in files], dtype=pl.Int64)
     kept = [c for c in table.columns if c in ("step", "epoch") or c.startswith("env")]
     return table.select(kept).with_columns(block=blocks.repeat_by(lines).explode())
 
@@ -426,59 +388,73 @@ def read_runs(run_dirs: Sequence[str], positions: Sequence[int], into: Assembler
               ) -> list[FileRead]:
     """Read these runs (at these walk positions) into `into`: the fast reader where it
     can, the line reader elsewhere. `full`: every key kept, the line reader reads every
-    file and appends its record dicts there too."""
-    paths = [os.path.join(d, RESULTS_FILE) for d in run_dirs]
+    file and appends its record dicts there too. Threads read and reduce the files of the
+    next batch while polars parses this one."""
     reads: list[FileRead] = []
     step = 1024
+    fast = full is None
+
+    def prepare(part: Sequence[str]) -> list[_Prepared]:
+        return [_prepare(d, fast) for d in part]
+
     with ThreadPoolExecutor(THREADS) as pool:
         pending = None
-        for start in range(0, len(paths) + step, step):
-            batch = paths[start:start + step]
-            future = pool.map(lambda part: list(map(read_file, part)), [  # 64 files a task
-                batch[i:i + 64] for i in range(0, len(batch), 64)]) if batch else None
+        for start in range(0, len(run_dirs) + step, step):
+            batch = run_dirs[start:start + step]
+            future = pool.map(prepare, [batch[i:i + 64] for i in range(0, len(batch), 64)]
+                              ) if batch else None
             if pending is not None:
-                reads += _read_batch(pending[0], pending[1], sum(pending[2], []), into,
-                                     fields, full)
-            pending = (run_dirs[start:start + step], positions[start:start + step],
-                       future) if future is not None else None
+                reads += _read_batch(pending[0], sum(pending[1], []), into, fields, full)
+            pending = (positions[start:start + step], future) if future is not None else None
     return reads
 
 
-def _read_batch(run_dirs: Sequence[str], positions: Sequence[int],
-                reads: list[tuple[Any, Any, Any]], into: Assembler,
+@dataclass
+class _Prepared:
+    """One file read (its bytes kept for the line reader, should the batch's counts refuse
+    it), and reduced for the fast reader where it fits."""
+    read: FileRead
+    data: bytes | None
+    reduced: _Reduced | None = None
+    block: dict[str, Any] | None = None
+
+
+def _prepare(run_dir: str, fast: bool) -> _Prepared:
+    data, st, error = read_file(os.path.join(run_dir, RESULTS_FILE))
+    key = None if st is None else (st.st_size, st.st_mtime_ns, st.st_ino)
+    prepared = _Prepared(FileRead(run_dir, key, error), data)
+    if fast and data is not None and len(data) <= FAST_FILE_BYTES:
+        reduced = reduce_file(data)
+        if reduced is not None:
+            prepared.reduced = reduced
+            prepared.block = block_row(run_dir, reduced.record["args"],
+                                       reduced.record["hparams"], reduced.args_text,
+                                       reduced.hparams_text)
+    return prepared
+
+
+def _read_batch(positions: Sequence[int], files: list[_Prepared], into: Assembler,
                 fields: Sequence[str] | None, full: list[Record] | None) -> list[FileRead]:
-    results: list[FileRead] = []
     line_frames: dict[int, Frame] = {}
-    fast: list[tuple[int, bytes, _Head]] = []
-    for i, (run_dir, (data, st, error)) in enumerate(zip(run_dirs, reads)):
-        key = None if st is None else (st.st_size, st.st_mtime_ns, st.st_ino)
-        results.append(FileRead(run_dir, key, error))
-        if error is not None:
-            continue
-        head = _head(data) if full is None and len(data) <= FAST_FILE_BYTES else None
-        if head is None:
-            line_frames[i] = _line_read(results[i], data, fields, full)
-        else:
-            fast.append((i, data, head))
-    with ThreadPoolExecutor(1) as parser:
-        table, left = _fast_rows(fast, parser)
-    for j in left:
-        i, data, _ = fast[j]
-        line_frames[i] = _line_read(results[i], data, fields, full)
+    fast = [(i, f.reduced) for i, f in enumerate(files) if f.reduced is not None]
+    table, left = _fast_rows(fast)
     refused = {fast[j][0] for j in left}
-    read_fast = [(i, h) for i, _, h in fast if i not in refused]
+    for i, f in enumerate(files):
+        if f.read.error is None and (f.reduced is None or i in refused):
+            line_frames[i] = _line_read(f.read, f.data, fields, full)
+    read_fast = [i for i, _ in fast if i not in refused]
     if read_fast:
-        blocks = pl.DataFrame([block_row(run_dirs[i], h.record["args"], h.record["hparams"],
-                                         h.args_bytes.decode(), h.hparams_bytes.decode())
-                               for i, h in read_fast], schema=BLOCK_SCHEMA)
-        number = {i: n for n, (i, _) in enumerate(read_fast)}
+        blocks = pl.DataFrame({name: pl.Series([files[i].block[name]  # type: ignore[index]
+                                                for i in read_fast], dtype=dtype)
+                               for name, dtype in BLOCK_SCHEMA.items()})
+        number = {i: n for n, i in enumerate(read_fast)}
         rows = table.filter(pl.col("block").is_in(list(number))) if refused else table
         rows = _add_env_counts(rows.with_columns(block=pl.col("block").replace_strict(
             number, return_dtype=pl.Int64)), blocks)
-        into.add(Frame(rows, blocks), [positions[i] for i, _ in read_fast])
+        into.add(Frame(rows, blocks), [positions[i] for i in read_fast])
     for i, frame in line_frames.items():
         into.add(frame, [positions[i]] * frame.blocks.height)
-    return results
+    return [f.read for f in files]
 
 
 def _add_env_counts(rows: pl.DataFrame, blocks: pl.DataFrame) -> pl.DataFrame:

@@ -65,7 +65,7 @@ def _args_problem(args: Mapping[str, Any]) -> str | None:
 
 
 @functools.lru_cache(maxsize=4096)   # a sweep repeats a few keys
-def _env_index(key: str) -> int | None:
+def env_index(key: str) -> int | None:
     """The i of an ``env<i>_...acc...`` / ``..._wga`` key, None for any other key."""
     match = _ENV_KEY.match(key)
     return None if match is None else int(match.group(1))
@@ -77,7 +77,7 @@ def _metrics_problem(record: Mapping[str, Any], n_envs: int) -> str | None:
     if record.get("epoch") is not None and not _is_number(record["epoch"]):
         return "epoch is not a number"
     for key, value in record.items():
-        env = _env_index(key)
+        env = env_index(key)
         if env is None:
             continue
         if env >= n_envs:
