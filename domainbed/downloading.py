@@ -195,7 +195,7 @@ def _complete_size(headers: Any) -> Any:
     return int(match.group(1)) if match else None
 
 
-def fetch(url: str, dst: str, sha256: str | None = None, timeout: int = 60) -> Any:
+def fetch(url: str, dst: str, sha256: str | None = None, timeout: float = 60) -> Any:
     """Download url to dst (see the module docstring). Returns dst. An existing dst is
     checked against the published or recorded checksum, not downloaded again."""
     expected = expected_sha256(dst, sha256)
