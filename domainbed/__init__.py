@@ -11,22 +11,21 @@ without the training core.
 """
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from domainbed.api import train
-    from domainbed.config import RunConfig
+    from domainbed.training.config import RunConfig
 
 __version__ = "0.1.0"
 __all__ = ["RunConfig", "train", "__version__"]
+# name -> the module that defines it, imported when the name is first asked for
+LAZY_EXPORTS = {"RunConfig": "domainbed.training.config", "train": "domainbed.api"}
 
 
 def __getattr__(name: str) -> Any:
     """The lazy exports (PEP 562)."""
-    if name == "RunConfig":
-        from domainbed.config import RunConfig
-        return RunConfig
-    if name == "train":
-        from domainbed.api import train
-        return train
-    raise AttributeError(f"module 'domainbed' has no attribute {name!r}")
+    if name not in LAZY_EXPORTS:
+        raise AttributeError(f"module 'domainbed' has no attribute {name!r}")
+    return getattr(importlib.import_module(LAZY_EXPORTS[name]), name)

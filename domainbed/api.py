@@ -1,5 +1,6 @@
-"""The Python API for notebooks and launchers: train one run from a `RunConfig` or from its
-fields as keyword arguments.
+"""The Python API for notebooks, a thin facade: train one run from a `RunConfig`'s fields as
+keyword arguments (`domainbed.training.run`) and hand back its records, or train a zoo of
+runs through a launcher (`domainbed.launch`).
 
     import domainbed
     records = domainbed.train(dataset="ColoredMNIST", algorithm="ERM", test_envs=[2],
@@ -12,62 +13,20 @@ flags without dashes); `hparams` may be a dict.
 from __future__ import annotations
 
 import os
-import traceback
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from domainbed.config import RunConfig, check_data_parallel
-from domainbed.launch import distributed, launchers
+from domainbed.launch import launchers, sweep, zoo
+from domainbed.networks.backbones import backbone_name, get_spec
+from domainbed.results.records import Records, load_records
+from domainbed.training.config import RunConfig
+from domainbed.training.run import check_processes, train_resolved
 from domainbed.training.splits import check_eval_splits
-from oodutils.errors import UserError
 from oodutils.log import get_logger
 
-if TYPE_CHECKING:
-    from domainbed.results.records import Records
-
 LOG = get_logger(__name__)
-
-
-def run_config(config: RunConfig,
-               notify: Callable[[str], None] | None = None) -> dict[str, Any] | None:
-    """Check `config`, then train (or resume, or find finished) its run; return the last
-    checkpoint's record (None when the run was already finished). A failure is written to
-    the run's err.txt (a UserError as its one line, anything else as the traceback) and
-    raised."""
-    from domainbed.training import loop as training
-    notify = notify or LOG.info
-    algorithm_cls, dataset_cls = config.validate()
-    hparams = config.resolve_hparams(notify=notify)
-    _check_processes(config, algorithm_cls, hparams)
-    config.make_output_dir()
-    try:
-        return _train(config, hparams, algorithm_cls, dataset_cls)
-    except UserError as e:
-        if not distributed.is_secondary_process():
-            training.write_error(config.output_dir, f"error: {e}")
-        raise
-    except Exception:
-        if not distributed.is_secondary_process():
-            training.write_error(config.output_dir, traceback.format_exc())
-        raise
-
-
-def _check_processes(config: RunConfig, algorithm_cls: type,
-                     hparams: dict[str, Any]) -> None:
-    """A data-parallel run of an algorithm or batch that does not split: refused before
-    anything is created."""
-    if distributed.wants_data_parallel(config):
-        check_data_parallel(config, algorithm_cls, hparams, distributed.world_size(config))
-
-
-def _train(config: RunConfig, hparams: dict[str, Any], algorithm_cls: type,
-           dataset_cls: type) -> dict[str, Any] | None:
-    """One process, or several (`--distributed N`, or started by torchrun)."""
-    from domainbed.training import loop as training
-    if distributed.wants_data_parallel(config):
-        return distributed.run(config, hparams)
-    return training.run(config, hparams, algorithm_cls, dataset_cls)
 
 
 def train(dataset: str = "ColoredMNIST", algorithm: str = "ERM",
@@ -76,13 +35,12 @@ def train(dataset: str = "ColoredMNIST", algorithm: str = "ERM",
     """Train (or resume, or find finished) one run into `output_dir`; return its records
     (`domainbed.results.records.Records`, `.to_frame()` for a DataFrame). `options` are
     the other RunConfig fields: data_dir, steps, checkpoint_freq, hparams_seed, seed, ..."""
-    from domainbed.results.records import load_records
     config = RunConfig.from_options(dataset=dataset, algorithm=algorithm, test_envs=test_envs,
                                     output_dir=output_dir, hparams=hparams, **options)
     algorithm_cls, dataset_cls = config.validate()
     hparams_dict = config.resolve_hparams()
-    _check_processes(config, algorithm_cls, hparams_dict)
-    _train(config, hparams_dict, algorithm_cls, dataset_cls)
+    check_processes(config, algorithm_cls, hparams_dict)
+    train_resolved(config, hparams_dict, algorithm_cls, dataset_cls)
     return load_records(config.output_dir)
 
 
@@ -108,15 +66,11 @@ def train_zoo(dataset: str, n_runs: int, runs_dir: str | os.PathLike, data_dir: 
     "local" or "fused": probes then train as stacks of heads) and `workers` at once.
     Calling again resumes interrupted runs and, with a larger `n_runs`, extends the same
     zoo (a probe zoo reuses its cached features). Failed runs are counted, not raised."""
-    import time
-
-    from domainbed.launch import sweep, zoo
     notify = notify or LOG.info
     check_eval_splits(list(eval_splits))
     start = time.time()
     os.makedirs(data_dir, exist_ok=True)
     if backbone:
-        from domainbed.networks.backbones import backbone_name, get_spec
         get_spec(backbone_name({"backbone": backbone}))   # an unknown name: its UserError
         train_args = zoo.draw_probe_zoo(dataset, n_runs, data_dir, steps, checkpoint_freq,
                                         list(eval_splits), backbone, seed=seed)

@@ -11,6 +11,8 @@ so our draws equal DomainBed's for the names both declare.
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -51,7 +53,6 @@ def _type_name(value: object) -> str:
 def check_value(name: str, decl: Hparam, value: Any) -> Any:
     """`value` as a valid `name` (an int-typed value given as 2.0 becomes 2), or a
     UserError saying what is wrong. The type is the default's; then choices and range."""
-    import math
     kind = type(_to_builtin(decl.default))
     wrong = UserError(f"hyperparameter {name!r} must be {_type_name(decl.default)}, "
                       f"got {value!r}")
@@ -120,7 +121,6 @@ def draw_problems(cls: type, dataset_cls: type | None = None, seeds: int = 4) ->
     """What is wrong with the random-search draws of the hyperparameters `cls` declares
     itself: each seed's draw must repeat, be a plain JSON value and lie in the declared
     range (the checks the project's registry tests make of its own classes)."""
-    import json
     datasets = [dataset_cls] if dataset_cls is not None else \
         [_stub_dataset(True), _stub_dataset(False)]
     problems: list[str] = []

@@ -13,13 +13,17 @@ argument once per process, and the class is registered under the full name as gi
 """
 from __future__ import annotations
 
+import ast
 import collections
+import glob
 import importlib
+import os
 import warnings
 from collections.abc import Callable, Iterator
-from importlib import metadata
+from importlib import metadata, util
 from typing import Any, TypeVar
 
+from domainbed.hparams import range_problems
 from oodutils.errors import UnknownNameError, UserError
 from oodutils.log import ProjectWarning
 
@@ -42,7 +46,6 @@ class HparamRangeWarning(ProjectWarning):
 def warn_about_ranges(kind: str, name: str, cls: type) -> None:
     """One warning per problem of `cls`'s own hyperparameter declarations, naming the class
     and its module (a plug-in's package), at registration."""
-    from domainbed.hparams import range_problems
     dataset_cls = cls if kind == "dataset" else None
     for problem in range_problems(cls, dataset_cls):
         warnings.warn(f"{kind} {name!r} ({_full_name(cls)}): {problem}; see "
@@ -206,7 +209,6 @@ def _declared_attributes(package: str, kind: str, attribute: str,
     for path, source in modules:
         key = (path, decorator, attribute)
         if key not in _FILE_DECLARED:
-            import ast
             _FILE_DECLARED[key] = {}
             for node in _class_defs(ast.parse(source)):
                 _FILE_DECLARED[key].update(_literal_declarations(node, decorator, attribute))
@@ -218,9 +220,6 @@ def _declared_attributes(package: str, kind: str, attribute: str,
 
 def _registering_modules(package: str, decorator: str) -> list[tuple[str, str]]:
     """(path, source) of `package`'s modules that hold `decorator`, in path order."""
-    import glob
-    import os
-    from importlib import util
 
     key = (package, decorator)
     if key not in _SOURCES:
@@ -244,7 +243,6 @@ def _class_defs(tree: Any) -> Iterator[Any]:
     """The class definitions of a module, in ast.walk's order, found by walking only the
     statement lists (a class is a statement; expressions, most of the tree, never hold
     one)."""
-    import ast
 
     todo = collections.deque([tree])
     while todo:
@@ -259,7 +257,6 @@ def _class_defs(tree: Any) -> Iterator[Any]:
 
 
 def _literal_declarations(node: Any, decorator: str, attribute: str) -> dict[str, Any]:
-    import ast
 
     names = [d.args[0].value for d in node.decorator_list
              if isinstance(d, ast.Call) and getattr(d.func, "id", None) == decorator and

@@ -23,7 +23,7 @@ ARCH_HPARAMS = {"mlp": {"arch": "mlp", "mlp_width": 256}, "mnist_cnn": {"arch": 
 
 
 def build_runs(arch, n_models, root, steps, threads):
-    from domainbed.config import RunConfig
+    from domainbed.training.config import RunConfig
     from domainbed.training.loop import TrainingRun, build_run_data
     runs, data = [], None
     for i in range(n_models):

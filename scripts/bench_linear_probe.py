@@ -27,14 +27,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from domainbed import hparams as hp  # noqa: E402
 from domainbed import run_hparams  # noqa: E402
 from domainbed.algorithms.erm import ERM  # noqa: E402
-from domainbed.config import RunConfig  # noqa: E402
 from domainbed.datasets.base import (  # noqa: E402
     MultipleDomainDataset,
     TensorEnvironment,
     fingerprint_arrays,
 )
-from domainbed.networks import feature_cache  # noqa: E402
+from domainbed.training import feature_cache  # noqa: E402
 from domainbed.training import loop as training
+from domainbed.training.config import RunConfig  # noqa: E402
 from oodutils.cli import ArgumentParser, add_option  # noqa: E402
 
 

@@ -87,11 +87,11 @@ def workload(runs, n_features, n_classes, env_sizes, n_checkpoints, feature_byte
 
 def build_heads(opts, runs):
     """The heads' TrainingRuns on one shared dataset (as the fused launcher builds a group)."""
-    from domainbed.config import RunConfig
     from domainbed.launch import sweep
     from domainbed.launch.pooled import train_flags
-    from domainbed.networks import feature_cache
+    from domainbed.training import feature_cache
     from domainbed.training import loop as training
+    from domainbed.training.config import RunConfig
     built, data = [], None
     with feature_cache.shared_loads():
         for run in runs:
@@ -142,7 +142,7 @@ def main():
     freq = max(1, opts.steps // (opts.checkpoints - 1)) if opts.checkpoints > 1 else opts.steps
     runs = zoo.draw_probe_zoo(opts.dataset, opts.heads + 1, opts.data_dir, opts.steps, freq,
                               ["all"], opts.backbone, test_envs=[0])
-    from domainbed.networks import feature_cache
+    from domainbed.training import feature_cache
     try:
         _, extract_cpu, extract_wall = timed(lambda: build_heads(opts, runs[:1]))
         extracted = feature_cache.STATS["extracted"] > 0

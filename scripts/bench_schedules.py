@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 
 from domainbed import run_hparams
-from domainbed.config import RunConfig
 from domainbed.training import loop
+from domainbed.training.config import RunConfig
 
 
 def seconds_per_step(hparams_overrides, steps, folder):

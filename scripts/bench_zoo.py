@@ -38,7 +38,7 @@ class Clock:
 
 def process_start_cost():
     """CPU and wall seconds of starting Python and importing the train CLI's modules."""
-    code = ("import domainbed.config, domainbed.training.loop, domainbed.registry as r; "
+    code = ("import domainbed.training.config, domainbed.training.loop, domainbed.registry as r; "
             "r.get_algorithm_class('ERM'); r.get_dataset_class('ColoredMNIST')")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall = time.perf_counter()
@@ -51,8 +51,8 @@ def process_start_cost():
 
 def bench_arch(arch, extra, data_dir, steps, eval_splits, algorithm="ERM"):
     from domainbed import run_hparams
-    from domainbed.config import RunConfig
     from domainbed.registry import get_algorithm_class, get_dataset_class
+    from domainbed.training.config import RunConfig
     from domainbed.training.loop import TrainingRun
     out = os.path.join(data_dir, ".bench_zoo_run")
     args = RunConfig.from_argv(["--dataset", "ColoredMNIST", "--algorithm", algorithm,

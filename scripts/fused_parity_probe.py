@@ -21,7 +21,7 @@ LRS = (1e-3, 3e-3, 2e-4, 5e-4)
 
 
 def build_run(root, tag, i, args, data):
-    from domainbed.config import RunConfig
+    from domainbed.training.config import RunConfig
     from domainbed.training.loop import TrainingRun, build_run_data
     hparams = {"arch": "mlp", "mlp_width": args.width, "mlp_depth": args.depth,
                "mlp_dropout": args.dropout, "batch_size": 64, "lr": LRS[i % len(LRS)]}

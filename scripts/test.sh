@@ -9,6 +9,8 @@ python3 -m pip install -q --upgrade pip
 python3 -m pip install -q -e ".[test]"
 # lint: the whole tree under pyproject's ruff config
 python3 -m ruff check .
+# layers: the import contracts of pyproject's [tool.importlinter] (docs/ARCHITECTURE.md)
+lint-imports --no-cache
 # types: every package of the library, fully annotated (pyproject's [tool.mypy])
 python3 -m mypy
 # the documentation site: reference pages regenerated from the code, every link checked

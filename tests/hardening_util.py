@@ -32,8 +32,8 @@ def training_run(argv, dataset_cls=None):
     """A TrainingRun set up from train CLI arguments as the CLI sets it up (output folder
     prepared, hyperparameters resolved); `dataset_cls` replaces the named dataset's class."""
     from domainbed import run_hparams
-    from domainbed.config import RunConfig
     from domainbed.training import loop as training
+    from domainbed.training.config import RunConfig
     args = RunConfig.from_argv(argv)
     algorithm_cls, named_dataset_cls = args.validate()
     overrides = json.loads(args.hparams) if args.hparams else {}

@@ -53,8 +53,6 @@ TESTS = {
     "tests/test_aotl_reproduce.py::test_reproduction_script_reproduces_every_published_row",
     "tests/test_aotl_study.py::test_bad_input_is_one_line[flags1---eval_splits]",
     "tests/test_aotl_study.py::test_pooled_launcher_matches_local",
-    "tests/test_architecture.py::test_analysis_never_imports_training_internals[domainbed.launch]",
-    "tests/test_architecture.py::test_analysis_never_imports_training_internals[domainbed.training]",
     "tests/test_architecture.py::test_no_import_cycles",
     "tests/test_backbones.py::test_each_backbone_builds_and_trains_at_a_small_input[clip_vit_b16]",
     "tests/test_backbones.py::test_each_backbone_builds_and_trains_at_a_small_input[resnet50_augmix]",

@@ -184,13 +184,13 @@ def test_one_default_data_folder_for_every_command(parsers):
         if f"--data_dir {action.metavar or 'DATA_DIR'}" not in parser.format_help():
             wrong[command] = "not in --help"
     assert oodcli.DEFAULT_DATA_DIR == "data" and wrong == {}
-    from domainbed.config import RunConfig
+    from domainbed.training.config import RunConfig
     assert RunConfig().data_dir == "data"
 
 
 def test_older_spellings_parse_to_the_same_option():
     from analysis import aotl_options, oodselect_cli
-    from domainbed import config
+    from domainbed.training import config
     from ood_bench import cli as ood_cli
     parse = oodselect_cli.build_parser().parse_args
     for flag in ("--output_dir", "--output-dir", "--out", "--output"):

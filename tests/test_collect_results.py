@@ -301,7 +301,8 @@ def test_list_top_hparams_on_test_sweep(tmp_path, capsys):
 def test_registered_environment_names_give_domainbed_output_byte_for_byte(tmp_path,
                                                                          monkeypatch):
     copy = sweep_copy(tmp_path)
-    monkeypatch.setattr(collect_results, "registered_environments",
+    from domainbed.results import report
+    monkeypatch.setattr(report, "registered_environments",
                         lambda name: ["C", "L", "S", "V"] if name == "VLCS" else None)
     text = run_main(collect_results, ["--input_dir", str(copy), "--no_save"])
     assert text == EXPECTED.read_text()

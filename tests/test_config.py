@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from domainbed.config import RunConfig, build_parser
+from domainbed.training.config import RunConfig, build_parser
 from oodutils.errors import UserError
 
 # A record's `args` keys as DomainBed's train.py writes them, then ours, in this order.
@@ -77,7 +77,7 @@ def test_validate_fills_default_test_envs_and_checks_range(tmp_path):
 
 
 def test_importing_the_config_does_not_import_torch():
-    code = ("import sys, domainbed.config, domainbed.scripts.train; "
+    code = ("import sys, domainbed.training.config, domainbed.scripts.train; "
             "print(sorted(m for m in ('torch', 'pandas', 'scipy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout

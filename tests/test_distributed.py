@@ -166,7 +166,7 @@ def test_options_that_do_not_split_are_one_line(tmp_path, capsys, extra, what):
 
 
 def test_sweep_checks_refuse_before_launching():
-    from domainbed.config import check_job
+    from domainbed.training.config import check_job
     with pytest.raises(UserError, match="IRM's update is not a mean over examples"):
         check_job(["--algorithm", "IRM", "--distributed", "2"])
     check_job(["--algorithm", "ERM", "--distributed", "2"])

@@ -81,7 +81,7 @@ def test_mkdocs_build_strict(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (tmp_path / "site" / "reference" / "commands" / "index.html").exists()
     api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text()
-    for name in ("domainbed.results.records.load_records", "domainbed.config.RunConfig"):
+    for name in ("domainbed.results.records.load_records", "domainbed.training.config.RunConfig"):
         assert f'<h2 id="{name}"' in api, name   # its own heading, not train_zoo's text
 
 

@@ -18,9 +18,9 @@ from domainbed import run_hparams
 from domainbed.algorithms.erm import ERM
 from domainbed.datasets.debug import Debug
 from domainbed.datasets.image_folders import MultipleEnvironmentImageFolder
-from domainbed.networks import feature_cache
 from domainbed.registry import get_algorithm_class
 from domainbed.scripts.train import parse_args
+from domainbed.training import feature_cache
 from domainbed.training import loop as training
 from oodutils.errors import UserError
 

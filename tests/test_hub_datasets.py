@@ -14,9 +14,9 @@ from tests.requirements import need_package
 
 need_package("datasets")
 
-from domainbed.config import RunConfig  # noqa: E402
 from domainbed.hub_options import fold_hf_flags, split_name  # noqa: E402
 from domainbed.registry import get_dataset_class  # noqa: E402
+from domainbed.training.config import RunConfig  # noqa: E402
 from domainbed.training.loop import build_run_data  # noqa: E402
 from oodutils.errors import UserError  # noqa: E402
 from tests.hub_fixtures import write_hub_folder  # noqa: E402

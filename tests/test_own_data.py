@@ -267,7 +267,7 @@ def test_csv_labels_as_class_names(tmp_path):
 
 
 def test_train_help_says_what_dataset_accepts():
-    from domainbed.config import build_parser
+    from domainbed.training.config import build_parser
     text = " ".join(build_parser().format_help().split())
     for form in ("folder:PATH", "csv:PATH", "hf:REPO_OR_DIR", "--hf_domain_column",
                  "--skip_bad_images"):

@@ -16,9 +16,9 @@ import zlib
 import pytest
 from PIL import Image
 
-from domainbed.config import RunConfig
 from domainbed.datasets.image_checks import bytes_problem, file_problem
 from domainbed.registry import get_dataset_class
+from domainbed.training.config import RunConfig
 from domainbed.training.loop import build_run_data
 from oodutils.errors import UserError
 from tests.test_own_data import REPO, csv_rows, image_tree, write_csv

@@ -16,13 +16,13 @@ import torch
 from domainbed import hparams as hp
 from domainbed import run_hparams
 from domainbed.algorithms.erm import ERM
-from domainbed.config import RunConfig
 from domainbed.datasets.debug import Debug
 from domainbed.launch import probe_stack
-from domainbed.networks import feature_cache
 from domainbed.registry import get_algorithm_class
+from domainbed.training import feature_cache
 from domainbed.training import loop as training
 from domainbed.training import probe_stack as stacking
+from domainbed.training.config import RunConfig
 from tests.requirements import need_package
 
 REPO = Path(__file__).resolve().parents[1]

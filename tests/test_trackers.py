@@ -197,8 +197,8 @@ def test_unknown_tracker_is_one_error_line_before_training(tmp_path):
 
 
 def test_tracker_option_repeats_and_is_not_run_identity():
-    from domainbed.config import RunConfig
     from domainbed.launch.sweep import Job
+    from domainbed.training.config import RunConfig
     from domainbed.training.resume import args_identity
     config = RunConfig.from_argv(["--tracker", "mlflow", "--tracker", "tensorboard", "wandb"])
     assert config.trackers == ["mlflow", "tensorboard", "wandb"]

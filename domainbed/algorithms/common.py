@@ -4,6 +4,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from domainbed.hparams import Hparam
+
 
 def concat(minibatches: list[tuple[torch.Tensor, ...]]) -> tuple[Any, ...]:
     """All inputs and all labels of a list of (x, y) minibatches, in order."""
@@ -49,13 +51,11 @@ def set_output_activation(featurizer: nn.Module, name: str) -> None:
 def log_uniform(default: Any, low_exp: Any, high_exp: Any, doc: str = "", cast: Any = float) -> Any:
     """Drawn as 10 ** uniform(low_exp, high_exp); valid from 10**low_exp (or the default,
     when DomainBed's default lies outside its search range) to 10**high_exp."""
-    from domainbed.hparams import Hparam
     return Hparam(default, lambda r: cast(10 ** r.uniform(low_exp, high_exp)), doc,
                   low=min(default, 10 ** low_exp), high=max(default, 10 ** high_exp))
 
 
 def uniform(default: Any, low: Any, high: Any, doc: str = "", cast: Any = float) -> Any:
-    from domainbed.hparams import Hparam
     return Hparam(default, lambda r: cast(r.uniform(low, high)), doc,
                   low=min(default, low), high=max(default, high))
 
@@ -65,7 +65,6 @@ def choice(default: Any, options: Any, doc: str = "") -> Any:
     values: booleans and strings as listed (plus the default); numbers anywhere between the
     smallest and largest option or default, or any non-negative value when DomainBed
     searches a single value (a user may still set another)."""
-    from domainbed.hparams import Hparam
     options = list(options)
     values = options + [default]
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
@@ -80,7 +79,6 @@ def choice(default: Any, options: Any, doc: str = "") -> Any:
 def fixed(default: Any, doc: str = "", low: Any = None, high: Any = None) -> Any:
     """A hyperparameter DomainBed never searches over: always the default when drawn.
     Booleans may be either value; numbers are valid within [low, high]."""
-    from domainbed.hparams import Hparam
     if isinstance(default, bool):
         return Hparam(default, lambda r: default, doc, choices=(False, True))
     if isinstance(default, str):

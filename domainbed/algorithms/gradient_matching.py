@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 import torch.autograd as autograd
+import torch.func
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -211,13 +212,13 @@ def l2_between_dicts(dict_1: Any, dict_2: Any) -> Any:
 def per_example_gradients(module: nn.Module, inputs: Any, y: torch.Tensor) -> Any:
     """{parameter name: (n, numel) per-example gradients of the cross-entropy}, differentiable
     with respect to the inputs and parameters (what backpack's BatchGrad gives DomainBed)."""
-    from torch.func import functional_call, grad, vmap
     params = dict(module.named_parameters())
 
     def loss(p: Any, x: torch.Tensor, t: Any) -> torch.Tensor:
-        return F.cross_entropy(functional_call(module, p, (x.unsqueeze(0),)), t.unsqueeze(0))
+        logits = torch.func.functional_call(module, p, (x.unsqueeze(0),))
+        return F.cross_entropy(logits, t.unsqueeze(0))
 
-    grads = vmap(grad(loss), in_dims=(None, 0, 0))(params, inputs, y)
+    grads = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0, 0))(params, inputs, y)
     return OrderedDict((name, g.reshape(g.shape[0], -1)) for name, g in grads.items())
 
 

@@ -13,6 +13,7 @@ from domainbed.algorithms.base import Algorithm
 from domainbed.algorithms.common import choice, concat, log_uniform, uniform
 from domainbed.algorithms.erm import ERM
 from domainbed.algorithms.optimization import make_optimizer
+from domainbed.algorithms.reweighting import training_group_sizes
 from domainbed.registry import register_algorithm
 from oodutils.errors import UserError
 
@@ -251,7 +252,6 @@ class LISA(ERM):
         self.num_classes, self.num_attributes = num_classes, None
 
     def prepare(self, context: Any) -> None:
-        from domainbed.algorithms.reweighting import training_group_sizes
         num_groups = len(training_group_sizes(self.registry_name, context))
         self.num_attributes = max(1, num_groups // self.num_classes)
 

@@ -39,8 +39,8 @@ class SlurmJob:
         """submitit calls this on the time-limit warning or a preemption."""
         if not self.requeue:
             return None
-        from submitit.helpers import DelayedSubmission
-        return DelayedSubmission(SlurmJob(requeue=True), command)
+        helpers = require("submitit.helpers", extra="cluster")
+        return helpers.DelayedSubmission(SlurmJob(requeue=True), command)
 
 
 def slurm_launcher(commands: Any, slurm_partition: Any = None, slurm_timeout_min: Any = 24 * 60,

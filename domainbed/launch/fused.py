@@ -35,14 +35,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from domainbed.config import RunConfig
-from domainbed.launch import jobs, local
+from domainbed.algorithms.base import fused_form
+from domainbed.algorithms.optimization import OPTIMIZATION_HPARAMS
+from domainbed.launch import jobs, local, probe_stack
+from domainbed.launch.fused_group import GroupRunner
+from domainbed.launch.fused_training import ARITHMETICS, member_hparams
+from domainbed.launch.launchers import FUSED_MAX_MODELS
 from domainbed.launch.pooled import train_flags
 from domainbed.launch.progress import SweepProgress
 from domainbed.registry import ALGORITHMS
+from domainbed.training.config import RunConfig
 from oodutils.errors import UserError
 
-FUSED_MAX_MODELS = 64
 # Arguments that may differ within a group (each member's own) or do not shape training.
 MEMBER_ARGS = ("seed", "hparams_seed", "hparams", "output_dir", "restart", "num_threads")
 
@@ -75,9 +79,7 @@ def parse_job(command: Any) -> tuple[Any, ...]:
     except (UserError, SystemExit):
         return None, "its arguments are invalid (the ordinary job reports why)"
     probe = hparams.get("transfer", "full") == "linear_probe"
-    from domainbed.algorithms.base import fused_form
     if probe:
-        from domainbed.launch import probe_stack  # torch: only when a sweep is planned
         reason = probe_stack.why_not_job(args, hparams)
         if reason:
             return None, reason
@@ -95,7 +97,6 @@ def unfusable_optimization(args: Any, hparams: dict[str, Any]) -> str | None:
     """Why fused training (constant-rate Adam, one step per batch, every step) cannot
     train this job, or None: other optimizers, schedules, gradient accumulation or
     clipping and early stopping run as ordinary jobs."""
-    from domainbed.algorithms.optimization import OPTIMIZATION_HPARAMS
     fusable = {"optimizer": "adam", "lr_schedule": "constant", "warmup_steps": 0,
                "grad_accum_steps": 1, "max_grad_norm": 0.0}
     for name, value in fusable.items():
@@ -113,8 +114,6 @@ def is_probe(job: Any) -> bool:
 
 def group_key(job: Any) -> Any:
     """Jobs with equal keys train together: everything but each member's own values."""
-    from domainbed.launch import probe_stack
-    from domainbed.launch.fused_training import member_hparams
     free = set(probe_stack.HEAD_HPARAMS if is_probe(job) else
                member_hparams(job.algorithm_cls))
     args = {k: v for k, v in vars(job.args).items() if k not in MEMBER_ARGS}
@@ -125,7 +124,6 @@ def group_key(job: Any) -> Any:
 def plan(commands: Any, max_models: Any = FUSED_MAX_MODELS) -> Any:
     """Split a sweep's commands into fused groups (of at most `max_models`) and ordinary
     jobs, with one notice line per reason a job does not fuse."""
-    from domainbed.launch import probe_stack
     reasons: defaultdict[Any, int]
     result, by_key, reasons = Plan(), defaultdict(list), defaultdict(int)
     limits = {}
@@ -158,7 +156,6 @@ def plan(commands: Any, max_models: Any = FUSED_MAX_MODELS) -> Any:
 
 
 def fusable_algorithms() -> list[Any]:
-    from domainbed.algorithms.base import fused_form
     return sorted(name for name in ALGORITHMS.names() if fused_form(ALGORITHMS.get(name)))
 
 
@@ -168,7 +165,6 @@ def fused_launcher(commands: Any, max_workers: int = 1, echo: Any = None,
     """Train fusable jobs in groups (one process per group, `max_workers` groups at a
     time), then every other job with the local launcher. `fused_arithmetic`: exact,
     batched or auto (see domainbed.launch.fused_training)."""
-    from domainbed.launch.fused_training import ARITHMETICS
     max_workers, max_models = int(max_workers or 1), int(fused_max_models or 1)
     if fused_arithmetic not in ARITHMETICS:
         raise UserError(f"--fused_arithmetic must be one of {', '.join(ARITHMETICS)}, got "
@@ -274,7 +270,6 @@ class GroupResult:
 
 def run_group(commands: Any, arithmetic: str = "auto") -> Any:
     """Train one group in this process (the pool's worker); see fused_group.py."""
-    from domainbed.launch.fused_group import GroupRunner
     started = time.time()
     runner = GroupRunner(commands, arithmetic)
     try:

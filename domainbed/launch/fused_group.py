@@ -17,12 +17,12 @@ from typing import Any
 
 import torch
 
-from domainbed.config import RunConfig
-from domainbed.launch import jobs
+from domainbed.launch import jobs, probe_stack
+from domainbed.launch.fused_training import resolve_arithmetic, train_group
 from domainbed.launch.pooled import train_flags
-from domainbed.networks import feature_cache
-from domainbed.training import arithmetic
+from domainbed.training import arithmetic, feature_cache
 from domainbed.training import loop as training
+from domainbed.training.config import RunConfig
 from domainbed.training.random_states import RandomStates
 from oodutils.errors import UserError
 
@@ -118,7 +118,7 @@ class GroupRunner:
         return start
 
     def _build(self, member: Any) -> bool:
-        """The member's TrainingRun, as `domainbed.api.run_config` builds it."""
+        """The member's TrainingRun, as `domainbed.training.run.run_config` builds it."""
         try:
             args = RunConfig.from_argv(train_flags(member.command))
             algorithm_cls, dataset_cls = args.validate()
@@ -152,7 +152,6 @@ class GroupRunner:
         """How the group computes `run` (training.arithmetic): a linear probe on cached
         features as a head of the probe stack, any other run as the fused arithmetic
         (exact or batched) says."""
-        from domainbed.launch.fused_training import resolve_arithmetic
         if run.arithmetic == arithmetic.PROBE_STACK:
             return arithmetic.PROBE_STACK
         if resolve_arithmetic(self.arithmetic, run.device) == "exact":
@@ -168,8 +167,6 @@ class GroupRunner:
                 self._train_part(part, start, probe)
 
     def _train_part(self, members: Any, start: Any, probes: Any) -> None:
-        from domainbed.launch import probe_stack
-        from domainbed.launch.fused_training import train_group
         train = probe_stack.train_probe_group if probes else train_group
         # a probe stack draws from no global generator; each head's arithmetic is its own
         extra = {} if probes else {"arithmetic": self.arithmetic,

@@ -51,6 +51,8 @@ BUILTIN = {
     "ray": "domainbed.launch.cluster:ray_launcher",
 }
 LAUNCHERS = dict(BUILTIN)
+# the fused launcher's largest group of stacked models (the sweep's --fused_max_models)
+FUSED_MAX_MODELS = 64
 
 
 def register_launcher(name: str) -> Any:

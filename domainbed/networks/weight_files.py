@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from oodutils.errors import UserError
+from oodutils.errors import UserError, require
 from oodutils.untrusted import open_input, read_input
 
 MAX_WEIGHTS_BYTES = 64 << 30   # a weights file is read whole; larger is not a model file
@@ -96,7 +96,7 @@ def _safetensors_state(path: str, data: Any) -> Any:
     """The tensors of a safetensors file's bytes; a malformed one (a huge or torn header,
     bad JSON, an unknown dtype, offsets past its end, a pickle under that name) is one
     error line."""
-    from safetensors.torch import load
+    load = require("safetensors.torch", extra="backbones").load
     try:
         return load(data)
     except Exception as e:   # SafetensorError, or a dtype torch lacks

@@ -30,7 +30,7 @@ from oodutils.untrusted import open_regular
 logger = get_logger(__name__)
 
 CACHE_FILE = ".records-cache.parquet"
-FORMAT = "oodbed-records-cache/1"
+FORMAT = "oodbed-records-cache/2"
 SETTLE_NS = 2_000_000_000
 MAX_CACHE_BYTES = 8 << 30
 KEY_COLUMNS = ("size", "mtime_ns", "inode")
@@ -93,6 +93,9 @@ class Cache:
             return self
         if len(data) > MAX_CACHE_BYTES:
             self._ignore("too large")
+            return self
+        if DIGEST_MARK not in data:
+            self._ignore("written by another version")
             return self
         if not checksum_holds(data):
             self._ignore("its checksum does not match its content")

@@ -18,6 +18,7 @@ from domainbed.results import tables as reporting
 from domainbed.results.reader import Frame, subset
 from oodutils.errors import UserError
 from oodutils.log import get_logger
+from oodutils.metrics import METRICS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -250,7 +251,6 @@ def metrics_in(records: RecordsOrTable, labels: dict) -> dict[str, set[str]]:
     """{metric: the dataset labels with it} for the metrics beyond accuracy that the
     records (trained with --metrics) or their runs' metrics.jsonl (domainbed-metrics)
     carry; in METRICS' order, then acc_class<k> by k."""
-    from oodutils.metrics import METRICS
     frame = model_selection.frame_of(records)
     rows = _labelled(frame, labels).join(
         frame.blocks.select("run_dir").with_columns(block=pl.int_range(pl.len(),

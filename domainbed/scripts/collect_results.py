@@ -18,10 +18,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
-from typing import Any
 
 from domainbed.results import model_selection
+from domainbed.results import tables as reporting
+from domainbed.results.export import export_selected
+from domainbed.results.records import TABLE_FIELDS, load_records, only_arithmetic
+from domainbed.results.report import build_report
 from oodutils.cli import (
     ArgumentParser,
     add_logging_flags,
@@ -31,20 +35,10 @@ from oodutils.cli import (
     echo,
 )
 from oodutils.errors import UserError, epilog_example, run_cli
+from oodutils.fileio import atomic_write_text
 from oodutils.log import get_logger
+from oodutils.metrics import METRICS
 from oodutils.tables import FORMATS
-
-# The report builders by their old path (`collect_results.build_report`, ...), imported
-# when first asked for: the command answers --help before pandas is imported.
-_REPORT_NAMES = ("DOMAINBED_ALGORITHMS", "DOMAINBED_DATASETS", "DatasetInfo", "build_report",
-                 "build_section", "dataset_infos", "order_names", "registered_environments")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _REPORT_NAMES:
-        from domainbed.results import report
-        return getattr(report, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 logger = get_logger(__name__)
 
@@ -92,9 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def check_metric_name(name: str) -> None:
-    import re
 
-    from oodutils.metrics import METRICS
     if name == "class_acc" or (name not in METRICS and not re.fullmatch(r"acc_class\d+", name)):
         raise UserError(f"--metric {name!r}: not one of "
                         f"{', '.join(m for m in METRICS if m != 'class_acc')} or acc_class<k>")
@@ -103,9 +95,6 @@ def check_metric_name(name: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     check_outputs((args.export_selected, "--export_selected", True))
-    from domainbed.results import tables as reporting
-    from domainbed.results.records import TABLE_FIELDS, load_records, only_arithmetic
-    from domainbed.results.report import build_report
     if args.latex and args.format not in (None, "latex"):
         raise UserError(f"--latex conflicts with --format {args.format}")
     fmt = "latex" if args.latex else (args.format or "text")
@@ -138,7 +127,6 @@ def main(argv: list[str] | None = None) -> int:
     if report.has_missing() and fmt in ("text", "latex"):   # DomainBed's tables: aside
         logger.info(f"notice: {reporting.MISSING_NOTE}")
     if args.export_selected:
-        from domainbed.results.export import export_selected
         manifest = export_selected(loaded.records, methods or
                                    list(model_selection.DOMAINBED_METHODS),
                                    args.export_selected)
@@ -148,7 +136,6 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_save and len(args.input_dir) == 1:
         path = os.path.join(args.input_dir[0], f"results.{reporting.SUFFIXES[fmt]}")
         try:
-            from oodutils.fileio import atomic_write_text
             atomic_write_text(path, text)
         except OSError as e:
             logger.warning(f"warning: could not save {path}: {e}")

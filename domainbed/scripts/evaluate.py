@@ -8,8 +8,8 @@ import argparse
 import sys
 from typing import Any
 
-from domainbed.config import EVAL_SPLITS_HELP, RunConfig
 from domainbed.hub_options import add_hf_flags, fold_hf_flags
+from domainbed.training.config import EVAL_SPLITS_HELP, RunConfig
 from oodutils.cli import (
     DATA_DIR_HELP,
     DEFAULT_DATA_DIR,

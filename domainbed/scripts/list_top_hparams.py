@@ -12,6 +12,8 @@ from typing import Any
 
 from domainbed.hub_options import add_hf_flags, fold_hf_flags
 from domainbed.results import model_selection
+from domainbed.results.records import TABLE_FIELDS, load_records
+from domainbed.results.report import DOMAINBED_ALGORITHMS, order_names
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.log import get_logger
@@ -82,8 +84,6 @@ def _run_acc_text(run_acc: Any) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from domainbed.results.records import TABLE_FIELDS, load_records
-    from domainbed.results.report import DOMAINBED_ALGORITHMS, order_names
     loaded = load_records(args.input_dir, require_done=not args.include_unfinished,
                           quiet=True, fields=TABLE_FIELDS)
     if not loaded.records:

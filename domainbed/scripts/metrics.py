@@ -5,6 +5,8 @@ import argparse
 import sys
 from typing import Any
 
+from domainbed.predictions import run_metrics
+from domainbed.results.records import load_records
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.log import get_logger
@@ -32,8 +34,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args)
     names = check_metrics(args.metrics)
-    from domainbed.predictions import run_metrics
-    from domainbed.results.records import load_records
     loaded = load_records(args.input_dir, require_done=not args.include_unfinished,
                           quiet=True)
     runs: dict[Any, Any] = {}

@@ -21,10 +21,8 @@ import os
 import sys
 from typing import Any
 
-from domainbed.config import MAX_SEED, check_limits
 from domainbed.hub_options import add_hf_flags, fold_hf_flags
 from domainbed.launch import launchers
-from domainbed.launch.fused import FUSED_MAX_MODELS
 from domainbed.launch.slurm_status import slurm_view, summarize_view
 from domainbed.launch.sweep import (  # noqa: F401  (the planning API, by its old path)
     TRAIN_COMMAND,
@@ -44,7 +42,9 @@ from domainbed.launch.sweep import (  # noqa: F401  (the planning API, by its ol
     train_argv,
 )
 from domainbed.registry import get_dataset_class
+from domainbed.training.config import MAX_SEED, check_limits
 from domainbed.training.early_stopping import check_options as check_early_stopping
+from domainbed.training.splits import check_eval_splits
 from oodutils.cli import (
     DATA_DIR_HELP,
     DEFAULT_DATA_DIR,
@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_option(parser, "--gpus_per_job", type=int, default=1,
                        help="multi_gpu launcher: GPUs each job trains on, data-parallel "
                             "(train.py's --distributed K)")
-    add_option(parser, "--fused_max_models", type=int, default=FUSED_MAX_MODELS,
+    add_option(parser, "--fused_max_models", type=int, default=launchers.FUSED_MAX_MODELS,
                        help="fused launcher: most models trained together in one group")
     add_option(parser, "--fused_arithmetic", default="auto",
                        choices=("auto", "exact", "batched"),
@@ -233,7 +233,6 @@ def check_args(args: Any) -> None:
     launchers.get_launcher(args.command_launcher)
     check_early_stopping(args.early_stopping, args.patience)
     if args.eval_splits:
-        from domainbed.training.evaluation import check_eval_splits
         check_eval_splits(args.eval_splits)
 
 

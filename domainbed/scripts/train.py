@@ -4,9 +4,7 @@ The options are `domainbed.RunConfig`'s fields; the parser is generated from it.
 import sys
 from typing import Any
 
-from domainbed.api import run_config
-from domainbed.config import RunConfig, build_parser
-from domainbed.launch import distributed
+from domainbed.training.config import RunConfig, build_parser
 from oodutils.errors import run_cli
 from oodutils.log import configure, get_logger
 
@@ -25,7 +23,8 @@ def parse_args(argv: list[str] | None = None,
 
 def main(argv: list[str] | None = None) -> None:
     config = parse_args(argv, configure_logging=True)
-    results = run_config(config, notify=logger.info)
+    from domainbed.training import distributed, run  # torch: once the flags are checked
+    results = run.run_config(config, notify=logger.info)
     if not distributed.is_secondary_process():   # under torchrun: rank 0 says it once
         print(summary(config.output_dir, results), flush=True)
 

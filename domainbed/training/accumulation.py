@@ -3,6 +3,7 @@ part's loss backpropagated before one optimizer step (only for algorithms whose 
 loss through ERM.optimizer_step)."""
 from typing import Any
 
+from domainbed.algorithms.base import supports_grad_accumulation
 from oodutils.errors import UserError
 
 
@@ -10,7 +11,6 @@ def check_grad_accumulation(algorithm_name: Any, algorithm_cls: Any,
                             hparams: dict[str, Any]) -> Any:
     """The run's grad_accum_steps; more than 1 only for algorithms whose update is one loss
     through ERM.optimizer_step (a clear error for the others, before any work)."""
-    from domainbed.algorithms.base import supports_grad_accumulation
     steps = int(hparams.get("grad_accum_steps", 1))
     if steps > 1 and not supports_grad_accumulation(algorithm_cls):
         raise UserError(f"{algorithm_name} does not support grad_accum_steps > 1 (its "

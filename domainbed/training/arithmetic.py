@@ -9,6 +9,7 @@ resume never continues a run in another arithmetic than the one that started it.
 record without the key (DomainBed's own, or this project's before it) counts as
 `single`. See docs/CONTRACTS.md ("Arithmetic").
 """
+import json
 import re
 from typing import Any
 
@@ -61,7 +62,6 @@ def args_entries(name: str, device: torch.device | str) -> dict[str, Any]:
 def resume_problem(vouched_records: Any, name: str) -> str | None:
     """Why a run computed in `name` may not continue the run whose resume state vouches
     for `vouched_records` (JSON lines), or None."""
-    import json
     previous = None
     for line in reversed(list(vouched_records)):
         try:

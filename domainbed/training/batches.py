@@ -3,13 +3,14 @@ minibatches whose indices are a pure function of (seed, environment, step), so a
 run draws exactly the batches an uninterrupted one would."""
 import copy
 import inspect
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 
-from domainbed.config import RunConfig
 from domainbed.datasets.base import split_dataset
 from domainbed.hparams import seed_hash
+from domainbed.training.config import RunConfig
 
 
 def build_dataset(dataset_cls: Any, data_dir: str, test_envs: Any, hparams: dict[str, Any],
@@ -105,7 +106,6 @@ class MinibatchSource:
         self.rank, self.world_size = 0, 1
         self.pool: Any = None
         if any(split.x is None for split in splits) and n_workers > 0:
-            from concurrent.futures import ThreadPoolExecutor
             self.pool = ThreadPoolExecutor(max_workers=n_workers)
 
     def shard(self, rank: int, world_size: int) -> None:

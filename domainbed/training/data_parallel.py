@@ -9,7 +9,7 @@ What that needs, and what this module holds to:
   `DATA_PARALLEL = True` in their own class body; subclasses, which change update(), do
   not inherit it). A penalty over an environment's whole batch (IRM, VREx, CORAL, MMD,
   GroupDRO's weights, Fish's inner loop ...) does not decompose: refused with one line
-  (`domainbed.config.check_data_parallel`, before anything is created).
+  (`domainbed.training.config.check_data_parallel`, before anything is created).
 - Every process starts from rank 0's parameters; batch-norm layers that normalise with
   batch statistics become SyncBatchNorm on GPUs (the statistics of the whole batch) and
   are refused on CPU, where torch has no SyncBatchNorm.
@@ -19,7 +19,7 @@ What that needs, and what this module holds to:
 - Randomness inside the model (dropout, augmentation) draws from per-process streams:
   rank 0 keeps the one-process stream, rank r > 0 one seeded by (seed, r, first step).
   Runs with such randomness are statistically, not bitwise, the one-process run.
-The processes themselves are started by `domainbed.launch.distributed`.
+The processes themselves are started by `domainbed.training.distributed`.
 """
 from collections.abc import Callable
 from typing import Any
@@ -27,9 +27,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from domainbed.config import RunConfig
 from domainbed.hparams import seed_hash
 from domainbed.training import arithmetic
+from domainbed.training.config import RunConfig
 from domainbed.training.evaluation import predict_split
 from domainbed.training.loop import TrainingRun
 from domainbed.training.resume import RESUME_FILE, load_resume_state, optimizer_attributes

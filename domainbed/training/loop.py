@@ -22,10 +22,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
-from domainbed.config import RunConfig
+from domainbed.algorithms.base import TrainingContext, require_groups
 from domainbed.datasets.base import MultipleDomainDataset
-from domainbed.training import arithmetic, trackers
+from domainbed.networks import backbones
+from domainbed.training import arithmetic, feature_cache, probe_stack, trackers
 from domainbed.training.accumulation import check_grad_accumulation, micro_batch
 from domainbed.training.batches import (  # noqa: F401  (re-exported: part of training's API)
     BatchSampler,
@@ -37,6 +39,7 @@ from domainbed.training.batches import (  # noqa: F401  (re-exported: part of tr
     sampling_weights,
     training_view,
 )
+from domainbed.training.config import RunConfig
 from domainbed.training.early_stopping import DEFAULT_PATIENCE, EarlyStopping
 from domainbed.training.evaluation import (  # noqa: F401
     RunContext,
@@ -65,6 +68,7 @@ from domainbed.training.resume import (  # noqa: F401
 )
 from domainbed.training.schedules import RunSchedule
 from oodutils import fileio
+from oodutils.csv_out import csv_text
 from oodutils.errors import UserError
 from oodutils.log import get_logger
 from oodutils.pinned_dir import PinnedDir
@@ -172,7 +176,6 @@ class TrainingRun:
         """How this run computes when it trains by itself: `probe-stack` for a linear probe
         on cached features that `probe_stack.why_not` accepts (a stack of one), else
         `single`."""
-        from domainbed.training import probe_stack
         if self.uses_feature_cache and probe_stack.why_not(self) is None:
             return arithmetic.PROBE_STACK
         return arithmetic.SINGLE
@@ -207,7 +210,6 @@ class TrainingRun:
         self.group_names = getattr(self.dataset, "group_names", None)
 
     def _build_identity(self) -> None:
-        from domainbed.networks import backbones
         args_dict = data_args(self.config, self.dataset, self.dataset_cls)
         backbones.set_weights_dir(self.config.weights_dir)
         args_dict.update(backbones.weights_identity(self.dataset.input_shape, self.hparams))
@@ -224,13 +226,11 @@ class TrainingRun:
             self.algorithm = self.algorithm.to(self.device)
             if memory_format is not None:
                 self.algorithm = self.algorithm.to(memory_format=memory_format)
-        from domainbed.networks import feature_cache
         self.uses_feature_cache = feature_cache.attach(self)  # linear probes: cached features
         self._prepare_algorithm()
 
     def _prepare_algorithm(self) -> None:
         """Optional algorithm hooks: the training data once (two-stage and group methods)."""
-        from domainbed.algorithms.base import TrainingContext, require_groups
         if getattr(self.algorithm, "NEEDS_GROUPS", False):
             require_groups(self.config.algorithm, [self.in_splits[i] for i in self.train_envs])
         if hasattr(self.algorithm, "prepare"):
@@ -337,7 +337,6 @@ class TrainingRun:
         """The probe stack of one this run trains as (built at its first step, after
         restore(): it starts from the restored head and Adam state), or None."""
         if self.probe is None:
-            from domainbed.training import probe_stack
             self.probe = self.arithmetic == arithmetic.PROBE_STACK and \
                 probe_stack.ProbeStack([self])
         return self.probe or None
@@ -545,7 +544,6 @@ def train_loop(training_run: TrainingRun) -> dict | None:
     nothing and show no progress)."""
     config, log = training_run.config, training_run.log
     start_step = training_run.restore()
-    from tqdm import tqdm
     progress = tqdm(total=training_run.n_steps, initial=start_step,
                     disable=not (training_run.is_main and sys.stderr.isatty()),
                     desc=f"{config.algorithm}/{config.dataset}", dynamic_ncols=True)
@@ -582,7 +580,6 @@ def checkpoint_line(results: Any) -> Any:
 def example_paths_csv(dataset: Any) -> Any:
     """examples.csv: each example's id, environment and file path (``oodutils.csv_out``:
     a file name that starts like a formula is inert in a spreadsheet)."""
-    from oodutils.csv_out import csv_text
     return csv_text(["id", "env", "path"],
                     ([int(example_id), env_i, str(file_path)]
                      for env_i, env in enumerate(dataset)

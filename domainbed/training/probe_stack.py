@@ -1,6 +1,6 @@
 """Linear probes trained as one stack: K heads on one frozen backbone's cached features.
 
-On cached features (domainbed.networks.feature_cache) a linear probe is one matrix and one
+On cached features (domainbed.training.feature_cache) a linear probe is one matrix and one
 bias, so the K probes of a group are one (K, classes, features + 1) tensor: each head's
 weight, and its bias as the weight of a feature that is always 1 (a column of ones beside
 the cached features). Each step every head reads its own minibatch rows (the indices its

@@ -22,10 +22,11 @@ from typing import Any
 import torch
 
 from domainbed import run_hparams
-from domainbed.config import RunConfig
+from domainbed.networks import backbones, classifiers
 from domainbed.networks.weight_files import MAX_WEIGHTS_BYTES
 from domainbed.registry import get_algorithm_class
 from domainbed.training import arithmetic
+from domainbed.training.config import RunConfig
 from domainbed.training.evaluation import RunContext, evaluate
 from domainbed.training.loop import (
     build_run_data,
@@ -189,7 +190,6 @@ def evaluate_checkpoint(path: str, options: Any, trust_pickle: bool = False) -> 
 def evaluate_model(name: str, options: Any, weights: str = "", class_map_file: str = "") -> Any:
     """Score an outside classifier (`domainbed.networks.classifiers`); `options`: RunConfig
     fields (dataset, test_envs, output_dir, ...)."""
-    from domainbed.networks import backbones, classifiers
     config = RunConfig.from_options(**options)
     dataset_cls = config.validate_data()
     check_output_dir(config.output_dir)

@@ -45,6 +45,7 @@ import math
 import os
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -298,8 +299,7 @@ class TensorBoardTracker(Tracker):
 
     def __init__(self, run: TrackedRun) -> None:
         super().__init__(run)
-        from torch.utils.tensorboard import SummaryWriter
-        from torch.utils.tensorboard.summary import hparams as hparams_summary
+        from torch.utils.tensorboard import SummaryWriter, summary
         self.writer = SummaryWriter(log_dir=os.path.join(run.run_dir, "tensorboard"))
         self.writer.add_text("hparams", json.dumps(run.hparams, sort_keys=True, indent=1))
         self.writer.add_text("args", json.dumps(run.args, sort_keys=True, indent=1))
@@ -307,8 +307,8 @@ class TensorBoardTracker(Tracker):
                    if isinstance(v, (bool, int, float, str))}
         file_writer = self.writer.file_writer   # the HParams tab's summaries, this folder
         assert file_writer is not None
-        for summary in hparams_summary(scalars, {}):
-            file_writer.add_summary(summary)
+        for part in summary.hparams(scalars, {}):
+            file_writer.add_summary(part)
         self.writer.flush()
 
     def log_checkpoint(self, step: int, values: dict[str, float]) -> None:
@@ -368,7 +368,6 @@ class MLflowTracker(Tracker):
         return None
 
     def log_checkpoint(self, step: int, values: dict[str, float]) -> None:
-        import time
         now = int(time.time() * 1000)
         metrics = [self.Metric(k, v, now, step) for k, v in sorted(values.items())]
         for start in range(0, len(metrics), 1000):

@@ -17,7 +17,14 @@ import sys
 import tempfile
 from typing import Any
 
-from domainbed.config import RunConfig
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.multiprocessing.spawn import ProcessException
+
+from domainbed.training import loop
+from domainbed.training.config import RunConfig
+from domainbed.training.data_parallel import DataParallelRun
 from oodutils.errors import UserError
 from oodutils.log import get_logger
 
@@ -49,7 +56,6 @@ def world_size(config: RunConfig) -> int:
 def run(config: RunConfig, hparams: dict) -> dict | None:
     """Train `config`'s run data-parallel; the last checkpoint's record (None when the
     run was already finished)."""
-    import torch
     if started_by_torchrun():
         n, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
         if config.distributed not in (1, n):
@@ -77,8 +83,6 @@ def spawn(world_size: int, meeting: Any, config: RunConfig, hparams: dict[str, A
           threads: Any) -> None:
     """Run the processes to their end; the first failure as one UserError line where a
     process stopped on one, else as the process's traceback."""
-    import torch.multiprocessing as mp
-    from torch.multiprocessing.spawn import ProcessException
     context = mp.start_processes(_process_main, nprocs=world_size, join=False,
                                  start_method="spawn",
                                  args=(world_size, meeting, config, hparams, threads,
@@ -138,11 +142,6 @@ def quiet_unless_first(rank: int, log_level: Any) -> None:
 def run_process(rank: int, world_size: int, local_rank: Any, init_method: Any, config: RunConfig,
                 hparams: dict[str, Any], threads: int = 0) -> Any:
     """Join the process group, train this process's part of the run, leave the group."""
-    import torch
-    import torch.distributed as dist
-
-    from domainbed.training import loop
-    from domainbed.training.data_parallel import DataParallelRun
     if threads:
         torch.set_num_threads(threads)
     use_cuda = torch.cuda.is_available()

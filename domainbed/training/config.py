@@ -12,8 +12,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import json
 import math
 import os
+import secrets
 import types
 import typing
 from collections.abc import Callable, Sequence
@@ -33,6 +35,8 @@ from oodutils.cli import (
     parse_json_object,
 )
 from oodutils.errors import UserError, epilog_example
+from oodutils.fileio import check_output_path
+from oodutils.metrics import check_metrics
 from oodutils.pinned_dir import PinnedDir
 
 MAX_SEED = 2**32 - 1          # numpy's seeds are 32-bit
@@ -190,7 +194,6 @@ class RunConfig:
             raise UserError(f"unknown training option(s) {', '.join(unknown)}; valid: "
                             f"{', '.join(sorted(cls.field_names()))}")
         if isinstance(options.get("hparams"), dict):
-            import json
             options["hparams"] = json.dumps(options["hparams"])
         test_envs = options.get("test_envs")
         if isinstance(test_envs, int):
@@ -293,20 +296,17 @@ class RunConfig:
                             f"seconds, got {self.tracker_timeout}")
         check_eval_splits(self.eval_splits)
         check_early_stopping(self.early_stopping, self.patience)
-        from oodutils.metrics import check_metrics
         check_metrics(self.metrics)
         self.trackers = check_trackers(self.trackers)
 
     def check_output_dir(self) -> None:
         """The output directory is (or can become) a writable directory: checked before
         training starts, not at the first checkpoint."""
-        from oodutils.fileio import check_output_path
         check_output_path(self.output_dir, "--output_dir", directory=True)
 
     def make_output_dir(self) -> None:
         """Create the output directory and prove a file can be written in it (through
         the folder's descriptor: a symlink there is refused, never written through)."""
-        import secrets
 
         self.check_output_dir()
         try:

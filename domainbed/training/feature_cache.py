@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from domainbed.config import RunConfig
 from domainbed.datasets.base import Environment, EnvironmentSubset
 from domainbed.networks.backbones import Backbone
+from domainbed.training.config import RunConfig
 from domainbed.training.evaluation import iterate_split
 from domainbed.training.precision import autocast_context
 from oodutils.errors import UserError
