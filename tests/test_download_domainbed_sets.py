@@ -138,7 +138,7 @@ def test_terra_incognita_with_an_image_missing_places_nothing_and_keeps_the_arch
 
 
 def test_an_annotation_naming_a_path_outside_is_refused(tmp_path):
-    from domainbed.download_layouts import arrange_terra_incognita
+    from domainbed.downloads.image_folders import arrange_terra_incognita
     (tmp_path / "images").mkdir()
     (tmp_path / "secret.jpg").write_bytes(b"x")
     annotations = {"categories": [{"id": 1, "name": "bird"}],
@@ -212,7 +212,7 @@ def test_the_duplicate_list_is_domainbeds_file():
     """sha256 of DomainBed's domain_net_duplicates.txt (commit b93c22a), as shipped."""
     import hashlib
 
-    from domainbed.download_layouts import DOMAIN_NET_DUPLICATES
+    from domainbed.downloads.image_folders import DOMAIN_NET_DUPLICATES
     with open(DOMAIN_NET_DUPLICATES, "rb") as f:
         body = f.read()
     assert hashlib.sha256(body).hexdigest() == \

@@ -1,8 +1,9 @@
-"""domainbed.downloading against a local HTTP server (127.0.0.1, with Range support) and
+"""domainbed.downloads.fetching against a local HTTP server (127.0.0.1, with Range support) and
 crafted archives; the download CLI end to end for a dataset in its real layout."""
 import hashlib
 import http.server
 import io
+import json
 import os
 import tarfile
 import threading
@@ -10,17 +11,20 @@ import zipfile
 
 import pytest
 
-from domainbed import downloading
+from domainbed.downloads import fetching as downloading
+from domainbed.downloads import weights
 from domainbed.scripts import download
 from oodutils.errors import UserError
 
 
 class Server:
     """Serves `files` (path -> bytes); honours Range unless `ignore_range`; can cut a
-    response short after `cut_after` bytes (a dropped connection)."""
+    response short after `cut_after` bytes (a dropped connection), every response while
+    `cut_always`."""
 
     def __init__(self, files):
         self.files, self.ranges, self.ignore_range, self.cut_after = files, [], False, None
+        self.cut_always = False
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -53,7 +57,8 @@ class Server:
                 self.end_headers()
                 if server.cut_after is not None:
                     body = body[:server.cut_after]
-                    server.cut_after = None
+                    if not server.cut_always:
+                        server.cut_after = None
                 self.wfile.write(body)
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -87,17 +92,27 @@ def test_fetch_verifies_checksum(server, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.bin"]  # nothing half-there
 
 
-def test_interrupted_download_resumes_with_range(server, tmp_path):
+def test_broken_transfer_resumes_with_range_in_the_same_call(server, tmp_path):
     server.files["/a.bin"] = PAYLOAD
     server.cut_after = 100_000
+    dst = tmp_path / "a.bin"
+    downloading.fetch(server.url + "/a.bin", str(dst), sha256=SHA)
+    assert server.ranges == [None, "bytes=100000-"] and dst.read_bytes() == PAYLOAD
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_interrupted_download_resumes_with_range(server, tmp_path):
+    server.files["/a.bin"] = PAYLOAD
+    server.cut_after, server.cut_always = 50_000, True   # three tries, each cut short
     dst = tmp_path / "a.bin"
     with pytest.raises(UserError, match="Run again to resume"):
         downloading.fetch(server.url + "/a.bin", str(dst), sha256=SHA)
     partials = list(tmp_path.glob(".a.bin.*.partial"))
     assert not dst.exists() and len(partials) == 1
-    assert partials[0].stat().st_size == 100_000
+    assert partials[0].stat().st_size == 150_000
+    server.cut_after = None
     downloading.fetch(server.url + "/a.bin", str(dst), sha256=SHA)
-    assert server.ranges[-1] == "bytes=100000-" and dst.read_bytes() == PAYLOAD
+    assert server.ranges[-1] == "bytes=150000-" and dst.read_bytes() == PAYLOAD
     assert not list(tmp_path.glob("*.partial"))
 
 
@@ -235,8 +250,8 @@ def test_wilds_downloads_go_through_a_temp_root(tmp_path, monkeypatch):
 
 
 def test_weights_checksum_is_the_hub_prefix():
-    sources = download.weight_sources()
-    assert download.hub_hash_prefix(sources["resnet18"]["url"]) == "f37072fd"
+    sources = weights.weight_sources()
+    assert weights.hub_hash_prefix(sources["resnet18"]["url"]) == "f37072fd"
     assert sources["resnet18"]["sha256_prefix"] == "f37072fd"
     for name, source in sources.items():  # every backbone's weights can be fetched
         assert source["url"].startswith("https://") and source["file"], name
@@ -248,9 +263,36 @@ def test_weights_download_verifies_and_lands_where_runs_look(tmp_path, monkeypat
     def fake_fetch(url, dst, sha256=None):
         calls.append((url, dst, sha256))
         return dst
-    monkeypatch.setattr(download, "fetch", fake_fetch)
+    monkeypatch.setattr(weights, "fetch", fake_fetch)
     download.main(["--weights", "clip_vit_b16", "resnet34", "--weights_dir", str(tmp_path)])
     (clip_url, clip_dst, clip_sha), (_, r34_dst, r34_sha) = calls
     assert clip_dst == str(tmp_path / "clip_vit_b16_openai.safetensors")
     assert clip_url.endswith(".safetensors") and clip_sha is None  # trust on first use
     assert r34_dst == str(tmp_path / "resnet34-b627a593.pth") and r34_sha == "b627a593"
+
+
+def test_google_drive_goes_through_gdown_and_the_same_checks(tmp_path, monkeypatch):
+    """A Google Drive file is fetched by gdown inside pooch: recorded on first use, a
+    changed file refused in one line with nothing left, gdown's failure one line too."""
+    gdown = pytest.importorskip("gdown")
+    served = {"bytes": b"first"}
+
+    def fake_download(url, output, quiet=True):
+        with open(output, "wb") as f:
+            f.write(served["bytes"])
+        return output
+    monkeypatch.setattr(gdown, "download", fake_download)
+    url, dst = download.DATASETS["VLCS"][0].url, tmp_path / "VLCS.tar.gz"
+    downloading.fetch(url, str(dst), google_drive=True)
+    lock = json.loads((tmp_path / downloading.LOCK_FILE).read_text())
+    assert lock["VLCS.tar.gz"]["sha256"] == hashlib.sha256(b"first").hexdigest()
+    dst.unlink()
+    served["bytes"] = b"changed"
+    with pytest.raises(UserError, match="checksum mismatch .*recorded in .* got "
+                                        + hashlib.sha256(b"changed").hexdigest()):
+        downloading.fetch(url, str(dst), google_drive=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [downloading.LOCK_FILE]
+    monkeypatch.setattr(gdown, "download", lambda url, output, quiet=True: None)
+    with pytest.raises(UserError, match="could not download .*network reachable"):
+        downloading.fetch(url, str(dst), google_drive=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [downloading.LOCK_FILE]

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from domainbed import downloading
+from domainbed.downloads import fetching as downloading
 from domainbed.scripts import download
 from oodutils.errors import UserError
 from tests.test_download_machinery import PAYLOAD, SHA, Server, waterbirds_tarball
@@ -119,3 +119,30 @@ def test_verify_checks_weights_against_the_hash_in_their_name(tmp_path, capsys):
     with pytest.raises(UserError, match="verifications failed"):
         download.main(["--weights", name, "--weights_dir", str(tmp_path), "--verify"])
     assert "not on disk" in capsys.readouterr().err
+
+
+def test_a_link_where_pooch_would_stage_is_refused(server, tmp_path):
+    """The staging folder beside the target is never followed: a link there is one error
+    line and nothing is written through it."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / ".a.bin.pooch").symlink_to(elsewhere)
+    server.files["/a.bin"] = b"payload"
+    with pytest.raises(UserError, match="not a folder a download made"):
+        downloading.fetch(server.url + "/a.bin", str(data / "a.bin"))
+    assert list(elsewhere.iterdir()) == [] and not (data / "a.bin").exists()
+
+
+def test_a_linked_partial_is_never_resumed_through(server, tmp_path):
+    """A `.NAME.*.partial` that is a link (someone else's) is not appended to."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep me")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / ".a.bin.x1y2.partial").symlink_to(victim)
+    server.files["/a.bin"] = PAYLOAD
+    downloading.fetch(server.url + "/a.bin", str(data / "a.bin"), sha256=SHA)
+    assert victim.read_bytes() == b"keep me" and (data / "a.bin").read_bytes() == PAYLOAD
+    assert server.ranges == [None]

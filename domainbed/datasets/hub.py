@@ -22,11 +22,13 @@ lazily, one example at a time, after every one passed the same check as own data
 """
 import glob
 import hashlib
+import io
 import os
 import re
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
 from domainbed.datasets.base import MultipleDomainDataset
 from domainbed.datasets.image_checks import bytes_problem, file_problem
@@ -38,40 +40,33 @@ from domainbed.datasets.image_folders import (
 )
 from domainbed.datasets.layout import fingerprint_columns
 from domainbed.datasets.own_data import CheckedImages
+from domainbed.datasets.text import TextDataset
 from domainbed.hub_options import HF_OPTIONS, join_name, split_name
 from domainbed.registry import register_dataset_prefix
-from oodutils.errors import UserError
+from oodutils.errors import UserError, require
 
-INSTALL = "pip install 'oodbed[hub]' (the datasets and huggingface_hub packages)"
 DATA_PATTERNS = ("*.parquet", "**/*.parquet", "*.arrow", "**/*.arrow", "*.csv", "**/*.csv",
                  "*.json", "**/*.json", "*.jsonl", "**/*.jsonl", "README.md")
 
 
 def _datasets() -> Any:
-    try:
-        import datasets
-    except ImportError:
-        raise UserError(f"hf: datasets need the `datasets` package: {INSTALL}") from None
-    return datasets
+    return require("datasets", extra="hub")
 
 
 def snapshot(name: str, repo: Any, revision: Any) -> tuple[Any, ...]:
     """(local folder, commit) of the Hub dataset `repo` at `revision` (downloaded into
     huggingface_hub's cache, or found there offline)."""
+    hub = require("huggingface_hub", extra="hub")
+    errors = require("huggingface_hub.errors", extra="hub")
     try:
-        from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
-    except ImportError:
-        raise UserError(f"{name}: reading the Hub needs huggingface_hub: {INSTALL}") from None
-    try:
-        folder = snapshot_download(repo_id=repo, repo_type="dataset", revision=revision,
+        folder = hub.snapshot_download(repo_id=repo, repo_type="dataset", revision=revision,
                                    allow_patterns=list(DATA_PATTERNS))
-    except LocalEntryNotFoundError:
+    except errors.LocalEntryNotFoundError:
         raise UserError(f"{name}: {repo!r} (revision {revision or 'main'}) is neither a local "
                         f"folder nor in the Hugging Face cache, and the Hub cannot be reached "
                         f"(offline?); download it once with a network, or give a folder "
                         f"holding data/*.parquet") from None
-    except (HfHubHTTPError, OSError, ValueError) as e:
+    except (errors.HfHubHTTPError, OSError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"{name}: cannot read the Hub dataset {repo!r} (revision "
                         f"{revision or 'main'}): {first}") from None
@@ -242,9 +237,6 @@ class HubImageEnvironment(ImageEnvironment):
         return cell
 
     def load(self, i: int) -> Any:
-        import io
-
-        from PIL import Image
         cell = self._cell(i)
         if cell.get("bytes") is not None:
             return Image.open(io.BytesIO(cell["bytes"])).convert("RGB")
@@ -302,8 +294,6 @@ class HubImageDataset(CheckedImages, MultipleDomainDataset):
 
 
 def _text_dataset_class() -> Any:
-    from domainbed.datasets.text import TextDataset
-
     class HubTextDataset(TextDataset):
         """``hf:`` with ``--hf_text_column``: the texts encoded by the text featurizer."""
         NEEDS_DATA_DIR = False

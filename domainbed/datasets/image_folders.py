@@ -40,8 +40,15 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
+def torchvision_transforms() -> Any:
+    """torchvision.transforms, imported when a dataset first builds its transforms (heavy:
+    not when the registry loads the dataset modules)."""
+    import torchvision.transforms
+    return torchvision.transforms
+
+
 def eval_transform(size: int = 224) -> Any:
-    from torchvision import transforms
+    transforms = torchvision_transforms()
     return transforms.Compose([
         transforms.Resize((size, size)),
         transforms.ToTensor(),
@@ -50,7 +57,7 @@ def eval_transform(size: int = 224) -> Any:
 
 def augment_transform(size: int = 224) -> Any:
     """DomainBed's MultipleEnvironmentImageFolder augmentation."""
-    from torchvision import transforms
+    transforms = torchvision_transforms()
     return transforms.Compose([
         transforms.RandomResizedCrop(size, scale=(0.7, 1.0)),
         transforms.RandomHorizontalFlip(),

@@ -64,11 +64,17 @@ def fingerprint_columns(*columns: Any) -> Any:
     return digest.hexdigest()[:16]
 
 
+def pandas_module() -> Any:
+    """pandas, imported when a dataset first reads a table (heavy: not when the registry
+    loads the dataset modules)."""
+    import pandas
+    return pandas
+
+
 def read_csv(name: str, path: str, columns: Any, how: Any = None, **kwargs: Any) -> Any:
     """pandas.read_csv with the required columns checked (a wrong layout is named)."""
-    import pandas as pd
     try:
-        df = pd.read_csv(path, **kwargs)
+        df = pandas_module().read_csv(path, **kwargs)
     except (OSError, ValueError) as e:
         raise UserError(f"{name}: cannot read {path} ({e})") from None
     absent = [c for c in columns if c not in df.columns]

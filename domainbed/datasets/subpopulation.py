@@ -39,6 +39,7 @@ from domainbed.datasets.layout import (
     check_sampled_files,
     find_root,
     fingerprint_columns,
+    pandas_module,
     read_csv,
     require_files,
 )
@@ -170,7 +171,7 @@ class WILDSWaterbirds(Waterbirds):
 
 def read_celeba_attributes(name: str, root: str) -> Any:
     """list_attr_celeba.txt -> (filenames, {attribute: int8 array of +1/-1})."""
-    import pandas as pd
+    pd = pandas_module()
     path = os.path.join(root, "list_attr_celeba.txt")
     with open(path) as f:
         f.readline()
@@ -187,7 +188,7 @@ def read_celeba_attributes(name: str, root: str) -> Any:
 
 def read_celeba(name: str, data_dir: str) -> tuple[Any, ...]:
     """(root, DataFrame filename/split/y/a/id, paths) of the CelebA release, checked."""
-    import pandas as pd
+    pd = pandas_module()
     how = ("download img_align_celeba.zip, list_attr_celeba.txt and list_eval_partition.txt "
            "from https://mmlab.ie.cuhk.edu.hk/projects/CelebA.html (or run "
            f"`python -m domainbed.scripts.download --datasets {name} --data_dir DATA_DIR`)")

@@ -42,18 +42,22 @@ in sentence 2.
 """
 import contextlib
 import hashlib
+import json
 import os
 from typing import Any
 
 import numpy as np
+import torch
 
 from domainbed.datasets.base import MultipleDomainDataset, TensorEnvironment
 from domainbed.datasets.layout import find_root, fingerprint_columns, read_csv
 from domainbed.datasets.subpopulation import SUBPOPBENCH_TEXT_OPTIMIZER, group_names
-from domainbed.networks.text import TEXT_HPARAMS
+from domainbed.networks.text import TEXT_HPARAMS, cache_dir, encode_texts, minilm_path
 from domainbed.registry import register_dataset
-from oodutils.errors import UserError
+from oodutils import fileio
+from oodutils.errors import UserError, require
 from oodutils.log import get_logger
+from oodutils.untrusted import parse_json, read_regular_bytes
 
 IDENTITIES = ["male", "female", "LGBTQ", "christian", "muslim", "other_religions", "black",
               "white"]
@@ -79,7 +83,6 @@ class TextDataset(MultipleDomainDataset):
                                 source: Any) -> None:
         """texts: every text of the source; row: which text each example is; env/y/groups/ids:
         per example. Encodes the texts once (cached), then slices per environment."""
-        from domainbed.networks.text import encode_texts
         row, env, y, ids = (np.asarray(v, dtype=np.int64) for v in (row, env, y, ids))
         groups = np.asarray(groups, dtype=np.int64)  # ids are unique by construction
         text_fp = texts_fingerprint(texts)
@@ -97,7 +100,6 @@ class TextDataset(MultipleDomainDataset):
 
 
 def keep_rows(row: Any, keep: Any) -> Any:
-    import torch
     return torch.from_numpy(row[keep])
 
 
@@ -231,7 +233,6 @@ def _allowing_input_features(torch: Any) -> Any:
 
 def read_mnli_token_ids(name: str, feature_dir: Any) -> tuple[Any, ...]:
     """[N, 128] input ids and masks of the three cached feature files, concatenated."""
-    import torch
     ids, masks = [], []
     for file in MNLI_FEATURE_FILES:
         path = os.path.join(feature_dir, file)
@@ -249,10 +250,9 @@ def read_mnli_token_ids(name: str, feature_dir: Any) -> tuple[Any, ...]:
 
 def decode_bert_ids(ids: Any, masks: Any) -> Any:
     """bert-base-uncased token ids -> text (sentence pair kept apart by [SEP])."""
-    from transformers import AutoTokenizer
-
-    from domainbed.networks.text import minilm_path
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path())  # bert-base-uncased vocabulary
+    transformers = require("transformers", extra="text")
+    # the featurizer's vocabulary is bert-base-uncased's
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_path())
     rows = [row[1:int(m.sum())] for row, m in zip(ids, masks)]  # drop [CLS] and padding
     return tokenizer.batch_decode(rows, clean_up_tokenization_spaces=True)
 
@@ -261,10 +261,6 @@ def mnli_texts(name: str, feature_dir: Any, data_dir: str) -> Any:
     """The decoded texts of the feature files, cached beside the text features (keyed by the
     files' names, sizes and modification times): unpickling and decoding 412k examples is
     the slow part of loading MultiNLI."""
-    import json
-
-    from domainbed.networks.text import cache_dir
-    from oodutils import fileio
     stats = [(f, os.path.getsize(os.path.join(feature_dir, f)),
               os.path.getmtime(os.path.join(feature_dir, f))) for f in MNLI_FEATURE_FILES]
     key = hashlib.sha256(json.dumps(stats).encode()).hexdigest()[:24]
@@ -285,14 +281,12 @@ def mnli_texts(name: str, feature_dir: Any, data_dir: str) -> Any:
 
 
 def _texts_digest(texts: list[str]) -> Any:
-    import json
     return hashlib.sha256(json.dumps(texts).encode()).hexdigest()
 
 
 def _checked_texts(path: str) -> Any:
     """The texts of a decoded-text cache entry (a regular file whose row count and checksum
     match), or None."""
-    from oodutils.untrusted import parse_json, read_regular_bytes
     try:
         entry = parse_json(read_regular_bytes(path, MAX_TEXT_CACHE_BYTES))
     except OSError:

@@ -23,7 +23,7 @@ from domainbed.datasets.image_folders import ImageEnvironment, make_transforms
 from domainbed.datasets.layout import check_sampled_files, fingerprint_columns
 from domainbed.hparams import Hparam
 from domainbed.registry import register_dataset
-from oodutils.errors import UserError
+from oodutils.errors import UserError, require
 
 
 class WILDSImageDataset(MultipleDomainDataset):
@@ -63,13 +63,9 @@ class WILDSImageDataset(MultipleDomainDataset):
             os.path.relpath(p, dataset.data_dir) for p in paths])
 
     def open_wilds(self, root: str) -> Any:
+        wilds = require("wilds", extra="wilds")
         try:
-            from wilds import get_dataset
-        except ImportError:
-            raise UserError(f"{self.registry_name} needs the wilds package: "
-                            "pip install 'domainbed[wilds]'") from None
-        try:
-            return get_dataset(self.WILDS_NAME, root_dir=root, download=False)
+            return wilds.get_dataset(self.WILDS_NAME, root_dir=root, download=False)
         except (FileNotFoundError, OSError, KeyError, ValueError) as e:
             raise UserError(
                 f"{self.registry_name}: no complete WILDS {self.WILDS_NAME} release under "
