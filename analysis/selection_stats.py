@@ -27,8 +27,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import polars as pl
+from scipy.stats import false_discovery_control, kendalltau, wilcoxon
 
 from domainbed.results import model_selection as ms
+from oodutils.tables import render
 
 Record = dict[str, Any]
 BASELINE = "ERM"
@@ -40,7 +43,6 @@ def candidate_table(records: list[Record], method: type[ms.SelectionMethod],
                     labels: dict | None = None) -> pd.DataFrame:
     """One row per (trial_seed, dataset, algorithm, test_env, hyperparameter setting)
     with the validation and test accuracy `method` gives that candidate (percent)."""
-    import polars as pl
     table = ms.candidates(records, method, labels).with_columns(
         candidate=pl.int_range(pl.len()).over(ms.GROUP),
         val_acc=pl.col("val_acc") * 100, test_acc=pl.col("test_acc") * 100)
@@ -101,7 +103,6 @@ def rank_stability(candidates: pd.DataFrame, n_boot: int = 1000,
                    seed: int = 0) -> tuple[pd.DataFrame, dict[str, float]]:
     """(P(rank = r) per algorithm, one column per rank, plus the whole sweep's rank;
     Kendall's tau between resampled and whole-sweep rankings: mean and 2.5/97.5 %)."""
-    from scipy.stats import kendalltau
     cells = _cells(candidates)
     datasets = sorted({d for d, _ in cells})
     algorithms = sorted({a for _, a in cells})
@@ -129,7 +130,6 @@ def paired_comparison(selected: pd.DataFrame, baseline: str = BASELINE) -> pd.Da
     """Per (algorithm, dataset): mean difference to `baseline` (points) on the
     (trial_seed, test_env) cells both have, the number of pairs, Wilcoxon's signed-rank
     p-value and the Benjamini-Hochberg adjusted p-value over all comparisons."""
-    from scipy.stats import false_discovery_control, wilcoxon
     columns = ["algorithm", "dataset", "n_pairs", "mean_diff", "p_value", "p_adjusted"]
     cells = selected.set_index(["dataset", "algorithm", "trial_seed", "test_env"])["test_acc"]
     cells = cells.sort_index()  # sorted, so partial-key lookups need no lexsort warning
@@ -256,7 +256,6 @@ def render_stats(records: list[Record], methods: Sequence[type[ms.SelectionMetho
                  n_boot: int = 1000, seed: int = 0) -> str:
     """The four statistics for every method, each a titled table and its note, in `fmt`
     (text, markdown, latex, csv, html)."""
-    from oodutils.tables import render
     parts = []
     for method in methods:
         if not applies_to(method):

@@ -37,6 +37,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from scipy import optimize, special, stats
 
+from analysis.aotl.stats import fit_line
 from oodutils.accuracy import THEORY_CLIP, probit
 
 MU_DG = np.array([1.0, 1.0])
@@ -368,11 +369,10 @@ def simulate_figure2(setting: str = "identity", n_test: int = 50, n: int = 1000,
 
 def probit_fit(acc_id: ArrayLike, acc_ood: ArrayLike, clip: float = THEORY_CLIP
                ) -> dict[str, float]:
-    """linregress(probit(acc_id), probit(acc_ood)) via analysis.aotl_stats.fit_line: a dict
+    """linregress(probit(acc_id), probit(acc_ood)) via analysis.aotl.stats.fit_line: a dict
     with slope, intercept, R, p, stderr (and fit_line's other keys). The default clip is
     tiny: the authors' Fig. 3 notebook fits unclipped probits; clipping only keeps
     accuracies of exactly 0 or 1 finite."""
-    from analysis.aotl_stats import fit_line
     fit = fit_line(acc_id, acc_ood, scale="probit", clip=clip, where="probit fit")
     return {**fit, "R": fit["r"]}
 

@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from domainbed.launch import launchers, sweep, zoo
+from domainbed.launch import sweep, zoo
+from domainbed.launch.jobs import DONE, INCOMPLETE, NOT_LAUNCHED
 from domainbed.networks.backbones import backbone_name, get_spec
 from domainbed.results.records import Records, load_records
 from domainbed.training.config import RunConfig
@@ -79,7 +80,7 @@ def train_zoo(dataset: str, n_runs: int, runs_dir: str | os.PathLike, data_dir: 
                                   list(eval_splits), seed=seed)
     jobs = [sweep.Job(a, os.fspath(runs_dir)) for a in train_args]
     notify(sweep.summarize(jobs))
-    todo = [j for j in jobs if j.state in launchers.INCOMPLETE + (launchers.NOT_LAUNCHED,)]
+    todo = [j for j in jobs if j.state in INCOMPLETE + (NOT_LAUNCHED,)]
     failed = []
     if backbone and len(todo) > 1:   # the first probe extracts the features the rest share
         failed += sweep.launch(todo[:1], launcher, {"max_workers": 1}, seed=seed)
@@ -89,5 +90,5 @@ def train_zoo(dataset: str, n_runs: int, runs_dir: str | os.PathLike, data_dir: 
         failed += sweep.launch(jobs, launcher, {"max_workers": workers}, seed=seed)
     for j in jobs:
         j.refresh()
-    done = sum(j.state == launchers.DONE for j in jobs)
+    done = sum(j.state == DONE for j in jobs)
     return ZooTraining(len(jobs), len(todo), done, len(failed), time.time() - start)

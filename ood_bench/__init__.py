@@ -6,15 +6,19 @@
     CLI: python -m ood_bench {extract,quantify,run,calibrate,summarize,table3,heatmap,plot}
          python -m ood_bench.quantify --features FILE.npz --seed S --output result.json
 """
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 _HOMES = {"ShiftDensities": "estimator", "ShiftEstimationError": "estimator",
           "ShiftEstimator": "estimator", "estimate_shifts": "estimator",
           "iid_split": "estimator", "GaussianKDE": "kde"}
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     """The public names, imported when first used: `ood-bench --help` answers before torch."""
     if name in _HOMES:
-        import importlib
         return getattr(importlib.import_module(f"ood_bench.{_HOMES[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

@@ -1,4 +1,6 @@
 """python -m ood_bench COMMAND ... (see ood_bench.cli)."""
+from __future__ import annotations
+
 import sys
 
 from ood_bench.cli import main

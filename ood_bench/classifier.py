@@ -10,17 +10,26 @@ accuracy at telling P from Q is kept. Backbones: the paper's MLP (2 x (Linear 39
 for MNIST-sized inputs, torchvision ResNet-18/34/50 (optionally ImageNet weights from
 disk) for images, or any `domainbed.networks.Featurizer`.
 """
+from __future__ import annotations
+
 import copy
 import math
 import time
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torchvision
+from numpy.typing import ArrayLike
 
-from ood_bench.data import fetch, iterate
+from domainbed import networks
+from domainbed.hparams import declared_space
+from domainbed.networks import TORCHVISION_WEIGHT_FILES, find_pretrained_weights
+from ood_bench.data import Part, Sides, fetch, iterate
 from oodutils.errors import UserError
 from oodutils.log import ProjectWarning
 
@@ -31,7 +40,7 @@ SELECTIONS = ("acc", "loss", "last")
 class MLPBackbone(nn.Module):
     """The official MNIST_MLP: flatten, 2 x (Linear(width), ReLU), Xavier-ReLU init."""
 
-    def __init__(self, input_shape, width=390):
+    def __init__(self, input_shape: tuple[int, ...], width: int = 390) -> None:
         super().__init__()
         n_in = int(np.prod(input_shape))
         self.net = nn.Sequential(nn.Linear(n_in, width), nn.ReLU(True),
@@ -42,7 +51,7 @@ class MLPBackbone(nn.Module):
                 nn.init.zeros_(m.bias)
         self.n_outputs = width
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x.flatten(1))
 
 
@@ -50,13 +59,12 @@ class TorchvisionResNet(nn.Module):
     """A torchvision ResNet without its last layer; batch norm trained (as the official
     code); inputs with other channel counts get DomainBed's adapted stem."""
 
-    def __init__(self, depth, input_shape, pretrained=False, pretrained_path=""):
+    def __init__(self, depth: int, input_shape: tuple[int, ...], pretrained: bool = False,
+                 pretrained_path: str = "") -> None:
         super().__init__()
-        import torchvision
         name = f"resnet{depth}"
         net = getattr(torchvision.models, name)(weights=None)
         if pretrained:
-            from domainbed.networks import TORCHVISION_WEIGHT_FILES, find_pretrained_weights
             if not pretrained_path and name not in TORCHVISION_WEIGHT_FILES:
                 raise UserError(f"no known weights file for {name}; pass --pretrained_path")
             try:
@@ -76,11 +84,11 @@ class TorchvisionResNet(nn.Module):
         net.fc = nn.Identity()
         self.net = net
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
 
-def resolve_backbone_name(name, dataset):
+def resolve_backbone_name(name: str, dataset: Any) -> str:
     if name != "auto":
         return name
     small = getattr(type(dataset), "SMALL_IMAGES", False) or \
@@ -88,8 +96,9 @@ def resolve_backbone_name(name, dataset):
     return "mlp" if small else "resnet18"
 
 
-def make_backbone(name, dataset, mlp_width=390, pretrained=None, pretrained_path="",
-                  featurizer_hparams=None):
+def make_backbone(name: str, dataset: Any, mlp_width: int = 390, pretrained: bool | None = None,
+                  pretrained_path: str = "",
+                  featurizer_hparams: dict[str, Any] | None = None) -> tuple[nn.Module, str]:
     name = resolve_backbone_name(name, dataset)
     shape = tuple(dataset.input_shape)
     if name == "mlp":
@@ -100,8 +109,6 @@ def make_backbone(name, dataset, mlp_width=390, pretrained=None, pretrained_path
         use = bool(pretrained) if pretrained is not None else True
         return TorchvisionResNet(int(name[6:]), shape, use, pretrained_path), name
     if name == "featurizer":
-        from domainbed import networks
-        from domainbed.hparams import declared_space
         space = declared_space(networks.Networks, type(dataset))
         hp = {k: h.default for k, h in space.items()}
         hp.update(featurizer_hparams or {})
@@ -116,7 +123,8 @@ def make_backbone(name, dataset, mlp_width=390, pretrained=None, pretrained_path
 class EnvClassifier(nn.Module):
     """g = Linear(backbone) -> R^dim_z; h(z, y) = Linear(z * Linear(onehot(y))) -> 2 logits."""
 
-    def __init__(self, backbone, num_classes, dim_z=8, n_outputs=2):
+    def __init__(self, backbone: Any, num_classes: int, dim_z: int = 8,
+                 n_outputs: int = 2) -> None:
         super().__init__()
         self.num_classes, self.dim_z = int(num_classes), int(dim_z)
         self.backbone = backbone
@@ -127,16 +135,16 @@ class EnvClassifier(nn.Module):
             nn.init.xavier_uniform_(m.weight)
             nn.init.zeros_(m.bias)
 
-    def features(self, x):
+    def features(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(self.backbone(x))
 
-    def forward(self, x, y):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         z = self.features(x)
         w = self.y_map(F.one_hot(y, self.num_classes).to(z.dtype))
         return z, self.h(z * w)
 
 
-def class_balanced_weights(y):
+def class_balanced_weights(y: ArrayLike) -> torch.Tensor:
     """Sampling weights giving every class of `y` equal total probability."""
     y = np.asarray(y)
     _, inverse, counts = np.unique(y, return_inverse=True, return_counts=True)
@@ -145,7 +153,8 @@ def class_balanced_weights(y):
 
 
 @torch.no_grad()
-def evaluate(model, sides, device, batch_size=256, n_workers=0):
+def evaluate(model: EnvClassifier, sides: Sides, device: str | torch.device, batch_size: int = 256,
+             n_workers: int = 0) -> tuple[float, float]:
     """(accuracy, cross-entropy) at telling held-out P (label 0) from held-out Q (1), each
     side weighted 1/2."""
     was = model.training
@@ -164,7 +173,7 @@ def evaluate(model, sides, device, batch_size=256, n_workers=0):
     return 0.5 * (accs[0] + accs[1]), 0.5 * (losses[0] + losses[1])
 
 
-def _better(cand, best, select):
+def _better(cand: dict[str, Any], best: dict[str, Any], select: str) -> bool:
     """Checkpoint selection: 'acc' (the paper; ties go to the lower held-out loss),
     'loss' (lowest held-out cross-entropy) or 'last'."""
     if select == "last":
@@ -175,10 +184,15 @@ def _better(cand, best, select):
                                          cand["loss"] < best["loss"])
 
 
-def train_env_classifier(sides, backbone="auto", dim_z=8, steps=2000, batch_size=32,
-                         lr=3e-4, weight_decay=0.0, eval_every=100, seed=0, device="cpu",
-                         mlp_width=390, pretrained=None, pretrained_path="",
-                         featurizer_hparams=None, n_workers=0, select="acc", log=None):
+def train_env_classifier(sides: Sides, backbone: str = "auto", dim_z: int = 8, steps: int = 2000,
+                         batch_size: int = 32, lr: float = 3e-4, weight_decay: float = 0.0,
+                         eval_every: int = 100, seed: int = 0, device: str = "cpu",
+                         mlp_width: int = 390, pretrained: bool | None = None,
+                         pretrained_path: str = "",
+                         featurizer_hparams: dict[str, Any] | None = None, n_workers: int = 0,
+                         select: str = "acc",
+                         log: Callable[[str], object] | None = None
+                         ) -> tuple[EnvClassifier, dict[str, Any]]:
     """Algorithm 1. Returns (model at the selected held-out checkpoint, log dict)."""
     if select not in SELECTIONS:
         raise UserError(f"--select must be one of {', '.join(SELECTIONS)}, not {select!r}")
@@ -193,7 +207,8 @@ def train_env_classifier(sides, backbone="auto", dim_z=8, steps=2000, batch_size
     e = torch.cat([torch.zeros(batch_size, dtype=torch.long),
                    torch.ones(batch_size, dtype=torch.long)]).to(device)
     acc, val_loss = evaluate(model, sides, device, n_workers=n_workers)
-    best = {"acc": acc, "loss": val_loss, "step": 0, "state": copy.deepcopy(model.state_dict())}
+    best: dict[str, Any] = {"acc": acc, "loss": val_loss, "step": 0,
+                            "state": copy.deepcopy(model.state_dict())}
     history = [{"step": 0, "val_acc": acc, "val_loss": val_loss}]
     t0, loss_ema = time.time(), None
     model.train()
@@ -231,19 +246,19 @@ def train_env_classifier(sides, backbone="auto", dim_z=8, steps=2000, batch_size
 
 
 @torch.no_grad()
-def extract_features(model, sides, split="out", device="cpu", batch_size=256, n_workers=0):
+def extract_features(model: EnvClassifier, sides: Sides, split: str = "out", device: str = "cpu",
+                     batch_size: int = 256, n_workers: int = 0) -> dict[str, np.ndarray]:
     """Features and labels of both sides: {'z_p', 'y_p', 'z_q', 'y_q', 'ids_p', ...}.
 
     split: 'out' (held-out examples, the official code's choice), 'train', or 'all'."""
     model.eval()
-    out = {}
+    out: dict[str, np.ndarray] = {}
     for tag, train, held in (("p", sides.train_p, sides.out_p), ("q", sides.train_q, sides.out_q)):
         if split == "out":
             part = held
         elif split == "train":
             part = train
         elif split == "all":
-            from ood_bench.data import Part
             part = Part.concat([train, held])
         else:
             raise UserError(f"--extract_split must be out, train or all, not {split!r}")
@@ -254,7 +269,7 @@ def extract_features(model, sides, split="out", device="cpu", batch_size=256, n_
         out[f"env_{tag}"] = part.env.copy()
         ids = part.index.copy()
         for e in np.unique(part.env):
-            env_ids = getattr(sides.dataset[int(e)], "ids", None)
+            env_ids: Any = getattr(sides.dataset[int(e)], "ids", None)
             if env_ids is not None:
                 rows = part.env == e
                 ids[rows] = np.asarray(env_ids)[part.index[rows]]

@@ -6,13 +6,20 @@ label-shift-free datasets: p(y) = q(y)), optionally replaces the two sides by a 
 50/50 split of their union (`force_iid`, the i.i.d. reference), and splits every side per
 class into a training part and a held-out part (`holdout_fraction`, 0.1 as the paper).
 """
+from __future__ import annotations
+
 import inspect
 import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
+import domainbed.datasets.oodbench_mnist  # noqa: F401  (registers OoDBenchColoredMNIST)
+from domainbed.hparams import declared_space
 from domainbed.registry import get_dataset_class
 from oodutils.errors import UserError
 from oodutils.log import ProjectWarning, get_logger
@@ -20,10 +27,9 @@ from oodutils.log import ProjectWarning, get_logger
 logger = get_logger(__name__)
 
 
-def load_dataset(name, data_dir, hparams=None, data_seed=0):
+def load_dataset(name: str, data_dir: str, hparams: dict[str, Any] | None = None,
+                 data_seed: int = 0) -> tuple[Any, dict[str, Any]]:
     """Instantiate a registered dataset with its declared defaults, no augmentation."""
-    import domainbed.datasets.oodbench_mnist  # noqa: F401  (registers OoDBenchColoredMNIST)
-    from domainbed.hparams import declared_space
     cls = get_dataset_class(name)
     space = declared_space(cls, cls)
     merged = {k: h.default for k, h in space.items()}
@@ -43,7 +49,8 @@ def load_dataset(name, data_dir, hparams=None, data_seed=0):
     return dataset, merged
 
 
-def check_env_groups(envs_p, envs_q, n_envs):
+def check_env_groups(envs_p: Sequence[int], envs_q: Sequence[int],
+                     n_envs: int) -> tuple[list[int], list[int]]:
     envs_p, envs_q = [int(e) for e in envs_p], [int(e) for e in envs_q]
     if not envs_p or not envs_q:
         raise UserError("--envs_p and --envs_q must each name at least one environment")
@@ -64,20 +71,20 @@ class Part:
     index: np.ndarray
     y: np.ndarray
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.y)
 
-    def take(self, keys):
+    def take(self, keys: ArrayLike) -> Part:
         keys = np.asarray(keys, dtype=np.int64)
         return Part(self.env[keys], self.index[keys], self.y[keys])
 
     @staticmethod
-    def concat(parts):
+    def concat(parts: Sequence[Part]) -> Part:
         return Part(*(np.concatenate([getattr(p, f) for p in parts])
                       for f in ("env", "index", "y")))
 
 
-def _side(dataset, envs):
+def _side(dataset: Any, envs: Sequence[int]) -> Part:
     parts = []
     for e in envs:
         y = np.asarray(dataset[e].y.numpy() if torch.is_tensor(dataset[e].y) else dataset[e].y,
@@ -86,11 +93,11 @@ def _side(dataset, envs):
     return Part.concat(parts)
 
 
-def _per_class(y):
+def _per_class(y: np.ndarray) -> dict[int, np.ndarray]:
     return {int(c): np.flatnonzero(y == c) for c in np.unique(y)}
 
 
-def balance(p, q, rng):
+def balance(p: Part, q: Part, rng: np.random.RandomState) -> tuple[Part, Part]:
     """Subsample each class to min(count in P, count in Q); classes missing from a side go."""
     cp, cq = _per_class(p.y), _per_class(q.y)
     dropped = sorted(set(cp) ^ set(cq))
@@ -107,7 +114,7 @@ def balance(p, q, rng):
     return p.take(np.concatenate(keys_p)), q.take(np.concatenate(keys_q))
 
 
-def iid_sides(p, q, rng):
+def iid_sides(p: Part, q: Part, rng: np.random.RandomState) -> tuple[Part, Part]:
     """Pool P and Q and split every class 50/50 at random (no shift by construction)."""
     pool = Part.concat([p, q])
     a, b = [], []
@@ -118,7 +125,7 @@ def iid_sides(p, q, rng):
     return pool.take(np.concatenate(a)), pool.take(np.concatenate(b))
 
 
-def holdout_split(part, fraction, rng):
+def holdout_split(part: Part, fraction: float, rng: np.random.RandomState) -> tuple[Part, Part]:
     """(train, held-out) with `fraction` of every class held out."""
     tr, out = [], []
     for idx in _per_class(part.y).values():
@@ -131,7 +138,7 @@ def holdout_split(part, fraction, rng):
 
 @dataclass
 class Sides:
-    dataset: object
+    dataset: Any
     train_p: Part
     train_q: Part
     out_p: Part
@@ -139,14 +146,15 @@ class Sides:
     num_classes: int
     input_shape: tuple
 
-    def summary(self):
+    def summary(self) -> dict[str, Any]:
         return {"train_p": len(self.train_p), "train_q": len(self.train_q),
                 "out_p": len(self.out_p), "out_q": len(self.out_q),
                 "classes": sorted(int(c) for c in np.unique(self.out_p.y))}
 
 
-def make_sides(dataset, envs_p, envs_q, holdout_fraction=0.1, seed=0, force_iid=False,
-               balance_classes=True):
+def make_sides(dataset: Any, envs_p: Sequence[int], envs_q: Sequence[int],
+               holdout_fraction: float = 0.1, seed: int = 0, force_iid: bool = False,
+               balance_classes: bool = True) -> Sides:
     envs_p, envs_q = check_env_groups(envs_p, envs_q, len(dataset))
     if not 0.0 < holdout_fraction < 1.0:
         raise UserError(f"--holdout_fraction must lie in (0, 1), not {holdout_fraction}")
@@ -167,23 +175,24 @@ def make_sides(dataset, envs_p, envs_q, holdout_fraction=0.1, seed=0, force_iid=
 
 
 class _Examples(torch.utils.data.Dataset):
-    def __init__(self, dataset, part):
+    def __init__(self, dataset: Any, part: Part) -> None:
         self.dataset, self.part = dataset, part
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.part)
 
-    def __getitem__(self, k):
+    def __getitem__(self, k: int) -> torch.Tensor:
         x, _ = self.dataset[int(self.part.env[k])][int(self.part.index[k])]
         return x
 
 
-def fetch(dataset, part, keys=None, n_workers=0):
+def fetch(dataset: Any, part: Part, keys: ArrayLike | None = None,
+          n_workers: int = 0) -> Any:
     """Inputs of `part` (or of its rows `keys`) as one tensor, fast for in-memory data."""
     if keys is not None:
         part = part.take(keys)
     if all(getattr(dataset[int(e)], "x", None) is not None for e in np.unique(part.env)):
-        out = None
+        out: torch.Tensor | None = None
         for e in np.unique(part.env):
             rows = np.flatnonzero(part.env == e)
             xe = dataset[int(e)].x[torch.from_numpy(part.index[rows])]
@@ -196,7 +205,8 @@ def fetch(dataset, part, keys=None, n_workers=0):
     return torch.cat(list(loader))
 
 
-def iterate(dataset, part, batch_size=256, n_workers=0):
+def iterate(dataset: Any, part: Part, batch_size: int = 256,
+            n_workers: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """(x, y) batches of `part` in order."""
     for start in range(0, len(part), batch_size):
         keys = np.arange(start, min(start + batch_size, len(part)))

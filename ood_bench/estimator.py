@@ -20,12 +20,15 @@ so the estimate is always finite.
 The KDE evaluations do not depend on the thresholds, so `ShiftDensities` computes them once
 and `diversity(eps)` / `correlation(eps)` are cheap: calibration bisects on them.
 """
+from __future__ import annotations
+
 import time
 import warnings
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from ood_bench.estimator_defaults import DEFAULTS  # noqa: F401  (its old home)
 from ood_bench.kde import GaussianKDE, KDEError
 
 
@@ -37,7 +40,8 @@ class SkippedClassWarning(UserWarning):
     pass
 
 
-def check_features(z_p, y_p, z_q, y_q):
+def check_features(z_p: ArrayLike, y_p: ArrayLike, z_q: ArrayLike,
+                   y_q: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     z_p, z_q = np.asarray(z_p, dtype=np.float64), np.asarray(z_q, dtype=np.float64)
     y_p, y_q = np.asarray(y_p).reshape(-1), np.asarray(y_q).reshape(-1)
     if z_p.ndim == 1:
@@ -55,7 +59,7 @@ def check_features(z_p, y_p, z_q, y_q):
     return z_p, y_p, z_q, y_q
 
 
-def standardize(z_p, z_q):
+def standardize(z_p: np.ndarray, z_q: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Pooled standardisation (sklearn's StandardScaler: population std). Columns constant
     over the pooled data carry no information and make every KDE singular: dropped with a
     warning. Returns (z_p, z_q, info)."""
@@ -72,7 +76,7 @@ def standardize(z_p, z_q):
                             "kept_dims": np.flatnonzero(keep).tolist()}
 
 
-def _fit(data, bw_method, device, what):
+def _fit(data: np.ndarray, bw_method: str | float | None, device: str, what: str) -> GaussianKDE:
     try:
         return GaussianKDE(data, bw_method=bw_method, device=device)
     except KDEError as e:
@@ -82,15 +86,16 @@ def _fit(data, bw_method, device, what):
 class ShiftDensities:
     """All density values Algorithm 2 needs at one importance sample (threshold-free)."""
 
-    def __init__(self, z_p, y_p, z_q, y_q, sample_size=10000, seed=0, bw_method="scott",
-                 strict=False, standardize_features=True, device="cpu", need_classes=True):
+    def __init__(self, z_p: ArrayLike, y_p: ArrayLike, z_q: ArrayLike, y_q: ArrayLike,
+                 sample_size: int = 10000, seed: int = 0, bw_method: str | float | None = "scott",
+                 strict: bool = False, standardize_features: bool = True, device: str = "cpu",
+                 need_classes: bool = True) -> None:
         t0 = time.time()
         z_p, y_p, z_q, y_q = check_features(z_p, y_p, z_q, y_q)
         self.n_p, self.n_q, self.dim = len(z_p), len(z_q), z_p.shape[1]
+        self.scaler: dict[str, Any] | None = None
         if standardize_features:
             z_p, z_q, self.scaler = standardize(z_p, z_q)
-        else:
-            self.scaler = None
         bw = None if bw_method == "scott" else bw_method
         self.bw_method, self.seed, self.sample_size = bw_method, seed, int(sample_size)
         if self.sample_size < 1:
@@ -100,13 +105,19 @@ class ShiftDensities:
         self.w = w_kde(self.points)
         self.p = _fit(z_p, bw, device, "side P")(self.points)
         self.q = _fit(z_q, bw, device, "side Q")(self.points)
-        self.classes, self.prior_p, self.prior_q = [], {}, {}
-        self.p_y, self.q_y, self.skipped, self.counts = {}, {}, {}, {}
+        self.classes: list[Any] = []
+        self.prior_p: dict[Any, float] = {}
+        self.prior_q: dict[Any, float] = {}
+        self.p_y: dict[Any, np.ndarray] = {}
+        self.q_y: dict[Any, np.ndarray] = {}
+        self.skipped: dict[Any, str] = {}
+        self.counts: dict[Any, tuple[int, int]] = {}
         if need_classes:
             self._fit_classes(z_p, y_p, z_q, y_q, bw, device, strict)
         self.seconds = time.time() - t0
 
-    def _fit_classes(self, z_p, y_p, z_q, y_q, bw, device, strict):
+    def _fit_classes(self, z_p: np.ndarray, y_p: np.ndarray, z_q: np.ndarray, y_q: np.ndarray,
+                     bw: str | float | None, device: str, strict: bool) -> None:
         labels = np.union1d(np.unique(y_p), np.unique(y_q))
         for y in labels:
             in_p, in_q = y_p == y, y_q == y
@@ -131,26 +142,26 @@ class ShiftDensities:
             self.p_y[key], self.q_y[key] = p_y, q_y
 
     # --- the two estimates ------------------------------------------------------------
-    def div_mask(self, eps_div):
+    def div_mask(self, eps_div: float) -> np.ndarray:
         return (self.p < eps_div) | (self.q < eps_div)
 
-    def cor_mask(self, eps_cor):
+    def cor_mask(self, eps_cor: float) -> np.ndarray:
         eps = max(float(eps_cor), 0.0)
         return (self.p > eps) & (self.q > eps)
 
-    def _ratio(self, mask):
+    def _ratio(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # |.| / w where the point counts; w > 0 for any point drawn from w, but guard anyway
         ok = mask & (self.w > 0)
         inv_w = np.zeros_like(self.w)
         inv_w[ok] = 1.0 / self.w[ok]
         return ok, inv_w
 
-    def diversity(self, eps_div=1e-12):
+    def diversity(self, eps_div: float = 1e-12) -> float:
         ok, inv_w = self._ratio(self.div_mask(eps_div))
         value = float(np.sum(np.abs(self.p - self.q) * inv_w) / (2 * self.sample_size))
         return value if np.isfinite(value) else 0.0
 
-    def _cor_factors(self, eps_cor):
+    def _cor_factors(self, eps_cor: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         ok, inv_w = self._ratio(self.cor_mask(eps_cor))
         sq = np.zeros_like(self.p)
         sq[ok] = np.sqrt(self.q[ok] / self.p[ok])
@@ -158,13 +169,13 @@ class ShiftDensities:
         isq[ok] = 1.0 / sq[ok]
         return ok, inv_w, sq, isq
 
-    def class_terms(self, eps_cor=5e-4):
+    def class_terms(self, eps_cor: float = 5e-4) -> dict[Any, float]:
         """{y: 1/(2M) sum_j |p_y sqrt(q/p) - q_y sqrt(p/q)| / w} (the official per-class value)."""
         ok, inv_w, sq, isq = self._cor_factors(eps_cor)
         return {y: float(np.sum((np.abs(self.p_y[y] * sq - self.q_y[y] * isq) * inv_w)[ok])
                          / (2 * self.sample_size)) for y in self.classes}
 
-    def correlation(self, eps_cor=5e-4):
+    def correlation(self, eps_cor: float = 5e-4) -> float:
         if not self.classes:
             raise ShiftEstimationError(
                 f"no class could be estimated (counts per class P/Q: {self.counts})")
@@ -178,7 +189,8 @@ class ShiftDensities:
         value = total / (2 * self.sample_size) / mass
         return value if np.isfinite(value) else 0.0
 
-    def result(self, eps_div=1e-12, eps_cor=5e-4, mode="both"):
+    def result(self, eps_div: float = 1e-12, eps_cor: float = 5e-4,
+               mode: str = "both") -> dict[str, Any]:
         out = {"eps_div": eps_div, "eps_cor": eps_cor, "sample_size": self.sample_size,
                "seed": self.seed, "bandwidth": self.bw_method, "n_p": self.n_p,
                "n_q": self.n_q, "dim": self.dim, "seconds": round(self.seconds, 3)}
@@ -197,8 +209,10 @@ class ShiftDensities:
         return out
 
 
-def estimate_shifts(z_p, y_p, z_q, y_q, sample_size=10000, eps_div=1e-12, eps_cor=5e-4,
-                    seed=0, mode="both", bw_method="scott", strict=False, device="cpu"):
+def estimate_shifts(z_p: ArrayLike, y_p: ArrayLike, z_q: ArrayLike, y_q: ArrayLike,
+                    sample_size: int = 10000, eps_div: float = 1e-12, eps_cor: float = 5e-4,
+                    seed: int = 0, mode: str = "both", bw_method: str | float | None = "scott",
+                    strict: bool = False, device: str = "cpu") -> dict[str, Any]:
     """Algorithm 2: {'diversity', 'correlation', ...diagnostics}. mode: both | div | cor."""
     if mode not in ("both", "div", "cor"):
         raise ShiftEstimationError(f"mode must be both, div or cor, not {mode!r}")
@@ -212,12 +226,13 @@ class ShiftEstimator:
     """scikit-learn style: configure, `fit(z_p, y_p, z_q, y_q)`, read `diversity_`,
     `correlation_` and `result_`."""
 
-    def __init__(self, sample_size=10000, eps_div=1e-12, eps_cor=5e-4, bw_method="scott",
-                 seed=0, strict=False, device="cpu"):
+    def __init__(self, sample_size: int = 10000, eps_div: float = 1e-12, eps_cor: float = 5e-4,
+                 bw_method: str | float | None = "scott", seed: int = 0, strict: bool = False,
+                 device: str = "cpu") -> None:
         self.sample_size, self.eps_div, self.eps_cor = sample_size, eps_div, eps_cor
         self.bw_method, self.seed, self.strict, self.device = bw_method, seed, strict, device
 
-    def fit(self, z_p, y_p, z_q, y_q):
+    def fit(self, z_p: ArrayLike, y_p: ArrayLike, z_q: ArrayLike, y_q: ArrayLike) -> ShiftEstimator:
         self.densities_ = ShiftDensities(z_p, y_p, z_q, y_q, self.sample_size, self.seed,
                                          self.bw_method, self.strict, device=self.device)
         self.result_ = self.densities_.result(self.eps_div, self.eps_cor)
@@ -226,16 +241,18 @@ class ShiftEstimator:
         return self
 
 
-def iid_split(z_p, y_p, z_q, y_q, seed=0):
+def iid_split(z_p: ArrayLike, y_p: ArrayLike, z_q: ArrayLike, y_q: ArrayLike,
+              seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Pool both sides and split every class 50/50 at random (the i.i.d. reference)."""
     z_p, y_p, z_q, y_q = check_features(z_p, y_p, z_q, y_q)
     z, y = np.concatenate([z_p, z_q]), np.concatenate([y_p, y_q])
     rng = np.random.RandomState(seed)
-    a, b = [], []
+    parts_a: list[np.ndarray] = []
+    parts_b: list[np.ndarray] = []
     for label in np.unique(y):
         idx = np.flatnonzero(y == label)
         rng.shuffle(idx)
-        a.append(idx[: len(idx) // 2])
-        b.append(idx[len(idx) // 2:])
-    a, b = np.concatenate(a), np.concatenate(b)
+        parts_a.append(idx[: len(idx) // 2])
+        parts_b.append(idx[len(idx) // 2:])
+    a, b = np.concatenate(parts_a), np.concatenate(parts_b)
     return z[a], y[a], z[b], y[b]

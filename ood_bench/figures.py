@@ -6,17 +6,32 @@ Fig. 4 grids (one trial per cell, as the paper):
   'mu-div' (b) diversity shift over (mu_tr, mu_te), rho_tr = 0.1, rho_te = 0.9, sigma 0.1;
   'mu-cor' (c) correlation shift over (mu_tr, mu_te), rho_tr = 0.1, rho_te = 0.9, sigma 0.25.
 """
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ood_bench.trials import TrialConfig, run_trials
 from oodutils.errors import UserError
 from oodutils.log import get_logger
 from oodutils.plotting import figure_and_axes, save_figure
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+#: one dataset on the plane: ((diversity, its SE), (correlation, its SE))
+Point = tuple[tuple[float, float], tuple[float, float]]
+Points = Mapping[str, Point]
+
 logger = get_logger(__name__)
 
 #: Table 8 (mean, standard error over 5 runs), the points of Fig. 3
-PAPER_TABLE8 = {
+PAPER_TABLE8: Points = {
     "i.i.d.": ((0.00, 0.00), (0.00, 0.00)),
     "PACS": ((0.81, 0.05), (0.00, 0.00)),
     "OfficeHome": ((0.17, 0.02), (0.00, 0.00)),
@@ -31,7 +46,7 @@ PAPER_TABLE8 = {
     "ImageNet-V2": ((0.01, 0.01), (0.49, 0.10)),
 }
 
-HEATMAPS = {
+HEATMAPS: dict[str, dict[str, Any]] = {
     "rho": {"axes": ("cmnist_rho_tr", "cmnist_rho_te"), "metric": "correlation",
             "fixed": {"cmnist_blue": False},
             "labels": (r"$\rho_{tr}$", r"$\rho_{te}$")},
@@ -46,9 +61,8 @@ HEATMAPS = {
 }
 
 
-def plane_points_from_summaries(named_paths):
+def plane_points_from_summaries(named_paths: Mapping[str, str]) -> dict[str, Point]:
     """{name: ((div mean, se), (cor mean, se))} from summary.json files."""
-    import json
     points = {}
     for name, path in named_paths.items():
         try:
@@ -64,12 +78,13 @@ def plane_points_from_summaries(named_paths):
     return points
 
 
-def plot_plane(points, out=None, paper=False, title="Diversity and correlation shift",
-               ax=None):
+def plot_plane(points: Points, out: str | os.PathLike[str] | None = None,
+               paper: bool = False, title: str = "Diversity and correlation shift",
+               ax: Axes | None = None) -> Figure:
     """Fig. 3: every dataset a point (x = diversity, y = correlation) with SE bars; drawn
     on `ax` if given, saved as PNG to `out` if given; returns the Figure."""
     fig, ax = figure_and_axes(ax, (5.5, 4.5))
-    series = [("ours", points, "o", "C0")]
+    series: list[tuple[str, Points, str, str]] = [("ours", points, "o", "C0")]
     if paper:
         series.append(("paper (Table 8)", PAPER_TABLE8, "s", "C7"))
     for label, pts, marker, color in series:
@@ -98,13 +113,13 @@ def plot_plane(points, out=None, paper=False, title="Diversity and correlation s
     return fig
 
 
-def _save(fig, out):
+def _save(fig: Figure, out: str | os.PathLike[str]) -> None:
     save_figure(fig, out, dpi=150)
 
 
-def run_heatmap(kind, values, data_dir, seed=0, verbose=False, **overrides):
+def run_heatmap(kind: str, values: Sequence[float], data_dir: str, seed: int = 0,
+                verbose: bool = False, **overrides: Any) -> dict[str, Any]:
     """One trial per (tr, te) cell of a Fig. 4 grid. Returns the grid dict."""
-    from ood_bench.trials import TrialConfig, run_trials
     if kind not in HEATMAPS:
         raise UserError(f"unknown heatmap {kind!r}; valid: {', '.join(HEATMAPS)}")
     spec = HEATMAPS[kind]
@@ -124,7 +139,8 @@ def run_heatmap(kind, values, data_dir, seed=0, verbose=False, **overrides):
             "fixed": spec["fixed"], "values": values, "grid": grid.tolist(), "seed": seed}
 
 
-def plot_heatmap(grid, out=None, ax=None):
+def plot_heatmap(grid: Mapping[str, Any], out: str | os.PathLike[str] | None = None,
+                 ax: Axes | None = None) -> Figure:
     """Fig. 4 style: rows = training value, columns = test value, cells annotated; drawn
     on `ax` if given, saved as PNG to `out` if given; returns the Figure."""
     kind = grid.get("kind", "rho")

@@ -7,19 +7,26 @@ ood_bench extract` writes, or the official code's data.npz). result.json gets `d
 and `correlation` (also as the official `div` / `cor`), the thresholds, and diagnostics:
 the fraction of importance samples in each region, per-class values, skipped classes.
 """
+from __future__ import annotations
+
+import argparse
 import contextlib
 import json
 import sys
 import warnings
+from collections.abc import Iterator
+from typing import Any
 
-from ood_bench.estimator_defaults import DEFAULTS
+from ood_bench.estimator_defaults import DEFAULTS, parse_bandwidth
+from ood_bench.features import load_features
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
 from oodutils.errors import UserError, run_cli
+from oodutils.fileio import atomic_write_json, check_output_path
 from oodutils.log import show_warning
 from oodutils.untrusted import read_input
 
 
-def add_estimator_arguments(parser):
+def add_estimator_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("estimator (Algorithm 2)")
     add_option(g, "--sample_size", type=int, default=DEFAULTS["sample_size"],
                   help="importance samples M (default 10000)")
@@ -38,8 +45,7 @@ def add_estimator_arguments(parser):
                   help="torch CPU threads (0: torch's default)")
 
 
-def estimator_options(args):
-    from ood_bench.kde import parse_bandwidth
+def estimator_options(args: argparse.Namespace) -> dict[str, Any]:
     try:
         bw = parse_bandwidth(args.bandwidth)
     except ValueError as e:
@@ -66,7 +72,7 @@ def estimator_options(args):
 
 
 @contextlib.contextmanager
-def torch_threads(n):
+def torch_threads(n: int | None) -> Iterator[None]:
     import torch
     if not n:
         yield
@@ -79,7 +85,7 @@ def torch_threads(n):
         torch.set_num_threads(old)
 
 
-def build_parser(parser=None):
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     """The quantify options, on `parser` (the ood_bench subcommand, which adds -v / -q
     itself) or on a parser of their own."""
     standalone = parser is None
@@ -96,10 +102,10 @@ def build_parser(parser=None):
     return parser
 
 
-def quantify_file(path, seed=0, mode="both", num_threads=0, **options):
+def quantify_file(path: str, seed: int = 0, mode: str = "both", num_threads: int = 0,
+                  **options: Any) -> dict[str, Any]:
+    feats = load_features(path)   # a bad file is refused before torch is imported
     from ood_bench.estimator import ShiftEstimationError, estimate_shifts
-    from ood_bench.trials import load_features
-    feats = load_features(path)
     with torch_threads(num_threads), warnings.catch_warnings():
         warnings.simplefilter("always")
         warnings.showwarning = show_warning
@@ -116,8 +122,7 @@ def quantify_file(path, seed=0, mode="both", num_threads=0, **options):
     return result
 
 
-def main(argv=None):
-    from oodutils.fileio import check_output_path
+def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args)
     if args.out:
@@ -125,7 +130,6 @@ def main(argv=None):
     result = quantify_file(args.features, args.seed, args.mode, args.num_threads,
                            **estimator_options(args))
     if args.out:
-        from oodutils.fileio import atomic_write_json
         atomic_write_json(args.out, result)
     shown = {k: result[k] for k in ("diversity", "correlation") if k in result}
     print(json.dumps(shown))

@@ -1,15 +1,17 @@
 """A literal scipy implementation of Algorithm 2 (the official quantify.py's steps with
 sklearn's StandardScaler and scipy.stats.gaussian_kde), kept to check that the vectorised
 estimator gives the same numbers. Slow: every KDE is evaluated by scipy."""
+from __future__ import annotations
+
 import numpy as np
+from scipy.stats import gaussian_kde
 
 from oodutils.errors import require
 
 
-def reference_estimate(z_p, y_p, z_q, y_q, sample_size=10000, eps_div=1e-12, eps_cor=5e-4,
-                       seed=0, bw_method=None):
-    from scipy.stats import gaussian_kde
-
+def reference_estimate(z_p: np.ndarray, y_p: np.ndarray, z_q: np.ndarray, y_q: np.ndarray,
+                       sample_size: int = 10000, eps_div: float = 1e-12, eps_cor: float = 5e-4,
+                       seed: int = 0, bw_method: str | float | None = None) -> dict[str, float]:
     StandardScaler = require("sklearn.preprocessing", extra="analysis").StandardScaler
     z_p, z_q = np.asarray(z_p, dtype=np.float64), np.asarray(z_q, dtype=np.float64)
     y_p, y_q = np.asarray(y_p), np.asarray(y_q)

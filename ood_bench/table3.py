@@ -5,13 +5,20 @@ test environment with colour-flip probability rho_te; the last row adds blue
 `run_table3` measures every row with `ood_bench.trials.run_trials` on the
 `OoDBenchColoredMNIST` dataset and `format_table3` prints ours beside the paper's values.
 """
+from __future__ import annotations
+
 import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from scipy.stats import spearmanr
 
 from ood_bench.trials import TrialConfig, run_trials
+from oodutils.tables import markdown_lines
 
 #: Table 3 as printed (mean, standard error over 5 runs); EMD / MMD / NI are the paper's
 #: baseline metrics, shown for reference only.
-PAPER_TABLE3 = [
+PAPER_TABLE3: list[dict[str, Any]] = [
     {"row": "0.9", "rho_te": 0.9, "blue": False, "dominant": "Cor",
      "EMD": (0.08, 0.01), "MMD": (0.01, 0.00), "NI": (1.40, 0.06),
      "diversity": (0.00, 0.00), "correlation": (0.67, 0.04)},
@@ -41,7 +48,7 @@ QUICK = {"steps": 300, "mlp_width": 128, "eval_every": 25, "holdout_fraction": 0
          "sample_size": 5000}
 
 
-def row_settings(row):
+def row_settings(row: Mapping[str, Any]) -> dict[str, Any]:
     settings = {"cmnist_rho_tr": RHO_TR, "cmnist_rho_te": row["rho_te"],
                 "cmnist_blue": bool(row["blue"])}
     if row["blue"]:
@@ -49,8 +56,9 @@ def row_settings(row):
     return settings
 
 
-def run_table3(data_dir, n_trials=5, seed=0, output_dir=None, rows=None, iid_reference=True,
-               iid_row="0.9", verbose=False, **overrides):
+def run_table3(data_dir: str, n_trials: int = 5, seed: int = 0, output_dir: str | None = None,
+               rows: Sequence[str] | None = None, iid_reference: bool = True, iid_row: str = "0.9",
+               verbose: bool = False, **overrides: Any) -> dict[str, Any]:
     """{row name: summary} for the rows named in `rows` (all by default).
 
     With iid_reference, the i.i.d. calibration reference of row `iid_row` (its two
@@ -70,13 +78,13 @@ def run_table3(data_dir, n_trials=5, seed=0, output_dir=None, rows=None, iid_ref
     return out
 
 
-def _pm(mean, se, digits=2):
+def _pm(mean: float | None, se: float | None, digits: int = 2) -> str:
     if mean is None:
         return "n/a"
     return f"{mean:.{digits}f} ± {se:.{digits}f}"
 
 
-def table3_rows(results, digits=2):
+def table3_rows(results: Mapping[str, Any], digits: int = 2) -> list[dict[str, Any]]:
     rows = []
     for paper in PAPER_TABLE3:
         ours = results.get(paper["row"])
@@ -93,12 +101,11 @@ def table3_rows(results, digits=2):
     return rows
 
 
-def format_table3(results, digits=2):
+def format_table3(results: Mapping[str, Any], digits: int = 2) -> str:
     """A markdown table: ours beside the paper's, one line per row of Table 3."""
     rows = table3_rows(results, digits)
     if not rows:
         return "(no rows)"
-    from oodutils.tables import markdown_lines
     cols = list(rows[0])
     lines = markdown_lines(cols, [[str(r[c]) for c in cols] for r in rows])
     if "iid" in results:
@@ -110,10 +117,9 @@ def format_table3(results, digits=2):
     return "\n".join(lines)
 
 
-def spearman_cor_vs_rho(results):
+def spearman_cor_vs_rho(results: Mapping[str, Any]) -> float | None:
     """Spearman correlation between rho_te and the mean correlation-shift estimate over the
     five red/green rows."""
-    from scipy.stats import spearmanr
     pairs = [(r["rho_te"], results[r["row"]]["correlation"]["mean"])
              for r in PAPER_TABLE3 if not r["blue"] and r["row"] in results]
     if len(pairs) < 3:

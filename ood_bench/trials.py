@@ -14,18 +14,27 @@ eps_div in [0, 1e-6] and eps_cor in [0, 1] are bisected (at most 20 steps) until
 i.i.d. estimates both lie in [5e-3, 1e-2]: a too-small i.i.d. diversity raises eps_div, a
 too-small i.i.d. correlation lowers eps_cor.
 """
+from __future__ import annotations
+
 import json
 import os
 import sys
 import time
 import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
-from ood_bench.estimator import DEFAULTS, ShiftDensities, iid_split
-from oodutils.errors import UserError, load_error_reason
-from oodutils.fileio import atomic_savez, atomic_write_json
+from ood_bench.classifier import extract_features, train_env_classifier
+from ood_bench.data import load_dataset, make_sides
+from ood_bench.estimator import ShiftDensities, iid_split
+from ood_bench.estimator_defaults import DEFAULTS
+from ood_bench.features import save_features
+from oodutils.errors import UserError
+from oodutils.fileio import atomic_write_json
 from oodutils.log import ProjectWarning, get_logger
 
 logger = get_logger(__name__)
@@ -48,7 +57,7 @@ class TrialConfig:
     weight_decay: float = 0.0
     eval_every: int = 100
     mlp_width: int = 390
-    pretrained: object = None
+    pretrained: bool | None = None
     pretrained_path: str = ""
     featurizer_hparams: dict = field(default_factory=dict)
     select: str = "acc"
@@ -59,18 +68,17 @@ class TrialConfig:
     sample_size: int = DEFAULTS["sample_size"]
     eps_div: float = DEFAULTS["eps_div"]
     eps_cor: float = DEFAULTS["eps_cor"]
-    bw_method: object = DEFAULTS["bw_method"]
+    bw_method: str | float | None = DEFAULTS["bw_method"]
     strict: bool = False
 
 
-def _log(verbose):
+def _log(verbose: bool) -> Callable[[str], object] | None:
     return logger.info if verbose else None
 
 
-def extract_trial(cfg, seed, force_iid=False, verbose=False, dataset=None):
+def extract_trial(cfg: TrialConfig, seed: int, force_iid: bool = False, verbose: bool = False,
+                  dataset: Any = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Algorithm 1 for one seed: (features dict, training log)."""
-    from ood_bench.classifier import extract_features, train_env_classifier
-    from ood_bench.data import load_dataset, make_sides
     if dataset is None:
         dataset, _ = load_dataset(cfg.dataset, cfg.data_dir, cfg.dataset_settings, cfg.data_seed)
     sides = make_sides(dataset, cfg.envs_p, cfg.envs_q, cfg.holdout_fraction, seed, force_iid)
@@ -84,52 +92,14 @@ def extract_trial(cfg, seed, force_iid=False, verbose=False, dataset=None):
     return feats, log
 
 
-def densities(feats, cfg, seed, need_classes=True):
+def densities(feats: Mapping[str, np.ndarray], cfg: TrialConfig, seed: int,
+              need_classes: bool = True) -> ShiftDensities:
     return ShiftDensities(feats["z_p"], feats["y_p"], feats["z_q"], feats["y_q"],
                           sample_size=cfg.sample_size, seed=seed, bw_method=cfg.bw_method,
                           strict=cfg.strict, device=cfg.device, need_classes=need_classes)
 
 
-def save_features(path, feats, meta=None):
-    arrays = dict(feats)
-    if meta is not None:
-        arrays["meta"] = np.array(json.dumps(meta, sort_keys=True, default=str))
-    atomic_savez(path, **arrays)
-
-
-def load_features(path):
-    if not os.path.isfile(path):
-        raise UserError(f"features file {path!r} does not exist")
-    import zipfile
-    import zlib
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            if not hasattr(data, "files"):
-                raise ValueError("a single array, not an npz archive")
-            missing = [k for k in ("z_p", "y_p", "z_q", "y_q") if k not in data.files]
-            if missing:
-                raise UserError(f"{path}: missing arrays {missing} (need z_p, y_p, z_q, y_q)")
-            feats = {k: data[k] for k in data.files}
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:
-        reason = load_error_reason(e)
-        raise UserError(f"cannot read features file {path!r} (empty, truncated or not an "
-                        f"npz: {reason})") from None
-    check_feature_shapes(path, feats)
-    return feats
-
-
-def check_feature_shapes(path, feats):
-    for side in ("p", "q"):
-        z, y = feats[f"z_{side}"], feats[f"y_{side}"]
-        if z.ndim != 2 or y.ndim != 1 or len(z) != len(y) or len(z) == 0:
-            raise UserError(f"{path}: z_{side} must be (n, d) and y_{side} (n,) with n > 0; "
-                            f"got {z.shape} and {y.shape}")
-    if feats["z_p"].shape[1] != feats["z_q"].shape[1]:
-        raise UserError(f"{path}: z_p and z_q differ in dimension "
-                        f"({feats['z_p'].shape[1]} vs {feats['z_q'].shape[1]})")
-
-
-def mean_se(values):
+def mean_se(values: Iterable[float | None]) -> dict[str, Any]:
     v = np.asarray([x for x in values if x is not None], dtype=np.float64)
     if len(v) == 0:
         return {"mean": None, "se": None, "std": None, "n": 0, "values": []}
@@ -138,9 +108,9 @@ def mean_se(values):
             "values": v.tolist()}
 
 
-def summarize(results):
+def summarize(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Mean +/- standard error of every trial's diversity and correlation."""
-    out = {"n_trials": len(results)}
+    out: dict[str, Any] = {"n_trials": len(results)}
     for key in ("diversity", "correlation"):
         out[key] = mean_se([r.get(key) for r in results])
     accs = [r.get("train", {}).get("val_acc") for r in results]
@@ -149,8 +119,9 @@ def summarize(results):
     return out
 
 
-def bisect_thresholds(iid, lower=5e-3, upper=1e-2, max_iters=20, eps_div_range=(0.0, 1e-6),
-                      eps_cor_range=(0.0, 1.0)):
+def bisect_thresholds(iid: Sequence[ShiftDensities], lower: float = 5e-3, upper: float = 1e-2,
+                      max_iters: int = 20, eps_div_range: tuple[float, float] = (0.0, 1e-6),
+                      eps_cor_range: tuple[float, float] = (0.0, 1.0)) -> dict[str, Any]:
     """The official calibration search over i.i.d. `ShiftDensities` (list)."""
     lo_d, hi_d = eps_div_range
     lo_c, hi_c = eps_cor_range
@@ -182,7 +153,8 @@ def bisect_thresholds(iid, lower=5e-3, upper=1e-2, max_iters=20, eps_div_range=(
             "lower_bound": lower, "upper_bound": upper}
 
 
-def iid_feature_densities(feats_list, cfg, seed=0):
+def iid_feature_densities(feats_list: Sequence[Mapping[str, np.ndarray]], cfg: TrialConfig,
+                          seed: int = 0) -> list[ShiftDensities]:
     out = []
     for k, f in enumerate(feats_list):
         a, b, c, d = iid_split(f["z_p"], f["y_p"], f["z_q"], f["y_q"], seed=seed + k)
@@ -190,19 +162,19 @@ def iid_feature_densities(feats_list, cfg, seed=0):
     return out
 
 
-def run_trials(cfg, n_trials=5, seed=0, output_dir=None, calibrate=False,
-               calibration_level="data", iid_reference=False, verbose=False, **bisect_kw):
+def run_trials(cfg: TrialConfig, n_trials: int = 5, seed: int = 0, output_dir: str | None = None,
+               calibrate: bool = False, calibration_level: str = "data",
+               iid_reference: bool = False, verbose: bool = False,
+               **bisect_kw: Any) -> dict[str, Any]:
     """Run `n_trials` trials (seeds seed, seed+1, ...). Writes under output_dir:
     trial_{k}/features.npz, trial_{k}/result.json, summary.json (and iid_{k}/ when the
     i.i.d. reference is measured at the data level). Returns the summary dict."""
-    from ood_bench.data import load_dataset
     t0 = time.time()
     dataset, settings = load_dataset(cfg.dataset, cfg.data_dir, cfg.dataset_settings,
                                      cfg.data_seed)
     identity = dataset.identity() if hasattr(dataset, "identity") else {}
     seeds = [seed + t for t in range(n_trials)]
     feats, logs, dens = [], [], []
-    from tqdm import tqdm
     for s in tqdm(seeds, desc="OoD-Bench trials", unit="trial",
                   disable=not sys.stderr.isatty()):
         f, log = extract_trial(cfg, s, verbose=verbose, dataset=dataset)
@@ -259,7 +231,7 @@ def run_trials(cfg, n_trials=5, seed=0, output_dir=None, calibrate=False,
     return summary
 
 
-def load_results(paths):
+def load_results(paths: Sequence[str]) -> list[dict[str, Any]]:
     """result.json files as dicts; a missing or malformed one is one clear UserError."""
     out = []
     for p in paths:

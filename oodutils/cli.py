@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn, TextIO
 
 from oodutils.errors import UserError, epilog_example, run_cli
+from oodutils.fileio import check_output_path
 from oodutils.log import configure
 from oodutils.text import encodable, printable
 
@@ -200,6 +201,5 @@ def check_outputs(*outputs: tuple[str | os.PathLike[str] | None, str, bool]) -> 
     """Every output a command was asked for, as ``(path, option, is_directory)``, checked
     to be writable before any work (``oodutils.fileio.check_output_path``); a path of
     None (an output not asked for) is skipped."""
-    from oodutils.fileio import check_output_path
     for path, option, directory in outputs:
         check_output_path(path, option, directory=directory)

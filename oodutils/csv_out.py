@@ -23,6 +23,7 @@ import csv
 import io
 import math
 import re
+import sys
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -44,11 +45,8 @@ def _is_missing(value: object) -> bool:
         return True
     if isinstance(value, (float, np.floating)):
         return math.isnan(value)
-    try:
-        import pandas as pd
-    except ImportError:     # pragma: no cover - pandas is a dependency
-        return False
-    return value is pd.NA or value is pd.NaT
+    pandas = sys.modules.get("pandas")   # a pandas NA exists only once pandas is imported
+    return pandas is not None and (value is pandas.NA or value is pandas.NaT)
 
 
 def csv_cell(value: object) -> str:

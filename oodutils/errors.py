@@ -1,6 +1,10 @@
 """User-facing errors: the CLIs print these as one line on stderr and exit non-zero."""
 from __future__ import annotations
 
+import importlib
+import os
+import re
+import sys
 from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
@@ -27,7 +31,6 @@ def run_cli(main: Callable[[list[str] | None], Any], argv: list[str] | None = No
     non-UTF-8 terminal lacks) is written as a backslash escape, as Python does on stderr,
     never a traceback halfway through a table. A reader that closes stdout early
     (``| head``) ends the command quietly with exit code 141, as a shell's own tools do."""
-    import sys
     if getattr(sys.stdout, "errors", None) in ("strict", "surrogateescape") and \
             hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(errors="backslashreplace")
@@ -50,8 +53,6 @@ def run_cli(main: Callable[[list[str] | None], Any], argv: list[str] | None = No
 def _silence_stdout() -> None:
     """Point stdout at /dev/null, so the interpreter's last flush of a pipe whose reader
     has gone cannot print a second error (Python's documented way for SIGPIPE)."""
-    import os
-    import sys
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -68,7 +69,6 @@ def epilog_example(command: str, module: str, example: str) -> str:
 def require(module: str, extra: str) -> ModuleType:
     """Import an optional package, or stop with one line naming the extra that installs it:
     `require("ruptures", extra="analysis")`."""
-    import importlib
     try:
         return importlib.import_module(module)
     except ImportError as e:
@@ -81,7 +81,6 @@ def load_error_reason(error: BaseException) -> str:
     weights_only=True, np.load with allow_pickle=False), for an error message. The
     libraries' own texts advise loading again without those guards, which would run
     whatever code the file carries; that advice never reaches the user."""
-    import re
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
     if "Weights only load failed" in text or "allow_pickle" in text:
         found = re.search(r"Unsupported global: GLOBAL (\S+)", text)

@@ -11,6 +11,7 @@ is written through `oodutils.pinned_dir.PinnedDir`, which follows no symlink in 
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
@@ -20,11 +21,9 @@ import zipfile
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from oodutils.errors import UserError
-from oodutils.pinned_dir import Buffer, PinnedDir, current_umask  # noqa: F401  (re-exported)
-from oodutils.text import encodable, utf8_bytes  # noqa: F401  (re-exported)
+from oodutils.pinned_dir import Buffer, PinnedDir
+from oodutils.text import encodable, utf8_bytes
 
 
 def fsync_directory(directory: str | os.PathLike[str]) -> None:
@@ -60,8 +59,9 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
 
 def npz_bytes(compressed: bool = True, *, level: int | None = None, **arrays: Any) -> bytes:
     """The bytes np.savez(_compressed) would write for `arrays`; `level` (1-9): deflate at
-    that zlib level instead of numpy's (level 1 writes a checkpoint's predictions about
-    4x faster, files about a fifth larger; np.load reads either)."""
+    that zlib level instead of numpy's (level 1 writes a checkpoint's predictions faster,
+    for somewhat larger files; np.load reads either)."""
+    import numpy as np  # heavy: the commands import this module before parsing their flags
     buf = io.BytesIO()
     if level is None:
         (np.savez_compressed if compressed else np.savez)(buf, **arrays)
@@ -107,7 +107,6 @@ def file_name_part(name: object) -> str:
     safe = "".join(ch if ch.isalnum() or ch in "._-@" else "_" for ch in text)
     if len(safe.encode("utf-8")) <= 100:
         return safe
-    import hashlib
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
     return safe.encode("utf-8")[:60].decode("utf-8", "ignore") + "-" + digest
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 import io
 import os
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, cast
 
+from oodutils.fileio import atomic_write_bytes
 from oodutils.text import encodable
 
 if TYPE_CHECKING:
@@ -17,13 +19,21 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
+def _matplotlib() -> ModuleType:
+    """matplotlib with the submodules drawn with here, imported when a figure is first made
+    or saved: commands that plot answer --help before it."""
+    import matplotlib.figure
+    import matplotlib.mathtext
+    import matplotlib.text
+    return matplotlib
+
+
 def figure_and_axes(ax: Axes | None = None,
                     figsize: tuple[float, float] = (6.0, 5.0)) -> tuple[Figure, Axes]:
     """``(ax.figure, ax)`` when the caller gave axes, else a new Figure and its one Axes."""
     if ax is not None:
         return cast("Figure", ax.figure), ax
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=figsize)
+    fig = _matplotlib().figure.Figure(figsize=figsize)
     return fig, fig.add_subplot()
 
 
@@ -32,10 +42,9 @@ def drawable_texts(fig: Figure, math: bool = True) -> None:
     surrogate from a broken record (which the font renderer refuses) as U+FFFD, a CR or
     tab (no glyph) as a space, and a text that is not valid mathtext (a name such as
     ``a$\\frac{$b``) drawn as plain text (``math`` False: every text)."""
-    from matplotlib.mathtext import MathTextParser
-    from matplotlib.text import Text
-    parser = MathTextParser("path")
-    for artist in fig.findobj(Text):
+    matplotlib = _matplotlib()
+    parser = matplotlib.mathtext.MathTextParser("path")
+    for artist in fig.findobj(matplotlib.text.Text):
         text = artist.get_text()
         clean = encodable(text).replace("\r", " ").replace("\t", " ")
         if clean != text:
@@ -61,15 +70,12 @@ def save_figure(fig: Figure, path: str | os.PathLike[str], dpi: int = 120,
     path. The figure stays open: it is the caller's (or nobody's, for a backend-less
     Figure). Texts from records are made drawable first (``drawable_texts``); one that
     only exists once drawn (a tick label from a name) gets a second try as plain text."""
-    import matplotlib
-
-    from oodutils.fileio import atomic_write_bytes
     drawable_texts(fig)
     try:
         png = _png(fig, dpi, bbox_inches)
     except (ValueError, TypeError):     # mathtext or the font renderer refused a text
         drawable_texts(fig, math=False)
-        with matplotlib.rc_context({"text.parse_math": False}):
+        with _matplotlib().rc_context({"text.parse_math": False}):
             png = _png(fig, dpi, bbox_inches)
     path = Path(path)
     atomic_write_bytes(path, png)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
@@ -31,8 +32,9 @@ import numpy as np
 if TYPE_CHECKING:   # pandas is imported where a table is built: commands answer --help first
     import pandas as pd
 
-from oodutils.csv_out import csv_cell, csv_text, frame_csv  # noqa: F401  (re-exported)
+from oodutils.csv_out import frame_csv
 from oodutils.errors import UnknownNameError
+from oodutils.fileio import atomic_write_text
 from oodutils.templating import render as render_template
 from oodutils.text import printable
 
@@ -155,6 +157,13 @@ def html_table(header: Sequence[str], rows: Sequence[Sequence[str]],
 
 # ----------------------------------------------------------------------------- DataFrames
 
+def _pandas() -> ModuleType:
+    """pandas, imported when a frame is first rendered: commands that only name a format
+    (``FORMATS``) answer --help before it."""
+    import pandas
+    return pandas
+
+
 def format_value(value: object, digits: int = 2) -> str:
     """One DataFrame value as the human formats show it."""
     if value is None:
@@ -170,9 +179,8 @@ def format_value(value: object, digits: int = 2) -> str:
         return text
     if isinstance(value, (list, tuple)):
         return " ".join(str(v) for v in value)
-    import pandas as pd
     try:
-        if pd.isna(value):
+        if _pandas().isna(value):
             return "-"
     except (TypeError, ValueError):
         pass
@@ -180,12 +188,12 @@ def format_value(value: object, digits: int = 2) -> str:
 
 
 def _cells(df: pd.DataFrame, digits: int) -> tuple[list[str], list[list[str]], list[str]]:
-    import pandas as pd
+    types = _pandas().api.types
     header = [str(c) for c in df.columns]
     rows = [[format_value(v, digits) for v in row]
             for row in df.itertuples(index=False, name=None)]
-    align = ["right" if pd.api.types.is_numeric_dtype(df[c])
-             and not pd.api.types.is_bool_dtype(df[c]) else "left" for c in df.columns]
+    align = ["right" if types.is_numeric_dtype(df[c]) and not types.is_bool_dtype(df[c])
+             else "left" for c in df.columns]
     return header, rows, align
 
 
@@ -239,7 +247,6 @@ def write(df: pd.DataFrame, path: str | os.PathLike[str], fmt: Optional[str] = N
           digits: int = 2, title: Optional[str] = None) -> Path:
     """Write the table atomically to ``path``, in ``fmt`` or the format its extension
     names."""
-    from oodutils.fileio import atomic_write_text
     path = Path(path)
     atomic_write_text(path, render(df, fmt or format_for_path(path), digits, title))
     return path

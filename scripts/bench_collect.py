@@ -188,16 +188,21 @@ def report(results, runs, args, domainbed):
         print("  DomainBed: no checkout (--domainbed PATH)")
     if args.record:
         from benchfigures import record
+        peer = (f"DomainBed {medians['DomainBed']:.1f} s" if "DomainBed" in medians
+                else "DomainBed not run")
         record(f"collect-{runs // 1000}k",
-               what=f"collect_results on a DomainBed-format sweep of {runs:,} runs "
-                    f"({args.checkpoints} checkpoints a run, built from DomainBed's test "
-                    f"sweep)",
+               what=f"collect_results, {runs:,} runs",
+               headline=f"cold {medians['ours cold']:.1f} s, warm "
+                        f"{medians['ours warm (cache)']:.1f} s",
+               peer=peer,
                command=f"python scripts/bench_collect.py --runs {args.runs} --repeats "
                        f"{args.repeats} --background_load {args.background_load} --record"
                        + (" --no_domainbed" if args.no_domainbed else "")
                        + (" --old CHECKOUT" if args.old else ""),
                result="; ".join(lines),
-               method="each command in its own process under /usr/bin/time (user + system "
+               method=f"a DomainBed-format sweep ({args.checkpoints} checkpoints a run, "
+                      "built from DomainBed's test sweep); "
+                      "each command in its own process under /usr/bin/time (user + system "
                       "CPU, peak resident memory), bytecode compiled beforehand as an "
                       "installed package has it, the sweep's files read through before "
                       "each command (in the page cache: this VM's memory monitor pages out "

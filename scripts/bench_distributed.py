@@ -67,8 +67,9 @@ def main():
     print(result)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from benchfigures import record
-    record("distributed-cpu", what="data-parallel speed-up of one run at 2 processes "
-           "(train --distributed 2, gloo) vs 1 process, same cores",
+    record("distributed-cpu", what="train --distributed 2 (gloo) on the same cores",
+           headline=f"step x{step1 / step2:.2f}, whole run x{wall1 / wall2:.2f}",
+           peer=f"1 process, {cores} threads",
            command=f"python scripts/bench_distributed.py --steps {args.steps} "
                    f"--repeats {args.repeats}",
            result=result,

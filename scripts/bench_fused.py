@@ -118,7 +118,11 @@ def main():
     result = "; ".join(
         f"{r['arch']} x{r['models']}: {r['separate_ms_per_model_step']:.1f}/"
         f"{r['fused_ms_per_model_step']:.1f}" for r in rows)
-    record("fused", what="Fused launcher, ms per model-step separate / fused",
+    widest = max(rows, key=lambda r: r["models"])
+    record("fused", what="Fused launcher, ms per model-step",
+           headline=f"{widest['arch']} x{widest['models']}: "
+                    f"{widest['fused_ms_per_model_step']:.1f} ms fused",
+           peer=f"separate runs {widest['separate_ms_per_model_step']:.1f} ms",
            command="python scripts/bench_fused.py " + " ".join(sys.argv[1:]),
            result=result, method=f"{args.device}, {args.threads} thread(s), {args.steps} steps")
 

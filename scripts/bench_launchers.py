@@ -121,11 +121,15 @@ def main(argv=None):
     print(result)
     if not args.no_record:
         from benchfigures import record
-        record("launchers", what="launcher overhead: `sweep launch` to the first training "
-               "record, and wall seconds per job, for the local, pooled, Slurm and Ray "
-               "launchers on one machine",
+        headline = ", ".join(f"{name} {total / n:.1f}" for name, (_, total) in
+                             figures.items() if name != "local") + " s/job"
+        peer = (f"local launcher {figures['local'][1] / n:.1f} s/job" if "local" in figures
+                else "local launcher not run")
+        record("launchers", what="Launcher overhead, seconds per tiny job",
+               headline=headline[:60], peer=peer,
                command="python scripts/bench_launchers.py", result=result,
-               method="tiny jobs one at a time (max_workers 1, a Slurm array throttled to 1 "
+               method="`sweep launch` to the first training record, and wall seconds per "
+               "job; tiny jobs one at a time (max_workers 1, a Slurm array throttled to 1 "
                "on a one-CPU single-node cluster, a one-node Ray cluster with 1 CPU); "
                "cluster start-up not counted; first record = step 0 trained and evaluated; "
                "seconds per job = sweep wall time / jobs")

@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from analysis.oodselect import Hparams, OODSelect, subset_correlation  # noqa: E402
-from analysis.oodselect_data import split_models  # noqa: E402
+from analysis.oodselect.data import split_models  # noqa: E402
 from oodutils.cli import ArgumentParser, add_option  # noqa: E402
 
 

@@ -207,9 +207,10 @@ def main():
           f"limit in wall time, {total_cpu / (limit * opts.cores):.1f}x in CPU time")
     if not opts.no_record:
         from benchfigures import record
-        record("probe_stack", what=f"{len(heads)} linear-probe runs ({opts.steps} steps, "
-                                   f"{opts.checkpoints} checkpoints, every split) on cached "
-                                   f"{opts.backbone} features of {opts.dataset}, one stack",
+        record("probe_stack", what=f"{len(heads)} linear probes, one stack, {opts.steps} "
+                                   f"steps",
+               headline=f"{total_wall:.0f} s wall, {total_cpu:.0f} CPU-s",
+               peer=f"goal 120 s; flop limit {report['limit_s_flops']:.1f} s",
                command="python scripts/bench_probe_stack.py " + " ".join(sys.argv[1:]),
                result=f"{total_wall:.0f} s wall, {total_cpu:.0f} CPU-s ({opts.threads} "
                       f"threads, load {load_start:.1f} at the start; goal 120 s on "
@@ -217,7 +218,8 @@ def main():
                       + (f"after a {extract_cpu:.0f} CPU-s extraction" if extracted else
                          "on features cached beforehand")
                       + f"; machine limit {limit_text}",
-               method=json.dumps(report))
+               method=f"{opts.checkpoints} checkpoints, every split, cached "
+                      f"{opts.backbone} features of {opts.dataset}: " + json.dumps(report))
 
 
 if __name__ == "__main__":

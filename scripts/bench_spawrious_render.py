@@ -6,8 +6,7 @@
 Times the worker the generator runs per chunk (render, PNG encoding, atomic write) with
 CPU time of this process, and prints seconds per image and images per CPU-minute. The
 test suite checks what the images are, not how fast they come: this is where the figure
-is measured (0.04 s per 224 px image earlier, 0.055 s on 2026-11-25 with the 2-core
-development machine shared by several jobs).
+is measured (report it with the machine's load).
 """
 import argparse
 import os

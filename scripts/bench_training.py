@@ -109,7 +109,7 @@ def bench(precision, memory_format, args, splits, dataset):
 
 
 REFERENCE_STEP_S = 0.195          # DomainBed, ERM, 2 envs x 64 images, 2 cores
-REFERENCE_EVAL_S_PER_1000 = 0.555  # DomainBed evaluation, batch 64 (0.52-0.59 s)
+REFERENCE_EVAL_S_PER_1000 = 0.555  # DomainBed evaluation, batch 64
 
 
 def end_to_end(precision, args):

@@ -126,7 +126,10 @@ def main():
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from benchfigures import record
     if study:
-        record("zoo-run-cost", what="Cost per zoo run (pooled launcher vs a process per run)",
+        first = study[0]
+        record("zoo-run-cost", what="CPU cost of one zoo run, pooled launcher",
+               headline=f"{first['arch']}: {first['cpu_per_run_pooled']:.1f} CPU-s a run",
+               peer=f"a process per run {first['cpu_per_run_local']:.1f} CPU-s",
                command="python scripts/bench_zoo.py " + " ".join(sys.argv[1:]),
                result="; ".join(f"{r['arch']}: {r['cpu_per_run_pooled']:.1f} s vs "
                                 f"{r['cpu_per_run_local']:.1f} s of CPU per run"

@@ -1,6 +1,6 @@
 """One place where benchmark scripts record their figures for the docs' Benchmarks page.
 
-Each benchmark script ends with ``record(key, what=..., command=..., result=...)``: that
+Each benchmark script ends with ``record(key, what=..., headline=..., peer=..., ...)``: that
 writes ``docs/benchmarks/<key>.json`` (the figure, the command that produced it, this
 machine's description and today's date). The MkDocs hook (``scripts/gen_docs.py``) renders
 every such file into ``docs/benchmarks.md``, so the page holds what the scripts last
@@ -52,16 +52,28 @@ def machine():
     return text
 
 
-def record(key, *, what, command, result, method=None, figures=FIGURES):
+# the page's row is short: the details stay in the record
+MAX_CHARS = {"what": 80, "headline": 60, "peer": 60}
+
+
+def record(key, *, what, command, headline, peer, result, method=None, figures=FIGURES):
     """Write one figure for the Benchmarks page; returns the file written.
 
-    `result` is one line a reader can act on (numbers with units); `method` says how it
-    was measured where the command alone does not (repetitions, warm-up, what is timed).
+    `what` names what was measured, `headline` is the figure itself and `peer` what it is
+    set against (DomainBed, a single run, the machine's limit), each a short phrase for the
+    page's row; `result` holds every number (with units) and `method` says how it was
+    measured where the command alone does not (repetitions, warm-up, what is timed).
     """
     if not KEY.match(key):
         raise ValueError(f"benchmark key {key!r}: use lower-case letters, digits, - and _")
-    entry = {"what": what, "command": command, "result": result, "method": method,
-             "machine": machine(), "date": datetime.date.today().isoformat()}
+    short = {"what": what, "headline": headline, "peer": peer}
+    for name, text in short.items():
+        if not text or len(text) > MAX_CHARS[name] or "|" in text:
+            raise ValueError(f"benchmark {key}: {name} must be 1-{MAX_CHARS[name]} "
+                             f"characters without '|', got {text!r}")
+    entry = {"what": what, "headline": headline, "peer": peer, "command": command,
+             "result": result, "method": method, "machine": machine(),
+             "date": datetime.date.today().isoformat()}
     figures = Path(figures)
     figures.mkdir(parents=True, exist_ok=True)
     path = figures / f"{key}.json"

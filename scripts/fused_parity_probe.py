@@ -217,16 +217,18 @@ def main():
         parting = ("never parts from its single run" if first is None else
                    f"parts at step {first[0]} ({first[1]}, max |diff| {first[2]:.2g})")
         record(f"fused-parity-{args.arithmetic}-dropout{args.dropout:g}".replace(".", "p"),
-               what=f"Fused ({args.arithmetic}) member vs its single run, ColoredMNIST ERM "
-                    f"MLP {args.width}x{args.depth}, dropout {args.dropout:g}, "
-                    f"{args.members} members, {args.steps} steps, CPU",
+               what=f"Fused ({args.arithmetic}) member, dropout {args.dropout:g}",
+               headline=f"largest accuracy difference {result['gap']:.2f} points",
+               peer="its single run",
                command=" ".join(["python scripts/fused_parity_probe.py"] + sys.argv[1:]
                                 ).replace(" --record", ""),
                result=f"member {parting}; {result['layer'] or 'no layer differs'}; "
                       f"largest accuracy difference "
                       f"{result['gap']:.2f} points; records "
                       f"{'independent of' if same else 'DEPEND on'} the group's composition",
-               method="lockstep comparison of every tensor each step; checkpoints every "
+               method=f"ColoredMNIST ERM MLP {args.width}x{args.depth}, {args.members} "
+                      f"members, {args.steps} steps, CPU; "
+                      "lockstep comparison of every tensor each step; checkpoints every "
                       f"{args.checkpoint_freq} steps; {args.threads} thread(s)")
 
 

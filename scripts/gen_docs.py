@@ -137,26 +137,30 @@ def datasets_page():
 
 BENCHMARKS_INTRO = """# Benchmarks
 
-Each current figure, one line each: what, command, machine, date, result. Every row is
-written by the benchmark script named in it (`scripts/benchfigures.py` records its figure
-under `docs/benchmarks/`, and this page is rendered from those files by
-`scripts/gen_docs.py`): rerun the command to refresh a row. A machine marked "loaded" ran
-other work at the same time, so its figure is an upper bound.
+One row per current figure: what was measured, the result, what it is set against, and
+the command that measures it. Each row's record (`docs/benchmarks/<key>.json`, linked
+from its name) holds every number, the method, the machine and the date; the benchmark
+script writes it (`scripts/benchfigures.py`) and `scripts/gen_docs.py` renders this page
+from the records, so rerunning the command refreshes the row. "loaded": the machine ran
+other work at the same time, so the figure is an upper bound; "transcribed": copied from
+an earlier run until the command is rerun.
 """
 
 
 def benchmarks_page(figures=REPO / "docs" / "benchmarks"):
-    """The Benchmarks page from the recorded figures, sorted by key."""
+    """The Benchmarks page from the recorded figures, sorted by key: one short row each."""
     import json
-    lines = [HEADER + BENCHMARKS_INTRO, "| What | Command | Machine | Date | Result |",
-             "|---|---|---|---|---|"]
+    lines = [HEADER + BENCHMARKS_INTRO, "| What | Result | Against | Command |",
+             "|---|---|---|---|"]
     for path in sorted(Path(figures).glob("*.json")):
         entry = json.loads(path.read_text())
-        result = entry["result"] + (f" ({entry['method']})" if entry.get("method") else "")
-        if entry.get("transcribed"):   # an older figure, until its command is rerun
-            result += " [transcribed from an earlier run; rerun the command to refresh]"
-        lines.append(f"| {_cell(entry['what'])} | `{_cell(entry['command'])}` | "
-                     f"{_cell(entry['machine'])} | {_cell(entry['date'])} | {_cell(result)} |")
+        marks = [mark for mark, flag in (("loaded", "(loaded" in entry["machine"]),
+                                         ("transcribed", entry.get("transcribed")))
+                 if flag]
+        headline = entry["headline"] + (f" ({', '.join(marks)})" if marks else "")
+        lines.append(f"| [{_cell(entry['what'])}](benchmarks/{path.name}) | "
+                     f"{_cell(headline)} | {_cell(entry['peer'])} | "
+                     f"`{_cell(entry['command'])}` |")
     return "\n".join(lines)
 
 

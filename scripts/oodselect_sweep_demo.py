@@ -18,8 +18,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from analysis import oodselect as core  # noqa: E402
-from analysis import oodselect_cli as cli  # noqa: E402
-from analysis import oodselect_data as data  # noqa: E402
+from analysis.oodselect import data, protocol  # noqa: E402
 from oodutils.cli import ArgumentParser, add_option  # noqa: E402
 from oodutils.errors import run_cli  # noqa: E402
 
@@ -62,13 +61,13 @@ def main(argv=None):
     selector = core.OODSelect(trials=args.trials, steps=args.steps, patience=args.patience,
                               seed=args.seed)
     baselines = ("random", "hard") + (("greedy",) if args.with_greedy else ())
-    summary, results = cli.run_selection(
+    summary, results = protocol.run_selection(
         cm, sizes, seed=args.seed, out_dir=out, split=args.split, selector=selector,
         baselines=baselines, random_draws=args.random_draws,
         log=lambda *a: print(*a, file=sys.stderr))
 
     print()
-    print(cli.format_summary(summary))
+    print(protocol.format_summary(summary))
     ours = summary[summary.method == "oodselect"].set_index("n")
     rand = summary[summary.method == "random"].set_index("n")
     full = float(summary.loc[summary.method == "all", "r_test"].iloc[0])

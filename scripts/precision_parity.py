@@ -8,7 +8,7 @@ precision/memory-format configuration through the train CLI, then prints per con
 the test-env accuracy of the last checkpoint and of the training-domain-validation pick,
 and the mean training-env out accuracy, each as mean +/- std over seeds, with the
 per-seed values. On a CPU without native bfloat16, bf16 runs only with
-DOMAINBED_ALLOW_EMULATED_BF16=1 (same rounding, far slower: convolutions ~16x).
+DOMAINBED_ALLOW_EMULATED_BF16=1 (same rounding, far slower, convolutions above all).
 """
 import concurrent.futures
 import os

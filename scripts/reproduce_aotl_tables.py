@@ -26,7 +26,7 @@ if str(REPO) not in sys.path:
 import pandas as pd  # noqa: E402
 
 from analysis.aotl import pairwise_table, per_ood_table  # noqa: E402
-from analysis.aotl_inputs import read_accuracy_csvs  # noqa: E402
+from analysis.aotl.inputs import read_accuracy_csvs  # noqa: E402
 from oodutils import tables as report  # noqa: E402
 from oodutils.cli import ArgumentParser, add_option  # noqa: E402
 

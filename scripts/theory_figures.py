@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from analysis import plots, theory  # noqa: E402
-from analysis.aotl_stats import transform  # noqa: E402
+from analysis.aotl.stats import transform  # noqa: E402
 from oodutils.accuracy import THEORY_CLIP  # noqa: E402
 from oodutils.cli import ArgumentParser, add_option  # noqa: E402
 from oodutils.csv_out import frame_csv  # noqa: E402

@@ -9,3 +9,5 @@ ViT-GPT2 keyword filter), generate (CLI: ``python -m spawrious.generate``), mani
 (Eq. 1 / Eq. 2 correlation checks), testing (tiny offline models for smoke tests).
 The DomainBed loaders are ``domainbed.datasets.spawrious`` (SpawriousO2O_easy, ...).
 """
+from __future__ import annotations
+

@@ -4,27 +4,45 @@ Diffusion v1.4 through diffusers, or any local Stable Diffusion model directory)
 Interface: ``generate(specs, seeds) -> list of (PIL.Image or None, info dict)``; an
 image is None when the backend refused it (info["nsfw"] True).
 """
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from PIL import Image
 
-from oodutils.errors import UnknownNameError, UserError
+from oodutils.errors import UnknownNameError, UserError, require
 from spawrious.caption import check_model_location
 from spawrious.constants import NEGATIVE_PROMPT
+from spawrious.procedural import render
+from spawrious.prompts import PromptSpec
 
 DEFAULT_SD_MODEL = "CompVis/stable-diffusion-v1-4"
+
+
+class Backend(Protocol):
+    """What the generation loop needs of a backend: a name, its settings (written to
+    info.json) and one image (or None, with the reason in its flags) per prompt and seed."""
+    name: str
+    size: int
+
+    def settings(self) -> dict[str, Any]: ...
+
+    def generate(self, specs: Sequence[PromptSpec],
+                 seeds: Sequence[int]) -> list[tuple[Image.Image | None, dict[str, bool]]]: ...
 
 
 class ProceduralBackend:
     name = "procedural"
 
-    def __init__(self, size=224):
+    def __init__(self, size: int = 224) -> None:
         self.size = int(size)
 
-    def settings(self):
+    def settings(self) -> dict[str, Any]:
         return {"size": self.size}
 
-    def generate(self, specs, seeds):
-        from spawrious.procedural import render
+    def generate(self, specs: Sequence[PromptSpec],
+                 seeds: Sequence[int]) -> list[tuple[Image.Image | None, dict[str, bool]]]:
         return [(Image.fromarray(render(spec, seed, self.size)), {"nsfw": False})
                 for spec, seed in zip(specs, seeds)]
 
@@ -37,9 +55,10 @@ class StableDiffusionBackend:
     Images are generated at `resolution` (512) and resized to `size` (224)."""
     name = "sd14"
 
-    def __init__(self, model=DEFAULT_SD_MODEL, size=224, steps=100, guidance=7.5, batch_size=4,
-                 negative_prompt=NEGATIVE_PROMPT, resolution=512, device=None, dtype=None,
-                 pipeline=None, local_files_only=False):
+    def __init__(self, model: str = DEFAULT_SD_MODEL, size: int = 224, steps: int = 100,
+                 guidance: float = 7.5, batch_size: int = 4, negative_prompt: str = NEGATIVE_PROMPT,
+                 resolution: int = 512, device: str | None = None, dtype: Any = None,
+                 pipeline: Any = None, local_files_only: bool = False) -> None:
         import torch
         self.torch = torch
         self.size, self.steps, self.guidance = int(size), int(steps), float(guidance)
@@ -53,8 +72,9 @@ class StableDiffusionBackend:
             location = check_model_location(model, "Stable Diffusion model")
             dtype = dtype or (torch.float16 if self.device == "cuda" else None)
             try:
-                from diffusers import StableDiffusionPipeline
-            except ImportError as e:
+                diffusers = require("diffusers", extra="generate")
+                StableDiffusionPipeline = diffusers.StableDiffusionPipeline
+            except ImportError as e:   # diffusers without transformers
                 raise UserError(f"the sd14 backend needs diffusers and transformers: "
                                 f"pip install 'oodbed[generate]' ({e})") from e
             try:
@@ -70,12 +90,13 @@ class StableDiffusionBackend:
         self.pipeline = pipeline.to(self.device)
         self.pipeline.set_progress_bar_config(disable=True)
 
-    def settings(self):
+    def settings(self) -> dict[str, Any]:
         return {"size": self.size, "model": self.model_name, "steps": self.steps,
                 "guidance": self.guidance, "batch_size": self.batch_size,
                 "resolution": self.resolution, "negative_prompt": self.negative_prompt}
 
-    def generate(self, specs, seeds):
+    def generate(self, specs: Sequence[PromptSpec],
+                 seeds: Sequence[int]) -> list[tuple[Image.Image | None, dict[str, bool]]]:
         torch = self.torch
         gen_device = "cpu" if self.device == "mps" else self.device
         generators = [torch.Generator(gen_device).manual_seed(int(s)) for s in seeds]
@@ -84,13 +105,13 @@ class StableDiffusionBackend:
                             num_inference_steps=self.steps, guidance_scale=self.guidance,
                             height=self.resolution, width=self.resolution, generator=generators)
         flags = getattr(out, "nsfw_content_detected", None) or [False] * len(specs)
-        results = []
+        results: list[tuple[Image.Image | None, dict[str, bool]]] = []
         for image, nsfw in zip(out.images, flags):
             if nsfw:
                 results.append((None, {"nsfw": True}))
                 continue
             if image.size != (self.size, self.size):
-                image = image.resize((self.size, self.size), Image.LANCZOS)
+                image = image.resize((self.size, self.size), Image.Resampling.LANCZOS)
             results.append((image, {"nsfw": False}))
         return results
 
@@ -98,7 +119,7 @@ class StableDiffusionBackend:
 BACKENDS = {"procedural": ProceduralBackend, "sd14": StableDiffusionBackend}
 
 
-def check_backend(name):
+def check_backend(name: str) -> str:
     if name not in BACKENDS:
         raise UnknownNameError("backend", name, BACKENDS)
     return name

@@ -6,25 +6,28 @@ Every function takes (rng, h, w) and returns (float32 image h x w x 3 in [0, 1],
 horizon as a fraction of the height). All sizes scale with the image, so any
 resolution draws the same scene.
 """
+from __future__ import annotations
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from spawrious.raster import draw, value_noise, vgradient
 
 
-def _jit(rng, value, spread):
+def _jit(rng: np.random.Generator, value: float, spread: float) -> float:
     return value + rng.uniform(-spread, spread)
 
 
-def _mix(a, b, t):
+def _mix(a: ArrayLike, b: ArrayLike, t: float | np.ndarray) -> np.ndarray:
     t = np.asarray(t, np.float32)[..., None]
     return np.asarray(a, np.float32) * (1 - t) + np.asarray(b, np.float32) * t
 
 
-def _ground_rows(h, horizon):
+def _ground_rows(h: int, horizon: float) -> int:
     return int(round(horizon * h))
 
 
-def beach(rng, h, w):
+def beach(rng: np.random.Generator, h: int, w: int) -> tuple[np.ndarray, float]:
     s = min(h, w)
     horizon = _jit(rng, 0.34, 0.05)
     shore = horizon + _jit(rng, 0.2, 0.04)
@@ -60,7 +63,7 @@ def beach(rng, h, w):
     return img, horizon
 
 
-def desert(rng, h, w):
+def desert(rng: np.random.Generator, h: int, w: int) -> tuple[np.ndarray, float]:
     s = min(h, w)
     horizon = _jit(rng, 0.36, 0.05)
     img = vgradient(h, w, (0.96, 0.86, 0.62), (0.99, 0.95, 0.82), 0.0, horizon)
@@ -95,7 +98,7 @@ def desert(rng, h, w):
     return img, horizon
 
 
-def dirt(rng, h, w):
+def dirt(rng: np.random.Generator, h: int, w: int) -> tuple[np.ndarray, float]:
     s = min(h, w)
     horizon = _jit(rng, 0.33, 0.05)
     img = vgradient(h, w, (0.62, 0.74, 0.86), (0.82, 0.87, 0.90), 0.0, horizon)
@@ -127,7 +130,7 @@ def dirt(rng, h, w):
     return img, horizon
 
 
-def jungle(rng, h, w):
+def jungle(rng: np.random.Generator, h: int, w: int) -> tuple[np.ndarray, float]:
     s = min(h, w)
     horizon = _jit(rng, 0.55, 0.05)
     base = value_noise(rng, (h, w), 4, octaves=2)
@@ -163,7 +166,7 @@ def jungle(rng, h, w):
     return img, horizon
 
 
-def mountain(rng, h, w):
+def mountain(rng: np.random.Generator, h: int, w: int) -> tuple[np.ndarray, float]:
     s = min(h, w)
     horizon = _jit(rng, 0.42, 0.05)
     img = vgradient(h, w, (0.35, 0.55, 0.85), (0.72, 0.82, 0.93), 0.0, horizon)
@@ -203,7 +206,7 @@ def mountain(rng, h, w):
     return img, horizon
 
 
-def snow(rng, h, w):
+def snow(rng: np.random.Generator, h: int, w: int) -> tuple[np.ndarray, float]:
     s = min(h, w)
     horizon = _jit(rng, 0.38, 0.05)
     img = vgradient(h, w, (0.70, 0.75, 0.84), (0.86, 0.89, 0.94), 0.0, horizon)
@@ -252,6 +255,7 @@ BACKGROUNDS = {"beach": beach, "desert": desert, "dirt": dirt, "jungle": jungle,
                "mountain": mountain, "snow": snow}
 
 
-def render_background(location, rng, h, w):
+def render_background(location: str, rng: np.random.Generator, h: int,
+                      w: int) -> tuple[np.ndarray, float]:
     img, horizon = BACKGROUNDS[location](rng, h, w)
     return np.ascontiguousarray(img, dtype=np.float32), float(horizon)

@@ -6,19 +6,26 @@ non-letters and lowercases first (so "dog," and "Dog" count), otherwise the same
 exact-word match ("dogs" does not match "dog"; pass it as a keyword if wanted).
 The special keyword "*" accepts any non-empty caption (captions are still recorded).
 """
+from __future__ import annotations
+
 import os
 import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from oodutils.errors import UserError
+from oodutils.errors import UserError, require
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 DEFAULT_CAPTIONER = "nlpconnect/vit-gpt2-image-captioning"
 
 
-def caption_words(caption):
+def caption_words(caption: str | None) -> list[str]:
     return re.findall(r"[a-z0-9]+", (caption or "").lower())
 
 
-def caption_passes(caption, keywords):
+def caption_passes(caption: str | None, keywords: Iterable[str]) -> bool:
     words = caption_words(caption)
     if "*" in keywords:
         return bool(words)
@@ -29,17 +36,17 @@ class Captioner:
     """Interface: caption(list of PIL images) -> list of str."""
     name = "captioner"
 
-    def caption(self, images):
+    def caption(self, images: Sequence[Image.Image]) -> list[str]:
         raise NotImplementedError
 
 
-def _looks_like_path(name):
+def _looks_like_path(name: str) -> bool:
     if name.startswith((".", "/", "~")):
         return True
     return os.sep in name and not re.fullmatch(r"[\w.-]+/[\w.-]+", name)
 
 
-def check_model_location(name, what):
+def check_model_location(name: str, what: str) -> str:
     """A local path must exist; a hub id is tried from the local cache only by callers."""
     expanded = os.path.expanduser(name)
     if os.path.exists(expanded):
@@ -55,8 +62,9 @@ class ViTGPT2Captioner(Captioner):
     hub id or local directory, or pass ready objects (model, image_processor, tokenizer)."""
     name = "vit-gpt2"
 
-    def __init__(self, model=DEFAULT_CAPTIONER, image_processor=None, tokenizer=None,
-                 max_length=16, num_beams=4, device=None, local_files_only=False):
+    def __init__(self, model: Any = DEFAULT_CAPTIONER, image_processor: Any = None,
+                 tokenizer: Any = None, max_length: int = 16, num_beams: int = 4,
+                 device: str | None = None, local_files_only: bool = False) -> None:
         import torch
         self.torch = torch
         self.max_length, self.num_beams = max_length, num_beams
@@ -65,16 +73,13 @@ class ViTGPT2Captioner(Captioner):
             self.model_name = model
             location = check_model_location(model, "captioner model")
             try:
-                from transformers import (
-                    AutoImageProcessor,
-                    AutoTokenizer,
-                    VisionEncoderDecoderModel,
-                )
-                model = VisionEncoderDecoderModel.from_pretrained(
+                transformers = require("transformers", extra="generate")
+                model = transformers.VisionEncoderDecoderModel.from_pretrained(
                     location, local_files_only=local_files_only)
-                image_processor = image_processor or AutoImageProcessor.from_pretrained(
-                    location, local_files_only=local_files_only)
-                tokenizer = tokenizer or AutoTokenizer.from_pretrained(
+                image_processor = image_processor or \
+                    transformers.AutoImageProcessor.from_pretrained(
+                        location, local_files_only=local_files_only)
+                tokenizer = tokenizer or transformers.AutoTokenizer.from_pretrained(
                     location, local_files_only=local_files_only)
             except ImportError as e:
                 raise UserError(f"the caption filter needs transformers: pip install "
@@ -89,7 +94,7 @@ class ViTGPT2Captioner(Captioner):
         self.model = model.to(self.device).eval()
         self.image_processor, self.tokenizer = image_processor, tokenizer
 
-    def caption(self, images):
+    def caption(self, images: Sequence[Image.Image]) -> list[str]:
         if not images:
             return []
         rgb = [im.convert("RGB") for im in images]
@@ -103,9 +108,9 @@ class CallableCaptioner(Captioner):
     """Wraps fn(image) -> str (fakes in tests, or any other captioner)."""
     name = "callable"
 
-    def __init__(self, fn, name="callable"):
+    def __init__(self, fn: Callable[[Image.Image], str], name: str = "callable") -> None:
         self.fn, self.name = fn, name
         self.model_name = name
 
-    def caption(self, images):
+    def caption(self, images: Sequence[Image.Image]) -> list[str]:
         return [self.fn(im) for im in images]

@@ -5,6 +5,8 @@ spurious background. Lists keep the paper's order, duplicates included (time of 
 lists "bright sunny day" twice, so it has double weight: 4 x 3 x 6 = 72 prompts per
 (breed, location)).
 """
+from __future__ import annotations
+
 from oodutils.errors import UnknownNameError
 
 # Breeds in the paper's order (generation order); labels use CLASS_LIST (alphabetical).
@@ -48,19 +50,19 @@ NEGATIVE_PROMPT = ("human, blurry, painting, cartoon, extra limbs, disfigured, d
 CAPTION_KEYWORDS = ("dog",)
 
 
-def check_breed(name):
+def check_breed(name: str) -> str:
     if name not in BREEDS:
         raise UnknownNameError("breed", name, BREEDS)
     return name
 
 
-def check_location(name):
+def check_location(name: str) -> str:
     if name not in LOCATIONS:
         raise UnknownNameError("location", name, LOCATIONS)
     return name
 
 
-def check_pool(pool):
+def check_pool(pool: int | str) -> int:
     if str(pool) not in {str(p) for p in POOLS}:
         raise UnknownNameError("pool", str(pool), [str(p) for p in POOLS])
     return int(pool)

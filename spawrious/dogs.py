@@ -10,6 +10,11 @@ Every image is scaled to a similar width, so the breed shows in proportions and 
 not in size. The fur colour is drawn independently of the breed (fur: black, brown,
 white, or unspecified = a natural tan/golden shade picked by the image's own RNG).
 """
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
 import numpy as np
 
 from spawrious.raster import blend, draw, shape_coverage, value_noise
@@ -40,12 +45,15 @@ BREED_SHAPES = {
                   tail=None, rump=(-1.45, 1.3, 0.38, 0.48)),
 }
 
+#: one drawn part of a dog: (tag, shape kind, shape parameters, shade factor)
+DogPart = tuple[str, str, Any, float]
+
 FUR_COLOURS = {"black": (0.10, 0.09, 0.09), "brown": (0.42, 0.25, 0.12),
                "white": (0.93, 0.91, 0.87)}
 NATURAL_SHADES = ((0.82, 0.62, 0.32), (0.74, 0.56, 0.38), (0.90, 0.80, 0.60))
 
 
-def fur_colour(fur, rng):
+def fur_colour(fur: str, rng: np.random.Generator) -> np.ndarray:
     """The fur's base RGB: a function of the fur attribute and the image's RNG only."""
     if fur in FUR_COLOURS:
         base = np.array(FUR_COLOURS[fur], np.float32)
@@ -57,13 +65,14 @@ def fur_colour(fur, rng):
     return np.clip(base * rng.uniform(0.9, 1.1, 3).astype(np.float32), 0, 1)
 
 
-def _rot(pt, pivot, theta):
+def _rot(pt: Sequence[float], pivot: Sequence[float], theta: float) -> tuple[float, float]:
     c, s = np.cos(theta), np.sin(theta)
     x, y = pt[0] - pivot[0], pt[1] - pivot[1]
     return (pivot[0] + c * x - s * y, pivot[1] + s * x + c * y)
 
 
-def _transform(part, fn, dtheta=0.0):
+def _transform(part: DogPart, fn: Callable[[Sequence[float]], tuple[float, float]],
+               dtheta: float = 0.0) -> DogPart:
     """Apply a point map to a part; ellipses also turn by dtheta."""
     tag, kind, p, shade = part
     if kind == "ellipse":
@@ -77,7 +86,8 @@ def _transform(part, fn, dtheta=0.0):
     return (tag, kind, p, shade)
 
 
-def _jitter(spec, rng, amount=0.06):
+def _jitter(spec: Mapping[str, Any], rng: np.random.Generator,
+            amount: float = 0.06) -> dict[str, Any]:
     """Intra-breed variation: every length scaled by its own factor near 1."""
     out = {}
     for key, value in spec.items():
@@ -90,7 +100,7 @@ def _jitter(spec, rng, amount=0.06):
     return out
 
 
-def build_dog(breed, pose, rng):
+def build_dog(breed: str, pose: str, rng: np.random.Generator) -> list[DogPart]:
     """The parts of one dog in body units: [(tag, kind, params, shade), ...]."""
     spec = _jitter(BREED_SHAPES[breed], rng)
     bx, by, bax, bay = spec["body"]
@@ -142,7 +152,7 @@ def build_dog(breed, pose, rng):
         hip = 0.9 * bay
         drop = pivot[1] - hip
 
-        def sit(q):
+        def sit(q: Sequence[float]) -> tuple[float, float]:
             x, y = _rot(q, pivot, theta)
             return (x, y - drop)
         upper = [_transform(p, sit, theta) for p in upper]
@@ -161,7 +171,7 @@ def build_dog(breed, pose, rng):
     return far + upper[:body_idx + 2] + near + upper[body_idx + 2:]
 
 
-def local_bounds(parts):
+def local_bounds(parts: Sequence[DogPart]) -> tuple[float, float, float, float]:
     xs, ys = [], []
     for _, kind, p, _ in parts:
         if kind == "ellipse":
@@ -179,11 +189,12 @@ def local_bounds(parts):
     return min(xs), max(xs), min(0.0, min(ys)), max(ys)
 
 
-def to_pixels(parts, unit, x_origin, ground, facing):
+def to_pixels(parts: Sequence[DogPart], unit: float, x_origin: float, ground: float,
+              facing: int) -> list[DogPart]:
     """Body units -> pixel coordinates (y down; facing -1 mirrors the dog)."""
-    def fn(q):
+    def fn(q: Sequence[float]) -> tuple[float, float]:
         return (x_origin + facing * q[0] * unit, ground - q[1] * unit)
-    out = []
+    out: list[DogPart] = []
     for tag, kind, p, shade in parts:
         if kind == "ellipse":
             cx, cy = fn((p[0], p[1]))
@@ -197,7 +208,8 @@ def to_pixels(parts, unit, x_origin, ground, facing):
     return out
 
 
-def place_dog(parts, rng, h, w, horizon):
+def place_dog(parts: Sequence[DogPart], rng: np.random.Generator, h: int, w: int,
+              horizon: float) -> tuple[list[DogPart], tuple[float, float, float, float]]:
     """Scale and position: similar width for every breed, feet on the ground below the
     horizon, fully inside the frame. Returns pixel-space parts and the pixel bbox."""
     x0, x1, y0, y1 = local_bounds(parts)
@@ -214,7 +226,7 @@ def place_dog(parts, rng, h, w, horizon):
     return pix, (left, left + span_px, ground - y1 * unit, ground - y0 * unit)
 
 
-def _grown(kind, p, d):
+def _grown(kind: str, p: Any, d: float) -> Any:
     """The same shape, `d` pixels bigger all round (ellipse axes, capsule radii, polygon
     vertices pushed out from the centroid)."""
     if kind == "ellipse":
@@ -228,7 +240,8 @@ def _grown(kind, p, d):
     return [tuple(q) for q in c + v * (1 + 1.6 * d / n)]
 
 
-def paint_dog(img, parts, fur, rng, bbox):
+def paint_dog(img: np.ndarray, parts: Sequence[DogPart], fur: str, rng: np.random.Generator,
+              bbox: tuple[float, float, float, float]) -> np.ndarray:
     """Composite the dog: coverage and per-part shade, then fur colour with a top-lit
     gradient and a soft coat texture; a ground shadow first; eye and nose last.
     Returns the dog's coverage mask (h x w, float)."""

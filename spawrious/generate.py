@@ -9,12 +9,19 @@ ROOT/spawrious224/info.json. Rerunning the same command resumes where it stopped
 larger --per_cell extends the cells. The caption filter (default on for sd14, off for
 procedural) regenerates until every cell has its count, with --max_attempts per cell.
 """
+from __future__ import annotations
+
 import argparse
 import io
 import multiprocessing
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from PIL import Image
+from tqdm import tqdm
 
 from oodutils.cli import (
     ArgumentParser,
@@ -26,7 +33,8 @@ from oodutils.cli import (
 from oodutils.errors import UserError, epilog_example, run_cli
 from oodutils.fileio import atomic_write_bytes, atomic_write_json
 from oodutils.log import get_logger
-from spawrious.caption import DEFAULT_CAPTIONER, ViTGPT2Captioner, caption_passes
+from spawrious.backends import Backend, ProceduralBackend, StableDiffusionBackend, check_backend
+from spawrious.caption import DEFAULT_CAPTIONER, Captioner, ViTGPT2Captioner, caption_passes
 from spawrious.constants import (
     BREEDS,
     CAPTION_KEYWORDS,
@@ -40,7 +48,8 @@ from spawrious.constants import (
 )
 from spawrious.layout import INFO_FILE, cell_relpath, read_info
 from spawrious.manifest import append_records, image_name, reconcile
-from spawrious.prompts import image_seed, prompt_for_attempt
+from spawrious.procedural import render
+from spawrious.prompts import PromptSpec, image_seed, prompt_for_attempt
 
 logger = get_logger(__name__)
 
@@ -50,7 +59,12 @@ EPILOG = epilog_example("spawrious-generate", "spawrious.generate",
 CHUNK = 24   # procedural images per worker task
 
 
-def prepare_output(out, backend_name, seed, settings, per_cell):
+#: what one worker returns: (dataset dir, pool, location, breed, the records it wrote)
+ChunkRecords = tuple[str, int, str, str, list[dict[str, Any]]]
+
+
+def prepare_output(out: str | os.PathLike[str], backend_name: str, seed: int,
+                   settings: Mapping[str, Any], per_cell: int) -> str:
     """Create ROOT/spawrious224 (ROOT's parent must exist) and check or write info.json."""
     out = os.path.abspath(os.path.expanduser(os.fspath(out)))
     parent = os.path.dirname(out.rstrip(os.sep)) or os.sep
@@ -75,8 +89,9 @@ def prepare_output(out, backend_name, seed, settings, per_cell):
     return dataset_dir
 
 
-def _record(spec, seed, pool, attempt, backend, size, file=None, caption=None, status="kept",
-            reason=None, negative_prompt=None):
+def _record(spec: PromptSpec, seed: int, pool: int, attempt: int, backend: str, size: int,
+            file: str | None = None, caption: str | None = None, status: str = "kept",
+            reason: str | None = None, negative_prompt: str | None = None) -> dict[str, Any]:
     return {"file": file, "pool": pool, "location": spec.location, "breed": spec.breed,
             "attempt": attempt, "prompt": spec.text, "negative_prompt": negative_prompt,
             "fur": spec.fur, "pose": spec.pose, "time_of_day": spec.time_of_day,
@@ -84,17 +99,14 @@ def _record(spec, seed, pool, attempt, backend, size, file=None, caption=None, s
             "status": status, "reason": reason, "size": size}
 
 
-def _png_bytes(image):
+def _png_bytes(image: Image.Image) -> bytes:
     buf = io.BytesIO()
     image.save(buf, format="PNG", compress_level=1)
     return buf.getvalue()
 
 
-def _render_chunk(task):
+def _render_chunk(task: tuple[str, int, int, int, str, str, Sequence[int]]) -> ChunkRecords:
     """Worker: render and atomically write procedural images; return their records."""
-    from PIL import Image
-
-    from spawrious.procedural import render
     dataset_dir, seed, size, pool, location, breed, attempts = task
     records = []
     for k in attempts:
@@ -108,12 +120,15 @@ def _render_chunk(task):
     return dataset_dir, pool, location, breed, records
 
 
-def _cells(pools, locations, breeds):
+def _cells(pools: Iterable[int | str], locations: Iterable[str],
+           breeds: Iterable[str]) -> list[tuple[int, str, str]]:
     return [(check_pool(p), check_location(loc), check_breed(b))
             for p in pools for loc in locations for b in breeds]
 
 
-def generate_procedural_fast(dataset_dir, seed, size, per_cell, cells, workers, log):
+def generate_procedural_fast(dataset_dir: str, seed: int, size: int, per_cell: int,
+                             cells: Sequence[tuple[int, str, str]], workers: int,
+                             log: Callable[[str], object]) -> int:
     """Every attempt is kept (no filter): render the missing ones in parallel."""
     tasks, manifests = [], {}
     for pool, location, breed in cells:
@@ -131,12 +146,11 @@ def generate_procedural_fast(dataset_dir, seed, size, per_cell, cells, workers, 
     log(f"rendering {total} procedural images ({len(cells)} cells, {workers} workers)")
     done, t0 = 0, time.time()
     if workers <= 1:
-        results = map(_render_chunk, tasks)
+        results: Iterable[ChunkRecords] = map(_render_chunk, tasks)
         pool_ = None
     else:
-        pool_ = multiprocessing.get_context("fork").Pool(workers)
+        pool_ = multiprocessing.get_context("spawn").Pool(workers)   # (no fork)
         results = pool_.imap_unordered(_render_chunk, tasks)
-    from tqdm import tqdm
     bar = tqdm(total=total, desc="Spawrious images", unit="img",
                disable=not sys.stderr.isatty())
     try:
@@ -153,8 +167,10 @@ def generate_procedural_fast(dataset_dir, seed, size, per_cell, cells, workers, 
     return done
 
 
-def generate_filtered(dataset_dir, backend, seed, per_cell, cells, captioner, keywords,
-                      max_attempts, log):
+def generate_filtered(dataset_dir: str, backend: Backend, seed: int, per_cell: int,
+                      cells: Sequence[tuple[int, str, str]], captioner: Captioner | None,
+                      keywords: Iterable[str], max_attempts: int,
+                      log: Callable[[str], object]) -> int:
     """The regenerate-until-count loop: caption every image, keep those whose caption
     has a keyword, stop a cell with a UserError after `max_attempts` attempts."""
     written = 0
@@ -179,7 +195,7 @@ def generate_filtered(dataset_dir, backend, seed, per_cell, cells, captioner, ke
             captions = iter(captioner.caption(images) if captioner is not None else [])
             records = []
             for a, spec, s, (image, _info) in zip(ks, specs, seeds, results):
-                common = dict(negative_prompt=negative)
+                common: dict[str, Any] = dict(negative_prompt=negative)
                 if image is None:
                     records.append(_record(spec, s, pool, a, backend.name, backend.size,
                                            status="rejected", reason="nsfw", **common))
@@ -207,7 +223,7 @@ def generate_filtered(dataset_dir, backend, seed, per_cell, cells, captioner, ke
     return written
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="spawrious-generate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     add_option(p, "--backend", default="procedural", help="procedural (default) | sd14")
@@ -245,11 +261,10 @@ def build_parser():
     return p
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args)
     check_outputs((args.out, "--output_dir", True))
-    from spawrious.backends import ProceduralBackend, StableDiffusionBackend, check_backend
     check_backend(args.backend)
     if args.per_cell < 1:
         raise UserError("--per_cell must be >= 1")
@@ -260,6 +275,7 @@ def main(argv=None):
     captioner_name = args.captioner or (
         "none" if args.backend == "procedural" else DEFAULT_CAPTIONER)
     max_attempts = args.max_attempts or max(5 * args.per_cell, 20)
+    backend: Backend
     if args.backend == "procedural":
         backend = ProceduralBackend(args.size)
     else:
@@ -285,7 +301,7 @@ def main(argv=None):
     log(f"done: {dataset_dir}")
     return 0
 
-def cli():
+def cli() -> None:
     """The `spawrious-generate` console command ([project.scripts])."""
     sys.exit(run_cli(main))
 

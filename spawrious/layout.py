@@ -6,8 +6,11 @@
 
 Files are always selected in sorted name order (the original used unsorted listdir).
 """
+from __future__ import annotations
+
 import json
 import os
+from typing import Any
 
 from oodutils.errors import UserError
 from spawrious.constants import DATASET_DIRNAME
@@ -17,7 +20,7 @@ INFO_FILE = "info.json"
 MANIFEST_DIR = "manifests"
 
 
-def resolve_dataset_dir(root, must_exist=True):
+def resolve_dataset_dir(root: str | os.PathLike[str], must_exist: bool = True) -> str:
     """ROOT/spawrious224 for a ROOT (also accepts the spawrious224 folder itself)."""
     root = os.fspath(root)
     if must_exist and not os.path.isdir(root):
@@ -40,15 +43,15 @@ def resolve_dataset_dir(root, must_exist=True):
     return candidate
 
 
-def cell_dir(dataset_dir, pool, location, breed):
+def cell_dir(dataset_dir: str, pool: int, location: str, breed: str) -> str:
     return os.path.join(dataset_dir, str(pool), location, breed)
 
 
-def cell_relpath(pool, location, breed, name):
+def cell_relpath(pool: int, location: str, breed: str, name: str) -> str:
     return "/".join([str(pool), location, breed, name])
 
 
-def list_images(directory):
+def list_images(directory: str) -> list[str]:
     """Image file names in `directory`, sorted; [] if it does not exist."""
     try:
         names = os.listdir(directory)
@@ -58,11 +61,11 @@ def list_images(directory):
                   if n.lower().endswith(IMAGE_EXTENSIONS) and not n.startswith("."))
 
 
-def manifest_path(dataset_dir, pool, location, breed):
+def manifest_path(dataset_dir: str, pool: int, location: str, breed: str) -> str:
     return os.path.join(dataset_dir, MANIFEST_DIR, f"{pool}_{location}_{breed}.jsonl")
 
 
-def read_info(dataset_dir):
+def read_info(dataset_dir: str) -> dict[str, Any] | None:
     path = os.path.join(dataset_dir, INFO_FILE)
     if not os.path.isfile(path):
         return None

@@ -11,10 +11,14 @@ dropped, images without a record and stale temp files are deleted, and the clean
 manifest is rewritten atomically. Attempts are numbered, and image names carry the
 number, so a resumed run continues at the next attempt with no duplicates.
 """
+from __future__ import annotations
+
 import json
 import os
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from oodutils.errors import UserError
 from oodutils.fileio import atomic_write_text
@@ -23,11 +27,11 @@ from spawrious.layout import cell_dir, list_images, manifest_path
 NAME_RE = re.compile(r"^(?P<backend>[a-z0-9]+)_(?P<attempt>\d{6,})\.png$")
 
 
-def image_name(backend, attempt):
+def image_name(backend: str, attempt: int) -> str:
     return f"{backend}_{int(attempt):06d}.png"
 
 
-def read_records(path):
+def read_records(path: str) -> tuple[list[dict[str, Any]], int]:
     """(records, n_bad_lines) from a JSONL manifest (missing file -> ([], 0))."""
     records, bad = [], 0
     try:
@@ -50,7 +54,7 @@ def read_records(path):
     return records, bad
 
 
-def append_records(path, records):
+def append_records(path: str, records: Iterable[Mapping[str, Any]]) -> None:
     if not records:
         return
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -69,7 +73,7 @@ def append_records(path, records):
         os.close(fd)
 
 
-def rewrite_records(path, records):
+def rewrite_records(path: str, records: Iterable[Mapping[str, Any]]) -> None:
     atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
 
 
@@ -84,19 +88,19 @@ class CellState:
     records: list = field(default_factory=list)
 
     @property
-    def kept(self):
+    def kept(self) -> int:
         return sum(1 for r in self.records if r["status"] == "kept")
 
     @property
-    def attempts(self):
+    def attempts(self) -> int:
         return len(self.records)
 
     @property
-    def next_attempt(self):
+    def next_attempt(self) -> int:
         return max((int(r["attempt"]) for r in self.records), default=-1) + 1
 
 
-def reconcile(dataset_dir, pool, location, breed, backend):
+def reconcile(dataset_dir: str, pool: int, location: str, breed: str, backend: str) -> CellState:
     """Repair one cell after an interruption (see the module docstring); returns its state."""
     directory = cell_dir(dataset_dir, pool, location, breed)
     mpath = manifest_path(dataset_dir, pool, location, breed)
@@ -121,9 +125,9 @@ def reconcile(dataset_dir, pool, location, breed, backend):
     return CellState(pool, location, breed, directory, mpath, clean)
 
 
-def read_manifest(dataset_dir):
+def read_manifest(dataset_dir: str) -> list[dict[str, Any]]:
     """All records of every cell, as one list (for inspection and tests)."""
-    out = []
+    out: list[dict[str, Any]] = []
     mdir = os.path.join(dataset_dir, "manifests")
     if not os.path.isdir(mdir):
         return out

@@ -4,21 +4,26 @@ function of the breed), pose -> shape, time of day -> global lighting, fog or ra
 
 An image is a pure function of (PromptSpec, seed, size): `render(spec, seed, size)`.
 """
+from __future__ import annotations
+
+from typing import Any, cast
+
 import numpy as np
 
 from spawrious.backgrounds import render_background
 from spawrious.dogs import build_dog, paint_dog, place_dog
+from spawrious.prompts import PromptSpec
 from spawrious.raster import to_uint8
 
 FOG = np.array((0.82, 0.83, 0.85), np.float32)
 
 
-def _desaturate(img, amount):
+def _desaturate(img: np.ndarray, amount: float) -> np.ndarray:
     grey = img.mean(axis=2, keepdims=True)
     return img * (1 - amount) + grey * amount
 
 
-def _rain(img, rng):
+def _rain(img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     h, w = img.shape[:2]
     drops = (rng.random((h, w)) < 0.004).astype(np.float32)
     length = max(3, int(round(min(h, w) / 18)))
@@ -29,7 +34,7 @@ def _rain(img, rng):
     return img * (1 - a) + np.array((0.85, 0.87, 0.92), np.float32) * a
 
 
-def grade(img, time_of_day, rng):
+def grade(img: np.ndarray, time_of_day: str, rng: np.random.Generator) -> np.ndarray:
     """Time-of-day grading of the whole frame (independent of location and breed)."""
     h = img.shape[0]
     top = (1.0 - np.arange(h, dtype=np.float32) / np.float32(max(h - 1, 1)))[:, None, None]
@@ -53,9 +58,10 @@ def grade(img, time_of_day, rng):
     return np.clip(img, 0.0, 1.0)
 
 
-def render(spec, seed, size=224, return_mask=False):
+def render(spec: PromptSpec, seed: int, size: int | tuple[int, int] = 224,
+           return_mask: bool = False) -> Any:
     """One image (uint8 H x W x 3) for a PromptSpec; `size` an int or (height, width)."""
-    h, w = (size, size) if np.isscalar(size) else size
+    h, w = cast("tuple[int, int]", (size, size) if np.isscalar(size) else size)
     rng = np.random.default_rng(int(seed))
     bg_rng, dog_rng, fur_rng, tod_rng = (np.random.default_rng(s)
                                          for s in rng.integers(0, 2 ** 31, 4))
@@ -66,9 +72,10 @@ def render(spec, seed, size=224, return_mask=False):
     return (out, mask) if return_mask else out
 
 
-def render_background_only(location, seed, size=224, time_of_day="bright sunny day"):
+def render_background_only(location: str, seed: int, size: int | tuple[int, int] = 224,
+                           time_of_day: str = "bright sunny day") -> np.ndarray:
     """The scene with no dog (for the location gate and for inspection)."""
-    h, w = (size, size) if np.isscalar(size) else size
+    h, w = cast("tuple[int, int]", (size, size) if np.isscalar(size) else size)
     rng = np.random.default_rng(int(seed))
     bg_rng, tod_rng = (np.random.default_rng(s) for s in rng.integers(0, 2 ** 31, 2))
     img, _ = render_background(location, bg_rng, h, w)

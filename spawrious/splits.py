@@ -19,7 +19,11 @@ Variant `paper_table2` uses the M2M columns of the paper's Table 2 instead (the 
 M2M-Easy = code m2m_hard, M2M-Medium = code m2m_easy, M2M-Hard = the groups of code
 m2m_medium with another per-environment assignment); its O2O columns equal the code's.
 """
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from oodutils.errors import UnknownNameError, UserError
 from spawrious.constants import BREEDS, CLASS_LIST, DEFAULT_PER_CELL, LOCATIONS
@@ -31,7 +35,8 @@ VARIANTS = ("canonical", "paper_table2")
 O2O_MU = (0.97, 0.87)    # spurious fraction in SC_group_1, SC_group_2
 
 # (group, test, filler); positions follow BREEDS = (bulldog, dachshund, labrador, corgi)
-CANONICAL = {
+#: benchmark -> (training locations, test locations, the O2O filler location or None)
+CANONICAL: dict[str, tuple[tuple[str, ...], tuple[str, ...], Any]] = {
     "o2o_easy": (("desert", "jungle", "dirt", "snow"),
                  ("dirt", "snow", "desert", "jungle"), "beach"),
     "o2o_medium": (("mountain", "beach", "dirt", "jungle"),
@@ -81,41 +86,41 @@ class Split:
     variant: str
     per_cell: int
     kind: str                 # "o2o" | "m2m"
-    selections: tuple
+    selections: tuple[Selection, ...]
 
     @property
-    def environments(self):
+    def environments(self) -> tuple[str, ...]:
         return ENVIRONMENTS
 
-    def counts(self):
+    def counts(self) -> dict[tuple[str, str, str], int]:
         """{(env, breed, location): count} summed over pools."""
-        out = {}
+        out: dict[tuple[str, str, str], int] = {}
         for s in self.selections:
             key = (s.env, s.breed, s.location)
             out[key] = out.get(key, 0) + s.count
         return out
 
-    def summary_rows(self):
+    def summary_rows(self) -> list[tuple[str, str, str, int]]:
         """[(env, breed, location, count)] in environment, label, location order."""
         counts = self.counts()
         return [(e, b, loc, counts[(e, b, loc)]) for e in ENVIRONMENTS for b in CLASS_LIST
                 for loc in LOCATIONS if (e, b, loc) in counts]
 
 
-def check_benchmark(name):
+def check_benchmark(name: str) -> str:
     key = str(name).lower()
     if key not in BENCHMARKS:
         raise UnknownNameError("benchmark", name, BENCHMARKS)
     return key
 
 
-def check_variant(name):
+def check_variant(name: str) -> str:
     if name not in VARIANTS:
         raise UnknownNameError("split variant", name, VARIANTS)
     return name
 
 
-def _o2o(group, test, filler, n):
+def _o2o(group: Sequence[str], test: Sequence[str], filler: str, n: int) -> list[Selection]:
     sels = []
     for env, pool, mu in (("SC_group_1", 0, O2O_MU[0]), ("SC_group_2", 1, O2O_MU[1])):
         k = int(mu * n)          # the authors' int(0.97 * 3168) = 3072, int(0.87 * 3168) = 2756
@@ -130,7 +135,7 @@ def _o2o(group, test, filler, n):
     return sels
 
 
-def _m2m_table(table, n):
+def _m2m_table(table: Mapping[str, tuple[str, str, tuple[str, ...]]], n: int) -> list[Selection]:
     sels = []
     for breed in BREEDS:
         env1, env2, tests = table[breed]
@@ -141,14 +146,16 @@ def _m2m_table(table, n):
     return sels
 
 
-def m2m_table_from_code(group, test):
+def m2m_table_from_code(group: Sequence[str],
+                        test: Sequence[str]) -> dict[str, tuple[str, str, tuple[str, ...]]]:
     """The authors' build_type2_combination as a breed -> (env1, env2, tests) table."""
     g, t = group, test
     return {"bulldog": (g[0], g[1], (t[0], t[1])), "dachshund": (g[1], g[0], (t[1], t[0])),
             "labrador": (g[2], g[3], (t[2], t[3])), "corgi": (g[3], g[2], (t[3], t[2]))}
 
 
-def build_split(benchmark, per_cell=DEFAULT_PER_CELL, variant="canonical"):
+def build_split(benchmark: str, per_cell: int = DEFAULT_PER_CELL,
+                variant: str = "canonical") -> Split:
     benchmark, variant = check_benchmark(benchmark), check_variant(variant)
     per_cell = int(per_cell)
     if per_cell < 1:
@@ -173,11 +180,11 @@ class Example:
     path: str         # relative to the dataset dir: "<pool>/<location>/<breed>/<name>"
 
 
-def select_files(dataset_dir, split):
+def select_files(dataset_dir: str, split: Split) -> dict[str, list[Example]]:
     """The examples of every environment: {env: [Example, ...]} (sorted file selection).
     Raises UserError naming the first cell that holds too few images."""
-    out = {env: [] for env in ENVIRONMENTS}
-    listing = {}
+    out: dict[str, list[Example]] = {env: [] for env in ENVIRONMENTS}
+    listing: dict[tuple[int, str, str], list[str]] = {}
     for s in split.selections:
         key = (s.pool, s.location, s.breed)
         if key not in listing:
@@ -195,8 +202,8 @@ def select_files(dataset_dir, split):
     return out
 
 
-def selected_counts(examples):
-    counts = {}
+def selected_counts(examples: Mapping[str, Sequence[Example]]) -> dict[tuple[str, str, str], int]:
+    counts: dict[tuple[str, str, str], int] = {}
     for env, exs in examples.items():
         for ex in exs:
             key = (env, ex.breed, ex.location)

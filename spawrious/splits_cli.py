@@ -1,5 +1,9 @@
 """The `spawrious-splits` command (``python -m spawrious.splits``): build one of the six
 benchmarks' splits, check the counts against the paper's tables, print a summary."""
+from __future__ import annotations
+
+import argparse
+import json
 import sys
 
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging, echo
@@ -22,8 +26,7 @@ EPILOG = epilog_example("spawrious-splits", "spawrious.splits",
                         "--data_dir data --benchmark o2o_easy --per_cell 50 --format csv")
 
 
-def build_parser():
-    import argparse
+def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         prog="spawrious-splits",
         description="Show, check and list the images of one Spawrious benchmark.",
@@ -44,13 +47,9 @@ def build_parser():
     return p
 
 
-def main(argv=None):
-    import json
-    import sys
-
-    from oodutils.csv_out import csv_text
-
+def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from oodutils.csv_out import csv_text  # numpy: after the flags are parsed
     configure_logging(args)
     benchmark, variant = check_benchmark(args.benchmark), check_variant(args.variant)
     dataset_dir = resolve_dataset_dir(args.root) if args.root is not None else None
@@ -93,7 +92,7 @@ def main(argv=None):
         raise UserError(f"{benchmark} fails validation: " + "; ".join(failures))
     return 0
 
-def cli():
+def cli() -> None:
     """The `spawrious-splits` console command ([project.scripts])."""
     sys.exit(run_cli(main))
 

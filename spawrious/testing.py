@@ -14,31 +14,32 @@ its final layer norm has zero gain, so every decoder state equals the norm's bia
 only ``word``'s output embedding is aligned with it. A random captioner would otherwise
 stop at once and say nothing.
 """
+from __future__ import annotations
+
 import json
 import os
+from typing import Any
+
+import torch
+
+from oodutils.errors import require
 
 CLIP_WORDS = ("one dog in a on the with and of black brown white sitting running beach "
               "desert park jungle mountain snow rocky hot dry cabin").split()
 CAPTION_WORDS = "a dog cat on the beach sitting in snow with".split()
 
 
-def build_tiny_sd(path, seed=0):
+def build_tiny_sd(path: str, seed: int = 0) -> Any:
     """A StableDiffusionPipeline (UNet, VAE, CLIP text encoder, tokenizer, DDIM) saved to `path`."""
-    import torch
-    from diffusers import (
-        AutoencoderKL,
-        DDIMScheduler,
-        StableDiffusionPipeline,
-        UNet2DConditionModel,
-    )
-    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
+    diffusers = require("diffusers", extra="generate")
+    transformers = require("transformers", extra="generate")
     torch.manual_seed(seed)
-    unet = UNet2DConditionModel(
+    unet = diffusers.UNet2DConditionModel(
         sample_size=8, in_channels=4, out_channels=4, layers_per_block=1,
         block_out_channels=(32, 64), down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
         up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=32,
         attention_head_dim=4, norm_num_groups=8)
-    vae = AutoencoderKL(
+    vae = diffusers.AutoencoderKL(
         in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 2,
         up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(32, 64), latent_channels=4,
         layers_per_block=1, norm_num_groups=8, sample_size=32)
@@ -51,33 +52,24 @@ def build_tiny_sd(path, seed=0):
         json.dump(vocab, f)
     with open(os.path.join(tok_dir, "merges.txt"), "w") as f:
         f.write("#version: 0.2\n")
-    tokenizer = CLIPTokenizer(os.path.join(tok_dir, "vocab.json"),
+    tokenizer = transformers.CLIPTokenizer(os.path.join(tok_dir, "vocab.json"),
                               os.path.join(tok_dir, "merges.txt"), model_max_length=77)
-    text_encoder = CLIPTextModel(CLIPTextConfig(
+    text_encoder = transformers.CLIPTextModel(transformers.CLIPTextConfig(
         vocab_size=len(vocab), hidden_size=32, intermediate_size=37, num_attention_heads=4,
         num_hidden_layers=2, max_position_embeddings=77, bos_token_id=0, eos_token_id=1,
         pad_token_id=1))
-    pipe = StableDiffusionPipeline(unet=unet, vae=vae, text_encoder=text_encoder,
-                                   tokenizer=tokenizer,
-                                   scheduler=DDIMScheduler(steps_offset=1, clip_sample=False),
-                                   safety_checker=None, feature_extractor=None,
-                                   requires_safety_checker=False)
+    pipe = diffusers.StableDiffusionPipeline(
+        unet=unet, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
+        scheduler=diffusers.DDIMScheduler(steps_offset=1, clip_sample=False),
+        safety_checker=None, feature_extractor=None, requires_safety_checker=False)
     pipe.save_pretrained(path)
     return pipe
 
 
-def build_tiny_captioner(path, word="dog", seed=0):
+def build_tiny_captioner(path: str, word: str = "dog", seed: int = 0) -> str:
     """A ViT + GPT-2 VisionEncoderDecoderModel, its GPT2Tokenizer and ViTImageProcessor,
     saved to `path`; it captions every image as `word` repeated (see the module doc)."""
-    import torch
-    from transformers import (
-        GPT2Config,
-        GPT2Tokenizer,
-        VisionEncoderDecoderConfig,
-        VisionEncoderDecoderModel,
-        ViTConfig,
-        ViTImageProcessor,
-    )
+    transformers = require("transformers", extra="generate")
     os.makedirs(path, exist_ok=True)
     words = list(CAPTION_WORDS) + ([word] if word not in CAPTION_WORDS else [])
     vocab = {"<|endoftext|>": 0}
@@ -89,17 +81,20 @@ def build_tiny_captioner(path, word="dog", seed=0):
         json.dump(vocab, f)
     with open(os.path.join(path, "merges.txt"), "w") as f:
         f.write("#version: 0.2\n")
-    tokenizer = GPT2Tokenizer(os.path.join(path, "vocab.json"), os.path.join(path, "merges.txt"))
+    tokenizer = transformers.GPT2Tokenizer(os.path.join(path, "vocab.json"),
+                                           os.path.join(path, "merges.txt"))
     torch.manual_seed(seed)
-    encoder = ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=1,
-                        num_attention_heads=4, intermediate_size=37)
-    decoder = GPT2Config(vocab_size=len(vocab), n_positions=32, n_embd=32, n_layer=1, n_head=4,
-                         add_cross_attention=True, is_decoder=True, bos_token_id=0,
-                         eos_token_id=0, pad_token_id=0)
-    config = VisionEncoderDecoderConfig.from_encoder_decoder_configs(encoder, decoder)
+    encoder = transformers.ViTConfig(image_size=32, patch_size=8, hidden_size=32,
+                                     num_hidden_layers=1, num_attention_heads=4,
+                                     intermediate_size=37)
+    decoder = transformers.GPT2Config(vocab_size=len(vocab), n_positions=32, n_embd=32,
+                                      n_layer=1, n_head=4, add_cross_attention=True,
+                                      is_decoder=True, bos_token_id=0, eos_token_id=0,
+                                      pad_token_id=0)
+    config = transformers.VisionEncoderDecoderConfig.from_encoder_decoder_configs(encoder, decoder)
     for cfg in (config,):
         cfg.decoder_start_token_id = cfg.pad_token_id = cfg.eos_token_id = cfg.bos_token_id = 0
-    model = VisionEncoderDecoderModel(config=config)
+    model = transformers.VisionEncoderDecoderModel(config=config)
     gen = model.generation_config
     gen.decoder_start_token_id = gen.pad_token_id = gen.eos_token_id = gen.bos_token_id = 0
     with torch.no_grad():
@@ -112,5 +107,5 @@ def build_tiny_captioner(path, word="dog", seed=0):
         head[vocab["\u0120" + word]] = 10.0 * direction / direction.norm() ** 2
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
-    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(path)
+    transformers.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(path)
     return path

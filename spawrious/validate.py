@@ -5,15 +5,19 @@ corr(1(S=s), 1(Y=c)) is the Pearson correlation of the two indicators over the
 examples of an environment (the phi coefficient of their 2 x 2 table); NaN where one
 indicator is constant there (e.g. a background absent from the environment).
 """
+from __future__ import annotations
+
 import math
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from spawrious.constants import CLASS_LIST, LOCATIONS
-from spawrious.splits import ENVIRONMENTS, M2M_CLASS_GROUPS
+from spawrious.splits import ENVIRONMENTS, M2M_CLASS_GROUPS, Split
 
 TRAIN_ENVS = ENVIRONMENTS[1:]
 
 
-def indicator_corr(n11, n1_, n_1, n):
+def indicator_corr(n11: float, n1_: float, n_1: float, n: float) -> float:
     """Pearson correlation of two 0/1 variables from n11 = #(both), n1_ = #(A), n_1 = #(B)."""
     denom = n1_ * (n - n1_) * n_1 * (n - n_1)
     if n == 0 or denom == 0:
@@ -21,15 +25,17 @@ def indicator_corr(n11, n1_, n_1, n):
     return (n * n11 - n1_ * n_1) / math.sqrt(denom)
 
 
-def _env_counts(counts, envs):
-    table = {}
+def _env_counts(counts: Mapping[tuple[str, str, str], int],
+                envs: Collection[str]) -> dict[tuple[str, str], int]:
+    table: dict[tuple[str, str], int] = {}
     for (env, breed, loc), k in counts.items():
         if env in envs:
             table[(breed, loc)] = table.get((breed, loc), 0) + k
     return table
 
 
-def correlations(counts, envs):
+def correlations(counts: Mapping[tuple[str, str, str], int],
+                 envs: Collection[str]) -> dict[tuple[str, str], float]:
     """{(location, breed): corr} over the union of `envs` (a tuple of env names)."""
     table = _env_counts(counts, envs)
     n = sum(table.values())
@@ -39,7 +45,8 @@ def correlations(counts, envs):
             for loc in LOCATIONS for c in CLASS_LIST}
 
 
-def group_corr(counts, envs, locations, classes):
+def group_corr(counts: Mapping[tuple[str, str, str], int], envs: Collection[str],
+               locations: Collection[str], classes: Collection[str]) -> float:
     """corr(1(S in locations), 1(Y in classes)) over the union of `envs`."""
     table = _env_counts(counts, envs)
     n = sum(table.values())
@@ -49,11 +56,12 @@ def group_corr(counts, envs, locations, classes):
     return indicator_corr(both, a, c, n)
 
 
-def validate_counts(split, counts):
+def validate_counts(split: Split,
+                    counts: Mapping[tuple[str, str, str], int]) -> tuple[dict[str, Any], list[str]]:
     """(report dict, list of failure messages) for one split's {(env, breed, loc): count}."""
     failures = []
     n = split.per_cell
-    report = {"benchmark": split.benchmark, "variant": split.variant, "per_cell": n,
+    report: dict[str, Any] = {"benchmark": split.benchmark, "variant": split.variant, "per_cell": n,
               "env_sizes": {}, "class_counts": {}, "corr": {}}
     for env in ENVIRONMENTS:
         per_class = {c: sum(k for (e, b, _), k in counts.items() if e == env and b == c)
@@ -79,7 +87,8 @@ def validate_counts(split, counts):
     return report, failures
 
 
-def _check_eq1(split, counts, report):
+def _check_eq1(split: Split, counts: Mapping[tuple[str, str, str], int],
+               report: dict[str, Any]) -> list[str]:
     """Eq. 1: corr_train(1(S=K_i), 1(Y=C_j)) > 0 and corr_test(...) < 0 for some (i, j);
     each class positively tied to its own background in both training environments and,
     at test time, on a background it was not paired with."""
@@ -106,21 +115,23 @@ def _check_eq1(split, counts, report):
     return failures
 
 
-def _check_eq2(split, counts, report):
+def _check_eq2(split: Split, counts: Mapping[tuple[str, str, str], int],
+               report: dict[str, Any]) -> list[str]:
     """Eq. 2: with background groups B_k = training backgrounds of class group C_k,
     corr(1(S in B_k), 1(Y in C_k)) = 1 in every training environment and -1 at test."""
     failures = []
     groups = []
     for classes in M2M_CLASS_GROUPS:
-        locs = {loc for (e, b, loc), k in counts.items() if e in TRAIN_ENVS and b in classes and k}
-        groups.append((tuple(sorted(locs)), classes))
+        found = {loc for (e, b, loc), k in counts.items() if e in TRAIN_ENVS and b in classes and k}
+        groups.append((tuple(sorted(found)), classes))
     if set(groups[0][0]) & set(groups[1][0]):
         failures.append(f"M2M background groups overlap: {groups[0][0]} vs {groups[1][0]}")
     for env in TRAIN_ENVS:
         for c in CLASS_LIST:
-            locs = [loc for (e, b, loc), k in counts.items() if e == env and b == c and k]
-            if len(locs) != 1:
-                failures.append(f"M2M: {c} should have exactly one background in {env}, has {locs}")
+            env_locs = [loc for (e, b, loc), k in counts.items() if e == env and b == c and k]
+            if len(env_locs) != 1:
+                failures.append(f"M2M: {c} should have exactly one background in {env}, has "
+                                f"{env_locs}")
     report["eq2"] = {}
     for locs, classes in groups:
         key = f"{'+'.join(locs)} ~ {'+'.join(classes)}"
@@ -135,7 +146,7 @@ def _check_eq2(split, counts, report):
     return failures
 
 
-def format_report(report):
+def format_report(report: Mapping[str, Any]) -> str:
     lines = [f"{report['benchmark']} ({report['variant']}), per cell {report['per_cell']}: "
              + ", ".join(f"{e} {n}" for e, n in report["env_sizes"].items())]
     for env in ENVIRONMENTS + ("train",):

@@ -12,7 +12,8 @@ import pytest
 from scipy import special, stats
 
 from analysis import aotl
-from analysis.aotl_inputs import (
+from analysis.aotl import cli as aotl_cli
+from analysis.aotl.inputs import (
     accuracies_from_records,
     export_csv,
     load_accuracies,
@@ -395,19 +396,19 @@ def test_regime_and_changepoints(tmp_path):
 
 def test_cli_main_formats_and_plot(toy_csvs, tmp_path, capsys):
     paths = [str(p) for p in toy_csvs[0]]
-    assert aotl.main(paths + ["--table", "pairwise", "--format", "csv"]) == 0
+    assert aotl_cli.main(paths + ["--table", "pairwise", "--format", "csv"]) == 0
     df = pd.read_csv(pd.io.common.StringIO(capsys.readouterr().out))
     for col in ["dataset", "ood_env", "id_envs", "n", "slope", "intercept", "r", "p", "stderr"]:
         assert col in df.columns
     assert len(df) == 6
-    aotl.main(paths + ["--format", "markdown"])
+    aotl_cli.main(paths + ["--format", "markdown"])
     out = capsys.readouterr().out
     assert out.startswith("| dataset | ood_env |") and "| inverse line |" in out
-    aotl.main(paths + ["--format", "latex", "--id-envs", "0", "1"])
+    aotl_cli.main(paths + ["--format", "latex", "--id-envs", "0", "1"])
     assert "\\toprule" in capsys.readouterr().out
-    aotl.main(paths + ["--table", "n-classifiers", "--bootstrap", "50"])
+    aotl_cli.main(paths + ["--table", "n-classifiers", "--bootstrap", "50"])
     assert "min_samples" in capsys.readouterr().out
-    aotl.main(paths + ["--plot", str(tmp_path / "png"), "--output", str(tmp_path / "t.md")])
+    aotl_cli.main(paths + ["--plot", str(tmp_path / "png"), "--output", str(tmp_path / "t.md")])
     assert (tmp_path / "t.md").read_text().startswith("| dataset")
     pngs = sorted((tmp_path / "png").glob("*.png"))
     assert [p.name for p in pngs] == ["Toy_env0.png", "Toy_env1.png", "Toy_env2.png"]

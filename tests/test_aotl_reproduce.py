@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from analysis.aotl import pairwise_table, per_ood_table
-from analysis.aotl_inputs import read_accuracy_csvs
+from analysis.aotl.inputs import read_accuracy_csvs
 from tests.requirements import data_dir, need_data
 
 REPO = Path(__file__).resolve().parents[1]

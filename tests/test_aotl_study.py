@@ -10,15 +10,14 @@ import sys
 import pandas as pd
 import pytest
 
-from domainbed.launch import launchers, pooled, zoo
-from domainbed.scripts import sweep
+from domainbed.launch import launchers, pooled, sweep, zoo
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOLATILE = ("step_time", "mem_gb")
 
 
 def study(out, data, models, *extra):
-    cmd = [sys.executable, "-m", "analysis.aotl_study_cli", "--dataset", "ColoredMNIST", "--models",
+    cmd = [sys.executable, "-m", "analysis.aotl.study_cli", "--dataset", "ColoredMNIST", "--models",
            str(models), "--output_dir", str(out), "--workers", "2", "--data_dir", str(data),
            "--steps", "16", "--checkpoint_freq", "5", "--oodselect_steps", "30", *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
@@ -101,7 +100,7 @@ def test_pooled_launcher_matches_local(tmp_path):
     (["--models", "3", "--eval_splits", "nope"], "--eval_splits"),
 ])
 def test_bad_input_is_one_line(tmp_path, flags, message):
-    proc = subprocess.run([sys.executable, "-m", "analysis.aotl_study_cli", "--dataset",
+    proc = subprocess.run([sys.executable, "-m", "analysis.aotl.study_cli", "--dataset",
                            "ColoredMNIST", "--output_dir", str(tmp_path / "o"), *flags],
                           capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 2 and message in proc.stderr

@@ -9,6 +9,7 @@ from contextlib import redirect_stdout
 
 import pytest
 
+from domainbed.results import grouping, report
 from domainbed.results import model_selection as ms
 from domainbed.scripts import collect_results, list_top_hparams
 from oodutils.errors import run_cli
@@ -208,7 +209,7 @@ def test_leave_one_domain_out():
     assert [a["val_acc"] for a, _ in accs] == pytest.approx([0.9, 0.7, 0.55])
     assert sweep_acc(ms.LeaveOneOutSelectionMethod, records) == 0.7
     # A run with two test envs belongs to both test envs' groups.
-    groups = ms.group_records(records)
+    groups = grouping.group_records(records)
     assert {k.test_env for k in groups} == {0, 1, 2}
     assert len(groups[ms.GroupKey(0, "Toy3", "ERM", 1)]) == 3
 
@@ -301,7 +302,6 @@ def test_list_top_hparams_on_test_sweep(tmp_path, capsys):
 def test_registered_environment_names_give_domainbed_output_byte_for_byte(tmp_path,
                                                                          monkeypatch):
     copy = sweep_copy(tmp_path)
-    from domainbed.results import report
     monkeypatch.setattr(report, "registered_environments",
                         lambda name: ["C", "L", "S", "V"] if name == "VLCS" else None)
     text = run_main(collect_results, ["--input_dir", str(copy), "--no_save"])

@@ -42,7 +42,7 @@ def test_command_errors_are_one_line(monkeypatch, capsys):
 @pytest.mark.parametrize("flag", ["--out", "--output", "--output-dir"])
 def test_output_flag_aliases(flag):
     """One spelling (--output), the older ones kept: the issues' commands still parse."""
-    from analysis import oodselect_cli
+    from analysis.oodselect import cli as oodselect_cli
     from ood_bench import cli as ood_cli
     args = oodselect_cli.build_parser().parse_args(["--matrix", "a.npz", "--sizes", "5",
                                                     flag, "d"])

@@ -78,7 +78,7 @@ def test_explicit_method_without_such_datasets_warns(tmp_path, capsys):
 
 
 def test_sweep_uses_the_datasets_default_test_envs():
-    from domainbed.scripts.sweep import make_args_list
+    from domainbed.launch.sweep import make_args_list
     for single in (False, True):
         jobs = make_args_list(1, ["Waterbirds", "CivilComments"], ["ERM"], 0, 1, None,
                               "/data", "domain_generalization", 0.2, single, None)
@@ -89,7 +89,7 @@ def test_sweep_uses_the_datasets_default_test_envs():
 
 
 def test_validity_selects_with_val_worst_group(sweep):
-    from analysis import validity_records as VR
+    from analysis.validity import records as VR
     from domainbed.results.records import load_records
     results = VR.group_results(load_records([str(sweep)], quiet=True).records)
     assert set(results["benchmark"]) == {"Waterbirds"}  # one benchmark: its test env

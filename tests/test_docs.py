@@ -1,6 +1,7 @@
 """The documentation site: every code block in docs/ runs (as README blocks do, with the
 same directives and block parser), and `mkdocs build --strict` passes."""
 import os
+import re
 import subprocess
 import sys
 
@@ -93,12 +94,20 @@ def test_benchmarks_page_is_what_the_recorded_figures_render(tmp_path):
     import gen_docs
     page = (REPO / "docs" / "benchmarks.md").read_text()
     assert page == gen_docs.benchmarks_page() + "\n", "run python scripts/gen_docs.py"
-    benchfigures.record("test-figure", what="A test figure", command="true",
-                        result="42 s", figures=tmp_path)
+    benchfigures.record("test-figure", what="A test figure", headline="42 s",
+                        peer="DomainBed 84 s", command="true",
+                        result="42 s wall, 40 s CPU (median of 3)", figures=tmp_path)
     rendered = gen_docs.benchmarks_page(tmp_path)
-    assert "| A test figure | `true` |" in rendered and "| 42 s |" in rendered
+    row = re.compile(r"^\| \[A test figure\]\(benchmarks/test-figure\.json\) \| 42 s"
+                     r"( \(loaded\))? \| DomainBed 84 s \| `true` \|$", re.M)   # loaded: now
+    assert row.search(rendered), rendered
+    assert "40 s CPU" not in rendered   # the details stay in the record
     with pytest.raises(ValueError):
-        benchfigures.record("../escape", what="x", command="x", result="x", figures=tmp_path)
+        benchfigures.record("../escape", what="x", headline="x", peer="x", command="x",
+                            result="x", figures=tmp_path)
+    with pytest.raises(ValueError, match="headline"):   # one short row per figure
+        benchfigures.record("long", what="x", headline="a paragraph " * 10, peer="x",
+                            command="x", result="x", figures=tmp_path)
 
 
 def _gen_docs():

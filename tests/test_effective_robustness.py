@@ -5,7 +5,7 @@ import pytest
 from scipy import special, stats
 
 from analysis import aotl
-from analysis.aotl_inputs import read_accuracy_csvs
+from analysis.aotl.inputs import read_accuracy_csvs
 from tests.test_aotl import synthetic_models, write_csv
 
 

@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 
+from domainbed.launch import sweep as sweep_plan
 from domainbed.predictions import list_prediction_steps, load_predictions
 from domainbed.results import model_selection
 from domainbed.scripts import collect_results, sweep, train
@@ -86,7 +87,7 @@ def test_sweep_passes_eval_splits_and_all_keeps_domainbed_hashes(tmp_path):
 
     def jobs(*extra):
         args = sweep.build_parser().parse_args(base + list(extra))
-        return sweep.make_args_list(
+        return sweep_plan.make_args_list(
             1, ["Debug28"], ["ERM"], 0, 1, None, str(tmp_path), "domain_generalization",
             0.2, True, None,
             extra_args={n: getattr(args, n) for n in sweep.PASS_THROUGH
@@ -95,7 +96,7 @@ def test_sweep_passes_eval_splits_and_all_keeps_domainbed_hashes(tmp_path):
     assert jobs() == jobs("--eval_splits", "all")
     with_out = jobs("--eval_splits", "out", "test")
     assert all(a["eval_splits"] == ["out", "test"] for a in with_out)
-    assert "--eval_splits out test" in " ".join(sweep.train_argv(with_out[0]))
+    assert "--eval_splits out test" in " ".join(sweep_plan.train_argv(with_out[0]))
     with pytest.raises(UserError, match="eval_splits"):
         sweep.check_args(sweep.build_parser().parse_args(base + ["--eval_splits", "x"]))
 

@@ -379,7 +379,7 @@ def test_output_dir_holding_a_run_is_refused(tmp_path, capsys):
 
 
 def test_collect_results_and_aotl_read_evaluations(tmp_path, capsys):
-    from analysis import aotl_cli
+    from analysis.aotl import cli as aotl_cli
     from domainbed.scripts import collect_results
     root = tmp_path / "evals"
     path, _ = make_checkpoint(tmp_path)

@@ -15,8 +15,8 @@ import time
 import pytest
 import torch
 
-from domainbed.launch import launchers
 from domainbed.launch.fused import plan, run_group
+from domainbed.launch.jobs import Command
 from domainbed.scripts import train
 
 ALGORITHMS_THAT_FUSE = ["CORAL", "ERM", "GroupDRO", "IRM", "MMD", "ReweightedERM", "VREx"]
@@ -35,7 +35,7 @@ def train_flags(out, data_dir, algorithm="ERM", dataset="ColoredMNIST", seed=0, 
 
 def command(flags):
     out = flags[flags.index("--output_dir") + 1]
-    return launchers.Command([sys.executable, "-m", "domainbed.scripts.train", *flags], out)
+    return Command([sys.executable, "-m", "domainbed.scripts.train", *flags], out)
 
 
 def records(run_dir):

@@ -100,7 +100,7 @@ def test_prediction_arrays_of_different_lengths(tmp_path):
 
 def test_constant_accuracy_correlation_is_undefined_with_a_note():
     from analysis import oodselect as core
-    from analysis.oodselect_cli import _row
+    from analysis.oodselect.protocol import _row
     A = np.zeros((12, 4), np.uint8)      # every model misses every example
     A[:, 3] = np.arange(12) % 2
     y = np.linspace(0.5, 0.9, 12)
@@ -120,7 +120,7 @@ def test_constant_accuracy_correlation_is_undefined_with_a_note():
     (("--fractions", "1.2", "-0.1", "-0.1"), "--fractions must be three numbers >= 0"),
 ])
 def test_oodselect_bad_numbers(tmp_path, capsys, extra, message):
-    from analysis.oodselect_cli import main
+    from analysis.oodselect.cli import main
     out = tmp_path / "out"
     err = cli_error(main, ["--matrix", str(tmp_path / "m.npz"), "--out", str(out), *extra],
                     capsys)
@@ -128,8 +128,8 @@ def test_oodselect_bad_numbers(tmp_path, capsys, extra, message):
 
 
 def test_oodselect_out_is_a_file_and_duplicate_ids(tmp_path, capsys):
-    from analysis.oodselect_cli import main
-    from analysis.oodselect_data import from_arrays
+    from analysis.oodselect.cli import main
+    from analysis.oodselect.data import from_arrays
     out = tmp_path / "out"
     out.write_text("mine")
     err = cli_error(main, ["--matrix", str(tmp_path / "m.npz"), "--out", str(out)], capsys)

@@ -90,7 +90,7 @@ def test_leaderboard_with_lone_surrogates(broken_site, capsys):
 
 
 def test_benchmark_card_with_lone_surrogates(broken_site, capsys):
-    from analysis.card_cli import main
+    from analysis.card.cli import main
     root, sweep = broken_site
     out = root / "cards"
     code, stdout, err = run_main(main, ["--input_dir", str(sweep), "--output_dir", str(out),
@@ -103,8 +103,8 @@ def test_benchmark_card_with_lone_surrogates(broken_site, capsys):
 
 def test_a_card_that_fails_leaves_no_page(broken_site, tmp_path, monkeypatch, capsys):
     """Pages whole or not at all: a card whose rendering fails writes nothing."""
-    from analysis import card
-    from analysis.card_cli import main
+    from analysis.card import build as card
+    from analysis.card.cli import main
 
     def fail(*args, **kwargs):
         raise RuntimeError("rendering failed")

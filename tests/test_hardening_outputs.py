@@ -181,7 +181,7 @@ def test_leaderboard_folder_honours_the_umask(site):
 
 
 def test_aotl_csv_table_and_exported_accuracies(sweep, tmp_path, capsys):
-    from analysis.aotl_cli import main
+    from analysis.aotl.cli import main
     code, out, err = run_main(main, [str(sweep), "--format", "csv"], capsys)
     assert code == 0, err
     assert "'" + DATASET in assert_inert(out, "aotl stdout")
@@ -204,7 +204,7 @@ def test_aotl_csv_table_and_exported_accuracies(sweep, tmp_path, capsys):
 
 
 def test_labelfree_csvs(tmp_path, capsys):
-    from analysis.labelfree_cli import main
+    from analysis.labelfree.cli import main
     cps = [dataclasses.replace(cp, dataset=DATASET) for cp in zoo(4, -0.5, n=200)]
     write_sweep(tmp_path / "sweep", cps)
     out = tmp_path / "out"
@@ -220,7 +220,7 @@ def test_oodselect_and_validity_tables(tmp_path):
     """The analysis tables' one writer (tables.write / report.write_csv)."""
     import pandas as pd
 
-    from analysis.oodselect_report import write_csv
+    from analysis.oodselect.report import write_csv
     from oodutils import tables
     frame = pd.DataFrame({"method": HOSTILE, "r": np.arange(len(HOSTILE)) - 3.5})
     write_csv(tmp_path / "summary.csv", frame)
@@ -254,14 +254,12 @@ UNWRITABLE = "/proc/oodbed-no/x"
 
 def _commands(sweep_dir):
     """(main, argv) for every command and every output option it has."""
-    from analysis import (
-        aotl_cli,
-        aotl_study_cli,
-        card_cli,
-        labelfree_cli,
-        oodselect_cli,
-        validity_cli,
-    )
+    from analysis.aotl import cli as aotl_cli
+    from analysis.aotl import study_cli as aotl_study_cli
+    from analysis.card import cli as card_cli
+    from analysis.labelfree import cli as labelfree_cli
+    from analysis.oodselect import cli as oodselect_cli
+    from analysis.validity import cli as validity_cli
     from domainbed.scripts import collect_results, download, evaluate, leaderboard, train
     from domainbed.scripts import sweep as sweep_cli
     from ood_bench import cli as ood_bench
@@ -333,7 +331,7 @@ def test_oodselect_reads_examples_csv_back_and_never_blocks_on_a_fifo(tmp_path, 
     place is skipped with a warning, never read (a read would block forever)."""
     import threading
 
-    from analysis import oodselect_data as data
+    from analysis.oodselect import data
     from domainbed.training.loop import example_paths_csv
     from tests.test_oodselect import write_fake_sweep
     small, _ = data.planted_problem(n_runs=6, checkpoints=1, n_aligned=8, n_conflict=4)
@@ -411,8 +409,8 @@ def test_a_terminal_gets_no_control_character_a_pipe_gets_the_csv_as_written(mon
 def test_names_longer_than_a_file_name_still_give_files(tmp_path, capsys):
     """File names made from a 300-character dataset name (aotl's plots and export,
     labelfree's plots) stay within the file system's limit, one per name."""
-    from analysis.aotl_cli import main as aotl
-    from analysis.labelfree_cli import main as labelfree
+    from analysis.aotl.cli import main as aotl
+    from analysis.labelfree.cli import main as labelfree
     from oodutils.fileio import file_name_part
     long_a, long_b = "D" * 300, "D" * 299 + "E"
     assert file_name_part(long_a) != file_name_part(long_b)
@@ -466,7 +464,7 @@ def test_metrics_on_a_sweep_it_cannot_write_warns_per_run(tmp_path, capsys, monk
                                         ("x" * 300 + ".csv", "File name too long")])
 def test_an_empty_output_or_a_folder_for_a_file_is_one_line(path, says, sweep, tmp_path,
                                                             capsys, monkeypatch):
-    from analysis.aotl_cli import main as aotl
+    from analysis.aotl.cli import main as aotl
     monkeypatch.chdir(tmp_path)     # a relative path lands here, whatever happens
     from domainbed.scripts.collect_results import main as collect
     for main, argv in ((aotl, [str(sweep), "--output", path]),
@@ -495,7 +493,7 @@ def test_a_name_never_becomes_a_markdown_link_or_image(tmp_path, capsys):
     """Markdown outputs (collect_results --format markdown, the cards' .md): link and
     image syntax in a name is escaped, so viewing the file neither shows a disguised link
     nor loads a remote image; a backslash cannot unescape the cell separator."""
-    from analysis.card_cli import main as card
+    from analysis.card.cli import main as card
     from domainbed.scripts.collect_results import main as collect
     alg = "[click](javascript:alert(1))"
     envs = ["![t](https://tracker.example/p.png)", "e1\\|x", "e2"]
@@ -516,8 +514,8 @@ def test_a_name_never_becomes_a_markdown_link_or_image(tmp_path, capsys):
 def test_oodselect_command_csvs(tmp_path, capsys):
     """oodselect on a sweep whose examples are files named like formulas: every CSV it
     writes (summary, subsets with the paths, jaccard, composition) is inert."""
-    from analysis import oodselect_data as data
-    from analysis.oodselect_cli import main
+    from analysis.oodselect import data
+    from analysis.oodselect.cli import main
     from domainbed.training.loop import example_paths_csv
     from tests.test_oodselect import write_fake_sweep
     cm, _ = data.planted_problem(n_runs=16, checkpoints=1, n_aligned=24, n_conflict=6,
@@ -547,7 +545,7 @@ def test_oodselect_command_csvs(tmp_path, capsys):
 
 def test_benchmark_validity_csv(tmp_path, capsys):
     """benchmark-validity report --format csv on benchmarks named like formulas."""
-    from analysis import validity_cli
+    from analysis.validity import cli as validity_cli
     from tests.test_validity import ACC
     from tests.test_validity import write_run as write_group_run
     names = dict(zip(ACC, ['=HYPERLINK("x")', "@A1", "-1+cmd", "\r=1"]))
@@ -571,7 +569,7 @@ def test_benchmark_validity_csv(tmp_path, capsys):
 def test_a_name_that_is_not_valid_mathtext_still_gives_plots(tmp_path, capsys):
     """Plot titles and labels from names: `$...$` that matplotlib cannot parse as math is
     drawn as plain text (aotl --plot, the leaderboard's figures), never a ParseException."""
-    from analysis.aotl_cli import main as aotl
+    from analysis.aotl.cli import main as aotl
     from domainbed.scripts.leaderboard import main as leaderboard
     sweep = hostile_sweep(tmp_path / "sweep", dataset="a$\\frac{$b", algorithm="x$^^$",
                           envs=["e$\\x$", "e1", "e2"])

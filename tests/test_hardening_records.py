@@ -73,7 +73,7 @@ def test_collect_results_skips_each_bad_record_with_a_note_naming_it(hostile_swe
 
 
 def test_leaderboard_and_aotl_read_past_bad_records(hostile_sweep, tmp_path):
-    from analysis.aotl_inputs import load_accuracies
+    from analysis.aotl.inputs import load_accuracies
     from domainbed.leaderboard.site import build_site
     model = build_site([str(hostile_sweep)], str(tmp_path / "site"))
     notes = " ".join(model["notes"])

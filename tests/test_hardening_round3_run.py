@@ -491,10 +491,10 @@ def test_a_fifo_named_as_any_commands_input_is_one_line(tmp_path, capsys, alarm,
     from oodutils.errors import run_cli
     out = str(tmp_path / "out")
     if command == "aotl":
-        from analysis.aotl_cli import main
+        from analysis.aotl.cli import main
         argv, needle = [_fifo(tmp_path, "acc.csv")], "accuracy CSV"
     elif command == "oodselect":
-        from analysis.oodselect_cli import main
+        from analysis.oodselect.cli import main
         argv, needle = ["--matrix", _fifo(tmp_path, "m.npz"), "--out", out], "matrix file"
     elif command == "ood-bench-calibration":
         import numpy as np

@@ -7,14 +7,22 @@ import sys
 
 import pytest
 
-from domainbed.launch import launchers
+from domainbed.launch.jobs import (
+    FAILED,
+    LOCK_FILE,
+    LOG_FILE,
+    Command,
+    job_state,
+    last_error,
+    run_command,
+)
 from domainbed.scripts import sweep
 from tests.test_sweep import fake_names, fake_train, flags, jobs_for  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("fake_train")
 
 
-@pytest.mark.parametrize("name", [launchers.LOCK_FILE, launchers.LOG_FILE])
+@pytest.mark.parametrize("name", [LOCK_FILE, LOG_FILE])
 def test_symlinked_job_file_is_never_written_through(tmp_path, capsys, name):
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
@@ -41,11 +49,11 @@ def assert_status_fails_only(tmp_path, capsys, job, reason):
 def test_fifo_lock_is_refused_without_blocking(tmp_path):
     job = jobs_for(tmp_path)[0]
     os.makedirs(job.output_dir)
-    os.mkfifo(os.path.join(job.output_dir, launchers.LOG_FILE))
-    outcome = launchers.run_command(job.command)
+    os.mkfifo(os.path.join(job.output_dir, LOG_FILE))
+    outcome = run_command(job.command)
     assert outcome.failed
-    assert "not a regular file" in launchers.last_error(job.output_dir)
-    assert launchers.job_state(job.output_dir) == launchers.FAILED
+    assert "not a regular file" in last_error(job.output_dir)
+    assert job_state(job.output_dir) == FAILED
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -125,11 +133,11 @@ def test_hard_linked_launcher_log_is_never_appended_to(tmp_path):
     victim.write_text("precious\n")
     job = jobs_for(tmp_path)[0]
     os.makedirs(job.output_dir)
-    os.link(victim, os.path.join(job.output_dir, launchers.LOG_FILE))
-    assert launchers.run_command(job.command).failed
+    os.link(victim, os.path.join(job.output_dir, LOG_FILE))
+    assert run_command(job.command).failed
     assert victim.read_text() == "precious\n"
-    assert "launcher.log has other hard links" in launchers.last_error(job.output_dir)
-    assert launchers.job_state(job.output_dir) == launchers.FAILED
+    assert "launcher.log has other hard links" in last_error(job.output_dir)
+    assert job_state(job.output_dir) == FAILED
 
 
 @pytest.mark.parametrize("umask, expected", [(0o002, 0o664), (0o077, 0o600)])
@@ -137,10 +145,10 @@ def test_lock_and_launcher_log_honour_the_umask(tmp_path, umask, expected):
     job = jobs_for(tmp_path)[0]
     old = os.umask(umask)
     try:
-        assert launchers.run_command(job.command).status == "ok"
+        assert run_command(job.command).status == "ok"
     finally:
         os.umask(old)
-    for name in (launchers.LOCK_FILE, launchers.LOG_FILE):
+    for name in (LOCK_FILE, LOG_FILE):
         assert os.stat(os.path.join(job.output_dir, name)).st_mode & 0o777 == expected
 
 
@@ -160,7 +168,7 @@ def _fake_call_train(flags, log):
 def _pooled_commands(tmp_path, n):
     from domainbed.launch.pooled import TRAIN_MODULE
     outs = [str(tmp_path / f"job{i}") for i in range(n)]
-    return [launchers.Command([sys.executable, "-m", TRAIN_MODULE, "--output_dir", out], out)
+    return [Command([sys.executable, "-m", TRAIN_MODULE, "--output_dir", out], out)
             for out in outs]
 
 
@@ -179,7 +187,7 @@ def _timeout(*_):
     raise TimeoutError("the pooled launcher hung")
 
 
-@pytest.mark.parametrize("name", [launchers.LOCK_FILE, launchers.LOG_FILE])
+@pytest.mark.parametrize("name", [LOCK_FILE, LOG_FILE])
 def test_pooled_refuses_a_symlinked_job_file_and_runs_the_rest(tmp_path, pooled_fake, name):
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
@@ -191,7 +199,7 @@ def test_pooled_refuses_a_symlinked_job_file_and_runs_the_rest(tmp_path, pooled_
     status = {o.output_dir: o.status for o in outcomes}
     assert status == {c.output_dir: "failed" if i == 1 else "ok"
                       for i, c in enumerate(commands)}
-    assert f"{name} is a symbolic link" in launchers.last_error(commands[1].output_dir)
+    assert f"{name} is a symbolic link" in last_error(commands[1].output_dir)
 
 
 def test_pooled_worker_killed_fails_its_job_alone(tmp_path, pooled_fake):
@@ -205,6 +213,6 @@ def test_pooled_worker_killed_fails_its_job_alone(tmp_path, pooled_fake):
         assert by_dir[c.output_dir].status == ("failed" if i == 2 else "ok")
     killed = commands[2].output_dir
     assert by_dir[killed].returncode == -signal.SIGKILL
-    reason = launchers.last_error(killed)
+    reason = last_error(killed)
     assert "pooled worker" in reason and f"killed by signal {int(signal.SIGKILL)}" in reason
-    assert launchers.job_state(killed) == launchers.FAILED   # its lock died with it
+    assert job_state(killed) == FAILED   # its lock died with it

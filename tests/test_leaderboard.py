@@ -305,7 +305,7 @@ def test_bad_arguments_exit_2_before_any_work(tmp_path):
 def test_oodselect_panel(tmp_path):
     import numpy as np
 
-    from analysis import oodselect_cli
+    from analysis.oodselect import cli as oodselect_cli
     rng = np.random.default_rng(0)
     a = (rng.random((30, 60)) < np.linspace(0.3, 0.9, 30)[:, None]).astype(np.uint8)
     np.savez(tmp_path / "m.npz", A=a, y=a.mean(1) * 0.5 + 0.4)

@@ -99,12 +99,12 @@ def test_cli_flags(tmp_path, capsys):
 
 
 def test_quiet_hides_notices(tmp_path, capsys):
-    from analysis import aotl
+    from analysis.aotl import cli as aotl_cli
     write_run(tmp_path / "runs" / "a", [record(0), record(100)])
     args = [str(tmp_path / "runs"), "--export-csv", str(tmp_path / "out")]
-    aotl.main(args)
+    aotl_cli.main(args)
     assert capsys.readouterr().err.startswith("wrote 1 accuracy CSV file(s)")
-    aotl.main(args + ["-q"])
+    aotl_cli.main(args + ["-q"])
     assert capsys.readouterr().err == ""
 
 
@@ -182,7 +182,7 @@ def test_plots_leave_the_backend_alone(tmp_path):
 import json, sys, matplotlib
 before = dict.__getitem__(matplotlib.rcParams, "backend")
 import numpy as np, pandas as pd
-from analysis import oodselect_report as rep
+from analysis.oodselect import report as rep
 from ood_bench import figures
 rep.plot_probit_scatter(np.linspace(.5, .9, 8), np.linspace(.4, .8, 8), np.linspace(.3, .9, 8),
                         {str(tmp_path / 'a.png')!r}, n=3)
@@ -201,8 +201,8 @@ def test_plotting_functions_draw_on_ax_and_return_the_figure(tmp_path):
     from matplotlib.figure import Figure
 
     from analysis import aotl
-    from analysis import oodselect_report as rep
-    from analysis.aotl_inputs import read_accuracy_csvs
+    from analysis.aotl.inputs import read_accuracy_csvs
+    from analysis.oodselect import report as rep
     from tests.test_aotl import synthetic_models, write_csv
     acc = read_accuracy_csvs([write_csv(tmp_path / "toy.csv", synthetic_models(n=40), 2)])
     import pandas as pd

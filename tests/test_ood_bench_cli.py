@@ -260,3 +260,27 @@ def test_module_entry_point_answers_help_and_a_bad_command():
     r = run("-m", "ood_bench", "no-such-command")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "error: argument COMMAND: invalid choice: 'no-such-command'" in r.stderr
+
+
+def test_quantify_refuses_bad_input_before_importing_torch(tmp_path):
+    """The features file is read and checked, and the options parsed, without torch: a bad
+    input is one error line at once, not after the estimator's imports."""
+    np.savez(tmp_path / "bad.npz", z_p=np.zeros((5, 2)))
+    write_features(tmp_path / "f.npz")
+    code = ("import sys\n"
+            "from ood_bench.quantify import main\n"
+            "from oodutils.errors import UserError\n"
+            "for argv in (['--features', 'bad.npz'], ['--features', 'none.npz'],\n"
+            "             ['--features', 'f.npz', '--bandwidth', 'wide']):\n"
+            "    try:\n"
+            "        main(argv)\n"
+            "    except UserError as e:\n"
+            "        print('refused:', e)\n"
+            "print('torch loaded:', 'torch' in sys.modules)\n")
+    r = run("-c", code, cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["refused"] * 3 + ["torch loaded"]
+    assert "missing arrays" in lines[0] and "does not exist" in lines[1]
+    assert "bandwidth" in lines[2] and lines[3] == "torch loaded: False"
+

@@ -15,7 +15,8 @@ from ood_bench.estimator import (
     estimate_shifts,
     iid_split,
 )
-from ood_bench.kde import GaussianKDE, KDEError, parse_bandwidth
+from ood_bench.estimator_defaults import parse_bandwidth
+from ood_bench.kde import GaussianKDE, KDEError
 from ood_bench.reference import reference_estimate
 from ood_bench.trials import bisect_thresholds, mean_se, summarize
 from oodutils.log import ProjectWarning

@@ -12,10 +12,9 @@ import pandas as pd
 import pytest
 
 from analysis import oodselect as core
-from analysis import oodselect_baselines as bl
-from analysis import oodselect_cli as cli
-from analysis import oodselect_data as data
-from analysis import oodselect_report as rep
+from analysis.oodselect import baselines as bl
+from analysis.oodselect import cli, data, protocol
+from analysis.oodselect import report as rep
 from oodutils.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -235,7 +234,7 @@ def test_from_runs_builds_aligned_matrix(sweep, tmp_path):
     with pytest.raises(UserError, match="run_002"):
         data.from_runs(str(bad), quiet=True)
     # architecture-disjoint protocol on the built matrix
-    summary, res = cli.run_selection(
+    summary, res = protocol.run_selection(
         built, [30], split="arch", test_archs=["vit"], baselines=("random",), plots=False,
         selector=core.OODSelect(steps=100, patience=50), random_draws=5, log=lambda *a: 0)
     tr, va, te = res["split"]

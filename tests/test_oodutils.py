@@ -3,6 +3,7 @@ one probit with named clips, one accuracy check, one --hparams parser; spawrious
 ood_bench take their generic helpers from it, not from domainbed."""
 import ast
 import importlib
+import importlib.util
 import io
 import json
 import math
@@ -18,6 +19,7 @@ from scipy.special import ndtri
 
 from oodutils import accuracy, tables
 from oodutils.cli import parse_json_object
+from oodutils.csv_out import csv_text
 from oodutils.errors import UnknownNameError, UserError
 from tests.requirements import need_package
 
@@ -61,26 +63,40 @@ def test_latex_and_its_one_escaper(frame):
     assert reporting.latex_escape is tables.latex_escape
 
 
-@pytest.mark.parametrize("old, new", [("domainbed.errors", "oodutils.errors"),
-                                      ("domainbed.fileio", "oodutils.fileio"),
-                                      ("analysis.report", "oodutils.tables")])
-def test_moved_modules_warn_and_name_the_new_place(old, new):
-    code = (f"import warnings; warnings.simplefilter('error'); import {old}")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=ROOT)
-    assert proc.returncode == 1 and "DeprecationWarning" in proc.stderr
-    assert f"{old} is deprecated: import from {new}" in proc.stderr
-    with pytest.warns(DeprecationWarning, match="is deprecated"):
-        module = importlib.reload(importlib.import_module(old))
-    new_module = __import__(new, fromlist=["x"])
-    assert all(getattr(module, name) is getattr(new_module, name) for name in module.__all__)
+REMOVED = ("domainbed.errors", "domainbed.fileio", "analysis.report")
+
+
+@pytest.mark.parametrize("old", REMOVED)
+def test_moved_modules_have_no_shim(old):
+    """No module stays behind under an old name before a first release."""
+    assert importlib.util.find_spec(old) is None, f"{old} is back: import from oodutils"
+
+
+def test_no_deprecation_shims_or_old_names():
+    """No library module warns of its own deprecation or re-exports names under an old
+    name or path; each name is imported from the module that defines it."""
+    shims = []
+    for package in ("domainbed", "analysis", "ood_bench", "spawrious", "oodutils"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            text = path.read_text()
+            if re.search(r"DeprecationWarning|old (name|path|home)\b", text):
+                shims.append(str(path.relative_to(ROOT)))
+    assert shims == []
+    reexports = [f"{path.relative_to(ROOT)}:{number}"
+                 for package in ("domainbed", "analysis", "ood_bench", "spawrious", "oodutils")
+                 for path in sorted((ROOT / package).rglob("*.py")) if path.name != "__init__.py"
+                 for number, line in enumerate(path.read_text().splitlines(), 1)
+                 if line.startswith("from ") and "noqa: F401" in line]
+    assert reexports == [], "a module re-exports names it does not use"
+    launchers = importlib.import_module("domainbed.launch.launchers")
+    assert not hasattr(launchers, "job_state") and not hasattr(launchers, "_try_lock")
 
 
 def test_csv_keeps_full_precision(frame):
     back = pd.read_csv(io.StringIO(tables.render(frame, "csv")))
     assert list(back.columns) == ["name", "acc", "ok"]
     assert back["acc"][0] == 0.12345 and math.isnan(back["acc"][2])
-    assert tables.csv_text(["a", "b"], [["x,y", 1]]) == 'a,b\n"x,y",1\n'
+    assert csv_text(["a", "b"], [["x,y", 1]]) == 'a,b\n"x,y",1\n'
 
 
 def test_html_escapes(frame):
@@ -218,7 +234,7 @@ def test_bad_json_option_is_one_error_line(tmp_path, module, argv):
 
 # --- package boundaries ----------------------------------------------------------------
 
-GENERIC = ("domainbed.errors", "domainbed.fileio", "domainbed.results.tables", "analysis.report")
+GENERIC = ("domainbed.results.tables",)
 
 
 def generic_imports(package):
@@ -252,7 +268,7 @@ def test_oodutils_stands_alone():
 
 # ------------------------------------------------------------ hostile text from records
 def test_csv_escapes_formula_leading_text_but_not_numbers():
-    text = tables.csv_text(["algorithm", "mean"],
+    text = csv_text(["algorithm", "mean"],
                            [["=HYPERLINK(\"http://x\")", "-0.5"], ["@SUM(A1)", "+1"],
                             ["-cmd|' /c calc'!A0", -2.0], ["+x", "12"], ["ERM", "3"]])
     back = pd.read_csv(io.StringIO(text), dtype=str)

@@ -247,12 +247,13 @@ def test_early_stopping_options_are_checked(tmp_path, capsys, argv, message):
 ])
 def test_fused_launcher_leaves_such_jobs_to_the_local_launcher(tmp_path, hparams, extra,
                                                                reason):
-    from domainbed.launch import fused, launchers
+    from domainbed.launch import fused
+    from domainbed.launch.jobs import Command
     argv = _argv(tmp_path / "run", hparams) + extra
-    job, why = fused.parse_job(launchers.Command(
+    job, why = fused.parse_job(Command(
         [sys.executable, "-m", "domainbed.scripts.train", *argv], str(tmp_path / "run")))
     assert job is None and reason in why
-    job, why = fused.parse_job(launchers.Command(
+    job, why = fused.parse_job(Command(
         [sys.executable, "-m", "domainbed.scripts.train", *_argv(tmp_path / "run", {})],
         str(tmp_path / "run")))
     assert job is not None and why is None

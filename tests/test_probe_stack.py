@@ -224,7 +224,7 @@ def tiny_mnist(data_dir, n_train=72, n_test=24):
 
 def _study(out, data, cache, dataset, models, *extra, check=True):
     env = dict(os.environ, DOMAINBED_FEATURE_CACHE=str(cache))
-    cmd = [sys.executable, "-m", "analysis.aotl_study_cli", "--dataset", dataset,
+    cmd = [sys.executable, "-m", "analysis.aotl.study_cli", "--dataset", dataset,
            "--backbone", "efficientnet_lite0", "--transfer", "linear_probe",
            "--models", str(models), "--output_dir", str(out), "--data_dir", str(data),
            "--steps", "6", "--checkpoint_freq", "3", *extra]
@@ -281,7 +281,7 @@ def test_study_of_linear_probes_on_procedural_spawrious(tmp_path):
 
 def test_study_refuses_what_it_cannot_do(tmp_path):
     def run(*argv):
-        return subprocess.run([sys.executable, "-m", "analysis.aotl_study_cli", *argv,
+        return subprocess.run([sys.executable, "-m", "analysis.aotl.study_cli", *argv,
                                "--output_dir", str(tmp_path)], capture_output=True,
                               text=True, cwd=REPO)
     proc = run("--dataset", "ColoredMNIST", "--models", "3", "--backbone", "efficientnet_lite0")

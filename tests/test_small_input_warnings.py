@@ -5,12 +5,12 @@ import json
 import numpy as np
 import pandas as pd
 
-from analysis import aotl, aotl_study
 from analysis import oodselect as core
-from analysis import oodselect_cli as cli
-from analysis import oodselect_data as data
-from analysis.aotl_stats import fit_warning
-from analysis.oodselect_report import small_input_warnings
+from analysis.aotl import cli as aotl_cli
+from analysis.aotl import study as aotl_study
+from analysis.aotl.stats import fit_warning
+from analysis.oodselect import data, protocol
+from analysis.oodselect.report import small_input_warnings
 from tests.test_aotl import write_csv
 
 
@@ -27,7 +27,7 @@ def test_aotl_table_and_stderr_warn_about_small_fits(tmp_path, capsys):
     big = {e: rng.uniform(0.5, 0.9, 40) for e in range(3)}     # 40 classifiers
     write_csv(tmp_path / "small.csv", small, ood=0, dataset="Small")
     write_csv(tmp_path / "big.csv", big, ood=0, dataset="Big")
-    assert aotl.main([str(tmp_path), "--table", "per-ood", "--format", "csv"]) == 0
+    assert aotl_cli.main([str(tmp_path), "--table", "per-ood", "--format", "csv"]) == 0
     out, err = capsys.readouterr()
     table = pd.read_csv(pd.io.common.StringIO(out)).set_index("dataset")
     assert table.loc["Small", "n"] == 6
@@ -41,7 +41,7 @@ def test_aotl_table_and_stderr_warn_about_small_fits(tmp_path, capsys):
 def test_aotl_table_has_no_warning_column_when_every_fit_is_large(tmp_path, capsys):
     rng = np.random.default_rng(1)
     write_csv(tmp_path / "big.csv", {e: rng.uniform(0.5, 0.9, 40) for e in range(3)}, ood=1)
-    aotl.main([str(tmp_path), "--table", "per-ood", "--format", "csv"])
+    aotl_cli.main([str(tmp_path), "--table", "per-ood", "--format", "csv"])
     out, err = capsys.readouterr()
     assert "warning" not in out and "warning" not in err
 
@@ -65,13 +65,13 @@ def test_oodselect_small_input_warnings_by_hand():
 
 def test_oodselect_run_reports_warnings_in_output_and_split_json(tmp_path):
     cm, _ = data.planted_problem(n_runs=8, checkpoints=3, n_aligned=20, n_conflict=5)
-    summary, results = cli.run_selection(
+    summary, results = protocol.run_selection(
         cm, [10], baselines=("random",), plots=False, out_dir=str(tmp_path),
         selector=core.OODSelect(steps=20, patience=10), random_draws=3, log=lambda *a: 0)
     assert results["warnings"] and any("test model" in w for w in results["warnings"])
     saved = json.loads((tmp_path / "split.json").read_text())["warnings"]
     assert saved == results["warnings"]
-    text = cli.format_summary(summary, results["warnings"])
+    text = protocol.format_summary(summary, results["warnings"])
     assert text.count("\nwarning: ") == len(results["warnings"])
 
 

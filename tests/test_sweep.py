@@ -15,6 +15,20 @@ import pytest
 from domainbed.hparams import seed_hash
 from domainbed.launch import launchers
 from domainbed.launch import sweep as sweep_plan
+from domainbed.launch.jobs import (
+    DONE,
+    FAILED,
+    INTERRUPTED,
+    LOCK_FILE,
+    LOG_FILE,
+    NOT_LAUNCHED,
+    RUNNING,
+    Command,
+    is_running,
+    job_state,
+    last_error,
+    run_command,
+)
 from domainbed.registry import ALGORITHMS, DATASETS
 from domainbed.scripts import sweep
 from oodutils.errors import UnknownNameError, UserError
@@ -86,11 +100,11 @@ def flags(out, *extra, launcher="local"):
 
 def jobs_for(out, *extra):
     args = sweep.build_parser().parse_args(["status"] + flags(out, *extra))
-    args_list = sweep.make_args_list(
+    args_list = sweep_plan.make_args_list(
         args.n_trials, args.datasets, args.algorithms, args.n_hparams_from, args.n_hparams,
         args.steps, args.data_dir, args.task, args.holdout_fraction, args.single_test_envs,
         args.hparams, {n: getattr(args, n) for n in sweep.PASS_THROUGH})
-    return [sweep.Job(a, str(out)) for a in args_list]
+    return [sweep_plan.Job(a, str(out)) for a in args_list]
 
 
 def runs(job):
@@ -102,7 +116,7 @@ def runs(job):
 
 # ------------------------------------------------------------------ job construction
 def test_make_args_list_matches_domainbed(fake_names):
-    args_list = sweep.make_args_list(
+    args_list = sweep_plan.make_args_list(
         n_trials=2, dataset_names=[DATASET], algorithms=[ALGORITHM], n_hparams_from=0,
         n_hparams=2, steps=None, data_dir="/d", task="domain_generalization",
         holdout_fraction=0.2, single_test_envs=False, hparams=None)
@@ -115,10 +129,10 @@ def test_make_args_list_matches_domainbed(fake_names):
                      "holdout_fraction": 0.2, "hparams_seed": 0, "data_dir": "/d",
                      "task": "domain_generalization", "trial_seed": 0,
                      "seed": seed_hash(DATASET, ALGORITHM, [0], 0, 0)}
-    job = sweep.Job(first, "/sweep")
+    job = sweep_plan.Job(first, "/sweep")
     digest = hashlib.md5(json.dumps(first, sort_keys=True).encode()).hexdigest()
     assert job.output_dir == os.path.join("/sweep", digest)
-    assert job.state == launchers.NOT_LAUNCHED
+    assert job.state == NOT_LAUNCHED
 
 
 def test_unset_pass_through_flags_keep_domainbed_hashes(tmp_path, fake_names):
@@ -136,12 +150,12 @@ def test_unset_pass_through_flags_keep_domainbed_hashes(tmp_path, fake_names):
 
 
 def test_train_argv_lists_and_flags():
-    assert sweep.train_argv({"test_envs": [0, 2], "b": True, "c": False, "d": None,
+    assert sweep_plan.train_argv({"test_envs": [0, 2], "b": True, "c": False, "d": None,
                              "e": "a b"}) == ["--b", "--e", "a b", "--test_envs", "0", "2"]
 
 
 def test_two_env_dataset_gets_no_pairs():
-    assert list(sweep.all_test_env_combinations(2)) == [[0], [1]]
+    assert list(sweep_plan.all_test_env_combinations(2)) == [[0], [1]]
 
 
 # ------------------------------------------------------------------ user errors
@@ -207,9 +221,9 @@ def test_dummy_launcher_prints_and_runs_nothing(tmp_path, fake_train, capsys):
 def test_local_launcher_two_workers_then_status_done(tmp_path, fake_train, capsys):
     assert sweep.main(["launch"] + flags(tmp_path, "--max_workers", "2")) == 0
     jobs = jobs_for(tmp_path)
-    assert [j.state for j in jobs] == [launchers.DONE] * 3
+    assert [j.state for j in jobs] == [DONE] * 3
     for j in jobs:
-        log = open(os.path.join(j.output_dir, launchers.LOG_FILE)).read()
+        log = open(os.path.join(j.output_dir, LOG_FILE)).read()
         assert "training" in log and "exit code 0" in log
         assert len(runs(j)) == 1
     capsys.readouterr()
@@ -237,13 +251,13 @@ def test_relaunch_resumes_incomplete_and_leaves_done_alone(tmp_path, fake_train,
     sweep.main(["launch"] + flags(tmp_path))
     jobs = jobs_for(tmp_path)
     states = [j.state for j in jobs]
-    assert states == [launchers.DONE, launchers.DONE, launchers.FAILED]
+    assert states == [DONE, DONE, FAILED]
     done_mtimes = [os.stat(os.path.join(j.output_dir, "done")).st_mtime_ns
                    for j in jobs[:2]]
     monkeypatch.delenv("FAKE_FAIL_ENV")
     assert sweep.main(["launch"] + flags(tmp_path)) == 0
     jobs = jobs_for(tmp_path)
-    assert [j.state for j in jobs] == [launchers.DONE] * 3
+    assert [j.state for j in jobs] == [DONE] * 3
     assert [len(runs(j)) for j in jobs] == [1, 1, 2]   # resumed in the same directory
     assert done_mtimes == [os.stat(os.path.join(j.output_dir, "done")).st_mtime_ns
                            for j in jobs[:2]]
@@ -252,34 +266,34 @@ def test_relaunch_resumes_incomplete_and_leaves_done_alone(tmp_path, fake_train,
 def test_running_job_is_left_alone(tmp_path, fake_train, capsys):
     job = jobs_for(tmp_path)[0]
     os.makedirs(job.output_dir)
-    fd = os.open(os.path.join(job.output_dir, launchers.LOCK_FILE), os.O_RDWR | os.O_CREAT)
+    fd = os.open(os.path.join(job.output_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        assert jobs_for(tmp_path)[0].state == launchers.RUNNING
+        assert jobs_for(tmp_path)[0].state == RUNNING
         assert sweep.main(["delete_incomplete"] + flags(tmp_path)) == 0
         assert os.path.isdir(job.output_dir)
         assert sweep.main(["launch"] + flags(tmp_path)) == 0
         assert "Leaving alone 1 jobs" in capsys.readouterr().out
-        assert runs(job) == [] and jobs_for(tmp_path)[0].state == launchers.RUNNING
+        assert runs(job) == [] and jobs_for(tmp_path)[0].state == RUNNING
         # a launcher handed the job anyway skips it
-        outcome = launchers.run_command(job.command)
+        outcome = run_command(job.command)
         assert outcome.status == "skipped_running"
     finally:
         os.close(fd)
-    assert jobs_for(tmp_path)[0].state == launchers.FAILED   # incomplete, no live lock
+    assert jobs_for(tmp_path)[0].state == FAILED   # incomplete, no live lock
 
 
 def test_delete_incomplete_and_delete_all(tmp_path, fake_train, monkeypatch):
     monkeypatch.setenv("FAKE_FAIL_ENV", "0")
     sweep.main(["launch"] + flags(tmp_path))
     jobs = jobs_for(tmp_path)
-    assert [j.state for j in jobs] == [launchers.FAILED, launchers.DONE, launchers.DONE]
+    assert [j.state for j in jobs] == [FAILED, DONE, DONE]
     other = tmp_path / "not_a_job"
     other.mkdir()
     assert sweep.main(["delete_incomplete"] + flags(tmp_path)) == 0
-    assert [j.refresh() for j in jobs] == [launchers.NOT_LAUNCHED] + [launchers.DONE] * 2
+    assert [j.refresh() for j in jobs] == [NOT_LAUNCHED] + [DONE] * 2
     assert sweep.main(["delete_all"] + flags(tmp_path)) == 0
-    assert [j.refresh() for j in jobs] == [launchers.NOT_LAUNCHED] * 3
+    assert [j.refresh() for j in jobs] == [NOT_LAUNCHED] * 3
     assert other.is_dir()
 
 
@@ -303,7 +317,7 @@ def test_sigkill_of_sweep_then_relaunch(tmp_path, fake_train):
                             stderr=subprocess.DEVNULL)
     jobs = jobs_for(tmp_path)
     hung = jobs[1]
-    lock = os.path.join(hung.output_dir, launchers.LOCK_FILE)
+    lock = os.path.join(hung.output_dir, LOCK_FILE)
     child = None
     try:
         deadline = time.time() + 60
@@ -313,7 +327,7 @@ def test_sigkill_of_sweep_then_relaunch(tmp_path, fake_train):
         proc.kill()
         proc.wait()
         child = int(open(lock).read())
-        assert jobs_for(tmp_path)[1].state == launchers.RUNNING
+        assert jobs_for(tmp_path)[1].state == RUNNING
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -321,12 +335,12 @@ def test_sigkill_of_sweep_then_relaunch(tmp_path, fake_train):
         if child is not None:
             os.kill(child, signal.SIGKILL)
     deadline = time.time() + 10
-    while time.time() < deadline and launchers.is_running(hung.output_dir):
+    while time.time() < deadline and is_running(hung.output_dir):
         time.sleep(0.1)
     states = [j.refresh() for j in jobs]
-    assert states[1] == launchers.INTERRUPTED
+    assert states[1] == INTERRUPTED
     assert sweep.main(["launch"] + flags(tmp_path)) == 0
-    assert [j.refresh() for j in jobs] == [launchers.DONE] * 3
+    assert [j.refresh() for j in jobs] == [DONE] * 3
     assert len(runs(hung)) == 2
 
 
@@ -350,7 +364,7 @@ def test_multi_gpu_gives_each_job_its_gpus_and_distributed(tmp_path, fake_train,
     seen = [runs(j)[0] for j in jobs]
     assert {r["cuda"] for r in seen} <= {"3,5", "7,9"}   # GPU 11 makes no pair: unused
     assert all(r["argv"][-2:] == ["--distributed", "2"] for r in seen)
-    assert all(j.refresh() == launchers.DONE for j in jobs)   # same jobs: same hashes
+    assert all(j.refresh() == DONE for j in jobs)   # same jobs: same hashes
     with pytest.raises(UserError, match="between 1 and the 5 visible"):
         launchers.get_launcher("multi_gpu")([], gpus_per_job=6)
 
@@ -372,7 +386,7 @@ def test_optional_launchers_need_their_package(monkeypatch, name, module):
     monkeypatch.setitem(sys.modules, module, None)   # import raises ImportError
     needs_extra = rf"{module} is not installed.*pip install 'oodbed\[cluster\]'"
     with pytest.raises(UserError, match=needs_extra):
-        launchers.get_launcher(name)([launchers.Command(["true"], "/nonexistent")])
+        launchers.get_launcher(name)([Command(["true"], "/nonexistent")])
 
 
 FAKE_SBATCH = textwrap.dedent("""
@@ -458,7 +472,7 @@ def test_slurm_launcher_submits_an_array_that_runs_every_job(tmp_path, fake_trai
     assert [(o.status, o.returncode) for o in outcomes] == [("ok", 0)] * 3
     jobs = jobs_for(out)
     assert sorted(o.output_dir for o in outcomes) == sorted(j.output_dir for j in jobs)
-    assert [launchers.job_state(j.output_dir) for j in jobs] == [launchers.DONE] * 3
+    assert [job_state(j.output_dir) for j in jobs] == [DONE] * 3
     assert sorted(runs(j)[0]["argv"][runs(j)[0]["argv"].index("--test_envs") + 1]
                   for j in jobs) == ["0", "1", "2"]
 
@@ -471,7 +485,7 @@ def test_ray_launcher_runs_every_job_as_a_ray_task(tmp_path, fake_train, capsys)
     finally:
         ray.shutdown()
     jobs = jobs_for(tmp_path)
-    assert [launchers.job_state(j.output_dir) for j in jobs] == [launchers.DONE] * 3
+    assert [job_state(j.output_dir) for j in jobs] == [DONE] * 3
     for job in jobs:
         (run,) = runs(job)
         assert "ray::" in run["parent"], run["parent"]   # started by a Ray worker
@@ -482,7 +496,7 @@ def test_slurm_launcher_without_sbatch_is_a_clear_error(tmp_path, monkeypatch):
     need_package("submitit")
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(UserError, match="no 'sbatch' on PATH"):
-        launchers.get_launcher("slurm")([launchers.Command(["true"], str(tmp_path / "j"))])
+        launchers.get_launcher("slurm")([Command(["true"], str(tmp_path / "j"))])
 
 
 def test_launcher_registry():
@@ -492,11 +506,11 @@ def test_launcher_registry():
 
 
 def test_missing_executable_is_a_failed_job(tmp_path):
-    cmd = launchers.Command([str(tmp_path / "no-such-program")], str(tmp_path / "job"))
-    outcome = launchers.run_command(cmd)
+    cmd = Command([str(tmp_path / "no-such-program")], str(tmp_path / "job"))
+    outcome = run_command(cmd)
     assert outcome.failed and outcome.returncode == 127
-    assert launchers.job_state(cmd.output_dir) == launchers.FAILED
-    assert "exit code 127" in launchers.last_error(cmd.output_dir)
+    assert job_state(cmd.output_dir) == FAILED
+    assert "exit code 127" in last_error(cmd.output_dir)
 
 
 # ------------------------------------------------------------------ end to end
@@ -527,7 +541,7 @@ def test_end_to_end_debug28_local_sweep_and_relaunch(tmp_path):
 
     os.remove(os.path.join(dirs[0], "done"))   # as if the sweep was killed mid-job
     mtimes = {d: os.stat(os.path.join(d, "done")).st_mtime_ns for d in dirs[1:]}
-    assert launchers.job_state(dirs[0]) == launchers.FAILED
+    assert job_state(dirs[0]) == FAILED
     relaunched = cli("launch")
     assert relaunched.returncode == 0, relaunched.stdout + relaunched.stderr
     assert "Launching 1 jobs (1 to resume, 0 new)" in relaunched.stdout

@@ -86,8 +86,8 @@ def small_zoo(root):
 
 
 def test_aotl_does_not_repeat_its_tables_warnings_on_stderr(tmp_path, capsys):
-    from analysis import aotl
-    aotl.main([str(small_zoo(tmp_path / "zoo")), "--table", "per-ood", "--format", "markdown"])
+    from analysis.aotl import cli as aotl_cli
+    aotl_cli.main([str(small_zoo(tmp_path / "zoo")), "--table", "per-ood", "--format", "markdown"])
     shown = capsys.readouterr()
     assert shown.out.count("the verdict means little") == 3          # one per fit, in the table
     assert shown.err.strip().splitlines() == [
@@ -96,7 +96,7 @@ def test_aotl_does_not_repeat_its_tables_warnings_on_stderr(tmp_path, capsys):
 
 
 def test_aotl_study_says_each_warning_once(tmp_path, capsys):
-    from analysis.aotl_study import analyse
+    from analysis.aotl.study import analyse
     said = []
     analyse(str(small_zoo(tmp_path / "zoo")), str(tmp_path / "out"), "Debug28",
             oodselect_steps=0, log=said.append)

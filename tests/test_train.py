@@ -175,7 +175,7 @@ def test_bf16_runs_under_autocast_when_emulation_is_allowed(tmp_path):
     import torch
 
     from domainbed.predictions import load_predictions
-    from domainbed.training.loop import cpu_supports_bf16
+    from domainbed.training.precision import cpu_supports_bf16
     if not (torch.cuda.is_available() or cpu_supports_bf16()):
         assert "emulated" in proc.stderr
     # bf16 rounding (8-bit mantissa) moves the logits away from the fp32 run's.
@@ -189,7 +189,7 @@ def test_group_balanced_sampling_weights():
     import torch
 
     from domainbed.datasets.base import TensorEnvironment
-    from domainbed.training.loop import BatchSampler, sampling_weights
+    from domainbed.training.batches import BatchSampler, sampling_weights
     groups = np.array([0] * 90 + [1] * 10)
     env = TensorEnvironment(torch.zeros(100, 1), torch.zeros(100, dtype=torch.long),
                             np.arange(100), groups)

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from analysis import validity as V
-from analysis import validity_cli as VC
-from analysis import validity_records as VR
+from analysis.validity import cli as VC
+from analysis.validity import records as VR
 from oodutils.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -205,7 +205,7 @@ class WILDSCivilComments(TextDataset):
 
 
 logger = get_logger(__name__)
-MAX_TEXT_CACHE_BYTES = 1 << 30  # MultiNLI's 412k decoded pairs take about 100 MB
+MAX_TEXT_CACHE_BYTES = 1 << 30  # well above MultiNLI's decoded pairs, the largest cache entry
 MNLI_FEATURE_FILES = ("cached_train_bert-base-uncased_128_mnli",
                       "cached_dev_bert-base-uncased_128_mnli",
                       "cached_dev_bert-base-uncased_128_mnli-mm")

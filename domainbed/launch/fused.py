@@ -20,10 +20,9 @@ predictions, resume state and `done`; a relaunch resumes each member from its ow
 checkpoint, and a member that diverges stops alone.
 
 Why stacking for accelerators only: a GPU runs one small model far below capacity, and
-stacking dozens of them fills it. A CPU is already busy with one model: stacking 16
-measured 0.8x (MLP) and 0.5x (MNIST_CNN) the per-model speed of separate runs on 2 cores
-(scripts/bench_fused.py), so there `exact` is the default: records bit for bit the
-single runs', one process and one copy of the data.
+stacking dozens of them fills it. A CPU is already busy with one model: stacking slows
+each model down there (scripts/bench_fused.py measures it), so on a CPU `exact` is the
+default: records bit for bit the single runs', one process and one copy of the data.
 """
 import json
 import multiprocessing

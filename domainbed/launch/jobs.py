@@ -69,14 +69,13 @@ class Outcome:
 
 
 # ---------------------------------------------------------------- job state and locks
-UnsafeJobFile = UnsafePath   # the old name: a job folder or file that is a symlink or worse
 REMOVE_HINT = " (remove it to run this job)"
 
 
 def open_in_place(path: str, flags: Any, mode: int = 0o666) -> Any:
     """os.open of a job's file that follows no symlink, neither at the file nor at its job
     folder, never blocks on a FIFO, and refuses anything but a regular file
-    (UnsafeJobFile). `mode` is narrowed by the umask, as for every other output."""
+    (UnsafePath). `mode` is narrowed by the umask, as for every other output."""
     with PinnedDir.open(os.path.dirname(path) or ".") as folder:
         return folder.open_file(os.path.basename(path), flags, mode)
 
@@ -122,7 +121,7 @@ def is_running(output_dir: str) -> bool:
         return False
     try:
         fd = open_in_place(path, os.O_RDONLY)
-    except (FileNotFoundError, UnsafeJobFile):
+    except (FileNotFoundError, UnsafePath):
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -206,7 +205,7 @@ def _last_line(path: str, skip_prefix: Any = None, keep_prefix: Any = None) -> A
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 65536))
             lines = f.read().decode("utf-8", "replace").splitlines()
-    except (OSError, UnsafeJobFile):
+    except (OSError, UnsafePath):
         return None
     for line in reversed(lines):
         line = line.strip()
@@ -261,7 +260,7 @@ class JobClaim:
                 if is_done(out):   # finished while we waited
                     self.release()
                     return Outcome(out, "skipped_done")
-        except UnsafeJobFile:   # reported by job_state/last_error; nothing is written
+        except UnsafePath:   # reported by job_state/last_error; nothing is written
             self.release()
             return Outcome(out, "failed")
         self.mark_pid(os.getpid())

@@ -1,12 +1,12 @@
 """Command launchers: run a sweep's jobs locally, on several GPUs, on Slurm or on Ray.
 
 A launcher is a callable ``launcher(commands, **options) -> list`` registered by name
-by name in :data:`LAUNCHERS` (built-ins, imported when first used) or with
-``@register_launcher("name")``. Each command is a :class:`Command`: an argv list
-(never a shell string) plus the job's output directory. Launchers that wait for their
-jobs return one :class:`Outcome` per command; launchers that only submit (slurm) return
-an empty list. Options a launcher does not use are ignored, so the sweep can pass them
-all (``max_workers``, ``slurm_partition`` ...).
+in :data:`LAUNCHERS` (built-ins, imported when first used) or with
+``@register_launcher("name")``. Each command is a :class:`~domainbed.launch.jobs.Command`:
+an argv list (never a shell string) plus the job's output directory. Launchers that wait
+for their jobs return one :class:`~domainbed.launch.jobs.Outcome` per command; launchers
+that only submit (slurm) return an empty list. Options a launcher does not use are
+ignored, so the sweep can pass them all (``max_workers``, ``slurm_partition`` ...).
 
 Where each lives: :mod:`domainbed.launch.jobs` (one job: lock, log, outcome),
 :mod:`~domainbed.launch.local` (dummy, local, multi_gpu), :mod:`~domainbed.launch.pooled`,
@@ -15,29 +15,6 @@ Where each lives: :mod:`domainbed.launch.jobs` (one job: lock, log, outcome),
 import importlib
 from typing import Any
 
-from domainbed.launch.jobs import (  # noqa: F401  (the job API, under its old name)
-    DONE,
-    DONE_FILE,
-    FAILED,
-    INCOMPLETE,
-    INTERRUPTED,
-    LOCK_FILE,
-    LOG_FILE,
-    LOG_PREFIX,
-    NOT_LAUNCHED,
-    RUNNING,
-    Command,
-    JobClaim,
-    Outcome,
-    UnsafeJobFile,
-    _try_lock,
-    is_running,
-    job_state,
-    last_error,
-    open_in_place,
-    run_command,
-    unsafe_reason,
-)
 from oodutils.errors import UnknownNameError
 
 # name -> "module:function"; imported when a sweep first asks for it

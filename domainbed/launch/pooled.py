@@ -166,7 +166,7 @@ def died_outcome(command: Any, process: Any) -> Any:
                        "ab") as log:
             log.write(f"{reason}\n{jobs.LOG_PREFIX} exit code {code}\n".encode(
                 "utf-8", "backslashreplace"))
-    except (OSError, jobs.UnsafeJobFile):
+    except (OSError, jobs.UnsafePath):
         pass   # the outcome still says failed
     return jobs.Outcome(command.output_dir, "failed", code)
 

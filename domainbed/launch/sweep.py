@@ -18,7 +18,19 @@ from collections.abc import Iterator
 from typing import Any
 
 from domainbed.hparams import seed_hash
-from domainbed.launch import jobs as launchers
+from domainbed.launch.jobs import (
+    DONE,
+    DONE_FILE,
+    FAILED,
+    INCOMPLETE,
+    INTERRUPTED,
+    LOG_FILE,
+    NOT_LAUNCHED,
+    RUNNING,
+    Command,
+    job_state,
+    last_error,
+)
 from domainbed.launch.launchers import get_launcher
 from domainbed.registry import ALGORITHMS, DATASETS, get_algorithm_class, get_dataset_class
 from domainbed.training.config import check_job
@@ -44,12 +56,12 @@ class Job:
         self.refresh()
 
     def refresh(self) -> Any:
-        self.state = launchers.job_state(self.output_dir)
+        self.state = job_state(self.output_dir)
         return self.state
 
     @property
     def command(self) -> Any:
-        return launchers.Command(self.argv, self.output_dir, label=self.label())
+        return Command(self.argv, self.output_dir, label=self.label())
 
     def label(self) -> str:
         """What the job trains, in words: "ERM on ColoredMNIST, test envs [0]"."""
@@ -63,8 +75,8 @@ class Job:
 
     def __str__(self) -> str:
         line = f"{self.state:<12} {self.output_dir} {self.describe()}"
-        if self.state == launchers.FAILED:
-            line += f" | {launchers.last_error(self.output_dir) or 'no error output'}"
+        if self.state == FAILED:
+            line += f" | {last_error(self.output_dir) or 'no error output'}"
         return line
 
 
@@ -165,14 +177,14 @@ def check_names(datasets: Any, algorithms: Any) -> None:
 
 
 def summarize(jobs: Any) -> str:
-    counts = {s: 0 for s in (launchers.DONE, launchers.RUNNING, launchers.FAILED,
-                             launchers.INTERRUPTED, launchers.NOT_LAUNCHED)}
+    counts = {s: 0 for s in (DONE, RUNNING, FAILED,
+                             INTERRUPTED, NOT_LAUNCHED)}
     for j in jobs:
         counts[j.state] += 1
-    return (f"{len(jobs)} jobs: {counts[launchers.DONE]} done, "
-            f"{counts[launchers.RUNNING]} running, {counts[launchers.FAILED]} "
-            f"failed/incomplete, {counts[launchers.INTERRUPTED]} interrupted, "
-            f"{counts[launchers.NOT_LAUNCHED]} not launched.")
+    return (f"{len(jobs)} jobs: {counts[DONE]} done, "
+            f"{counts[RUNNING]} running, {counts[FAILED]} "
+            f"failed/incomplete, {counts[INTERRUPTED]} interrupted, "
+            f"{counts[NOT_LAUNCHED]} not launched.")
 
 
 def runs_outside(jobs: Any, sweep_dir: str) -> Any:
@@ -195,7 +207,7 @@ def runs_outside(jobs: Any, sweep_dir: str) -> Any:
 def _is_run_dir(path: str) -> Any:
     return os.path.isdir(path) and not os.path.islink(path) and any(
         os.path.exists(os.path.join(path, marker))
-        for marker in (launchers.DONE_FILE, launchers.LOG_FILE, "results.jsonl"))
+        for marker in (DONE_FILE, LOG_FILE, "results.jsonl"))
 
 
 def outside_notice(jobs: Any, sweep_dir: str) -> str | None:
@@ -240,8 +252,8 @@ def launch(jobs: Any, launcher_name: Any, options: Any, seed: int = 0) -> Any:
     resume), then the ones never launched, each group in a seeded random order."""
     launcher_fn = get_launcher(launcher_name)
     rng = random.Random(seed)
-    incomplete = [j for j in jobs if j.state in launchers.INCOMPLETE]
-    fresh = [j for j in jobs if j.state == launchers.NOT_LAUNCHED]
+    incomplete = [j for j in jobs if j.state in INCOMPLETE]
+    fresh = [j for j in jobs if j.state == NOT_LAUNCHED]
     rng.shuffle(incomplete)
     rng.shuffle(fresh)
     to_launch = incomplete + fresh

@@ -15,7 +15,7 @@ import collections
 from typing import Any
 
 from domainbed.leaderboard.published import format_published
-from domainbed.results import model_selection
+from domainbed.results import grouping, model_selection
 from domainbed.results import report as collect_results
 from domainbed.results import tables as reporting
 from oodutils.errors import UserError
@@ -55,12 +55,12 @@ class _SweepIndex:
         self.run_hparams: dict[Any, Any] = {}
         for r in records:
             args = r["args"]
-            label = model_selection.dataset_label(r, labels)
+            label = grouping.dataset_label(r, labels)
             alg = args.get("algorithm")
             self.algorithms[label].add(alg)
             envs = list(args.get("test_envs") or [])
             if len(envs) == 1:
-                self.hparams[(label, alg, envs[0])].add(model_selection.hparams_key(r))
+                self.hparams[(label, alg, envs[0])].add(grouping.hparams_key(r))
             elif len(envs) == 2:
                 self.pairs.add((label, alg))
             self.run_hparams.setdefault(r.get("run_dir"), r.get("hparams"))
@@ -221,7 +221,7 @@ def build_model(loaded: Any, sources: Any = (), methods: Any = None,
     if not records:
         notes.append("no records found under " + ", ".join(loaded.input_dirs) +
                      ": the pages show the published numbers only")
-    labels = model_selection.dataset_labels(records)
+    labels = grouping.dataset_labels(records)
     infos = collect_results.dataset_infos(records, labels)
     variants = collections.defaultdict(list)
     for info in infos.values():
@@ -263,7 +263,7 @@ def _section(records: Any, method: Any, infos: Any, labels: Any, index: Any, sou
     if metric is not None:
         head.update(metric=f"{metric} (x100)", metric_key=metric,
                     lower_is_better=metric in collect_results.LOWER_IS_BETTER)
-        records = [r for r in records if model_selection.dataset_label(r, labels) in infos]
+        records = [r for r in records if grouping.dataset_label(r, labels) in infos]
     if method is VAL_WORST_GROUP and method is not None:
         return _val_worst_group_section(head, records, infos, labels, sources)
     inputs = collect_results.section_inputs(records, method, infos, labels) if records \

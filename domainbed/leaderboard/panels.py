@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from analysis import aotl
-from analysis.aotl_inputs import accuracies_from_records
+from analysis.aotl.inputs import accuracies_from_records
 from domainbed.leaderboard.pages import slug
 from oodutils.errors import UserError
 from oodutils.untrusted import copy_regular_file, parse_json, read_regular_bytes

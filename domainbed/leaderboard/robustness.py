@@ -18,7 +18,7 @@ import pandas as pd
 
 from analysis import aotl
 from analysis import selection_stats as stats
-from analysis.aotl_inputs import accuracies_from_records
+from analysis.aotl.inputs import accuracies_from_records
 from domainbed.leaderboard.pages import Board, Cell, Row, slug
 from domainbed.results import model_selection as ms
 from oodutils.errors import UserError

@@ -21,12 +21,13 @@ from analysis import card
 from domainbed.leaderboard import model as lbmodel
 from domainbed.leaderboard import pages, panels, robustness
 from domainbed.leaderboard.published import load_published
-from domainbed.results import model_selection
+from domainbed.results import grouping, model_selection
 from domainbed.results import tables as reporting
 from domainbed.results.records import TABLE_FIELDS, load_records, only_arithmetic
 from oodutils.csv_out import csv_text
 from oodutils.errors import UserError
-from oodutils.fileio import atomic_write_text, current_umask, finite_json
+from oodutils.fileio import atomic_write_text, finite_json
+from oodutils.pinned_dir import current_umask
 
 if TYPE_CHECKING:
     from domainbed.results.model_selection import SelectionMethod
@@ -65,10 +66,10 @@ def records_by_label(records: Iterable[Record]) -> dict[str, list[Record]]:
     """{dataset label: its records} (records without a dataset or algorithm left out)."""
     usable = [r for r in records if r["args"].get("dataset") is not None and
               r["args"].get("algorithm") is not None]
-    labels = model_selection.dataset_labels(usable)
+    labels = grouping.dataset_labels(usable)
     by_label: dict[str, list[Record]] = collections.defaultdict(list)
     for r in usable:
-        by_label[model_selection.dataset_label(r, labels)].append(r)
+        by_label[grouping.dataset_label(r, labels)].append(r)
     return by_label
 
 

@@ -35,7 +35,7 @@ import torch.nn as nn
 import torchvision
 from torchvision.models.vision_transformer import interpolate_embeddings
 
-from domainbed.networks.input_adapters import (  # noqa: F401 (re-exported)
+from domainbed.networks.input_adapters import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     TwoColourToRGB,

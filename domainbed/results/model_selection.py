@@ -27,17 +27,11 @@ from typing import TYPE_CHECKING, Any, Union
 
 import polars as pl
 
-from domainbed.results.grouping import (  # noqa: F401 - also this module's API
+from domainbed.results.grouping import (
     DATA_KEYS,
-    DataKey,
     GroupKey,
     Labels,
-    data_key,
-    dataset_label,
     dataset_labels,
-    group_keys,
-    group_records,
-    hparams_key,
     hparams_sort_key,
     num_envs,
     test_envs_of,

@@ -13,7 +13,7 @@ import polars as pl
 
 from domainbed.predictions import metric_names, read_side_file
 from domainbed.registry import DATASETS, get_dataset_class
-from domainbed.results import model_selection
+from domainbed.results import grouping, model_selection
 from domainbed.results import tables as reporting
 from domainbed.results.reader import Frame, subset
 from oodutils.errors import UserError
@@ -353,7 +353,7 @@ def with_labels(records: RecordsOrTable, labels: dict, infos: Iterable[str]
     if isinstance(records, Frame):
         return subset(records, model_selection._label_of_blocks(records, labels)
                       .is_in(list(keep)).fill_null(False))
-    return [r for r in records if model_selection.dataset_label(r, labels) in keep]
+    return [r for r in records if grouping.dataset_label(r, labels) in keep]
 
 
 def algorithms_of(records: RecordsOrTable) -> list[str]:

@@ -16,6 +16,7 @@ from typing import Iterable, List, Optional, Sequence
 import numpy as np
 
 from oodutils import tables
+from oodutils.csv_out import csv_text
 from oodutils.templating import render as render_template
 
 FORMATS = tables.FORMATS
@@ -205,7 +206,7 @@ def render_csv(report: Report) -> str:
                                  "" if cell is None else cell.n, metric])
                 rows.append([section.method_name, table.heading, name, "Avg", "",
                              "" if avg is None else repr(avg), "", "", metric])
-    return tables.csv_text([*CSV_COLUMNS, "metric"], rows)
+    return csv_text([*CSV_COLUMNS, "metric"], rows)
 
 
 RENDERERS = {"text": render_text, "markdown": render_markdown, "latex": render_latex,

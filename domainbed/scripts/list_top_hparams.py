@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from domainbed.hub_options import add_hf_flags, fold_hf_flags
-from domainbed.results import model_selection
+from domainbed.results import grouping, model_selection
 from domainbed.results.records import TABLE_FIELDS, load_records
 from domainbed.results.report import DOMAINBED_ALGORITHMS, order_names
 from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
@@ -49,10 +49,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def _groups_for(records: Any, dataset: Any, algorithm: Any, test_env: Any) -> Any:
     """{(algorithm, dataset label): [(trial_seed, records)]} for the requested cell."""
-    labels = model_selection.dataset_labels(records)
+    labels = grouping.dataset_labels(records)
     wanted = {label for (name, _), label in labels.items() if name == dataset}
     out: dict[Any, Any] = {}
-    for key, group in model_selection.group_records(records, labels).items():
+    for key, group in grouping.group_records(records, labels).items():
         if key.dataset in wanted and key.test_env == test_env and \
                 (algorithm is None or key.algorithm == algorithm):
             out.setdefault((key.algorithm, key.dataset), []).append((key.trial_seed, group))
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                     for run_acc in model_selection.candidates(group, method).to_dicts():
                         setting = (run_acc["hparams_seed_text"], run_acc["hparams_key"])
                         hparam_records = [r for r in group
-                                          if model_selection.hparams_key(r) == setting]
+                                          if grouping.hparams_key(r) == setting]
                         print(f"\t{_run_acc_text(run_acc)}")
                         print("\t\thparams:")
                         for k, v in sorted((hparam_records[0].get("hparams") or {}).items()):

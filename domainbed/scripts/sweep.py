@@ -23,23 +23,19 @@ from typing import Any
 
 from domainbed.hub_options import add_hf_flags, fold_hf_flags
 from domainbed.launch import launchers
+from domainbed.launch.jobs import DONE, INCOMPLETE, NOT_LAUNCHED, RUNNING
 from domainbed.launch.slurm_status import slurm_view, summarize_view
-from domainbed.launch.sweep import (  # noqa: F401  (the planning API, by its old path)
-    TRAIN_COMMAND,
+from domainbed.launch.sweep import (
     Job,
     _default_algorithms,
     _default_datasets,
-    all_test_env_combinations,
     check_jobs,
     check_names,
-    default_test_envs,
     delete,
     launch,
     make_args_list,
-    num_environments,
     outside_notice,
     summarize,
-    train_argv,
 )
 from domainbed.registry import get_dataset_class
 from domainbed.training.config import MAX_SEED, check_limits
@@ -64,7 +60,7 @@ EPILOG = epilog_example("domainbed-sweep", "domainbed.scripts.sweep",
 MAX_JOBS = 10**6
 
 # Job states `launch` runs: incomplete ones (resumed) and those never launched.
-TO_LAUNCH = launchers.INCOMPLETE + (launchers.NOT_LAUNCHED,)
+TO_LAUNCH = INCOMPLETE + (NOT_LAUNCHED,)
 
 # Our train flags that the sweep can pass through; a flag left unset is not passed, so
 # job hashes stay equal to DomainBed's for a DomainBed-style sweep.
@@ -280,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         extra_args={name: getattr(args, name) for name in PASS_THROUGH
                     if not (name == "eval_splits" and args.eval_splits == ["all"])})
     jobs = [Job(train_args, args.output_dir) for train_args in args_list]
-    running = [j for j in jobs if j.state == launchers.RUNNING]
+    running = [j for j in jobs if j.state == RUNNING]
 
     if args.command == "status":
         print_status(jobs, args.output_dir)
@@ -314,9 +310,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if args.command == "delete_incomplete":
-        to_delete = [j for j in jobs if j.state in launchers.INCOMPLETE]
+        to_delete = [j for j in jobs if j.state in INCOMPLETE]
     else:  # delete_all
-        to_delete = [j for j in jobs if j.state in launchers.INCOMPLETE + (launchers.DONE,)]
+        to_delete = [j for j in jobs if j.state in INCOMPLETE + (DONE,)]
     if running:
         print(f"Not deleting {len(running)} jobs that are running now.")
     print(f"About to delete {len(to_delete)} jobs.")

@@ -7,11 +7,6 @@ import numpy as np
 import torch
 
 from domainbed.training.precision import autocast_context
-from domainbed.training.splits import (  # noqa: F401  (part of evaluation's API)
-    EVAL_SPLIT_TOKENS,
-    check_eval_splits,
-    select_splits,
-)
 from oodutils.metrics import classification_metrics, confusion_matrix
 
 

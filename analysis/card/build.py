@@ -12,7 +12,7 @@ A section the inputs cannot support is kept, with what it needs (a flag, an inpu
     text = render_markdown(card)
 
 The leaderboard writes ``card_<slug>.html`` and ``.md`` per dataset; ``python -m
-analysis.card`` (``analysis.card_cli``) writes them from sweeps alone.
+analysis.card`` (``analysis.card.cli``) writes them from sweeps alone.
 """
 from __future__ import annotations
 
@@ -24,8 +24,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis import selection_stats as stats
+from analysis.aotl import tables as aotl
+from analysis.aotl.inputs import accuracies_from_records
+from analysis.labelfree import estimators as labelfree
+from analysis.validity import records as validity_records
+from domainbed.results import model_selection as ms
 from oodutils.errors import UserError
 from oodutils.tables import markdown_escape
+from oodutils.untrusted import parse_json, read_regular_bytes
 
 LABELFREE_NEEDS = ("label-free estimates need saved logits: rerun the sweep with "
                    "--save_logits")
@@ -80,12 +87,10 @@ def _frame_rows(frame: pd.DataFrame, columns: Sequence[str], digits: int = 3
 
 
 def _accuracies(records: list) -> Any:
-    from analysis.aotl_inputs import accuracies_from_records
     return accuracies_from_records(records, split="out", checkpoints="all")
 
 
 def aotl_section(records: list) -> Section:
-    from analysis import aotl
     s = Section("aotl", "Accuracy on the line")
     try:
         table = aotl.per_ood_table(_accuracies(records))
@@ -102,7 +107,6 @@ def aotl_section(records: list) -> Section:
 
 
 def effective_robustness_section(records: list) -> Section:
-    from analysis import aotl
     s = Section("effective_robustness", "Effective robustness spread")
     try:
         table = aotl.effective_robustness_table(_accuracies(records))
@@ -121,7 +125,6 @@ def effective_robustness_section(records: list) -> Section:
 
 
 def validity_section(records: list, name: str) -> Section:
-    from analysis import validity_records
     s = Section("validity", "Validity desiderata (Bell et al. 2024)")
     try:
         results = validity_records.group_results(records)
@@ -187,7 +190,6 @@ def oodselect_section(name: str, outputs: Sequence[dict[str, Any]]) -> Section:
 def labelfree_by_dataset(input_dirs: Sequence[str]) -> dict[str, Any] | str:
     """{dataset name: (summary frame, verdicts frame)} from the sweeps' saved logits, or
     the reason there are none."""
-    from analysis import labelfree
     try:
         checkpoints = labelfree.checkpoints_from_sweep(list(input_dirs))
     except UserError as e:
@@ -220,8 +222,6 @@ def labelfree_section(name: str, found: dict[str, Any] | str | None) -> Section:
 
 
 def rank_section(records: list, n_boot: int, seed: int) -> Section:
-    from analysis import selection_stats as stats
-    from domainbed.results import model_selection as ms
     s = Section("rank_stability", "Rank stability")
     method = ms.IIDAccuracySelectionMethod
     candidates = stats.candidate_table(records, method)
@@ -282,7 +282,6 @@ def render_markdown(card: dict[str, Any]) -> str:
 
 def read_ood_bench_summaries(dirs: Sequence[str]) -> list[dict[str, Any]]:
     """{"dir", "summary"} of each OoD-Bench output folder (its summary.json)."""
-    from oodutils.untrusted import parse_json, read_regular_bytes
     out = []
     for d in dirs:
         path = os.path.join(d, "summary.json")
@@ -296,7 +295,3 @@ def read_ood_bench_summaries(dirs: Sequence[str]) -> list[dict[str, Any]]:
         out.append({"dir": str(d), "summary": summary})
     return out
 
-
-if __name__ == "__main__":  # python -m analysis.card runs analysis.card_cli
-    import runpy
-    runpy.run_module("analysis.card_cli", run_name="__main__", alter_sys=True)

@@ -22,7 +22,8 @@ SPLITS = ("out", "in")
 CHECKPOINTS = ("all", "last", "best")
 
 
-def build_parser():
+def build_parser() -> ArgumentParser:
+    """The aotl command's options (a light module: no numpy, pandas or scipy)."""
     p = ArgumentParser(
         prog="aotl",
         description="Accuracy-on-the-line fits per leave-one-domain-out split.",

@@ -29,11 +29,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import reduce
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.stats import linregress, norm
 
+from domainbed.predictions import list_prediction_steps, load_predictions
+from domainbed.results.records import TABLE_FIELDS, load_records
 from oodutils.accuracy import AOTL_CLIP, probit
 from oodutils.errors import UserError
 
@@ -117,7 +121,6 @@ class AgreementLine:
         return self.n_pairs >= 3 and self.r >= AGREEMENT_R_ON_THE_LINE
 
     def apply(self, id_acc: float) -> float:
-        from scipy.stats import norm
         return float(norm.cdf(self.slope * probit(id_acc, AOTL_CLIP) + self.intercept))
 
 
@@ -136,9 +139,6 @@ def _aligned_predictions(cp: Checkpoint, ids_id: np.ndarray, ids_ood: np.ndarray
 def agreement_line(checkpoints: list[Checkpoint]) -> AgreementLine:
     """Probit-space line of OOD agreement against ID agreement over every pair of models
     of one (dataset, OOD environment)."""
-    from functools import reduce
-
-    from scipy.stats import linregress
     ids_id = reduce(np.intersect1d, [cp.id_ids for cp in checkpoints])
     ids_ood = reduce(np.intersect1d, [cp.ood_ids for cp in checkpoints])
     if not len(ids_id) or not len(ids_ood):
@@ -217,8 +217,6 @@ def checkpoints_from_sweep(input_dirs: Sequence[str | os.PathLike[str]],
     """Every finished run's last checkpoint (or every checkpoint) with saved logits, one
     Checkpoint per test environment. A sweep without logits is a UserError saying how
     to get them."""
-    from domainbed.predictions import list_prediction_steps, load_predictions
-    from domainbed.results.records import TABLE_FIELDS, load_records
     loaded = load_records(input_dirs, fields=TABLE_FIELDS)
     runs: dict[str, dict] = {}
     for record in loaded.records:
@@ -260,7 +258,3 @@ def _split_checkpoint(run_dir: str, step: int, args: dict[str, Any], arrays: Any
             ood_logits=logits[ood], ood_labels=arrays["label"][ood]))
     return cps
 
-
-if __name__ == "__main__":  # python -m analysis.labelfree runs analysis.labelfree_cli
-    import runpy
-    runpy.run_module("analysis.labelfree_cli", run_name="__main__", alter_sys=True)

@@ -8,6 +8,7 @@ from typing import Any
 
 PENALTY_FORMS = ("softplus", "squared")
 LOSSES = ("r", "r2")
+BASELINES = ("random", "hard", "greedy", "exhaustive")
 
 # The paper's Optuna search space (notes_001 section 2.1).
 SEARCH_SPACE = {
@@ -29,4 +30,5 @@ class Hparams:
     anneal_iters: int = 200
 
     def as_dict(self) -> dict[str, Any]:
+        """The hyperparameters by name."""
         return asdict(self)

@@ -24,23 +24,26 @@ several of them run in one batch: one pass over ``A`` serves them all.
     sel.subsets_[0]            # example indices of the n=100 subset, in rank order
     subset_correlation(A_te, y_te, sel.subsets_[0])
 
-The command line lives in ``analysis.oodselect_cli`` (``python -m analysis.oodselect``);
-data loading and model splits in ``analysis.oodselect_data``; baselines in
-``analysis.oodselect_baselines``; intervals, overlaps, composition, files and plots in
-``analysis.oodselect_report``.
+The command line lives in ``analysis.oodselect.cli`` (``python -m analysis.oodselect``);
+data loading and model splits in ``analysis.oodselect.data``; baselines in
+``analysis.oodselect.baselines``; intervals, overlaps, composition, files and plots in
+``analysis.oodselect.report``.
 """
 from __future__ import annotations
 
 import math
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 from numpy.typing import ArrayLike
+from scipy.stats import rankdata
+from tqdm import tqdm
 
-from analysis.oodselect_config import (  # noqa: F401
+from analysis.oodselect.config import (
     LOSSES,
     PENALTY_FORMS,
     SEARCH_SPACE,
@@ -50,9 +53,6 @@ from oodutils.accuracy import OODSELECT_CLIP
 from oodutils.accuracy import probit as _probit
 from oodutils.errors import UserError, require
 from oodutils.log import get_logger
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 logger = get_logger(__name__)
 
@@ -100,7 +100,6 @@ def subset_correlation(A: ArrayLike, y: ArrayLike, subset: ArrayLike, eps: float
     if len(acc) < 2 or np.ptp(acc) == 0 or np.ptp(y) == 0:
         return float("nan")
     if method == "spearman":
-        from scipy.stats import rankdata
         return float(pearson(rankdata(acc), rankdata(y), var_eps=0.0))
     return float(pearson(probit(acc, eps), probit(y, eps)))
 
@@ -381,7 +380,6 @@ class OODSelect:
     def results_frame(self) -> pd.DataFrame:
         """After ``fit``: one row per subset size n: val_r, best_step, n_steps, the chosen
         hyperparameters, and the selected example indices (rank order)."""
-        import pandas as pd
         rows = [{"n": n, "val_r": float(r), "best_step": int(b), "n_steps": int(s),
                  **hp.as_dict(), "subset": np.asarray(sub).tolist()}
                 for n, r, b, s, hp, sub in zip(self.sizes_, self.val_r_, self.best_step_,
@@ -391,7 +389,6 @@ class OODSelect:
     def trials_frame(self) -> pd.DataFrame:
         """After ``fit``: ``trials_`` as a DataFrame (one row per Optuna trial; empty
         with fixed hyperparameters)."""
-        import pandas as pd
         return pd.DataFrame(self.trials_)
 
     def _tune(self, A_tr: torch.Tensor, y_train: ArrayLike, sizes: list[int],
@@ -407,7 +404,6 @@ class OODSelect:
             studies.append(study)
         best: list[Any] = [None] * len(sizes)
         done, batch_no = 0, 0
-        from tqdm import tqdm
         bar = tqdm(total=self.trials, desc="OODSelect trials", unit="trial",
                    disable=not sys.stderr.isatty())
         while done < self.trials:
@@ -440,8 +436,3 @@ class OODSelect:
         bar.close()
         return ([b_[1] for b_ in best], [b_[0] for b_ in best], [b_[2] for b_ in best],
                 [b_[3] for b_ in best], [b_[4] for b_ in best])
-
-
-if __name__ == "__main__":  # python -m analysis.oodselect runs analysis.oodselect_cli
-    import runpy
-    runpy.run_module("analysis.oodselect_cli", run_name="__main__", alter_sys=True)

@@ -11,16 +11,23 @@ from arrays or an ``.npz`` with :func:`load_matrix` (keys ``A`` and ``y``, optio
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
+from scipy.special import expit, ndtr
 
+from domainbed.predictions import prediction_matrix
+from domainbed.results.records import TABLE_FIELDS, Record, load_records
 from oodutils.accuracy import check_accuracies
 from oodutils.csv_out import csv_value
 from oodutils.errors import UserError, load_error_reason
+from oodutils.fileio import atomic_savez
 from oodutils.log import get_logger
-from oodutils.untrusted import open_input
+from oodutils.untrusted import open_input, open_regular
 
 logger = get_logger(__name__)
 
@@ -29,13 +36,16 @@ EXAMPLE_COLUMNS = ("label", "env", "split", "group", "path")
 
 @dataclass
 class CorrectnessMatrix:
+    """A correctness matrix `A` (models x OOD examples, 1 = correct), each model's ID
+    accuracy `y`, a table per model (its run, architecture, ...) and per example (its
+    id, label, environment, ...), and where it came from (`info`)."""
     A: np.ndarray
     y: np.ndarray
     models: pd.DataFrame
     examples: pd.DataFrame
     info: dict = field(default_factory=dict)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.A = np.asarray(self.A)
         self.y = np.asarray(self.y, dtype=np.float64)
         if self.A.ndim != 2:
@@ -58,15 +68,19 @@ class CorrectnessMatrix:
             raise UserError(f"example ids must be unique; id {dup} appears more than once")
 
     @property
-    def n_models(self):
+    def n_models(self) -> int:
+        """Rows of A."""
         return self.A.shape[0]
 
     @property
-    def n_examples(self):
+    def n_examples(self) -> int:
+        """Columns of A."""
         return self.A.shape[1]
 
 
-def from_arrays(A, y, run=None, arch=None, example_id=None, **example_columns):
+def from_arrays(A: ArrayLike, y: ArrayLike, run: ArrayLike | None = None,
+                arch: ArrayLike | None = None, example_id: ArrayLike | None = None,
+                **example_columns: ArrayLike | None) -> CorrectnessMatrix:
     """A CorrectnessMatrix from arrays; without `run` every model is its own run."""
     A = np.asarray(A)
     if A.ndim != 2:
@@ -80,10 +94,10 @@ def from_arrays(A, y, run=None, arch=None, example_id=None, **example_columns):
     for key, value in example_columns.items():
         if value is not None:
             examples[key] = np.asarray(value)
-    return CorrectnessMatrix(A, y, models, examples)
+    return CorrectnessMatrix(A, np.asarray(y), models, examples)
 
 
-def load_matrix(path):
+def load_matrix(path: str | os.PathLike[str]) -> CorrectnessMatrix:
     """Read a CorrectnessMatrix from an ``.npz`` holding at least ``A`` and ``y``."""
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -110,9 +124,8 @@ def load_matrix(path):
     return cm
 
 
-def save_matrix(path, cm):
+def save_matrix(path: str | os.PathLike[str], cm: CorrectnessMatrix) -> None:
     """Write a CorrectnessMatrix as ``.npz`` (readable back by :func:`load_matrix`)."""
-    from oodutils.fileio import atomic_savez
     arrays = {"A": cm.A, "y": cm.y, "example_id": cm.examples["id"].to_numpy()}
     for key in ("run", "arch", "run_dir", "step", "algorithm"):
         if key in cm.models:
@@ -126,21 +139,23 @@ def save_matrix(path, cm):
 
 # ----------------------------------------------------------------- from run directories
 
-def _pick(name, wanted, available):
-    available = sorted(set(available), key=str)
+def _pick(name: str, wanted: Any, available: Collection[Any]) -> Any:
+    found = sorted(set(available), key=str)
     if wanted is None:
-        if len(available) != 1:
-            raise UserError(f"several {name}s in the records ({', '.join(map(str, available))});"
+        if len(found) != 1:
+            raise UserError(f"several {name}s in the records ({', '.join(map(str, found))});"
                             f" choose one with --{name.replace('_', '-')}")
-        return available[0]
-    if wanted not in available:
+        return found[0]
+    if wanted not in found:
         raise UserError(f"no runs with {name} {wanted!r}; found: "
-                        f"{', '.join(map(str, available)) or 'none'}")
+                        f"{', '.join(map(str, found)) or 'none'}")
     return wanted
 
 
-def from_runs(input_dir, dataset=None, id_envs=None, ood_env=None, require_done=True,
-              steps="all", quiet=False):
+def from_runs(input_dir: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+              dataset: str | None = None, id_envs: Sequence[int] | None = None,
+              ood_env: int | None = None, require_done: bool = True, steps: str = "all",
+              quiet: bool = False) -> CorrectnessMatrix:
     """Build A and y from run directories (every checkpoint with predictions = a model).
 
     dataset: the dataset name (may be omitted when the records hold only one).
@@ -152,8 +167,6 @@ def from_runs(input_dir, dataset=None, id_envs=None, ood_env=None, require_done=
     A covers the OOD environment's in and out splits, columns sorted by example id.
     Raises UserError when models were scored on different OOD examples, naming the runs.
     """
-    from domainbed.predictions import prediction_matrix
-    from domainbed.results.records import TABLE_FIELDS, load_records
 
     recs = load_records(input_dir, require_done=require_done, quiet=quiet,
                         fields=TABLE_FIELDS).records
@@ -187,7 +200,7 @@ def from_runs(input_dir, dataset=None, id_envs=None, ood_env=None, require_done=
         raise UserError(f"ID environments {id_envs} include a test environment of "
                         f"{len(clash)} run(s): {', '.join(clash[:5])}")
     if steps == "last":
-        last = {}
+        last: dict[str, Record] = {}
         for r in recs:
             if r["run_dir"] not in last or r["step"] > last[r["run_dir"]]["step"]:
                 last[r["run_dir"]] = r
@@ -217,7 +230,7 @@ def from_runs(input_dir, dataset=None, id_envs=None, ood_env=None, require_done=
         examples = examples.merge(paths, on="id", how="left")
     info = {"dataset": dataset, "id_envs": id_envs, "ood_env": ood_env,
             "n_runs": int(models["run"].nunique()), "skipped_checkpoints": missing,
-            "source": os.fspath(input_dir) if not isinstance(input_dir, (list, tuple))
+            "source": os.fspath(input_dir) if isinstance(input_dir, (str, os.PathLike))
             else [os.fspath(d) for d in input_dir]}
     return CorrectnessMatrix(A, y, models, examples, info)
 
@@ -227,7 +240,6 @@ def _example_paths(path: str) -> pd.DataFrame | None:
     someone else may have planted: a regular file only, never a FIFO or a symlink), or
     None when there is none or it cannot be read (with a warning: subsets are then listed
     without file paths)."""
-    from oodutils.untrusted import open_regular
     try:
         with open_regular(path) as f:
             paths = pd.read_csv(f)
@@ -247,7 +259,8 @@ def _example_paths(path: str) -> pd.DataFrame | None:
 
 # ----------------------------------------------------------------------------- splits
 
-def _assign_groups(groups, counts, fractions, rng):
+def _assign_groups(groups: Sequence[Hashable] | np.ndarray, counts: np.ndarray,
+                   fractions: np.ndarray, rng: np.random.Generator) -> dict[Any, int]:
     """Shuffle groups, then cut the cumulative model count at the split fractions."""
     order = rng.permutation(len(groups))
     total = counts.sum()
@@ -264,7 +277,8 @@ def _assign_groups(groups, counts, fractions, rng):
     return {groups[order[i]]: int(which[i]) for i in range(len(groups))}
 
 
-def split_models(groups, fractions=(0.6, 0.2, 0.2), seed=0, min_models=3):
+def split_models(groups: ArrayLike, fractions: ArrayLike = (0.6, 0.2, 0.2), seed: int = 0,
+                 min_models: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Seeded train/val/test split of models, whole groups at a time.
 
     groups: one label per model (its run, so checkpoints of one run never straddle
@@ -277,12 +291,12 @@ def split_models(groups, fractions=(0.6, 0.2, 0.2), seed=0, min_models=3):
         raise UserError(f"a train/val/test split needs models from at least 3 runs; "
                         f"found {len(uniq)} (split checkpoints independently with "
                         "--split model)")
-    fractions = np.asarray(fractions, dtype=float)
-    fractions = fractions / fractions.sum()
+    shares = np.asarray(fractions, dtype=float)
+    shares = shares / shares.sum()
     rng = np.random.default_rng(seed)
-    where = _assign_groups(np.arange(len(uniq)), counts, fractions, rng)
+    where = _assign_groups(np.arange(len(uniq)), counts, shares, rng)
     label = np.array([where[g] for g in inverse])
-    parts = tuple(np.flatnonzero(label == s) for s in range(3))
+    parts = (np.flatnonzero(label == 0), np.flatnonzero(label == 1), np.flatnonzero(label == 2))
     small = [name for name, p in zip(("train", "val", "test"), parts) if len(p) < min_models]
     if small:
         raise UserError(f"the {'/'.join(small)} split would hold fewer than {min_models} "
@@ -290,8 +304,10 @@ def split_models(groups, fractions=(0.6, 0.2, 0.2), seed=0, min_models=3):
     return parts
 
 
-def split_by_arch(archs, groups=None, test_archs=None, fractions=(0.6, 0.2, 0.2), seed=0,
-                  min_models=3):
+def split_by_arch(archs: ArrayLike, groups: ArrayLike | None = None,
+                  test_archs: Sequence[str] | None = None, fractions: ArrayLike = (0.6, 0.2, 0.2),
+                  seed: int = 0, min_models: int = 3
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Architecture-disjoint split: each architecture lies only in train+val or only in
     test. test_archs: the architectures to test on (default: a seeded random choice of
     whole architectures holding about fractions[2] of the models). Train and val are
@@ -301,11 +317,11 @@ def split_by_arch(archs, groups=None, test_archs=None, fractions=(0.6, 0.2, 0.2)
     if len(uniq) < 2:
         raise UserError(f"an architecture-disjoint split needs at least 2 architectures; "
                         f"found {list(uniq)} (is 'arch' in the runs' hparams?)")
-    fractions = np.asarray(fractions, dtype=float) / np.sum(fractions)
+    shares = np.asarray(fractions, dtype=float) / np.sum(fractions)
     rng = np.random.default_rng(seed)
     if test_archs is None:
         where = _assign_groups(list(uniq), counts,
-                               np.array([1 - fractions[2], fractions[2]]), rng)
+                               np.array([1 - shares[2], shares[2]]), rng)
         test_archs = [a for a, s in where.items() if s == 1]
     else:
         test_archs = [str(a) for a in test_archs]
@@ -319,7 +335,7 @@ def split_by_arch(archs, groups=None, test_archs=None, fractions=(0.6, 0.2, 0.2)
     uniq_g, inverse, cnt = np.unique(sub, return_inverse=True, return_counts=True)
     if len(uniq_g) < 2:
         raise UserError("the non-test architectures come from fewer than 2 runs")
-    tv = fractions[:2] / fractions[:2].sum()
+    tv = shares[:2] / shares[:2].sum()
     where = _assign_groups(np.arange(len(uniq_g)), cnt, tv, rng)
     lab = np.array([where[g] for g in inverse])
     parts = (rest[lab == 0], rest[lab == 1], np.flatnonzero(is_test))
@@ -332,8 +348,9 @@ def split_by_arch(archs, groups=None, test_archs=None, fractions=(0.6, 0.2, 0.2)
 
 # ---------------------------------------------------------------- planted test problem
 
-def planted_problem(n_runs=60, checkpoints=5, n_aligned=300, n_conflict=60, strength=1.5,
-                    seed=0):
+def planted_problem(n_runs: int = 60, checkpoints: int = 5, n_aligned: int = 300,
+                    n_conflict: int = 60, strength: float = 1.5, seed: int = 0
+                    ) -> tuple[CorrectnessMatrix, np.ndarray]:
     """A synthetic sweep with a hidden subset on which accuracy falls as ID rises.
 
     Each run has a skill and a spurious reliance; its checkpoints improve over training.
@@ -342,7 +359,6 @@ def planted_problem(n_runs=60, checkpoints=5, n_aligned=300, n_conflict=60, stre
     subset) it rises with skill - reliance, i.e. falls with the reliance that drives ID.
     Returns (CorrectnessMatrix, planted boolean mask over the examples).
     """
-    from scipy.special import expit, ndtr
     rng = np.random.default_rng(seed)
     M = n_runs * checkpoints
     run = np.repeat(np.arange(n_runs), checkpoints)

@@ -1,5 +1,5 @@
 """The validity analysis of Bell et al. 2024 on run directories: the records adapter (the
-command line is :mod:`analysis.validity_cli`).
+command line is :mod:`analysis.validity.cli`).
 
 Reads group-annotated records (``env{i}_{in,out}_acc_g{g}``, ``env{i}_{in,out}_wga``,
 ``args.group_names``) through ``domainbed.results.records`` and hands arrays to
@@ -30,50 +30,58 @@ test environments' examples. Or pass K values as a CSV (``--k_csv``, columns ben
 from __future__ import annotations
 
 import collections
+import os
 import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from analysis import validity as V
-from analysis.validity_config import SPLIT_CODES
+from analysis.validity import stats as V
+from analysis.validity.config import SPLIT_CODES
 from domainbed.predictions import list_prediction_steps, load_predictions
+from domainbed.results import grouping
 from domainbed.results import model_selection as ms
-from domainbed.results.records import load_records
+from domainbed.results.records import Record, Records, load_records
 from oodutils.csv_out import csv_value
 from oodutils.errors import UserError
 
 REFERENCE_ALGORITHMS = ("ReweightedERM", "GroupDRO")
 _GROUP_KEY = re.compile(r"^env(\d+)_(in|out)_acc_g(\d+)$")
 
+RecordsLike = Records | Iterable[Record]   # loaded records, or their list
+Step = int | str                           # a step number, or "val_nll" / "last"
+
 
 # ---------------------------------------------------------------------------------------------
 # benchmarks and selected models
 # ---------------------------------------------------------------------------------------------
 
-def _records(records):
+def _records(records: RecordsLike) -> list[Record]:
     return list(getattr(records, "records", records))
 
 
-def benchmark_names(records) -> tuple[dict[tuple, str], dict]:
+def benchmark_names(records: RecordsLike) -> tuple[dict[tuple, str], dict]:
     """({(dataset label, test_env): benchmark name}, dataset labels) over every record
     given."""
     records = _records(records)
-    labels = ms.dataset_labels(records)
+    labels = grouping.dataset_labels(records)
     envs = collections.defaultdict(set)
     for r in records:
         official = ms.official_split_envs(r)  # train/val/test datasets: the test env only
         for t in [official[1]] if official else r["args"].get("test_envs") or []:
-            envs[ms.dataset_label(r, labels)].add(t)
+            envs[grouping.dataset_label(r, labels)].add(t)
     return {(label, t): (label if len(ts) == 1 else f"{label}/env{t}")
             for label, ts in envs.items() for t in ts}, labels
 
 
-def _has_groups(record):
+def _has_groups(record: Record) -> bool:
     return any(_GROUP_KEY.match(k) for k in record)
 
 
-def group_results(records, names=None, labels=None) -> pd.DataFrame:
+def group_results(records: RecordsLike, names: Mapping[tuple, str] | None = None,
+                  labels: dict | None = None) -> pd.DataFrame:
     """One row per (benchmark, method, trial seed, group) of the selected models.
 
     Columns: benchmark, method, trial_seed, test_env, run_dir, step, val_wga, test_wga, group,
@@ -112,7 +120,7 @@ def group_results(records, names=None, labels=None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def wga_matrix(results) -> pd.DataFrame:
+def wga_matrix(results: pd.DataFrame) -> pd.DataFrame:
     """methods x benchmarks: worst-group test accuracy, mean over trial seeds."""
     V._require_columns(results, ["benchmark", "method", "trial_seed", "test_wga"],
                        "the results table")
@@ -121,7 +129,8 @@ def wga_matrix(results) -> pd.DataFrame:
                                 aggfunc="mean")
 
 
-def erm_group_accuracies(results, benchmark, erm="ERM") -> pd.DataFrame:
+def erm_group_accuracies(results: pd.DataFrame, benchmark: str, erm: str = "ERM"
+                         ) -> pd.DataFrame:
     """seeds x groups of ERM's per-group test accuracy on one benchmark."""
     sub = results[(results["benchmark"] == benchmark) & (results["method"] == erm)]
     if sub.empty:
@@ -135,7 +144,7 @@ def erm_group_accuracies(results, benchmark, erm="ERM") -> pd.DataFrame:
 # K from saved logits
 # ---------------------------------------------------------------------------------------------
 
-def _run_args(run_dir, records=None):
+def _run_args(run_dir: str, records: Sequence[Record] | None = None) -> dict[str, Any]:
     if records:
         for r in records:
             if r["run_dir"] == run_dir:
@@ -146,7 +155,7 @@ def _run_args(run_dir, records=None):
     return recs[0]["args"]
 
 
-def _with_logits(run_dir, step):
+def _with_logits(run_dir: str, step: int) -> dict[str, np.ndarray]:
     pred = load_predictions(run_dir, step)
     if "logits" not in pred:
         raise UserError(f"predictions of {run_dir} step {step} have no logits; train with "
@@ -154,7 +163,7 @@ def _with_logits(run_dir, step):
     return pred
 
 
-def choose_step(run_dir, test_envs, how="val_nll"):
+def choose_step(run_dir: str, test_envs: Iterable[int], how: Step = "val_nll") -> int:
     """The checkpoint of a K reference run: 'val_nll' (lowest NLL on the training
     environments' out split), 'last', or an int step."""
     steps = list_prediction_steps(run_dir)
@@ -169,7 +178,7 @@ def choose_step(run_dir, test_envs, how="val_nll"):
         return int(how)
     if how != "val_nll":
         raise UserError(f"unknown step choice {how!r}; use val_nll, last or a step number")
-    best = None
+    best: tuple[float, int] | None = None
     for step in steps:
         pred = _with_logits(run_dir, step)
         val = ~np.isin(pred["env"], list(test_envs)) & (pred["split"] == SPLIT_CODES["out"])
@@ -179,11 +188,14 @@ def choose_step(run_dir, test_envs, how="val_nll"):
         nll = -V.log_likelihood(pred["logits"][val], pred["label"][val]).mean()
         if best is None or nll < best[0]:
             best = (nll, step)
+    assert best is not None   # steps is not empty
     return best[1]
 
 
-def compute_k(erm_run, reference_run, step="val_nll", worst_group="erm_lowest_acc",
-              reduction="mean", test_splits=("in", "out"), records=None) -> dict:
+def compute_k(erm_run: str, reference_run: str, step: Step = "val_nll",
+              worst_group: int | str = "erm_lowest_acc", reduction: str = "mean",
+              test_splits: Sequence[str] = ("in", "out"),
+              records: Sequence[Record] | None = None) -> dict[str, Any]:
     """K between two runs on their test environments' examples (aligned by example id).
     Returns a dict: k, worst_group, worst_group_name, n, erm_step, reference_step."""
     args_erm, args_ref = _run_args(erm_run, records), _run_args(reference_run, records)
@@ -220,15 +232,18 @@ def compute_k(erm_run, reference_run, step="val_nll", worst_group="erm_lowest_ac
             "erm_step": erm_step, "reference_step": ref_step}
 
 
-def k_from_records(k_records, names, labels, reference=None, erm="ERM", **kwargs) -> pd.DataFrame:
+def k_from_records(k_records: RecordsLike, names: Mapping[tuple, str], labels: dict,
+                   reference: str | None = None, erm: str = "ERM", **kwargs: Any
+                   ) -> pd.DataFrame:
     """One row per (benchmark, trial seed) of the K reference runs: benchmark, trial_seed,
     reference, k, worst_group, worst_group_name, n, erm_step, reference_step."""
-    k_records = _records(k_records)
-    runs = collections.defaultdict(dict)   # (benchmark, trial_seed) -> {algorithm: run_dir}
-    for r in k_records:
+    k_list = _records(k_records)
+    # (benchmark, trial_seed) -> {algorithm: run_dir}
+    runs: dict[tuple, dict[str, str]] = collections.defaultdict(dict)
+    for r in k_list:
         args = r["args"]
         t = (args.get("test_envs") or [None])[0]
-        key = (names.get((ms.dataset_label(r, labels), t)), args.get("trial_seed"))
+        key = (names.get((grouping.dataset_label(r, labels), t)), args.get("trial_seed"))
         known = runs[key].get(args.get("algorithm"))
         if known is not None and known != r["run_dir"]:
             raise UserError(f"two {args.get('algorithm')} runs for {key[0]} trial seed "
@@ -247,14 +262,15 @@ def k_from_records(k_records, names, labels, reference=None, erm="ERM", **kwargs
     for (bench, seed), algs in sorted(runs.items(), key=lambda kv: str(kv[0])):
         if erm not in algs or reference not in algs:
             continue
-        out = compute_k(algs[erm], algs[reference], records=k_records, **kwargs)
+        out = compute_k(algs[erm], algs[reference], records=k_list, **kwargs)
         rows.append({"benchmark": bench, "trial_seed": seed, "reference": reference, **out})
     if not rows:
         raise UserError(f"no benchmark has both {erm} and {reference} K reference runs")
     return pd.DataFrame(rows)
 
 
-def read_k_csv(path) -> pd.Series:
+def read_k_csv(path: str | os.PathLike[str]) -> pd.Series:
+    """K per benchmark from a CSV with the columns benchmark and K."""
     try:
         df = pd.read_csv(path)
     except (OSError, ValueError) as e:
@@ -270,7 +286,8 @@ def read_k_csv(path) -> pd.Series:
 # mutual information, report
 # ---------------------------------------------------------------------------------------------
 
-def mutual_information_of(results, benchmark):
+def mutual_information_of(results: pd.DataFrame, benchmark: str
+                          ) -> tuple[float | None, str]:
     """I(Y; A) on the training environments of a benchmark, from a selected run's saved
     predictions (group = y * |A| + a); None when it cannot be computed (reason in the note)."""
     run = results.loc[results["benchmark"] == benchmark, "run_dir"].iloc[0]
@@ -283,25 +300,27 @@ def mutual_information_of(results, benchmark):
     try:
         a = V.attributes_from_groups(p["group"][train], p["label"][train],
                                      len(args.get("group_names") or []),
-                                     args.get("num_classes"))
+                                     args.get("num_classes") or 0)
     except UserError as e:
         return None, str(e)
     return V.mutual_information(p["label"][train], a), ""
 
 
-def validity_report(results, K=None, thresholds=None, erm="ERM", ddof=1, with_mi=True,
-                    min_pairs=3) -> pd.DataFrame:
+def validity_report(results: pd.DataFrame, K: Mapping[str, float] | pd.Series | None = None,
+                    thresholds: Mapping[str, float] | None = None, erm: str = "ERM",
+                    ddof: int = 1, with_mi: bool = True, min_pairs: int = 3
+                    ) -> pd.DataFrame:
     """Table 1: per benchmark K, I(Y;A), ERM Failure, Discriminative Power, Convergent
     Validity (with its R^2), best method and its WG test accuracy, pass flags, valid.
     ``K``: benchmark -> K (or None). Notes on what could not be computed in ``.attrs``."""
     wga = wga_matrix(results)
-    K = pd.Series(dtype=float) if K is None else pd.Series(K, dtype=float)
+    k_of = pd.Series(dtype=float) if K is None else pd.Series(K, dtype=float)
     notes, rows = [], []
     thr = {**V.DEFAULT_THRESHOLDS, **(thresholds or {})}
     for b in wga.columns:
         methods = wga[b].dropna()
         best = V.best_methods(wga[[b]])[b]
-        row = {"benchmark": b, "K": K.get(b, np.nan), "mi": np.nan,
+        row = {"benchmark": b, "K": k_of.get(b, np.nan), "mi": np.nan,
                "erm_failure": V.erm_failure(erm_group_accuracies(results, b, erm), ddof),
                "disc_power": np.nan, "n_methods": len(methods),
                "best_method": " = ".join(best), "best_wga": 100 * float(methods.max())}
@@ -319,10 +338,10 @@ def validity_report(results, K=None, thresholds=None, erm="ERM", ddof=1, with_mi
     table = pd.DataFrame(rows).set_index("benchmark")
     passing = [b for b in table.index if table.loc[b, "erm_failure"] >= thr["erm_failure"]
                and table.loc[b, "disc_power"] >= thr["disc_power"]]
-    with_k = [b for b in table.index if b in K.index and not np.isnan(K[b])]
+    with_k = [b for b in table.index if b in k_of.index and not np.isnan(k_of[b])]
     table["conv_validity"], table["cv_r2"], table["cv_pairs"] = np.nan, np.nan, 0
     if with_k:
-        cv = V.convergent_validity(wga, K[with_k], benchmarks=with_k,
+        cv = V.convergent_validity(wga, k_of[with_k], benchmarks=with_k,
                                    pool=[b for b in passing if b in with_k],
                                    min_pairs=min_pairs)
         table.loc[cv.index, "conv_validity"] = cv["conv_validity"]

@@ -11,11 +11,15 @@ and correlation shift, OODSelect's worst subsets, label-free estimation error an
 stability; a section the sweeps cannot support says what it needs. The leaderboard
 (`domainbed-leaderboard`) writes the same cards into its site.
 """
+from __future__ import annotations
+
 import argparse
 import datetime
 import os
 import sys
+from collections.abc import Sequence
 
+from analysis import card
 from oodutils.cli import (
     ArgumentParser,
     add_logging_flags,
@@ -26,11 +30,13 @@ from oodutils.cli import (
     echo,
 )
 from oodutils.errors import UserError, run_cli
+from oodutils.fileio import check_output_path
 
 EPILOG = "example:\n  benchmark-card --input_dir sweeps/s1 --output_dir cards/"
 
 
-def build_parser():
+def build_parser() -> ArgumentParser:
+    """The benchmark-card command's options."""
     p = ArgumentParser(prog="benchmark-card", description=__doc__.split("\n\n")[0],
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_option(p, "--input_dir", nargs="+", required=True, help="sweep directories")
@@ -45,26 +51,24 @@ def build_parser():
     return p
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
+    """The benchmark-card command on `argv`: options checked, then the cards (the
+    leaderboard's page writers and the records load after the flags are parsed)."""
     args = build_parser().parse_args(argv)
     configure_logging(args)
     check_outputs((args.output_dir, "--output_dir", True))
     check_directories(args.input_dir)
     if args.bootstrap < 1:
         raise UserError(f"--bootstrap must be at least 1, not {args.bootstrap}")
-    from analysis import card
-    from domainbed.leaderboard import panels
-    from domainbed.leaderboard.site import records_by_label, sweep_names, write_cards
-    from domainbed.results import model_selection
-    from domainbed.results.records import load_records
-    from oodutils.fileio import check_output_path
+    from domainbed.leaderboard import pages, panels, site
+    from domainbed.results import grouping, records
     check_output_path(args.output_dir, "--output_dir", directory=True)
     oodselect = [panels.read_oodselect(path) for path in args.oodselect]
-    loaded = load_records(args.input_dir, quiet=True)
-    by_label = records_by_label(loaded.records)
+    loaded = records.load_records(args.input_dir, quiet=True)
+    by_label = site.records_by_label(loaded.records)
     if not by_label:
         raise UserError(f"no finished runs under {', '.join(args.input_dir)}")
-    labels = model_selection.dataset_labels(loaded.records)
+    labels = grouping.dataset_labels(loaded.records)
     datasets = [{"label": label, "name": str(dataset)}
                 for (dataset, _), label in sorted(labels.items(), key=lambda x: x[1])
                 if label in by_label]
@@ -73,24 +77,19 @@ def main(argv=None):
                              labelfree=card.labelfree_by_dataset(args.input_dir),
                              n_boot=args.bootstrap)
     model = {"datasets": datasets, "total_records": len(loaded.records),
-             "sweeps": sweep_names(args.input_dir),
+             "sweeps": site.sweep_names(args.input_dir),
              "built": datetime.datetime.now(datetime.timezone.utc).date().isoformat()}
     os.makedirs(args.output_dir, exist_ok=True)
-    write_cards(args.output_dir, model, by_label, inputs, in_site=False)
+    site.write_cards(args.output_dir, model, by_label, inputs, in_site=False)
     for d in datasets:
-        echo(f"wrote {os.path.join(args.output_dir, pages_name(d['label']))} and .md")
+        echo(f"wrote {os.path.join(args.output_dir, pages.card_page(d['label']))} and .md")
     return 0
 
 
-def pages_name(label):
-    from domainbed.leaderboard.pages import card_page
-    return card_page(label)
-
-
-def cli():
+def cli() -> None:
     """The `benchmark-card` console command ([project.scripts])."""
     sys.exit(run_cli(main))
 
 
 if __name__ == "__main__":
-    run_cli(main)
+    cli()

@@ -20,11 +20,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.aotl import tables
+from analysis.aotl.options import build_parser
+from analysis.oodselect import options as oodselect_options
+from analysis.oodselect import protocol as oodselect_protocol
 from domainbed.api import train_zoo
 from domainbed.results.records import TABLE_FIELDS, load_records
 from oodutils import fileio
 from oodutils.errors import UserError
 from oodutils.log import configure
+from oodutils.tables import render
 
 
 def zoo_facts(runs_dir: str) -> pd.DataFrame | None:
@@ -77,22 +82,26 @@ def run_aotl(runs_dir: str, out_dir: str) -> dict[str, str]:
     return paths
 
 
+def _aotl(argv: list[str]) -> int:
+    """The aotl command's work on `argv` (its options, no process exit)."""
+    return tables.run(build_parser().parse_args(argv))
+
+
 def _write_aotl_files(runs_dir: str, paths: dict[str, str]) -> None:
-    from analysis import aotl
     for table in ("per-ood", "pairwise"):
         stem = table.replace("-", "_")
         for fmt in ("csv", "markdown"):
             output = paths[f"{stem}_{'md' if fmt == 'markdown' else 'csv'}"]
             argv = [runs_dir, "--table", table, "--format", fmt, "--output", output, "-qq"]
             try:
-                aotl.main(argv)
+                _aotl(argv)
             except UserError as e:   # the per-OOD fits are the study; pairwise may fail
                 if table == "per-ood":
                     raise
                 fileio.atomic_write_text(output, f"pairwise fits not computed: {e}\n")
     os.makedirs(paths["plots"], exist_ok=True)
     try:
-        aotl.main([runs_dir, "--plot", paths["plots"], "--format", "csv", "--output",
+        _aotl([runs_dir, "--plot", paths["plots"], "--format", "csv", "--output",
                    os.path.join(paths["plots"], "per_ood.csv"), "-qq"])
     except UserError as e:   # a degenerate (e.g. tiny) zoo: the tables still stand
         paths["plot_error"] = str(e)
@@ -106,12 +115,12 @@ def pick_ood_env(per_ood: pd.DataFrame) -> int:
 def run_oodselect(runs_dir: str, dataset: str, ood_env: int, out_dir: str, steps: int = 1500,
                   seed: int = 0) -> tuple[pd.DataFrame, list[str]]:
     """OODSelect's summary table and its small-input warnings (split.json)."""
-    from analysis import oodselect_cli
     argv = ["--input_dir", runs_dir, "--dataset", dataset, "--ood_env", str(ood_env),
             "--output_dir", out_dir, "--steps", str(steps), "--patience", str(max(100, steps // 5)),
             "--seed", str(seed), "--baselines", "random", "hard", "--quiet", "--quiet"]
-    try:   # its small-input warnings come back in split.json: the caller says them once
-        oodselect_cli.main(argv)
+    configure(-2)   # as -qq: its small-input warnings come back in split.json, said once
+    try:
+        oodselect_protocol.run(oodselect_options.build_parser().parse_args(argv))
     finally:
         configure(0)
     with open(os.path.join(out_dir, "split.json")) as f:
@@ -120,7 +129,6 @@ def run_oodselect(runs_dir: str, dataset: str, ood_env: int, out_dir: str, steps
 
 
 def _md(df: pd.DataFrame, digits: int = 3) -> str:
-    from oodutils.tables import render
     return render(df, "markdown", digits).strip() if len(df) else "(empty)"
 
 

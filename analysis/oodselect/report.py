@@ -5,22 +5,33 @@ from __future__ import annotations
 
 import json
 import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
+from scipy.stats import hypergeom, norm
 
 from oodutils.accuracy import OODSELECT_CLIP, probit
 from oodutils.csv_out import frame_csv
 from oodutils.fileio import atomic_write_text, finite_json
 from oodutils.plotting import figure_and_axes, save_figure
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+PathLike = str | os.PathLike[str]
+
 Z95 = 1.959963984540054
 PAPER_FISHER_M = 100      # Table A.3's parentheticals use m_b = 100 "trials" (notes_001 3.3)
 
 
-def fisher_interval(r, m, level=0.95):
+def fisher_interval(r: float | None, m: int | None, level: float = 0.95
+                    ) -> tuple[float, float]:
     """Fisher-z confidence interval (lo, hi) of a Pearson r measured on m models."""
-    from scipy.stats import norm
     if m is None or m <= 3 or r is None or not np.isfinite(r):
         return (float("nan"), float("nan"))
     z = math.atanh(float(np.clip(r, -0.999999, 0.999999)))
@@ -37,11 +48,13 @@ MIN_RUNS = 3
 MIN_SUBSET = 10
 
 
-def small_input_warnings(model_runs, parts, sizes):
+def small_input_warnings(model_runs: ArrayLike, parts: Sequence[ArrayLike],
+                         sizes: Sequence[int]) -> list[str]:
     """Why the estimates of this split mean little (one sentence each), or [].
     `model_runs`: each model's run; `parts`: (train, val, test) model indices."""
     warnings = []
     for name, idx in zip(("train", "val", "test"), parts):
+        idx = np.asarray(idx)
         m, runs = len(idx), len(set(np.asarray(model_runs)[idx].tolist()))
         if m < MIN_MODELS:
             lo, hi = fisher_interval(0.0, m)
@@ -60,37 +73,37 @@ def small_input_warnings(model_runs, parts, sizes):
     return warnings
 
 
-def fisher_halfwidth(r, m):
+def fisher_halfwidth(r: float, m: int | None) -> float:
     """r - lower end of the 95% Fisher interval: the number Table A.3 prints in
     parentheses, with m = 100 in the paper (i.e. a 1.96 / sqrt(97) z half-width)."""
     lo, _ = fisher_interval(r, m)
     return float(r) - lo
 
 
-def paper_fisher_halfwidth(r):
+def paper_fisher_halfwidth(r: float) -> float:
     """Table A.3's parenthetical for a value r (paper-compatible mode, m = 100)."""
     return fisher_halfwidth(r, PAPER_FISHER_M)
 
 
 # ---------------------------------------------------------------------------- overlap
 
-def jaccard(a, b):
-    a, b = set(map(int, a)), set(map(int, b))
-    union = len(a | b)
-    return len(a & b) / union if union else float("nan")
+def jaccard(a: ArrayLike, b: ArrayLike) -> float:
+    """|A & B| / |A | B| of two index sets (NaN when both are empty)."""
+    set_a, set_b = set(np.asarray(a).astype(int).tolist()), set(np.asarray(b).astype(int).tolist())
+    union = len(set_a | set_b)
+    return len(set_a & set_b) / union if union else float("nan")
 
 
-def expected_random_jaccard(N, a, b):
+def expected_random_jaccard(N: int, a: int, b: int) -> float:
     """E[J] of two independent uniform random subsets of sizes a and b out of N
     (their intersection is hypergeometric), exactly."""
-    from scipy.stats import hypergeom
     lo, hi = max(0, a + b - N), min(a, b)
     k = np.arange(lo, hi + 1)
     pmf = hypergeom(N, a, b).pmf(k)
     return float(np.sum(pmf * k / (a + b - k)))
 
 
-def normalized_jaccard(subsets, N):
+def normalized_jaccard(subsets: Mapping[int, ArrayLike], N: int) -> pd.DataFrame:
     """J(S_i, S_j) / E[J] of random subsets of the same sizes (Eq. 6), for every pair of
     sizes. subsets: {n: indices}. Returns a DataFrame indexed and columned by n."""
     sizes = sorted(subsets)
@@ -105,7 +118,8 @@ def normalized_jaccard(subsets, N):
 
 # ------------------------------------------------------------------------ composition
 
-def composition(examples, subset, columns=None, n_boot=1000, seed=0):
+def composition(examples: pd.DataFrame, subset: ArrayLike, columns: Sequence[str] | None = None,
+                n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
     """Prevalence of each category in the subset vs the whole OOD set, with bootstrap
     (examples of the subset resampled with replacement, n_boot times) 95% intervals of
     the enrichment ratio = subset prevalence / pool prevalence, and the share of
@@ -145,7 +159,8 @@ def composition(examples, subset, columns=None, n_boot=1000, seed=0):
 
 # ----------------------------------------------------------------------- subset files
 
-def subset_table(examples, subset, scores=None):
+def subset_table(examples: pd.DataFrame, subset: ArrayLike, scores: ArrayLike | None = None
+                 ) -> pd.DataFrame:
     """The selected examples in rank order: rank, index (column of A), id, path, label,
     env, split, group (those known) and selection_score."""
     subset = np.asarray(subset, dtype=np.int64)
@@ -159,12 +174,15 @@ def subset_table(examples, subset, scores=None):
     return table
 
 
-def write_csv(path, frame):
+def write_csv(path: PathLike, frame: pd.DataFrame) -> None:
+    """`frame` as CSV (cells escaped for spreadsheets), written atomically."""
     atomic_write_text(path, frame_csv(frame))
 
 
-def write_json(path, obj):
-    def default(o):
+def write_json(path: PathLike, obj: Any) -> None:
+    """`obj` as JSON (numpy values and frames as plain JSON, non-finite as null), written
+    atomically."""
+    def default(o: Any) -> Any:
         if isinstance(o, (np.integer,)):
             return int(o)
         if isinstance(o, (np.floating,)):
@@ -180,7 +198,7 @@ def write_json(path, obj):
 
 # ------------------------------------------------------------------------------ plots
 
-def _finish(fig, own, path):
+def _finish(fig: Figure, own: bool, path: PathLike | None) -> Figure:
     """Lay out a figure we made (never the caller's), save it if asked; the Figure."""
     if own:
         fig.tight_layout()
@@ -189,7 +207,9 @@ def _finish(fig, own, path):
     return fig
 
 
-def plot_correlation_vs_size(summary, path=None, full_r=None, title=None, ax=None):
+def plot_correlation_vs_size(summary: pd.DataFrame, path: PathLike | None = None,
+                             full_r: float | None = None, title: str | None = None,
+                             ax: Axes | None = None) -> Figure:
     """r on the test models against subset size (log x), one line per method, with the
     Fisher 95% band (random: its 2.5-97.5% spread over draws). Drawn on ``ax`` if given,
     saved as PNG to ``path`` if given; returns the Figure."""
@@ -214,8 +234,10 @@ def plot_correlation_vs_size(summary, path=None, full_r=None, title=None, ax=Non
     return _finish(fig, own, path)
 
 
-def plot_probit_scatter(y, acc_all, acc_subset, path=None, n=None, eps=OODSELECT_CLIP,
-                        title=None, ax=None):
+def plot_probit_scatter(y: ArrayLike, acc_all: ArrayLike, acc_subset: ArrayLike,
+                        path: PathLike | None = None, n: int | None = None,
+                        eps: float = OODSELECT_CLIP, title: str | None = None,
+                        ax: Axes | None = None) -> Figure:
     """Probit ID accuracy against probit OOD accuracy on all examples and on the
     selected subset (test models), each with its least-squares line. Drawn on ``ax`` if
     given, saved as PNG to ``path`` if given; returns the Figure."""

@@ -11,7 +11,7 @@ between a group-reweighted model and ERM (natural log).
 
 The core below is array / DataFrame in, numbers / DataFrame out, so it is testable without
 training. Accuracies are fractions in [0, 1]; spreads and accuracies in tables are reported in
-percentage points (``scale=100``) as in the paper. ``analysis.validity_records`` turns run
+percentage points (``scale=100``) as in the paper. ``analysis.validity.records`` turns run
 directories into these inputs; ``python -m analysis.validity`` is the command line.
 
 Defaults where the paper is silent (each a parameter):
@@ -34,7 +34,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from scipy import special, stats
 
-from analysis.validity_config import DEFAULT_THRESHOLDS, STRATEGIES
+from analysis.validity.config import DEFAULT_THRESHOLDS, STRATEGIES
 from oodutils.accuracy import check_accuracies
 from oodutils.errors import UserError
 
@@ -558,7 +558,3 @@ def strategy_win_counts(all_acc: ArrayLike, valid_acc: ArrayLike,
                    closest_best_strict=int(np.sum(has & (c > best_other))))
     return out
 
-
-if __name__ == "__main__":  # python -m analysis.validity runs analysis.validity_cli
-    import runpy
-    runpy.run_module("analysis.validity_cli", run_name="__main__", alter_sys=True)

@@ -18,6 +18,7 @@ Files may be gzip-compressed. Our exporter adds two optional trailing columns, `
 """
 from __future__ import annotations
 
+import gzip
 import os
 import re
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
@@ -28,9 +29,12 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from analysis.aotl_options import CHECKPOINTS, SPLITS  # noqa: F401
+from analysis.aotl.options import CHECKPOINTS, SPLITS
+from domainbed.results.records import TABLE_FIELDS, load_records
 from oodutils.accuracy import check_accuracies
+from oodutils.csv_out import csv_value, frame_csv
 from oodutils.errors import UnknownNameError, UserError
+from oodutils.fileio import atomic_write_bytes, file_name_part, utf8_bytes
 from oodutils.log import get_logger
 from oodutils.untrusted import open_input
 
@@ -127,7 +131,6 @@ def _read_one_csv(path: PathLike) -> pd.DataFrame:
                         f"{', '.join(CSV_COLUMNS)}")
     if df.empty:
         raise UserError(f"{path}: no rows")
-    from oodutils.csv_out import csv_value
     for c in df.columns:        # names our own CSVs escaped (=, +, -, @) read as written
         if df[c].dtype == object or pd.api.types.is_string_dtype(df[c]):
             df[c] = df[c].map(csv_value)
@@ -191,11 +194,6 @@ def read_accuracy_csvs(paths: Iterable[PathLike]) -> Accuracies:
 # ---------------------------------------------------------------------------- sweeps
 
 def _load_records(path: PathLike) -> list[dict[str, Any]]:
-    try:
-        from domainbed.results.records import TABLE_FIELDS, load_records
-    except ImportError as e:  # pragma: no cover - only while the records module is missing
-        raise UserError(f"cannot read sweep directory {path}: domainbed.results.records is "
-                        f"unavailable ({e})") from None
     return load_records(path, fields=TABLE_FIELDS).records
 
 
@@ -394,10 +392,6 @@ def to_csv_frame(acc: Accuracies, dataset: str, ood_env: int) -> pd.DataFrame:
 
 def export_csv(acc: Accuracies, out_dir: PathLike, split: str = "out") -> list[Path]:
     """Write ``<out_dir>/<dataset>/env<k>_<split>_acc.csv.gz`` per split; returns the paths."""
-    import gzip
-
-    from oodutils.csv_out import frame_csv
-    from oodutils.fileio import atomic_write_bytes, file_name_part, utf8_bytes
     out_path = Path(out_dir)
     written = []
     for dataset, ood in acc.splits():

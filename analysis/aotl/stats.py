@@ -14,7 +14,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from scipy import special, stats
 
-from analysis.aotl_options import SCALES  # noqa: F401
+from analysis.aotl.options import SCALES
 from oodutils.accuracy import AOTL_CLIP, check_clip, probit
 from oodutils.errors import UnknownNameError, UserError, require
 
@@ -172,8 +172,9 @@ def classifier_count(tx: ArrayLike, ty: ArrayLike, groups: ArrayLike | None = No
     if len(grid) < 2:
         return None, n_units
     rng = np.random.default_rng(seed)
-    # Draw the resampled sequences window by window and stop at the first stable k, so
-    # memory stays ~50 MB and a split that stabilises early costs little.
+    # Draw the resampled sequences window by window (about a million values at a time)
+    # and stop at the first stable k, so memory stays bounded whatever n_boot and a split
+    # that stabilises early costs little.
     window = max(step, int(1e6 // max(n_boot, 1)) // step * step)
     running = np.zeros((n_boot, 6))
     prev_r, prev_k, pos = None, None, 0

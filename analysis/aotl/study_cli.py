@@ -18,9 +18,13 @@ Run directories are ordinary sweep jobs under DIR/runs; rerunning resumes (finis
 are untouched, interrupted ones continue from their last checkpoint) and, with a larger
 --models, extends the same zoo. See `domainbed.launch.zoo` for what the zoo is.
 """
+from __future__ import annotations
+
 import argparse
 import sys
+from collections.abc import Sequence
 
+from analysis import aotl
 from oodutils.cli import DEFAULT_DATA_DIR, ArgumentParser, add_option, check_outputs
 from oodutils.errors import UserError, epilog_example, run_cli
 
@@ -29,11 +33,11 @@ SPAWRIOUS_DATASETS = tuple(f"Spawrious{kind}_{level}" for kind in ("O2O", "M2M")
                            for level in ("easy", "medium", "hard"))
 DATASETS = SMALL_IMAGE_DATASETS + SPAWRIOUS_DATASETS
 TRANSFERS = ("full", "linear_probe")
-EPILOG = epilog_example("aotl-study", "analysis.aotl_study_cli",
+EPILOG = epilog_example("aotl-study", "analysis.aotl.study_cli",
                         "--dataset ColoredMNIST --models 100 --output_dir zoo/cmnist")
 
 
-def build_parser():
+def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="aotl-study", description=__doc__.split("\n\n")[0], epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_option(p, "--dataset", required=True, choices=DATASETS)
@@ -69,7 +73,7 @@ def build_parser():
     return p
 
 
-def check(args):
+def check(args: argparse.Namespace) -> None:
     if args.models < 1:
         raise UserError(f"--models must be at least 1, got {args.models}")
     if args.workers < 1:
@@ -86,16 +90,17 @@ def check(args):
     args.launcher = args.launcher or ("fused" if probe else "pooled")
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
+    """The aotl-study command on `argv`: checks, then the study (the package loads the
+    training code on first use, after the flags are parsed)."""
     args = build_parser().parse_args(argv)
     check_outputs((args.output_dir, "--output_dir", True))
     check(args)
-    from analysis.aotl_study import run_study
 
-    def log(message):
+    def log(message: str) -> None:
         print(message, flush=True)
 
-    summary, facts, per_ood, trained, wall, rate = run_study(
+    summary, facts, per_ood, trained, wall, rate = aotl.run_study(
         args.dataset, args.models, args.output_dir, args.workers, args.data_dir, args.steps,
         args.checkpoint_freq, args.eval_splits, args.launcher, args.seed, args.ood_env,
         args.oodselect_steps, log=log, backbone=args.backbone)
@@ -108,7 +113,7 @@ def main(argv=None):
     return 0   # failed runs (e.g. a diverging penalty) are counted in the summary
 
 
-def cli():
+def cli() -> None:
     """The `aotl-study` console command ([project.scripts])."""
     sys.exit(run_cli(main))
 

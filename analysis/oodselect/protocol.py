@@ -1,49 +1,41 @@
-"""``python -m analysis.oodselect``: select anti-correlated OOD subsets and report them.
-
-    python -m analysis.oodselect --matrix A.npz --sizes 10 100 1000 --seed 0 --output_dir out/
-    python -m analysis.oodselect --input_dir sweep/ --dataset PACS --id_envs 0 1 2 \\
-        --ood_env 3 --sizes 10 100 --output_dir out/
-
-Writes to --output_dir: ``summary.csv`` (one row per size and method: method, n, r_test with
-its Fisher 95% interval, r_val, r_train, Spearman, ...), ``subset_<n>.csv`` (OODSelect's
-subset in rank order: rank, index, id, path, label, env, selection_score),
-``subsets.json`` (every method's subsets and the chosen hyperparameters), ``split.json``,
-``jaccard.csv`` (normalised Jaccard between sizes), ``composition_<n>.csv`` (class and
-attribute enrichment, bootstrap intervals) where the examples carry attributes, and the
-plots ``correlation_vs_size.png`` and ``scatter_<n>.png``.
-"""
+"""The OODSelect protocol on one correctness matrix, as the `oodselect` command runs it:
+a split of the models, the selection, the baselines, and the files and plots described in
+`analysis.oodselect.cli`."""
 from __future__ import annotations
 
 import argparse
 import math
 import os
-import sys
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
+import pandas as pd
+from numpy.typing import ArrayLike
 
-from analysis import oodselect_config
-from oodutils.cli import ArgumentParser, add_logging_flags, add_option, configure_logging
-from oodutils.errors import UserError, epilog_example, run_cli
+from analysis.oodselect import baselines as bl
+from analysis.oodselect import data
+from analysis.oodselect import report as rep
+from analysis.oodselect import selector as core
+from analysis.oodselect.config import BASELINES
+from analysis.oodselect.data import CorrectnessMatrix
+from oodutils.errors import UserError
 from oodutils.log import get_logger
-
-if TYPE_CHECKING:
-    import pandas as pd
+from oodutils.tables import render
 
 logger = get_logger(__name__)
 
-EPILOG = epilog_example("oodselect", "analysis.oodselect",
-                        "--matrix A_y.npz --sizes 100 500 --seed 0 --output_dir oodselect/")
+Parts = tuple[np.ndarray, np.ndarray, np.ndarray]   # train, val, test model indices
 
 DEFAULT_SIZES = (10, 20, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000)
-BASELINES = ("random", "hard", "greedy", "exhaustive")
 
 
-def make_split(cm, how="run", seed=0, fractions=(0.6, 0.2, 0.2), test_archs=None):
+def make_split(cm: CorrectnessMatrix, how: str = "run", seed: int = 0,
+               fractions: ArrayLike = (0.6, 0.2, 0.2), test_archs: Sequence[str] | None = None
+               ) -> Parts:
     """(train, val, test) model indices. how: "run" (whole runs), "model" (each
     checkpoint on its own) or "arch" (architecture-disjoint test set)."""
-    from analysis import oodselect_data as data
     if how == "run":
         return data.split_models(cm.models["run"].to_numpy(), fractions, seed)
     if how == "model":
@@ -57,20 +49,20 @@ def make_split(cm, how="run", seed=0, fractions=(0.6, 0.2, 0.2), test_archs=None
     raise UserError(f"unknown split {how!r}; valid: run, model, arch")
 
 
-def _row(method, n, A, y, parts, subset, fisher_m=None, extra=None):
-    from analysis import oodselect as core
-    from analysis import oodselect_report as rep
+def _row(method: str, n: int, A: np.ndarray, y: np.ndarray, parts: Parts, subset: ArrayLike,
+         fisher_m: int | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     tr, va, te = parts
     r_te = core.subset_correlation(A[te], y[te], subset)
     m = fisher_m or len(te)
     lo, hi = rep.fisher_interval(r_te, m)
-    row = {"method": method, "n": int(n), "r_test": r_te, "r_test_lo": lo,
-           "r_test_hi": hi, "r_test_err": r_te - lo if np.isfinite(lo) else np.nan,
-           "r_val": core.subset_correlation(A[va], y[va], subset),
-           "r_train": core.subset_correlation(A[tr], y[tr], subset),
-           "spearman_test": core.subset_correlation(A[te], y[te], subset, method="spearman"),
-           "ood_acc_test": float(core.subset_accuracy(A[te], subset).mean()),
-           "m_train": len(tr), "m_val": len(va), "m_test": len(te), "fisher_m": m}
+    row: dict[str, Any] = {
+        "method": method, "n": int(n), "r_test": r_te, "r_test_lo": lo,
+        "r_test_hi": hi, "r_test_err": r_te - lo if np.isfinite(lo) else np.nan,
+        "r_val": core.subset_correlation(A[va], y[va], subset),
+        "r_train": core.subset_correlation(A[tr], y[tr], subset),
+        "spearman_test": core.subset_correlation(A[te], y[te], subset, method="spearman"),
+        "ood_acc_test": float(core.subset_accuracy(A[te], subset).mean()),
+        "m_train": len(tr), "m_val": len(va), "m_test": len(te), "fisher_m": m}
     undefined = [k for k in ("r_test", "r_val", "r_train") if not np.isfinite(row[k])]
     if undefined:
         row["note"] = (f"{', '.join(undefined)} undefined: accuracy on the subset (or ID "
@@ -79,19 +71,18 @@ def _row(method, n, A, y, parts, subset, fisher_m=None, extra=None):
     return row
 
 
-def run_selection(cm, sizes, seed=0, out_dir=None, split="run", fractions=(0.6, 0.2, 0.2),
-                  test_archs=None, selector=None, baselines=("random", "hard", "greedy",
-                  "exhaustive"), random_draws=100, hard_reference="train",
-                  greedy_max_cost=2e10, exhaustive_max=1_000_000, fisher_m=None,
-                  n_boot=1000, plots=True, log=None) -> tuple[pd.DataFrame, dict]:
+def run_selection(cm: CorrectnessMatrix, sizes: Sequence[int], seed: int = 0,
+                  out_dir: str | None = None, split: str = "run",
+                  fractions: ArrayLike = (0.6, 0.2, 0.2), test_archs: Sequence[str] | None = None,
+                  selector: core.OODSelect | None = None, baselines: Sequence[str] = BASELINES,
+                  random_draws: int = 100, hard_reference: str = "train",
+                  greedy_max_cost: float = 2e10, exhaustive_max: int = 1_000_000,
+                  fisher_m: int | None = None, n_boot: int = 1000, plots: bool = True,
+                  log: Callable[[str], Any] | None = None
+                  ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The whole protocol on one correctness matrix. Returns (summary DataFrame, dict of
     results); writes the files described in the module docstring when out_dir is set.
     ``log``: where progress lines go (default: this package's logger, at INFO)."""
-    import pandas as pd
-
-    from analysis import oodselect as core
-    from analysis import oodselect_baselines as bl
-    from analysis import oodselect_report as rep
     log = log or logger.info
     A, y, N = cm.A, cm.y, cm.n_examples
     sizes = sorted({int(n) for n in sizes})
@@ -114,7 +105,8 @@ def run_selection(cm, sizes, seed=0, out_dir=None, split="run", fractions=(0.6, 
     log(f"[oodselect] selection of {len(sizes)} size(s) took {time.time() - t0:.1f}s")
 
     rows = [_row("all", N, A, y, parts, np.arange(N), fisher_m)]
-    subsets = {"oodselect": {}, "random": {}, "hard": {}, "greedy": {}, "exhaustive": {}}
+    subsets: dict[str, dict[int, Any]] = {"oodselect": {}, "random": {}, "hard": {},
+                                          "greedy": {}, "exhaustive": {}}
     for k, n in enumerate(sizes):
         sub = selector.subsets_[k]
         subsets["oodselect"][n] = sub
@@ -174,9 +166,9 @@ def run_selection(cm, sizes, seed=0, out_dir=None, split="run", fractions=(0.6, 
     return summary, results
 
 
-def write_outputs(out_dir, cm, results, plots=True):
-    from analysis import oodselect as core
-    from analysis import oodselect_report as rep
+def write_outputs(out_dir: str, cm: CorrectnessMatrix, results: dict[str, Any],
+                  plots: bool = True) -> None:
+    """The files and plots of `run_selection`'s results under `out_dir`."""
     os.makedirs(out_dir, exist_ok=True)
     summary, sel, sizes = results["summary"], results["selector"], results["sizes"]
     rep.write_csv(os.path.join(out_dir, "summary.csv"), summary)
@@ -218,62 +210,8 @@ def write_outputs(out_dir, cm, results, plots=True):
                                     os.path.join(out_dir, f"scatter_{n}.png"), n=n)
 
 
-def build_parser():
-    p = ArgumentParser(prog="oodselect", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
-    src = p.add_argument_group("input (one of)")
-    add_option(src, "--matrix", help=".npz with A (models x examples, 0/1) and y")
-    add_option(src, "--input_dir", nargs="+", help="run directories (a sweep)")
-    add_option(src, "--dataset")
-    add_option(src, "--id_envs", type=int, nargs="+")
-    add_option(src, "--ood_env", type=int)
-    add_option(src, "--checkpoints", choices=("all", "last"), default="all",
-                    help="models: every checkpoint (default) or each run's last")
-    add_option(src, "--save_matrix", help="also write the built A and y to this .npz")
-    add_option(p, "--sizes", type=int, nargs="+", help="subset sizes (default: a log grid)")
-    add_option(p, "--seed", type=int, default=0)
-    add_option(p, "--output_dir", "--out", "--output", dest="out",
-                  required=True, help="output directory")
-    add_option(p, "--model_split", "--split", dest="split", choices=("run", "model", "arch"),
-               default="run", help="how models split into train/val/test (default: by run)")
-    add_option(p, "--fractions", type=float, nargs=3, default=(0.6, 0.2, 0.2))
-    add_option(p, "--test_archs", nargs="+")
-    o = p.add_argument_group("optimiser")
-    add_option(o, "--steps", type=int, default=3000)
-    add_option(o, "--patience", type=int, default=500)
-    add_option(o, "--trials", type=int, default=0,
-                  help="Optuna trials per size (0: fixed hyperparameters)")
-    add_option(o, "--trial_batch", type=int, default=8)
-    add_option(o, "--restarts", type=int, default=1,
-                  help="with fixed hyperparameters: random restarts per size, best on val")
-    add_option(o, "--paper_budget", action="store_true",
-                  help="the paper's configs: 50,000 steps and 100 Optuna trials")
-    add_option(o, "--penalty_form", choices=oodselect_config.PENALTY_FORMS, default="softplus")
-    add_option(o, "--loss", choices=oodselect_config.LOSSES, default="r")
-    defaults = oodselect_config.Hparams()
-    for name in ("lr", "eta_min", "t_max", "penalty", "anneal_iters"):
-        add_option(o, "--" + name, type=type(getattr(defaults, name)),
-                      default=getattr(defaults, name))
-    add_option(o, "--last_theta", action="store_true",
-                  help="keep the final theta, not the best-validation one (as the code)")
-    add_option(o, "--device", default="auto")
-    b = p.add_argument_group("baselines and report")
-    add_option(b, "--baselines", nargs="*", default=list(BASELINES), choices=BASELINES)
-    add_option(b, "--random_draws", type=int, default=100)
-    add_option(b, "--hard_reference", choices=("train", "test", "all"), default="train",
-                  help="models whose errors define 'hard' (the authors' code: test)")
-    add_option(b, "--greedy_max_cost", type=float, default=2e10)
-    add_option(b, "--exhaustive_max", type=int, default=1_000_000)
-    add_option(b, "--paper_fisher", action="store_true",
-                  help="Fisher intervals with m = 100 as Table A.3 (default: test models)")
-    add_option(b, "--bootstrap", type=int, default=1000)
-    add_option(b, "--no_plots", action="store_true")
-    add_logging_flags(p)   # -q / --quiet: no progress lines and no summary table
-    return p
-
-
-def load_input(args):
-    from analysis import oodselect_data as data
+def load_input(args: argparse.Namespace) -> CorrectnessMatrix:
+    """The correctness matrix of --matrix or --input_dir (saved to --save_matrix if given)."""
     if bool(args.matrix) == bool(args.input_dir):
         raise UserError("give exactly one of --matrix FILE.npz or --input_dir DIR")
     if args.matrix:
@@ -286,36 +224,9 @@ def load_input(args):
     return cm
 
 
-def check_args(args):
-    """Bad numbers and paths are one clear error before the matrix is even read."""
-    from oodutils.fileio import check_output_path
-    if args.steps < 1:
-        raise UserError(f"--steps must be at least 1, got {args.steps}")
-    for name in ("lr", "eta_min", "penalty"):
-        value = getattr(args, name)
-        if not math.isfinite(value) or value < 0:
-            raise UserError(f"--{name.replace('_', '-')} must be a finite number >= 0, "
-                            f"got {value}")
-    if args.lr <= 0:
-        raise UserError(f"--lr must be positive, got {args.lr}")
-    fractions = list(args.fractions)
-    if any(not math.isfinite(f) or f < 0 for f in fractions) or \
-            abs(sum(fractions) - 1.0) > 1e-6:
-        raise UserError(f"--fractions must be three numbers >= 0 summing to 1, got "
-                        f"{' '.join(map(str, fractions))}")
-    if args.sizes and min(args.sizes) < 1:
-        raise UserError(f"--sizes must be at least 1, got {min(args.sizes)}")
-    check_output_path(args.out, "--output_dir", directory=True)
-    if args.save_matrix:
-        check_output_path(args.save_matrix, "--save_matrix")
-
-
-def main(argv=None):
-    args = build_parser().parse_args(argv)
-    configure_logging(args)
-    check_args(args)
-    from analysis import oodselect as core
-    from analysis import oodselect_report as rep
+def run(args: argparse.Namespace) -> int:
+    """The oodselect command on parsed (and checked) arguments: read the input, select,
+    write the outputs, print the summary."""
     log = logger.info     # -q (or --quiet) hides the progress lines, as it always did
     cm = load_input(args)
     sizes = args.sizes or [n for n in DEFAULT_SIZES if n < cm.n_examples]
@@ -344,20 +255,10 @@ def main(argv=None):
     return 0
 
 
-def format_summary(summary, warnings=()) -> str:
+def format_summary(summary: pd.DataFrame, warnings: Sequence[str] = ()) -> str:
     """The summary table, then one `warning:` line per reason the input is too small."""
     cols = [c for c in ("method", "n", "r_test", "r_test_lo", "r_test_hi", "r_test_sd",
                         "r_val", "spearman_test", "m_test") if c in summary]
     table = summary[cols]
-    from oodutils.tables import render
     text = render(table, "text", digits=3)
     return text + "".join(f"warning: {w}\n" for w in warnings)
-
-def cli():
-    """The `oodselect` console command ([project.scripts])."""
-    sys.exit(run_cli(main))
-
-
-if __name__ == "__main__":
-    from oodutils.errors import run_cli
-    run_cli(main)

@@ -34,13 +34,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from oodutils.accuracy import AOTL_CLIP
-from oodutils.cli import check_outputs, configure_logging, echo
-from oodutils.errors import UnknownNameError, UserError, run_cli
-from oodutils.fileio import file_name_part
-from oodutils.log import get_logger
-
-from .aotl_inputs import (
+from analysis import plots
+from analysis.aotl.inputs import (
     Accuracies,
     acc_col,
     export_csv,
@@ -48,8 +43,8 @@ from .aotl_inputs import (
     read_accuracy_csvs,
     warn,
 )
-from .aotl_options import RESAMPLE, TABLES, build_parser  # noqa: F401  (their old home)
-from .aotl_stats import (
+from analysis.aotl.options import RESAMPLE
+from analysis.aotl.stats import (
     SCALES,
     VERDICTS,
     bootstrap_r,
@@ -63,6 +58,12 @@ from .aotl_stats import (
     probit,
     transform,
 )
+from oodutils import tables as report
+from oodutils.accuracy import AOTL_CLIP
+from oodutils.cli import check_outputs, configure_logging, echo
+from oodutils.errors import UnknownNameError, UserError
+from oodutils.fileio import file_name_part
+from oodutils.log import get_logger
 
 if TYPE_CHECKING:
     import argparse
@@ -80,7 +81,7 @@ __all__ = ["SCALES", "VERDICTS", "transform", "inverse_transform", "probit", "lo
            "pairwise_table",
            "group_table", "regime_table", "changepoint_table", "changepoints",
            "classifier_count", "classifier_count_table", "plot_split", "load_accuracies",
-           "read_accuracy_csvs", "main"]
+           "read_accuracy_csvs", "run"]
 
 
 # ---------------------------------------------------------------------------- tables
@@ -386,7 +387,6 @@ def plot_split(acc: Accuracies, dataset: str, ood: int, path: str | Path | None 
     """Probit-axis scatter of one split: per-ID-env points and fit lines, the overall fit
     (mean ID accuracy), y = x; slope and R in the legend. Drawn on ``ax`` if given, saved
     as PNG to ``path`` if given; returns the matplotlib Figure."""
-    from . import plots
     ids = _id_envs_for(acc, dataset, ood, id_envs)
     sub = _split_frame(acc, dataset, ood, [acc_col(e) for e in ids] + [acc_col(ood)])
     y = sub[acc_col(ood)].to_numpy()
@@ -428,14 +428,8 @@ def make_table(acc: Accuracies, args: argparse.Namespace) -> pd.DataFrame:
                                   seed=args.seed, **common)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The aotl command on `argv` (``python -m analysis.aotl``)."""
-    return run(build_parser().parse_args(argv))
-
-
 def run(args: argparse.Namespace) -> int:
     """The aotl command on parsed arguments: tables, exports and plots."""
-    from oodutils import tables as report
     configure_logging(args)
     check_outputs((args.output, "--output", False), (args.plot, "--plot", True),
                   (args.export_csv, "--export_csv", True))
@@ -473,6 +467,3 @@ def _fit_warnings(df: pd.DataFrame) -> list[tuple[str, str]]:
     return [(", ".join(f"{k} {row[k]}" for k in keys), row["warning"])
             for _, row in df.iterrows() if row["warning"]]
 
-
-if __name__ == "__main__":
-    sys.exit(run_cli(main))
