@@ -167,6 +167,18 @@ def test_ordinary_exponents_stay_with_the_fast_reader(tmp_path, monkeypatch):
     assert [r["env9_in_acc"] for r in fast] == [1.5e-05, 2e-300, 7.25e+100, 3e-07]
 
 
+@pytest.mark.parametrize("literal", ["1.5e-0005", "2E0300", "3e+1000"])
+def test_an_exponent_of_four_digits_goes_line_by_line(tmp_path, monkeypatch, literal):
+    """polars' number parser wraps long exponents: a file with one is read by json."""
+    top = tmp_path / "s"
+    run(top, "a", [record(0)])
+    run(top, "b", [record(0), record(1, extra=f', "env9_in_acc": {literal}')])
+    lined = fast_reads(monkeypatch)
+    fast = load_records(top, fields=TABLE_FIELDS, use_cache=False).records
+    assert lined == [str(top / "b")]
+    same_values(fast, by_lines(top))
+
+
 def test_an_env_value_beyond_its_files_env_count_goes_line_by_line(tmp_path, monkeypatch):
     """A key another file's first line brings into the batch's schema (env3_...) in a
     file of 3 named environments: json's schema skips that line, and so does the read."""

@@ -51,11 +51,11 @@ LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # what polars raises on bytes it cannot read: its errors, and a panic of its Rust code
 # (a BaseException) on some corrupt input
 POLARS_ERRORS = (Exception, pl.exceptions.PanicException)
-# bytes mapped to a shape: digits, "+" and "-" to "0", "e" and "E" to "e", others to a
-# space; an "e" and five more is an exponent of 4 digits or more
-_SHAPE = bytes(48 if (48 <= b <= 57 or b in b"+-") else 101 if b in b"eE" else 32
+# bytes mapped to a shape: digits to "0", "+" and "-" to "s", "e" and "E" to "e", others
+# to a space; an "e", a sign or none, and four digits open an exponent of 4 digits or more
+_SHAPE = bytes(48 if 48 <= b <= 57 else 115 if b in b"+-" else 101 if b in b"eE" else 32
                for b in range(256))
-_EXPONENT_OF_4 = b"e00000"
+_LONG_EXPONENTS = (b"e0000", b"es0000")
 
 
 @dataclass
@@ -287,8 +287,10 @@ def _batch_fits(data: bytes, files: Sequence[_Reduced], table: pl.DataFrame | No
     letters = sum((k.count("e") + k.count("E")) * n for k, n in nonnull.items()) + sum(
         nonnull[k] if t == pl.Boolean else table[k].str.count_matches("[eE]").sum()
         for k, t in table.schema.items() if t in (pl.Boolean, pl.String))
-    return data.count(b"e") + data.count(b"E") == letters or \
-        _EXPONENT_OF_4 not in data.translate(_SHAPE)
+    if data.count(b"e") + data.count(b"E") == letters:
+        return True      # no number literal has an exponent
+    shape = data.translate(_SHAPE)
+    return not any(long in shape for long in _LONG_EXPONENTS)
 
 
 def _parse(data: bytes, schema: dict[str, Any]) -> pl.DataFrame | None:
