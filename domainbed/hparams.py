@@ -151,9 +151,10 @@ def _range_problem(name: str, decl: Hparam) -> str | None:
     return None
 
 
-def small_or_large(small: Hparam, large: Hparam) -> Callable[[type], Hparam]:
+def small_or_large(small: Hparam | Callable[[type], Hparam],
+                   large: Hparam | Callable[[type], Hparam]) -> Callable[[type], Any]:
     """A dataset-dependent declaration: `small` for small-image datasets (MNIST family)."""
-    def pick(dataset_cls: type) -> Hparam:
+    def pick(dataset_cls: type) -> Any:
         return small if getattr(dataset_cls, "SMALL_IMAGES", False) else large
     return pick
 

@@ -7,6 +7,7 @@ results tables) builds the same environments, and runs made with other columns o
 revision never pool with these. The flags are the way to write it:
 ``--dataset hf:DIR --hf_domain_column region`` is ``--dataset hf:DIR?domain_column=region``.
 """
+from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 from oodutils.errors import UserError
@@ -30,7 +31,7 @@ DEFAULTS = {"domain_column": "domain", "label_column": "label", "text_column": N
             "revision": None, "split": "train", "domains": None}
 
 
-def split_name(name):
+def split_name(name: str) -> tuple[str, dict[str, Any]]:
     """``hf:SOURCE?k=v&...`` -> (SOURCE, {option: value}) with the defaults filled in."""
     source, _, query = name.partition("?")
     options = dict(DEFAULTS)
@@ -42,7 +43,7 @@ def split_name(name):
     return source, options
 
 
-def join_name(source, options):
+def join_name(source: Any, options: Any) -> Any:
     """The canonical ``hf:`` name: SOURCE and the options that differ from the defaults,
     in HF_OPTIONS order."""
     changed = [(k, options[k]) for k in HF_OPTIONS
@@ -50,14 +51,14 @@ def join_name(source, options):
     return f"hf:{source}" + (f"?{urlencode(changed, safe=',/')}" if changed else "")
 
 
-def add_hf_flags(parser, add_option):
+def add_hf_flags(parser: Any, add_option: Any) -> None:
     """The --hf_* flags (default None: not given) on `parser`."""
     for option, (flag, help_text) in HF_OPTIONS.items():
         add_option(parser, flag, dest=f"hf_{option}", type=str, default=None,
                    help=help_text)
 
 
-def fold_hf_flags(dataset, values):
+def fold_hf_flags(dataset: Any, values: Any) -> Any:
     """`dataset` with the given --hf_* flags (`values`: name -> value, None when not given)
     folded into its name; a flag with a dataset that is not ``hf:`` is an error."""
     given = {k: values.get(f"hf_{k}") for k in HF_OPTIONS

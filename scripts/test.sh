@@ -11,7 +11,7 @@ python3 -m pip install -q -e ".[test]"
 python3 -m ruff check .
 # layers: the import contracts of pyproject's [tool.importlinter] (docs/ARCHITECTURE.md)
 lint-imports --no-cache
-# types: the user-facing modules, fully annotated (pyproject's [tool.mypy])
+# types: every package of the library, fully annotated (pyproject's [tool.mypy])
 python3 -m mypy
 # the documentation site: reference pages regenerated from the code, every link checked
 NO_MKDOCS_2_WARNING=1 python3 -m mkdocs build --strict --quiet

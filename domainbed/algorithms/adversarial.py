@@ -2,6 +2,8 @@
 fools), URM (features pushed towards a uniform distribution by a discriminator against
 uniform noise) and ADRMX (additive disentanglement of domain features with a remix loss),
 as DomainBed implements them."""
+from typing import Any
+
 import torch
 import torch.autograd as autograd
 import torch.nn as nn
@@ -24,7 +26,7 @@ from domainbed.hparams import Hparam, small_or_large
 from domainbed.registry import register_algorithm
 
 
-def small_or_large_log_uniform(small, large):
+def small_or_large_log_uniform(small: Any, large: Any) -> Any:
     """DomainBed's lr-like hparams: 1e-3 from 10^U(-4.5,-2.5) on small images, else 5e-5
     from 10^U(-5,-3.5)."""
     return small_or_large(log_uniform(small, -4.5, -2.5), log_uniform(large, -5, -3.5))
@@ -36,6 +38,7 @@ class AbstractDANN(Algorithm):
     gradient penalty on its input) trains, otherwise the featurizer and classifier minimize
     cross-entropy minus `lambda` times the discriminator's loss. DomainBed uses alternating
     optimizers instead of the paper's gradient-reversal layer."""
+    update_count: torch.Tensor
     HPARAMS = {
         "lambda": log_uniform(1.0, -2, 2, "weight of the adversarial loss"),
         "weight_decay_d": log_uniform(0.0, -6, -2, "discriminator weight decay"),
@@ -51,8 +54,8 @@ class AbstractDANN(Algorithm):
         "weight_decay_g": small_or_large(fixed(0.0), log_uniform(0.0, -6, -2)),
     }
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams, conditional,
-                 class_balance):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any], conditional: Any, class_balance: Any) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.register_buffer("update_count", torch.tensor([0]))
         self.conditional, self.class_balance = conditional, class_balance
@@ -69,7 +72,8 @@ class AbstractDANN(Algorithm):
             list(self.featurizer.parameters()) + list(self.classifier.parameters()),
             hparams, lr=hparams["lr_g"], weight_decay=hparams["weight_decay_g"], betas=betas)
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         self.update_count += 1
         all_x, all_y = concat(minibatches)
         all_z = self.featurizer(all_x)
@@ -101,7 +105,7 @@ class AbstractDANN(Algorithm):
         self.gen_opt.step()
         return {"gen_loss": gen_loss.item()}
 
-    def predict(self, x):
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.featurizer(x))
 
 
@@ -109,7 +113,8 @@ class AbstractDANN(Algorithm):
 class DANN(AbstractDANN):
     """Unconditional DANN: the discriminator sees features only."""
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams,
                          conditional=False, class_balance=False)
 
@@ -119,7 +124,8 @@ class CDANN(AbstractDANN):
     """Conditional DANN (Li et al. 2018): the discriminator sees features plus a class
     embedding, and its loss is class-balanced."""
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams,
                          conditional=True, class_balance=True)
 
@@ -146,7 +152,8 @@ class URM(ERM):
                                                log_uniform(5e-5, -6, -4.5)),
     }
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.discriminator = self.build_discriminator()
         lr = hparams["urm_discriminator_lr"]
@@ -158,7 +165,7 @@ class URM(ERM):
             self.discriminator_opt = make_optimizer(self.discriminator.parameters(), hparams, lr=lr)
         set_output_activation(self.featurizer, hparams["urm_generator_output"])
 
-    def build_discriminator(self):
+    def build_discriminator(self) -> Any:
         model = nn.Sequential()
         model.add_module("dense1", nn.Linear(self.featurizer.n_outputs, 100))
         model.add_module("act1", nn.LeakyReLU())
@@ -168,7 +175,7 @@ class URM(ERM):
         model.add_module("output", nn.Linear(100, 1))
         return model
 
-    def targets(self, n, real, like):
+    def targets(self, n: Any, real: Any, like: Any) -> Any:
         """Discriminator targets: 1 for noise, 0 for features; with label smoothing,
         uniform soft labels within `smoothing` of them (torch.rand)."""
         smoothing = self.hparams["urm_discriminator_label_smoothing"]
@@ -177,7 +184,7 @@ class URM(ERM):
         low, high = (1 - smoothing, 1.0) if real else (0.0, smoothing)
         return (high - low) * torch.rand(n, device=like.device) + low
 
-    def update_discriminator(self, feats):
+    def update_discriminator(self, feats: Any) -> None:
         feats = feats.detach()
         low, high = NOISE_RANGE[self.hparams["urm_generator_output"]]
         noise = (high - low) * torch.rand(feats.size(), dtype=feats.dtype,
@@ -192,7 +199,8 @@ class URM(ERM):
         d_loss.backward()
         self.discriminator_opt.step()
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         all_x, all_y = concat(minibatches)
         feats = self.featurizer(all_x)
         ce_loss = F.cross_entropy(self.classifier(feats), all_y)
@@ -205,13 +213,15 @@ class URM(ERM):
         return {"loss": loss.item()}
 
 
-def supcon_lambda_loss(features, labels, domains, lamda=0.5, temperature=0.07):
+def supcon_lambda_loss(features: Any, labels: torch.Tensor, domains: torch.Tensor,
+                       lamda: float = 0.5, temperature: float = 0.07) -> Any:
     """ADRMX's supervised contrastive loss: positives (same label) and negatives are
     weighted `lamda` inside the anchor's domain and 1 - `lamda` outside it
     (DomainBed's misc.SupConLossLambda)."""
     batch_size = features.shape[0]
     normalized = F.normalize(features, p=2, dim=1)
     dots = normalized @ normalized.T / temperature
+    loss: Any
     loss, nans = 0, 0
     for i, (label, domain) in enumerate(zip(labels, domains)):
         same_label, same_domain = labels == label, domains == domain
@@ -240,6 +250,7 @@ class ADRMX(Algorithm):
     an adversarial domain discriminator and a remix loss (invariant features of one example
     plus domain features of another of the same class). Steps alternate discriminator and
     generator as DANN's."""
+    update_count: torch.Tensor
     HPARAMS = {
         "cnt_lambda": choice(1.0, [1.0]), "dclf_lambda": choice(1.0, [1.0]),
         "disc_lambda": choice(0.75, [0.75]), "rmxd_lambda": choice(1.0, [1.0]),
@@ -250,7 +261,8 @@ class ADRMX(Algorithm):
                              choice(3e-5, [2e-5, 3e-5, 4e-5, 5e-5])),
     }
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.register_buffer("update_count", torch.tensor([0]))
         self.num_classes, self.num_domains, self.mix_num = num_classes, num_domains, 1
@@ -273,8 +285,8 @@ class ADRMX(Algorithm):
             + list(self.classifier_domain.parameters()), hparams, weight_decay=0.0,
             betas=betas)
 
-    def remix_loss(self, feat_combined, feat_domain, all_y):
-        loss = 0
+    def remix_loss(self, feat_combined: Any, feat_domain: Any, all_y: Any) -> Any:
+        loss: Any = 0
         for i in range(self.num_classes):
             indices = torch.where(all_y == i)[0]
             for _ in range(self.mix_num):
@@ -287,7 +299,8 @@ class ADRMX(Algorithm):
                 loss += F.cross_entropy(pred.view(1, -1), all_y[idx1].view(-1))
         return loss / (self.num_classes * self.mix_num)
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         self.update_count += 1
         all_x, all_y = concat(minibatches)
         feat_label = self.featurizer_label(all_x)
@@ -322,7 +335,7 @@ class ADRMX(Algorithm):
                 "loss_clf_fin": loss_clf_fin.item(), "loss_dmn": loss_dmn.item(),
                 "loss_disc": disc_loss.item(), "loss_remixed": as_float(loss_remixed)}
 
-    def predict(self, x):
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
         return self.network(x)
 
 
@@ -354,7 +367,8 @@ class ERDG(Algorithm):
         "erdg_ce_weight": log_uniform(0.05, -3, -1, "weight of the per-domain cross-entropy"),
     }
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.featurizer = networks.Featurizer(input_shape, hparams)
         n = self.featurizer.n_outputs
@@ -371,8 +385,9 @@ class ERDG(Algorithm):
         self.optimizer_tprime = make_optimizer(self.domain_classifiers.parameters(), hparams,
                                                lr=hparams["erdg_lr_tprime"])
 
-    def cross_domain_loss(self, features, minibatches):
+    def cross_domain_loss(self, features: Any, minibatches: list[tuple[torch.Tensor, ...]]) -> Any:
         """Mean cross-entropy of each domain's classifier on the other domains' examples."""
+        total: Any
         total, pairs = 0.0, 0
         for k, head in enumerate(self.domain_classifiers):
             for j, (f, (_, y)) in enumerate(zip(features, minibatches)):
@@ -381,7 +396,8 @@ class ERDG(Algorithm):
                     pairs += 1
         return total / max(pairs, 1)
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         h = self.hparams
         all_x, all_y = concat(minibatches)
         domains = domain_labels(minibatches)
@@ -411,5 +427,5 @@ class ERDG(Algorithm):
         return {"loss": loss.item(), "cls_loss": cls_loss.item(), "disc_loss": disc_loss.item(),
                 "tprime_loss": own_loss.item(), "ent_loss": ent_loss}
 
-    def predict(self, x):
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.featurizer(x))

@@ -10,6 +10,8 @@ search"; the weights and search ranges below are this implementation's (declared
 ranges), the bandwidths are the paper's RBF bandwidths sigma^2 in {1, 5, 10}, and the
 autoencoder sits on the DomainBed featurizer's output as in DomainBed ports of the method.
 """
+from typing import Any
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -25,7 +27,7 @@ AAE_BANDWIDTHS = (1.0, 5.0, 10.0)  # sigma^2 of the RBF kernels: exp(-|x - y|^2 
 AAE_GAMMAS = tuple(1.0 / (2.0 * s) for s in AAE_BANDWIDTHS)
 
 
-def pairwise_mmd(codes):
+def pairwise_mmd(codes: Any) -> Any:
     """Average Gaussian-kernel MMD between every pair of domains' codes."""
     total, pairs = 0.0, 0
     for i in range(len(codes)):
@@ -49,7 +51,8 @@ class MMD_AAE(Algorithm):
         "aae_adv_weight": log_uniform(0.1, -2, 0, "weight of the adversarial prior loss"),
     }
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.featurizer = networks.Featurizer(input_shape, hparams)
         n, hidden = self.featurizer.n_outputs, hparams["aae_hidden"]
@@ -66,7 +69,8 @@ class MMD_AAE(Algorithm):
         self.optimizer_d = make_optimizer(self.discriminator.parameters(), hparams)
         self.prior = torch.distributions.Laplace(0.0, 1.0)
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         h = self.hparams
         all_x, all_y = concat(minibatches)
         features = self.featurizer(all_x)
@@ -94,5 +98,5 @@ class MMD_AAE(Algorithm):
                 "recon_loss": recon_loss.item(), "adv_loss": adv_loss.item(),
                 "disc_loss": disc_loss.item()}
 
-    def predict(self, x):
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.encoder(self.featurizer(x)))

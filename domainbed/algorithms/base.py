@@ -48,7 +48,7 @@ class FusedForm:
     reset_optimizer: Optional[Callable] = None
 
 
-def hparam_tensor(values, device="cpu"):
+def hparam_tensor(values: Any, device: torch.device | str = "cpu") -> Any:
     """Members' values of one hyperparameter as a tensor: bool, int64, or float32 (the
     dtype a python float takes when it meets a float32 tensor in update())."""
     dtype = (torch.bool if all(isinstance(v, bool) for v in values) else
@@ -56,19 +56,19 @@ def hparam_tensor(values, device="cpu"):
     return torch.tensor(values, dtype=dtype, device=device)
 
 
-def fused_form(algorithm_cls):
+def fused_form(algorithm_cls: Any) -> Any:
     """The FusedForm the class itself declares, or None (never an inherited one)."""
     return vars(algorithm_cls).get("FUSED")
 
 
-def supports_grad_accumulation(algorithm_cls):
+def supports_grad_accumulation(algorithm_cls: Any) -> Any:
     """Algorithms whose update is one loss through ERM.optimizer_step: those with a fused
     form, or that declare GRAD_ACCUMULATION = True in their own class body."""
     return fused_form(algorithm_cls) is not None or \
         bool(vars(algorithm_cls).get("GRAD_ACCUMULATION", False))
 
 
-def require_groups(algorithm_name, splits):
+def require_groups(algorithm_name: Any, splits: Any) -> list[Any]:
     """The group annotations of `splits`, or a clear error for datasets without them."""
     if not splits or any(getattr(s, "groups", None) is None for s in splits):
         raise UserError(f"{algorithm_name} needs group (label, attribute) annotations, and "
@@ -95,6 +95,7 @@ class Algorithm(torch.nn.Module):
     - group_balanced_batches(step): True to draw that step's minibatches group-balanced.
     - stage(): the training stage the last update belonged to (written into each record).
     """
+    registry_name: str   # set by registry.register_algorithm
     NEEDS_GROUPS = False
     # (index, count) of the current micro-batch under gradient accumulation (set by the
     # training loop; ERM.optimizer_step reads it)
@@ -114,21 +115,23 @@ class Algorithm(torch.nn.Module):
             None: Hparam(32, lambda r: int(2 ** r.uniform(3, 5.5)), low=1)})),
     }
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__()
         self.hparams = hparams
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         raise NotImplementedError
 
-    def predict(self, x):
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def prepare(self, context):
+    def prepare(self, context: Any) -> None:
         """Receive the run's TrainingContext (training data, length, seed)."""
 
-    def group_balanced_batches(self, step):
+    def group_balanced_batches(self, step: int) -> bool:
         return False
 
-    def stage(self):
+    def stage(self) -> None:
         return None

@@ -1,6 +1,8 @@
 """Contrastive domain bottlenecks: CAD and CondCAD (Ruan et al. 2022) remove domain
 information from the representation, unconditionally or given the label, with a
 supervised-contrastive loss, as DomainBed implements them."""
+from typing import Any
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -14,7 +16,7 @@ from domainbed.registry import register_algorithm
 BASE_TEMPERATURE = 0.07
 
 
-def finite_mean(x):
+def finite_mean(x: torch.Tensor) -> Any:
     """Mean over the finite entries of a 1-D tensor (0 when there are none)."""
     finite = torch.isfinite(x)
     num_finite = finite.float().sum()
@@ -24,7 +26,8 @@ def finite_mean(x):
     return total / num_finite
 
 
-def contrastive_domain_loss(z, y, domains, temperature, conditional, flipped):
+def contrastive_domain_loss(z: torch.Tensor, y: torch.Tensor, domains: torch.Tensor,
+                            temperature: Any, conditional: Any, flipped: Any) -> Any:
     """CAD's bottleneck loss. Flipped (default): maximize the log-probability that an
     example's contrastive neighbours come from other domains (given the same label when
     conditional); otherwise minimize that they come from its own domain."""
@@ -72,7 +75,8 @@ class AbstractCAD(Algorithm):
     }
     conditional = False
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.featurizer = networks.Featurizer(input_shape, hparams)
         self.classifier = networks.Classifier(self.featurizer.n_outputs, num_classes,
@@ -85,7 +89,7 @@ class AbstractCAD(Algorithm):
             params += list(self.project.parameters())
         self.optimizer = make_optimizer(params, hparams)
 
-    def bn_loss(self, z, y, dom_labels):
+    def bn_loss(self, z: torch.Tensor, y: torch.Tensor, dom_labels: Any) -> Any:
         if self.hparams["is_project"]:
             z = self.project(z)
         if self.hparams["is_normalized"]:
@@ -93,7 +97,8 @@ class AbstractCAD(Algorithm):
         return contrastive_domain_loss(z, y, dom_labels, self.hparams["temperature"],
                                        self.conditional, self.hparams["is_flipped"])
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         all_x, all_y = concat(minibatches)
         all_z = self.featurizer(all_x)
         bn_loss = self.bn_loss(all_z, all_y, domain_labels(minibatches))
@@ -105,7 +110,7 @@ class AbstractCAD(Algorithm):
         return {"clf_loss": clf_loss.item(), "bn_loss": bn_loss.item(),
                 "total_loss": total_loss.item()}
 
-    def predict(self, x):
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.featurizer(x))
 
 

@@ -1,6 +1,8 @@
 """Losses for imbalanced classes, from SubpopBench (Yang et al. 2023): Focal, LDAM and
 Balanced Softmax. Class sizes come from the training in-splits (`prepare`), so they need
 labels only, no group annotations."""
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -18,7 +20,8 @@ class Focal(ERM):
     HPARAMS = {"gamma": Hparam(1.0, lambda r: 0.5 * 10 ** r.uniform(0, 1), "focusing power",
                                low=0.5, high=5.0)}
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         all_x, all_y = concat(minibatches)
         ce = F.cross_entropy(self.predict(all_x), all_y, reduction="none")
         loss = ((1 - torch.exp(-ce)) ** self.hparams["gamma"] * ce).mean()
@@ -28,22 +31,25 @@ class Focal(ERM):
 
 class ClassSizeLoss(ERM):
     """ERM with a loss that depends on the training class sizes (set by `prepare`)."""
+    class_sizes: torch.Tensor
     HPARAMS = {}
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.num_classes = num_classes
         self.register_buffer("class_sizes", torch.zeros(0), persistent=False)
 
-    def prepare(self, context):
+    def prepare(self, context: Any) -> None:
         y = torch.cat([torch.as_tensor(s.y) for s in context.train_splits])
         self.class_sizes = torch.bincount(y, minlength=self.num_classes).float().to(
             context.device)
 
-    def loss(self, logits, y):
+    def loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         if not len(self.class_sizes):
             raise UserError(f"{self.registry_name} needs prepare() (training class sizes)")
         all_x, all_y = concat(minibatches)
@@ -62,7 +68,7 @@ class LDAM(ClassSizeLoss):
         "scale": choice(30.0, [10.0, 30.0], "logit scale"),
     }
 
-    def loss(self, logits, y):
+    def loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         sizes = torch.where(self.class_sizes > 0, self.class_sizes,
                             torch.full_like(self.class_sizes, float("inf")))
         margins = 1.0 / torch.sqrt(torch.sqrt(sizes))
@@ -77,5 +83,5 @@ class BSoftmax(ClassSizeLoss):
     """Balanced Softmax (Ren et al. 2020): add log n_c to each class's logit in training."""
     DATA_PARALLEL = True   # a mean over examples: splits across processes (--distributed)
 
-    def loss(self, logits, y):
+    def loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(logits + self.class_sizes.log().unsqueeze(0), y)

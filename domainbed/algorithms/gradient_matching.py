@@ -4,6 +4,7 @@ agrees across domains), IGA (penalize each domain's gradient deviation from the 
 Fishr (match the domains' per-example gradient variances), as DomainBed implements them."""
 import copy
 from collections import OrderedDict
+from typing import Any
 
 import torch
 import torch.autograd as autograd
@@ -23,14 +24,15 @@ from domainbed.registry import register_algorithm
 class WholeFish(nn.Module):
     """Featurizer and classifier in one `net` (DomainBed's networks.WholeFish names)."""
 
-    def __init__(self, input_shape, num_classes, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__()
         featurizer = networks.Featurizer(input_shape, hparams)
         classifier = networks.Classifier(featurizer.n_outputs, num_classes,
                                          hparams["nonlinear_classifier"])
         self.net = nn.Sequential(featurizer, classifier)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
 
@@ -42,13 +44,15 @@ class Fish(Algorithm):
     updates, as in DomainBed."""
     HPARAMS = {"meta_lr": choice(0.5, [0.05, 0.1, 0.5], "step towards the inner weights")}
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.network = WholeFish(input_shape, num_classes, hparams)
         self.optimizer = make_optimizer(self.network.parameters(), hparams)
-        self.optimizer_inner_state = None
+        self.optimizer_inner_state: Any = None
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         inner = copy.deepcopy(self.network)
         inner_opt = make_optimizer(inner.parameters(), self.hparams)
         if self.optimizer_inner_state is not None:
@@ -66,23 +70,24 @@ class Fish(Algorithm):
         self.network.load_state_dict(new_state)
         return {"loss": loss.item()}
 
-    def get_extra_state(self):
+    def get_extra_state(self) -> dict[str, Any]:
         """The clone's Adam state (DomainBed keeps it outside state_dict; here it is saved
         with the model, so a resumed run continues exactly)."""
         return {"optimizer_inner_state": self.optimizer_inner_state}
 
-    def set_extra_state(self, state):
+    def set_extra_state(self, state: Any) -> None:
         self.optimizer_inner_state = state["optimizer_inner_state"]
 
-    def predict(self, x):
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
         return self.network(x)
 
 
-def per_domain_gradients(network, minibatches, retain_graph=False):
+def per_domain_gradients(network: nn.Module, minibatches: list[tuple[torch.Tensor, ...]],
+                         retain_graph: bool = False) -> tuple[Any, ...]:
     """For each parameter, the list of its gradients on each domain's risk; and the mean
     risk (a float)."""
     params = list(network.parameters())
-    per_param = [[] for _ in params]
+    per_param: Any = [[] for _ in params]
     mean_loss = 0.0
     for x, y in minibatches:
         loss = F.cross_entropy(network(x), y)
@@ -92,7 +97,7 @@ def per_domain_gradients(network, minibatches, retain_graph=False):
     return per_param, mean_loss
 
 
-def set_masked_mean_gradient(param, grads, mask):
+def set_masked_mean_gradient(param: Any, grads: Any, mask: torch.Tensor) -> None:
     """param.grad = mask * mean gradient, rescaled by the fraction of the mask kept."""
     mask_t = mask.sum() / mask.numel()
     param.grad = mask * torch.mean(grads, dim=0)
@@ -105,7 +110,8 @@ class ANDMask(ERM):
     components whose sign agrees in at least a `tau` fraction (|mean sign| >= tau)."""
     HPARAMS = {"tau": uniform(1, 0.5, 1.0, "sign-agreement threshold")}
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         per_param, mean_loss = per_domain_gradients(self.network, minibatches)
         self.optimizer.zero_grad()
         for param, grads in zip(self.network.parameters(), per_param):
@@ -120,16 +126,19 @@ class ANDMask(ERM):
 class SANDMask(ERM):
     """SAND-mask (Shahtalebi et al. 2021): a smooth mask in [0, 1],
     max(0, tanh(k * (|mean sign| - tau) / variance)), instead of AND-mask's hard one."""
+    update_count: torch.Tensor
     HPARAMS = {
         "tau": uniform(1.0, 0.0, 1.0, "sign-agreement threshold"),
         "k": log_uniform(1e1, -3, 5, "steepness of the tanh mask"),
     }
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.register_buffer("update_count", torch.tensor([0]))
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         per_param, mean_loss = per_domain_gradients(self.network, minibatches,
                                                     retain_graph=True)
         self.optimizer.zero_grad()
@@ -154,8 +163,10 @@ class IGA(ERM):
     `penalty` times the summed squared deviation of each domain's gradient from the mean."""
     HPARAMS = {"penalty": log_uniform(1000, 1, 5, "weight of the gradient-variance penalty")}
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         params = list(self.network.parameters())
+        total_loss: Any
         total_loss, grads = 0, []
         for x, y in minibatches:
             env_loss = F.cross_entropy(self.network(x), y)
@@ -163,7 +174,7 @@ class IGA(ERM):
             grads.append(autograd.grad(env_loss, params, create_graph=True))
         mean_loss = total_loss / len(minibatches)
         mean_grad = autograd.grad(mean_loss, params, retain_graph=True)
-        penalty = 0
+        penalty: Any = 0
         for grad in grads:
             for g, mean_g in zip(grad, mean_grad):
                 penalty += (g - mean_g).pow(2).sum()
@@ -175,10 +186,11 @@ class MovingAverage:
     """Exponential moving average of a dict of tensors, divided by (1 - ema) so gradients
     through it do not shrink with ema (DomainBed's misc.MovingAverage)."""
 
-    def __init__(self, ema):
+    def __init__(self, ema: Any) -> None:
+        self.data: dict[Any, Any]
         self.ema, self.data, self.updates = ema, {}, 0
 
-    def update(self, values):
+    def update(self, values: Any) -> dict[str, float]:
         out = {}
         for name, value in values.items():
             value = value.view(1, -1)
@@ -190,19 +202,19 @@ class MovingAverage:
         return out
 
 
-def l2_between_dicts(dict_1, dict_2):
+def l2_between_dicts(dict_1: Any, dict_2: Any) -> Any:
     """Mean squared difference of two dicts of tensors, keys in sorted order."""
     keys = sorted(dict_1)
     return (torch.cat([dict_1[k].view(-1) for k in keys]) -
             torch.cat([dict_2[k].view(-1) for k in keys])).pow(2).mean()
 
 
-def per_example_gradients(module, inputs, y):
+def per_example_gradients(module: nn.Module, inputs: Any, y: torch.Tensor) -> Any:
     """{parameter name: (n, numel) per-example gradients of the cross-entropy}, differentiable
     with respect to the inputs and parameters (what backpack's BatchGrad gives DomainBed)."""
     params = dict(module.named_parameters())
 
-    def loss(p, x, t):
+    def loss(p: Any, x: torch.Tensor, t: Any) -> torch.Tensor:
         logits = torch.func.functional_call(module, p, (x.unsqueeze(0),))
         return F.cross_entropy(logits, t.unsqueeze(0))
 
@@ -216,6 +228,7 @@ class Fishr(Algorithm):
     domain's variance of per-example classifier gradients (EMA-smoothed) and their mean
     across domains; Adam is reset when the penalty switches on. Per-example gradients come
     from torch.func instead of backpack (the same numbers)."""
+    update_count: torch.Tensor
     HPARAMS = {
         "lambda": log_uniform(1000.0, 1.0, 4.0, "weight of the gradient-variance penalty"),
         "penalty_anneal_iters": Hparam(1500, lambda r: int(r.uniform(0.0, 5000.0)),
@@ -224,7 +237,8 @@ class Fishr(Algorithm):
         "ema": uniform(0.95, 0.90, 0.99, "EMA of the gradient variances"),
     }
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.num_domains = num_domains
         self.featurizer = networks.Featurizer(input_shape, hparams)
@@ -235,12 +249,13 @@ class Fishr(Algorithm):
         self.ema_per_domain = [MovingAverage(hparams["ema"]) for _ in range(num_domains)]
         self.optimizer = self.new_optimizer()
 
-    def new_optimizer(self):
+    def new_optimizer(self) -> Any:
         return make_optimizer(
             list(self.featurizer.parameters()) + list(self.classifier.parameters()),
             self.hparams)
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         assert len(minibatches) == self.num_domains
         all_x, all_y = concat(minibatches)
         all_z = self.featurizer(all_x)
@@ -260,17 +275,17 @@ class Fishr(Algorithm):
         self.optimizer.step()
         return {"loss": objective.item(), "nll": all_nll.item(), "penalty": penalty.item()}
 
-    def get_extra_state(self):
+    def get_extra_state(self) -> dict[str, Any]:
         """The per-domain moving averages (outside state_dict in DomainBed)."""
         return {"ema": [{"data": m.data, "updates": m.updates} for m in self.ema_per_domain]}
 
-    def set_extra_state(self, state):
+    def set_extra_state(self, state: Any) -> None:
         for average, saved in zip(self.ema_per_domain, state["ema"]):
             average.data, average.updates = dict(saved["data"]), saved["updates"]
 
-    def fishr_penalty(self, all_z, all_y, sizes):
+    def fishr_penalty(self, all_z: Any, all_y: Any, sizes: Any) -> Any:
         grads = per_example_gradients(self.classifier, all_z, all_y)
-        variances = [{} for _ in range(self.num_domains)]
+        variances: Any = [{} for _ in range(self.num_domains)]
         for name, g in grads.items():
             start = 0
             for d, size in enumerate(sizes):
@@ -285,5 +300,5 @@ class Fishr(Algorithm):
             penalty += l2_between_dicts(v, mean_var)
         return penalty / self.num_domains
 
-    def predict(self, x):
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
         return self.network(x)

@@ -2,6 +2,8 @@
 quantile risk (EQRM), risk-distribution matching (RDM) and causality-based invariant
 representations (CausIRL_CORAL, CausIRL_MMD), as DomainBed implements them."""
 
+from typing import Any
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -15,7 +17,7 @@ from domainbed.hparams import Hparam, by_dataset
 from domainbed.registry import register_algorithm
 
 
-def anneal_iters(default=500):
+def anneal_iters(default: int = 500) -> Any:
     return Hparam(default, lambda r: int(10 ** r.uniform(0, 4)),
                   "steps before the penalty weight switches", low=0, high=10 ** 4)
 
@@ -24,22 +26,28 @@ class InformationBottleneck(ERM):
     """ERM (optionally + IRM) plus `ib_lambda` times the mean per-domain feature variance,
     switched on after `ib_penalty_anneal_iters` steps (Ahuja et al. 2021); Adam is reset
     whenever a penalty switches on. `use_irm` adds IRMv1's penalty as IRM anneals it."""
+    update_count: torch.Tensor
     use_irm = False
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.register_buffer("update_count", torch.tensor([0]))
 
-    def new_optimizer(self):
+    def new_optimizer(self) -> Any:
         return make_optimizer(
             list(self.featurizer.parameters()) + list(self.classifier.parameters()),
             self.hparams)
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         h, count = self.hparams, self.update_count
         ib_weight = h["ib_lambda"] if count >= h["ib_penalty_anneal_iters"] else 0.0
         all_features = self.featurizer(torch.cat([x for x, _ in minibatches]))
         all_logits = self.classifier(all_features)
+        nll: Any
+        irm: Any
+        ib: Any
         nll, irm, ib = 0.0, 0.0, 0.0
         for features, logits, (_, y) in zip(split_rows(all_features, minibatches),
                                             split_rows(all_logits, minibatches), minibatches):
@@ -91,12 +99,12 @@ class IB_IRM(InformationBottleneck):
 
 # --- EQRM: the alpha-quantile of the domains' risks, from a Gaussian KDE ---------------
 
-def kde_bandwidth(x):
+def kde_bandwidth(x: torch.Tensor) -> Any:
     """'Gauss-optimal' bandwidth 1.06 * std * n^(-1/5) of the sorted sample."""
     return 1.06 * torch.std(x, unbiased=True) * (len(x) ** -0.2)
 
 
-def bisect_left(f, value, lo, hi, n_steps=32):
+def bisect_left(f: Any, value: Any, lo: Any, hi: Any, n_steps: int = 32) -> Any:
     """Continuous bisection for f(k) = value on [lo, hi] (f increasing); lo and hi may be
     tensors carrying gradients, which flow into the result as in DomainBed."""
     bounds = [lo, hi]
@@ -110,7 +118,7 @@ def bisect_left(f, value, lo, hi, n_steps=32):
     return k
 
 
-def kde_quantile(risks, q):
+def kde_quantile(risks: Any, q: Any) -> Any:
     """The q-quantile of a Gaussian kernel density estimate over `risks` (EQRM's
     Nonparametric distribution in DomainBed's misc)."""
     data, _ = torch.sort(risks)
@@ -118,7 +126,7 @@ def kde_quantile(risks, q):
     if not bw.item() > 0:  # identical risks: every quantile is that value (DomainBed fails)
         return data.mean()
 
-    def cdf(x):
+    def cdf(x: torch.Tensor) -> Any:
         sigmas = torch.ones(len(data), device=data.device) * bw
         return torch.mean(torch.distributions.Normal(data, sigmas).cdf(x.repeat(len(data), 1).T))
 
@@ -132,6 +140,8 @@ class EQRM(ERM):
     """Empirical Quantile Risk Minimization (Eastwood et al. 2022, Algorithm 1): after an
     ERM burn-in, minimize the `eqrm_quantile` quantile of the domain risks' KDE, with a
     fresh Adam at `eqrm_lr`. The quantile is float64 as in DomainBed (its alpha buffer)."""
+    update_count: torch.Tensor
+    alpha: torch.Tensor
     HPARAMS = {
         "eqrm_quantile": uniform(0.75, 0.5, 0.99, "risk quantile minimized"),
         "eqrm_burnin_iters": Hparam(2500, lambda r: 10 ** r.uniform(2.5, 3.5),
@@ -140,13 +150,15 @@ class EQRM(ERM):
         "eqrm_lr": log_uniform(1e-6, -7, -5, "learning rate after the burn-in"),
     }
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.register_buffer("update_count", torch.tensor([0]))
         self.register_buffer("alpha", torch.tensor(hparams["eqrm_quantile"],
                                                    dtype=torch.float64))
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         env_risks = torch.cat([F.cross_entropy(self.network(x), y).reshape(1)
                                for x, y in minibatches])
         burnin = self.hparams["eqrm_burnin_iters"]
@@ -172,6 +184,7 @@ class RDM(ERM):
     """Risk Distribution Matching (Nguyen et al. 2024): mean risk plus, after an anneal
     period (with a fresh Adam at `rdm_lr`), the Gaussian-kernel MMD between the worst
     domain's per-example losses and all of them, and the variance of both."""
+    update_count: torch.Tensor
     HPARAMS = {
         "rdm_lambda": by_dataset({
             ("DomainNet",): uniform(0.5, 0.1, 1.0),
@@ -194,11 +207,13 @@ class RDM(ERM):
             })(dataset_cls)),
     }
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.register_buffer("update_count", torch.tensor([0]))
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         h = self.hparams
         on = self.update_count >= h["rdm_penalty_anneal_iters"]
         matching_weight = h["rdm_lambda"] if on else 0.0
@@ -231,11 +246,15 @@ class AbstractCausIRL(ERM):
     features are cut at a random point (numpy.random.randint); the pooled first and second
     parts are matched with MMD or CORAL's distance."""
     HPARAMS = {"mmd_gamma": log_uniform(1.0, -1, 1, "weight of the feature-matching penalty")}
-    distance = None
+    distance: Any = None
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         n = len(minibatches)
         features = [self.featurizer(x) for x, _ in minibatches]
+        objective: Any
+        first: Any
+        second: Any
         objective, first, second = 0, [], []
         for f, (_, y) in zip(features, minibatches):
             objective += F.cross_entropy(self.classifier(f) + 1e-16, y)

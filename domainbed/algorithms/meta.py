@@ -4,6 +4,7 @@ over domain splits), ARM (a context network adapts predictions to each batch) an
 implements them."""
 import copy
 from itertools import cycle
+from typing import Any
 
 import torch
 import torch.autograd as autograd
@@ -20,7 +21,8 @@ from domainbed.registry import register_algorithm
 from oodutils.errors import UserError
 
 
-def split_meta_train_test(minibatches, num_meta_test=1):
+def split_meta_train_test(minibatches: list[tuple[torch.Tensor, ...]],
+                          num_meta_test: int = 1) -> Any:
     """Pairs (meta-train domain, meta-test domain) from a torch.randperm of the domains:
     the last `num_meta_test` are meta-test, cycled against the others."""
     n = len(minibatches)
@@ -45,10 +47,11 @@ class MLDG(ERM):
         "n_meta_test": choice(2, [1, 2], "number of meta-test domains per step"),
     }
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         num_mb = len(minibatches)
         beta = self.hparams["mldg_beta"]
-        objective = 0
+        objective: Any = 0
         self.optimizer.zero_grad()
         for p in self.network.parameters():
             if p.grad is None:
@@ -63,15 +66,15 @@ class MLDG(ERM):
             inner_opt.step()
             for p_tgt, p_src in zip(self.network.parameters(), inner_net.parameters()):
                 if p_src.grad is not None:
-                    p_tgt.grad.data.add_(p_src.grad.data / num_mb)
+                    p_tgt.grad.data.add_(p_src.grad.data / num_mb)  # type: ignore[union-attr]
             objective += inner_obj.item()
             loss_inner_j = F.cross_entropy(inner_net(xj), yj)
-            grad_inner_j = autograd.grad(loss_inner_j, inner_net.parameters(),
+            grad_inner_j = autograd.grad(loss_inner_j, inner_net.parameters(),  # type: ignore[call-overload]
                                          allow_unused=True)
             objective += (beta * loss_inner_j).item()
             for p, g_j in zip(self.network.parameters(), grad_inner_j):
                 if g_j is not None:
-                    p.grad.data.add_(beta * g_j.data / num_mb)
+                    p.grad.data.add_(beta * g_j.data / num_mb)  # type: ignore[union-attr]
         objective /= len(minibatches)
         self.optimizer.step()
         return {"loss": objective}
@@ -81,7 +84,7 @@ class ContextNet(nn.Module):
     """ARM's context network: three 5x5 convolutions keeping the spatial size, one output
     channel (DomainBed's networks.ContextNet, same parameter names)."""
 
-    def __init__(self, input_shape):
+    def __init__(self, input_shape: tuple[int, ...]) -> None:
         super().__init__()
         padding = (5 - 1) // 2
         self.context_net = nn.Sequential(
@@ -89,7 +92,7 @@ class ContextNet(nn.Module):
             nn.Conv2d(64, 64, 5, padding=padding), nn.BatchNorm2d(64), nn.ReLU(),
             nn.Conv2d(64, 1, 5, padding=padding))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.context_net(x)
 
 
@@ -102,7 +105,8 @@ class ARM(ERM):
     # DomainBed fixes ARM's support set at 8 images on every dataset but the MNIST-sized ones
     HPARAMS = {"batch_size": small_or_large(SMALL_IMAGES_BATCH_SIZE, Hparam(8, lambda r: 8, low=1))}
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         if len(input_shape) != 3:
             raise UserError("ARM needs image inputs (channels, height, width); "
                             f"got input shape {tuple(input_shape)}")
@@ -111,7 +115,7 @@ class ARM(ERM):
         self.context_net = ContextNet(original)
         self.support_size = hparams["batch_size"]
 
-    def predict(self, x):
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
         batch_size, _, h, w = x.shape
         if batch_size % self.support_size == 0:
             meta_batch_size, support_size = batch_size // self.support_size, self.support_size
@@ -129,9 +133,11 @@ class MTL(Algorithm):
 
     As DomainBed: `predict` overwrites that embedding with standard normal noise
     (`.normal_()`), so it draws from torch's global generator at every call."""
+    embeddings: torch.Tensor
     HPARAMS = {"mtl_ema": choice(0.99, [0.5, 0.9, 0.99, 1.0], "EMA of domain embeddings")}
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.featurizer = networks.Featurizer(input_shape, hparams)
         self.classifier = networks.Classifier(self.featurizer.n_outputs * 2, num_classes,
@@ -141,8 +147,9 @@ class MTL(Algorithm):
         self.register_buffer("embeddings", torch.zeros(num_domains, self.featurizer.n_outputs))
         self.ema = hparams["mtl_ema"]
 
-    def update(self, minibatches, unlabeled=None):
-        loss = 0
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
+        loss: Any = 0
         for env, (x, y) in enumerate(minibatches):
             loss += F.cross_entropy(self.predict(x, env), y)
         self.optimizer.zero_grad()
@@ -150,14 +157,14 @@ class MTL(Algorithm):
         self.optimizer.step()
         return {"loss": loss.item()}
 
-    def update_embeddings_(self, features, env=None):
+    def update_embeddings_(self, features: torch.Tensor, env: Any = None) -> Any:
         embedding = features.mean(0)
         if env is not None:
             embedding = self.ema * embedding + (1 - self.ema) * self.embeddings[env]
             self.embeddings[env] = embedding.clone().detach()
         return embedding.view(1, -1).repeat(len(features), 1)
 
-    def predict(self, x, env=None):
+    def predict(self, x: torch.Tensor, env: Any = None) -> torch.Tensor:
         features = self.featurizer(x)
         embedding = self.update_embeddings_(features, env).normal_()
         return self.classifier(torch.cat((features, embedding), 1))

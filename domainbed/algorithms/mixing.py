@@ -1,6 +1,8 @@
 """Mixing and randomization of inputs, features or styles: Mixup across domains, SelfReg's
 in-class feature mixing and SagNet's style randomization (as DomainBed implements them).
 Random draws happen in DomainBed's order (torch, then numpy) so its outputs reproduce."""
+from typing import Any
+
 import numpy as np
 import torch
 import torch.nn as nn
@@ -16,7 +18,7 @@ from domainbed.registry import register_algorithm
 from oodutils.errors import UserError
 
 
-def random_pairs_of_minibatches(minibatches):
+def random_pairs_of_minibatches(minibatches: list[tuple[torch.Tensor, ...]]) -> Any:
     """Each minibatch paired with the next one in a random (torch.randperm) cyclic order,
     both cut to the shorter length (DomainBed's misc.random_pairs_of_minibatches)."""
     perm = torch.randperm(len(minibatches)).tolist()
@@ -36,8 +38,9 @@ class Mixup(ERM):
     HPARAMS = {"mixup_alpha": log_uniform(0.2, -1, 1, "Beta(alpha, alpha) mixing weight")}
     TRANSFORMS_INPUTS = True  # mixes images: a linear probe cannot use cached features
 
-    def update(self, minibatches, unlabeled=None):
-        objective = 0
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
+        objective: Any = 0
         for (xi, yi), (xj, yj) in random_pairs_of_minibatches(minibatches):
             lam = np.random.beta(self.hparams["mixup_alpha"], self.hparams["mixup_alpha"])
             predictions = self.predict(lam * xi + (1 - lam) * xj)
@@ -55,7 +58,8 @@ class SelfReg(ERM):
     two of them (Beta(0.5, 0.5) weight), scaled by min(cross-entropy, 1)."""
     HPARAMS = {}
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         n = self.featurizer.n_outputs
         hidden = n if n == 2048 else n * 2
@@ -65,7 +69,7 @@ class SelfReg(ERM):
             nn.Linear(hidden, n), nn.BatchNorm1d(n))
 
     @staticmethod
-    def class_intervals(sorted_y):
+    def class_intervals(sorted_y: Any) -> Any:
         """End index of each run of equal labels in a sorted label vector."""
         ends, current = [], 0
         for i, value in enumerate(sorted_y.tolist()):
@@ -75,7 +79,8 @@ class SelfReg(ERM):
         ends.append(len(sorted_y))
         return ends
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         all_x, all_y = concat(minibatches)
         lam = np.random.beta(0.5, 0.5)
         with torch.no_grad():
@@ -105,7 +110,7 @@ class SelfReg(ERM):
         return {"loss": loss.item()}
 
 
-def randomize(x, what="style", eps=1e-5):
+def randomize(x: torch.Tensor, what: str = "style", eps: float = 1e-5) -> Any:
     """SagNet's randomization over the last dimension (channels x positions for 4-D input):
     'style' interpolates each example's mean/variance with another's (torch.rand weights),
     'content' keeps the statistics and swaps the normalized content (detached)."""
@@ -137,7 +142,8 @@ class SagNet(Algorithm):
     an intermediate ResNet block as in the paper."""
     HPARAMS = {"sag_w_adv": log_uniform(0.1, -2, 1, "weight of the adversarial style loss")}
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.network_f = networks.Featurizer(input_shape, hparams)
         nonlinear = hparams["nonlinear_classifier"]
@@ -148,13 +154,14 @@ class SagNet(Algorithm):
         self.optimizer_s = make_optimizer(self.network_s.parameters(), hparams)
         self.weight_adv = hparams["sag_w_adv"]
 
-    def forward_c(self, x):
+    def forward_c(self, x: torch.Tensor) -> Any:
         return self.network_c(randomize(self.network_f(x), "style"))
 
-    def forward_s(self, x):
+    def forward_s(self, x: torch.Tensor) -> Any:
         return self.network_s(randomize(self.network_f(x), "content"))
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         all_x, all_y = concat(minibatches)
         self.optimizer_f.zero_grad()
         self.optimizer_c.zero_grad()
@@ -175,11 +182,11 @@ class SagNet(Algorithm):
         self.optimizer_f.step()
         return {"loss_c": loss_c.item(), "loss_s": loss_s.item(), "loss_adv": loss_adv.item()}
 
-    def predict(self, x):
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
         return self.network_c(self.network_f(x))
 
 
-def mix_up(alpha, x1, x2, y1, y2):
+def mix_up(alpha: Any, x1: torch.Tensor, x2: torch.Tensor, y1: Any, y2: Any) -> tuple[Any, ...]:
     """Per-example Beta(alpha, alpha) mixup of two equal-length cuts (numpy draws)."""
     n = min(len(x1), len(x2))
     x1, x2, y1, y2 = x1[:n], x2[:n], y1[:n], y2[:n]
@@ -189,7 +196,7 @@ def mix_up(alpha, x1, x2, y1, y2):
     return lam_x * x1 + (1 - lam_x) * x2, lam * y1 + (1 - lam) * y2
 
 
-def cut_mix(alpha, x1, x2, y1, y2):
+def cut_mix(alpha: Any, x1: torch.Tensor, x2: torch.Tensor, y1: Any, y2: Any) -> tuple[Any, ...]:
     """CutMix between the two cuts: a random box of each image comes from its partner;
     labels mix by the pasted area."""
     n = min(len(x1), len(x2))
@@ -208,7 +215,7 @@ def cut_mix(alpha, x1, x2, y1, y2):
     return inputs, lam * targets + (1 - lam) * targets[partner]
 
 
-def lisa_pairs(within_label, labels, attributes):
+def lisa_pairs(within_label: Any, labels: torch.Tensor, attributes: Any) -> Any:
     """The (mask_1, mask_2) pairs LISA mixes: within each label, two random attributes
     (intra-label); or within each attribute, two random labels (intra-attribute)."""
     outer, inner = (labels, attributes) if within_label else (attributes, labels)
@@ -238,20 +245,25 @@ class LISA(ERM):
         "LISA_mixup_method": choice("mixup", ["mixup", "cutmix"], "mixup | cutmix"),
     }
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
+        self.num_attributes: int | None
         self.num_classes, self.num_attributes = num_classes, None
 
-    def prepare(self, context):
+    def prepare(self, context: Any) -> None:
         num_groups = len(training_group_sizes(self.registry_name, context))
         self.num_attributes = max(1, num_groups // self.num_classes)
 
-    def selective_mix(self, within_label, x, y, attributes):
+    def selective_mix(self, within_label: Any, x: torch.Tensor, y: torch.Tensor,
+                      attributes: Any) -> tuple[Any, ...]:
         labels = y.argmax(1)
         mix = cut_mix if (self.hparams["LISA_mixup_method"] == "cutmix" and x.dim() == 4) \
             else mix_up
         if len(torch.unique(attributes if within_label else labels)) < 2:
             return x, y
+        mixed_x: Any
+        mixed_y: Any
         mixed_x, mixed_y = [], []
         while sum(len(m) for m in mixed_x) < len(x):
             before = sum(len(m) for m in mixed_x)
@@ -266,7 +278,8 @@ class LISA(ERM):
         shuffle = torch.randperm(len(mixed_x))
         return mixed_x[shuffle][:len(x)], mixed_y[shuffle][:len(x)]
 
-    def update(self, minibatches, unlabeled=None, groups=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None, groups: Any = None) -> dict[str, float]:
         if groups is None or self.num_attributes is None:
             raise UserError("LISA needs prepare() and per-batch groups")
         all_x, all_y = concat(minibatches)

@@ -6,6 +6,8 @@ builds the run's schedule from torch's own lr_scheduler classes. DomainBed's dat
 DomainBed's constant-rate Adam; a dataset may declare its benchmark's own defaults in
 ``OPTIMIZER_HPARAMS`` (SubpopBench's datasets do), which override the ones here.
 """
+from typing import Any
+
 import torch
 
 from domainbed.hparams import Hparam
@@ -16,7 +18,7 @@ SCHEDULES = ("constant", "linear", "cosine", "step")
 ADAM_ONLY_KWARGS = ("betas", "eps", "amsgrad")
 
 
-def _fixed(default, doc, **valid):
+def _fixed(default: Any, doc: Any, **valid: Any) -> Any:
     """Never searched (a random draw keeps the default, as DomainBed's sweeps expect)."""
     return Hparam(default, lambda r: default, doc, **valid)
 
@@ -39,16 +41,17 @@ OPTIMIZATION_HPARAMS = {
 }
 
 
-def dataset_default(name, fallback):
+def dataset_default(name: str, fallback: Any) -> Any:
     """A declaration a dataset may replace through its OPTIMIZER_HPARAMS (a benchmark's
     own protocol, e.g. SubpopBench's SGD for images); `fallback` otherwise."""
-    def pick(dataset_cls):
+    def pick(dataset_cls: Any) -> Any:
         own = getattr(dataset_cls, "OPTIMIZER_HPARAMS", None) or {}
         return own.get(name, fallback)
     return pick
 
 
-def make_optimizer(params, hparams, lr=None, weight_decay=None, **kwargs):
+def make_optimizer(params: Any, hparams: dict[str, Any], lr: Any = None, weight_decay: Any = None,
+                   **kwargs: Any) -> Any:
     """The run's optimizer (`hparams["optimizer"]`, Adam when absent, as DomainBed) over
     `params`, with the run's lr and weight decay unless given. `kwargs` go to the
     optimizer; Adam-only ones (betas, eps, amsgrad) are dropped for SGD."""
@@ -66,12 +69,12 @@ def make_optimizer(params, hparams, lr=None, weight_decay=None, **kwargs):
     return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, **kwargs)
 
 
-def is_constant_schedule(hparams):
+def is_constant_schedule(hparams: dict[str, Any]) -> Any:
     return hparams.get("lr_schedule", "constant") == "constant" and \
         not hparams.get("warmup_steps", 0)
 
 
-def make_schedule(optimizer, hparams, n_steps):
+def make_schedule(optimizer: Any, hparams: dict[str, Any], n_steps: int) -> Any:
     """torch's lr scheduler for a run of `n_steps` optimizer steps (stepped once after
     each): `warmup_steps` of LinearLR from 1/(warmup+1) of the rate up to it (no step at
     rate 0), then constant, linear or cosine decay to 0 at the end, or StepLR."""
@@ -80,7 +83,7 @@ def make_schedule(optimizer, hparams, n_steps):
     rest = max(1, n_steps - warmup)
     kind = hparams.get("lr_schedule", "constant")
     if kind == "cosine":
-        main = sched.CosineAnnealingLR(optimizer, T_max=rest, eta_min=0.0)
+        main: Any = sched.CosineAnnealingLR(optimizer, T_max=rest, eta_min=0.0)
     elif kind == "linear":
         main = sched.LinearLR(optimizer, start_factor=1.0, end_factor=0.0, total_iters=rest)
     elif kind == "step":

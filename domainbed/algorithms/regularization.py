@@ -2,6 +2,7 @@
 Representation Self-Challenging (RSC) and ERM++ (linear probing first, then full training
 with a moving-average model), as DomainBed implements them."""
 import copy
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,7 +24,8 @@ class SD(ERM):
     times the mean squared logit, against gradient starvation."""
     HPARAMS = {"sd_reg": log_uniform(0.1, -5, -1, "weight of the squared-logit penalty")}
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         all_x, all_y = concat(minibatches)
         all_p = self.predict(all_x)
         loss = F.cross_entropy(all_p, all_y)
@@ -43,13 +45,15 @@ class RSC(ERM):
         "rsc_b_drop_factor": uniform(1 / 3, 0, 0.5, "fraction of examples challenged"),
     }
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.drop_f = (1 - hparams["rsc_f_drop_factor"]) * 100
         self.drop_b = (1 - hparams["rsc_b_drop_factor"]) * 100
         self.num_classes = num_classes
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         all_x, all_y = concat(minibatches)
         all_o = F.one_hot(all_y, self.num_classes)
         all_f = self.featurizer(all_x)
@@ -73,12 +77,13 @@ class LARS(torch.optim.Optimizer):
     """LARS (You et al. 2017) as in MoCo v3 / DomainBed: momentum SGD whose step for each
     weight matrix is scaled by trust * |w| / |update|; no scaling for vectors."""
 
-    def __init__(self, params, lr=0, weight_decay=0, momentum=0.9, trust_coefficient=0.001):
+    def __init__(self, params: Any, lr: float = 0, weight_decay: float = 0, momentum: float = 0.9,
+                 trust_coefficient: float = 0.001) -> None:
         super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum,
                                       trust_coefficient=trust_coefficient))
 
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure: Any = None) -> None:  # type: ignore[override]
         for g in self.param_groups:
             for p in g["params"]:
                 dp = p.grad
@@ -107,6 +112,8 @@ class ERMPlusPlus(Algorithm):
     come from `network_sma`, a copy of the network that becomes a simple moving average
     from step 600. DomainBed's validation-loss learning-rate schedule (`set_lr`, called by
     its own training script) is not part of `update` and is not ported."""
+    global_iter: torch.Tensor
+    sma_count: torch.Tensor
     HPARAMS = {
         "linear_lr": log_uniform(5e-5, -5, -3.5, "learning rate of the linear-probe phase"),
         "linear_steps": fixed(500, "classifier-only steps first"),
@@ -114,7 +121,8 @@ class ERMPlusPlus(Algorithm):
         "freeze_bn": fixed(False, "keep batch-norm statistics of the averaged model"),
     }
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.featurizer = networks.Featurizer(input_shape, hparams)
         self.classifier = networks.Classifier(self.featurizer.n_outputs, num_classes,
@@ -128,12 +136,12 @@ class ERMPlusPlus(Algorithm):
         self.register_buffer("global_iter", torch.tensor([0]))
         self.register_buffer("sma_count", torch.tensor([0]))
 
-    def make_optimizer(self, params, lr):
+    def make_optimizer(self, params: Any, lr: Any) -> Any:
         if self.hparams["lars"]:
             return LARS(params, lr=lr, weight_decay=self.hparams["weight_decay"])
         return make_optimizer(params, self.hparams, lr=lr, foreach=False)
 
-    def update_sma(self):
+    def update_sma(self) -> None:
         self.global_iter += 1
         sma_state = self.network_sma.state_dict()
         new_state = {}
@@ -149,7 +157,8 @@ class ERMPlusPlus(Algorithm):
                                if averaging else param)
         self.network_sma.load_state_dict(new_state, strict=False)
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         full = int(self.global_iter) > self.hparams["linear_steps"]
         optimizer = self.optimizer if full else self.linear_optimizer
         all_x, all_y = concat(minibatches)
@@ -163,6 +172,6 @@ class ERMPlusPlus(Algorithm):
             self.network_sma(all_x)
         return {"loss": loss.item()}
 
-    def predict(self, x):
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
         self.network_sma.eval()
         return self.network_sma(x)

@@ -5,6 +5,8 @@ These take DomainBed's pooled-ERM step (concatenated training environments, the 
 optimizer) and change only what SubpopBench changes: the loss or the sampling. Group index
 convention (all datasets here): group = label * num_attributes + attribute.
 """
+from typing import Any
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -19,14 +21,14 @@ from domainbed.registry import register_algorithm
 from oodutils.errors import UserError
 
 
-def training_group_sizes(name, context):
+def training_group_sizes(name: str, context: Any) -> Any:
     """Examples per group over the pooled training in-splits (SubpopBench's grp_sizes)."""
     groups = torch.cat(require_groups(name, context.train_splits))
     num_groups = context.num_groups or int(groups.max()) + 1
     return torch.bincount(groups, minlength=num_groups).double()
 
 
-def normalized(weights):
+def normalized(weights: torch.Tensor) -> Any:
     """Weights rescaled to sum to their count (empty groups get weight 0)."""
     weights = torch.where(torch.isfinite(weights), weights, torch.zeros_like(weights))
     return (weights / weights.sum() * len(weights)).float()
@@ -35,21 +37,24 @@ def normalized(weights):
 class GroupWeightedERM(ERM):
     """ERM whose per-example losses are multiplied by a weight per group, computed from the
     training group sizes in `prepare` (a non-persistent buffer: recomputed on resume)."""
+    weights_per_group: torch.Tensor
     NEEDS_GROUPS = True
     HPARAMS = {}
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.register_buffer("weights_per_group", torch.ones(0), persistent=False)
 
-    def prepare(self, context):
+    def prepare(self, context: Any) -> None:
         sizes = training_group_sizes(self.registry_name, context)
         self.weights_per_group = self.group_weights(sizes).to(context.device)
 
-    def group_weights(self, sizes):
+    def group_weights(self, sizes: Any) -> Any:
         return normalized(1.0 / sizes)
 
-    def update(self, minibatches, unlabeled=None, groups=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None, groups: Any = None) -> dict[str, float]:
         if groups is None or not len(self.weights_per_group):
             raise UserError(f"{self.registry_name} needs prepare() and per-batch groups")
         all_x, all_y = concat(minibatches)
@@ -70,7 +75,7 @@ class SqrtReWeight(GroupWeightedERM):
     """Inverse square-root group-frequency loss weights."""
     DATA_PARALLEL = True   # a mean over examples: splits across processes (--distributed)
 
-    def group_weights(self, sizes):
+    def group_weights(self, sizes: Any) -> Any:
         return normalized(1.0 / sizes.sqrt())
 
 
@@ -82,7 +87,7 @@ class CBLoss(GroupWeightedERM):
     HPARAMS = {"beta": Hparam(0.9999, lambda r: 1 - 10 ** r.uniform(-5, -2),
                               "effective-number decay", low=0.99, high=0.99999)}
 
-    def group_weights(self, sizes):
+    def group_weights(self, sizes: Any) -> Any:
         beta = self.hparams["beta"]
         effective = 1.0 - torch.pow(torch.tensor(beta, dtype=torch.float64), sizes)
         effective[effective == 1] = float("inf")
@@ -98,10 +103,11 @@ class ReSample(ERM):
     NEEDS_GROUPS = True
     HPARAMS = {"group_balanced": Hparam(True, lambda r: True, choices=(True,))}
 
-    def prepare(self, context):
+    def prepare(self, context: Any) -> None:
         require_groups(self.registry_name, context.train_splits)
 
-    def update(self, minibatches, unlabeled=None, groups=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None, groups: Any = None) -> dict[str, float]:
         return super().update(minibatches, unlabeled)
 
 
@@ -110,25 +116,29 @@ class SubpopGroupDRO(ERM):
     """GroupDRO as SubpopBench runs it: the worst-case weights q range over (label,
     attribute) groups of the pooled batch, not over training domains (that is DomainBed's
     `GroupDRO`). q_g *= exp(eta * mean loss of g) for groups present in the batch."""
+    q: torch.Tensor
     NEEDS_GROUPS = True
     HPARAMS = {"groupdro_eta": log_uniform(1e-2, -3, -1, "step of the group weights")}
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.register_buffer("q", torch.ones(0))
 
-    def prepare(self, context):
+    def prepare(self, context: Any) -> None:
         num_groups = len(training_group_sizes(self.registry_name, context))
         if len(self.q) != num_groups:
             self.q = torch.ones(num_groups, device=context.device)
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any,
+                              **kwargs: Any) -> None:
         saved = state_dict.get(prefix + "q")
         if saved is not None and saved.shape != self.q.shape:
             self.q = torch.empty_like(saved, device=self.q.device)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
-    def update(self, minibatches, unlabeled=None, groups=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None, groups: Any = None) -> dict[str, float]:
         if groups is None or not len(self.q):
             raise UserError("SubpopGroupDRO needs prepare() and per-batch groups")
         all_x, all_y = concat(minibatches)
@@ -139,12 +149,12 @@ class SubpopGroupDRO(ERM):
         for g, group_loss in zip(present, group_losses):
             self.q[g] *= (self.hparams["groupdro_eta"] * group_loss.detach()).exp()
         self.q /= self.q.sum()
-        loss = sum(self.q[g] * group_loss for g, group_loss in zip(present, group_losses))
+        loss: Any = sum(self.q[g] * group_loss for g, group_loss in zip(present, group_losses))
         self.optimizer_step(loss)
         return {"loss": loss.item()}
 
 
-def cvar_weights(losses, alpha):
+def cvar_weights(losses: Any, alpha: Any) -> Any:
     """The CVaR_alpha best response (no regularization): weight 1/(alpha n) on the
     floor(alpha n) largest losses, the leftover mass on the next one, 0 elsewhere."""
     n = losses.shape[0]
@@ -164,7 +174,8 @@ class CVaRDRO(ERM):
     `joint_dro_alpha` fraction of per-example losses (weights computed without gradient)."""
     HPARAMS = {"joint_dro_alpha": log_uniform(0.1, -2, 0, "fraction of worst examples")}
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         all_x, all_y = concat(minibatches)
         losses = F.cross_entropy(self.predict(all_x), all_y, reduction="none")
         with torch.no_grad():
@@ -174,7 +185,7 @@ class CVaRDRO(ERM):
         return {"loss": loss.item()}
 
 
-def generalized_cross_entropy(logits, targets, q):
+def generalized_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, q: Any) -> Any:
     """GCE as in LfF's code: cross-entropy scaled by q * p_y^q (p_y detached); its gradient
     is q times that of the GCE (1 - p_y^q) / q, so it emphasizes examples the model finds
     easy."""
@@ -190,7 +201,8 @@ class LfF(Algorithm):
     (SubpopBench uses SGD); SubpopBench's default batch size for LfF is halved."""
     HPARAMS = {"LfF_q": uniform(0.7, 0.05, 0.95, "GCE exponent q")}
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.pred_model = ERM(input_shape, num_classes, num_domains, hparams)
         self.optimizer = self.pred_model.optimizer  # top level, so resume states include it
@@ -199,7 +211,8 @@ class LfF(Algorithm):
             featurizer.n_outputs, num_classes, hparams["nonlinear_classifier"]))
         self.optimizer_b = make_optimizer(self.biased_network.parameters(), hparams)
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         all_x, all_y = concat(minibatches)
         pred_logits = self.pred_model.predict(all_x)
         biased_logits = self.biased_network(all_x)
@@ -217,7 +230,7 @@ class LfF(Algorithm):
         return {"loss": loss.item(), "loss_pred": loss_pred.item(),
                 "loss_gce": loss_gce.mean().item()}
 
-    def predict(self, x):
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
         return self.pred_model.predict(x)
 
 

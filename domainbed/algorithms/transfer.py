@@ -2,6 +2,7 @@
 per-domain classifiers) and Transfer (a classifier near the main one that exposes the gap
 between domain risks), as DomainBed implements them."""
 import copy
+from typing import Any
 
 import torch
 import torch.autograd as autograd
@@ -16,13 +17,13 @@ from domainbed.hparams import Hparam
 from domainbed.registry import register_algorithm
 
 
-def hessian_vector_product(loss, weight, v):
+def hessian_vector_product(loss: torch.Tensor, weight: Any, v: Any) -> Any:
     first = nn.utils.parameters_to_vector(
         autograd.grad(loss, weight, retain_graph=True, create_graph=True, allow_unused=True))
     return nn.utils.parameters_to_vector(autograd.grad(first @ v, weight, create_graph=True))
 
 
-def neumann_inverse_hvp(v, model, batch, iterations=10):
+def neumann_inverse_hvp(v: Any, model: Any, batch: Any, iterations: int = 10) -> Any:
     """TRM's Neumann-series estimate of H^-1 v for a linear model's cross-entropy on
     `batch`, stopped early when it diverges (|estimate| > 10). The in-place update of v
     also updates the first term of the estimate (they share storage), as in DomainBed."""
@@ -45,6 +46,8 @@ class TRM(Algorithm):
     transfers to the others; the featurizer minimizes that transfer risk, with a gradient
     alignment term and GroupDRO-like weights `alpha` over domain pairs. Unlike DomainBed,
     the heads and alpha are in state_dict (so they are checkpointed)."""
+    update_count: torch.Tensor
+    alpha: torch.Tensor
     HPARAMS = {
         "cos_lambda": log_uniform(1e-4, -5, 0, "weight of the gradient-alignment term"),
         "iters": Hparam(200, lambda r: int(10 ** r.uniform(0, 4)), "ERM steps first",
@@ -53,7 +56,8 @@ class TRM(Algorithm):
         "class_balanced": fixed(False, "copy the main head into the domain heads"),
     }
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.register_buffer("update_count", torch.tensor([0]))
         self.num_domains = num_domains
@@ -67,9 +71,9 @@ class TRM(Algorithm):
         self.register_buffer("alpha", torch.ones((num_domains, num_domains)) -
                              torch.eye(num_domains))
 
-    def fit_domain_heads(self, features, minibatches):
+    def fit_domain_heads(self, features: Any, minibatches: list[tuple[torch.Tensor, ...]]) -> None:
         for _ in range(30):
-            loss = 0.0
+            loss: Any = 0.0
             for j, (f, (_, y)) in enumerate(zip(features, minibatches)):
                 loss += F.cross_entropy(self.clist[j](f.detach()), y)
             for opt in self.olist:
@@ -78,27 +82,28 @@ class TRM(Algorithm):
             for opt in self.olist:
                 opt.step()
 
-    def transfer_risk(self, features, minibatches):
+    def transfer_risk(self, features: Any, minibatches: list[tuple[torch.Tensor, ...]]) -> Any:
         loss_swap = 0.0
         ys = [y for _, y in minibatches]
         for q in range(len(minibatches)):
             head = self.clist[q]
             loss_q = F.cross_entropy(head(features[q]), ys[q])
             vec_grad_q = nn.utils.parameters_to_vector(
-                autograd.grad(loss_q, head.weight, create_graph=True))
+                autograd.grad(loss_q, head.weight, create_graph=True))  # type: ignore[arg-type]
             loss_p = [F.cross_entropy(head(features[i]), ys[i]) * self.alpha[q, i].data
                       if i != q else 0.0 for i in range(len(minibatches))]
             loss_p_sum = sum(loss_p)
             vec_grad_p = nn.utils.parameters_to_vector(
-                autograd.grad(loss_p_sum, head.weight, create_graph=True)).detach()
+                autograd.grad(loss_p_sum, head.weight, create_graph=True)).detach()  # type: ignore[arg-type]
             vec_grad_p = neumann_inverse_hvp(vec_grad_p, head, (features[q], ys[q]))
             loss_swap += loss_p_sum - self.hparams["cos_lambda"] * (vec_grad_p @ vec_grad_q)
             for i in range(len(minibatches)):
                 if i != q:
-                    self.alpha[q, i] *= (self.hparams["groupdro_eta"] * loss_p[i].data).exp()
+                    self.alpha[q, i] *= (self.hparams["groupdro_eta"] * loss_p[i].data).exp()  # type: ignore[union-attr]
         return loss_swap / len(minibatches)
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         transfer_on = self.update_count >= self.hparams["iters"]
         if transfer_on:
             if self.hparams["class_balanced"]:
@@ -123,17 +128,17 @@ class TRM(Algorithm):
         self.update_count += 1
         return {"nll": nll, "trm_loss": total.item() - nll}
 
-    def predict(self, x):
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.featurizer(x))
 
 
-def classifier_distance(h1, h2):
+def classifier_distance(h1: Any, h2: Any) -> Any:
     """Euclidean (Frobenius) distance between two classifiers' parameters."""
     s1, s2 = h1.state_dict(), h2.state_dict()
     return torch.sqrt(sum(torch.norm(s1[k] - s2[k]) ** 2 for k in s1))
 
 
-def project_into_ball(delta, adv_h, h):
+def project_into_ball(delta: Any, adv_h: Any, h: Any) -> Any:
     """Move adv_h's parameters onto the ball of radius delta around h's, if outside."""
     dist = classifier_distance(adv_h, h)
     if dist > delta:
@@ -150,6 +155,7 @@ class Transfer(Algorithm):
     which itself takes `d_steps_per_g` SGD steps to increase that gap while staying within
     `delta` of the main classifier. DomainBed's `update` is used (not `update_second`).
     With gda the main optimizer updates the adversarial classifier only (as DomainBed)."""
+    update_count: torch.Tensor
     HPARAMS = {
         "t_lambda": log_uniform(1.0, -2, 1, "weight of the risk gap"),
         "delta": uniform(2.0, 0.1, 3.0, "radius of the adversary's ball"),
@@ -160,7 +166,8 @@ class Transfer(Algorithm):
         "lr_d": log_uniform(1e-3, -4.5, -2.5, "adversary's SGD learning rate"),
     }
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.register_buffer("update_count", torch.tensor([0]))
         self.d_steps_per_g = hparams["d_steps_per_g"]
@@ -177,13 +184,14 @@ class Transfer(Algorithm):
                                             list(self.classifier.parameters()), hparams)
         self.adv_opt = torch.optim.SGD(self.adv_classifier.parameters(), lr=hparams["lr_d"])
 
-    def loss_gap(self, minibatches):
+    def loss_gap(self, minibatches: list[tuple[torch.Tensor, ...]]) -> Any:
         """Largest minus smallest domain risk of the adversarial classifier."""
         losses = [F.cross_entropy(self.adv_classifier(self.featurizer(x)), y)
                   for x, y in minibatches]
         return max(losses, key=lambda t: t.item()) - min(losses, key=lambda t: t.item())
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         all_x, all_y = concat(minibatches)
         loss = F.cross_entropy(self.predict(all_x), all_y)
         self.optimizer.zero_grad()
@@ -203,5 +211,5 @@ class Transfer(Algorithm):
                                                     self.adv_classifier, self.classifier)
         return {"loss": loss.item(), "gap": -gap.item()}
 
-    def predict(self, x):
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.featurizer(x))

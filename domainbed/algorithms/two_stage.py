@@ -6,6 +6,8 @@ classifier on group-balanced held-out data). `stage()` says which stage each rec
 belongs to. SubpopBench runs the second stage as a separate job from a saved first-stage
 model; here the switch happens at step int(first_stage_step_frac * n_steps) of the same
 run."""
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -21,25 +23,29 @@ from oodutils.errors import UserError
 class TwoStage(Algorithm):
     """Stage 1 is ERM (`stage1_model`); subclasses define the second stage. Every optimizer
     is a top-level attribute created at construction, so a resumed run restores them."""
+    update_count: torch.Tensor
+    optimizer_stage2: torch.optim.Optimizer   # each subclass's own
     HPARAMS = {"first_stage_step_frac": uniform(0.5, 0.2, 0.8, "fraction of steps in stage 1")}
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.stage1_model = ERM(input_shape, num_classes, num_domains, hparams)
         self.optimizer = self.stage1_model.optimizer
         self.register_buffer("update_count", torch.tensor([0]))
-        self.switch_step = None
+        self.switch_step: Any = None
 
-    def prepare(self, context):
+    def prepare(self, context: Any) -> None:
         self.switch_step = int(self.hparams["first_stage_step_frac"] * context.n_steps)
 
-    def in_stage2(self, count):
+    def in_stage2(self, count: Any) -> bool:
         if self.switch_step is None:
             raise UserError(f"{self.registry_name} is two-stage: it needs prepare() with the "
                             f"run's number of steps before training")
         return count >= self.switch_step
 
-    def update(self, minibatches, unlabeled=None, groups=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None, groups: Any = None) -> dict[str, float]:
         if self.in_stage2(int(self.update_count)):
             out = self.stage2_update(minibatches, groups)
         else:
@@ -47,38 +53,39 @@ class TwoStage(Algorithm):
         self.update_count += 1
         return out
 
-    def stage(self):
+    def stage(self) -> Any:
         count = int(self.update_count)
         if self.switch_step is None or count == 0:
             return None
         return "stage2" if self.in_stage2(count - 1) else "stage1"
 
-    def group_balanced_batches(self, step):
+    def group_balanced_batches(self, step: int) -> bool:
         return False
 
-    def predict(self, x):
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
         trained_stage2 = self.switch_step is not None and \
             int(self.update_count) > self.switch_step
         return self.stage2_predict(x) if trained_stage2 else self.stage1_model.predict(x)
 
-    def stage2_predict(self, x):
+    def stage2_predict(self, x: torch.Tensor) -> torch.Tensor:
         return self.stage1_model.predict(x)
 
-    def stage2_update(self, minibatches, groups):
+    def stage2_update(self, minibatches: list[tuple[torch.Tensor, ...]],
+                      groups: Any) -> dict[str, float]:
         raise NotImplementedError
 
-    def classifier_step(self, loss):
+    def classifier_step(self, loss: torch.Tensor) -> dict[str, Any]:
         """A step of the second-stage optimizer, which holds the classifier only."""
         self.optimizer_stage2.zero_grad()
         loss.backward()
         self.optimizer_stage2.step()
         return {"loss": loss.item()}
 
-    def frozen_features(self, x):
+    def frozen_features(self, x: torch.Tensor) -> Any:
         with torch.no_grad():
             return self.stage1_model.featurizer(x)
 
-    def classifier_sgd(self, weight_decay):
+    def classifier_sgd(self, weight_decay: Any) -> Any:
         """SubpopBench's second-stage optimizer: SGD, momentum 0.9, on the classifier."""
         return torch.optim.SGD(self.stage1_model.classifier.parameters(), lr=self.hparams["lr"],
                                weight_decay=weight_decay, momentum=0.9)
@@ -95,12 +102,13 @@ class JTT(TwoStage):
         "jtt_lambda": log_uniform(10, 0, 2.5, "up-weighting of first-stage errors"),
     }
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.stage2_model = ERM(input_shape, num_classes, num_domains, hparams)
         self.optimizer_stage2 = self.stage2_model.optimizer
 
-    def error_weights(self, x, y):
+    def error_weights(self, x: torch.Tensor, y: torch.Tensor) -> Any:
         """jtt_lambda where the first-stage model is wrong, 1 elsewhere."""
         self.stage1_model.eval()
         with torch.no_grad():
@@ -110,7 +118,8 @@ class JTT(TwoStage):
         weights[wrong] = float(self.hparams["jtt_lambda"])
         return weights
 
-    def stage2_update(self, minibatches, groups):
+    def stage2_update(self, minibatches: list[tuple[torch.Tensor, ...]],
+                      groups: Any) -> dict[str, float]:
         all_x = torch.cat([x for x, _ in minibatches])
         all_y = torch.cat([y for _, y in minibatches])
         losses = F.cross_entropy(self.stage2_model.predict(all_x), all_y, reduction="none")
@@ -118,7 +127,7 @@ class JTT(TwoStage):
         self.stage2_model.optimizer_step(loss)
         return {"loss": loss.item()}
 
-    def stage2_predict(self, x):
+    def stage2_predict(self, x: torch.Tensor) -> torch.Tensor:
         return self.stage2_model.predict(x)
 
 
@@ -128,21 +137,23 @@ class CRT(TwoStage):
     the classifier alone trains on group-balanced minibatches (SGD, as SubpopBench)."""
     NEEDS_GROUPS = True
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.optimizer_stage2 = self.classifier_sgd(hparams["weight_decay"])
 
-    def prepare(self, context):
+    def prepare(self, context: Any) -> None:
         require_groups(self.registry_name, context.train_splits)
         super().prepare(context)
 
-    def group_balanced_batches(self, step):
+    def group_balanced_batches(self, step: int) -> Any:
         return self.in_stage2(step)
 
-    def stage2_loss(self, logits, y, groups):
+    def stage2_loss(self, logits: torch.Tensor, y: torch.Tensor, groups: Any) -> torch.Tensor:
         return F.cross_entropy(logits, y)
 
-    def stage2_update(self, minibatches, groups):
+    def stage2_update(self, minibatches: list[tuple[torch.Tensor, ...]],
+                      groups: Any) -> dict[str, float]:
         all_x = torch.cat([x for x, _ in minibatches])
         all_y = torch.cat([y for _, y in minibatches])
         logits = self.stage1_model.classifier(self.frozen_features(all_x))
@@ -156,11 +167,13 @@ class VanillaCRT(TwoStage):
     with plain cross-entropy (SGD, momentum 0.9). Needs no group labels: SubpopBench's
     attribute-unknown setting."""
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.optimizer_stage2 = self.classifier_sgd(hparams["weight_decay"])
 
-    def stage2_update(self, minibatches, groups):
+    def stage2_update(self, minibatches: list[tuple[torch.Tensor, ...]],
+                      groups: Any) -> dict[str, float]:
         all_x = torch.cat([x for x, _ in minibatches])
         all_y = torch.cat([y for _, y in minibatches])
         logits = self.stage1_model.classifier(self.frozen_features(all_x))
@@ -172,20 +185,20 @@ class ReWeightCRT(CRT):
     """CRT with uniformly drawn minibatches and inverse group-frequency loss weights in
     the second stage instead of group-balanced sampling."""
 
-    def prepare(self, context):
+    def prepare(self, context: Any) -> None:
         super().prepare(context)
         self.weights_per_group = normalized(
             1.0 / training_group_sizes(self.registry_name, context)).to(context.device)
 
-    def group_balanced_batches(self, step):
+    def group_balanced_batches(self, step: int) -> bool:
         return False
 
-    def stage2_loss(self, logits, y, groups):
+    def stage2_loss(self, logits: torch.Tensor, y: torch.Tensor, groups: Any) -> torch.Tensor:
         losses = F.cross_entropy(logits, y, reduction="none")
         return (self.weights_per_group[torch.cat(groups)] * losses).mean()
 
 
-def group_balanced_subset(splits, seed):
+def group_balanced_subset(splits: Any, seed: int) -> tuple[Any, ...]:
     """(x, y) of a group-balanced random subsample of the pooled splits: every group cut to
     the smallest group's size (class-balanced when the splits have no groups), as DFR's
     held-out set."""
@@ -197,7 +210,7 @@ def group_balanced_subset(splits, seed):
     generator = torch.Generator().manual_seed(seed_hash("DFR", seed))
     present = keys.unique()
     smallest = min(int((keys == k).sum()) for k in present)
-    chosen = []
+    chosen: Any = []
     for k in present:
         members = torch.nonzero(keys == k).flatten()
         chosen.append(members[torch.randperm(len(members), generator=generator)[:smallest]])
@@ -221,12 +234,13 @@ class DFR(TwoStage):
         "dfr_reg": log_uniform(0.1, -2, 0.5, "L1 penalty on the classifier weights"),
     }
 
-    def __init__(self, input_shape, num_classes, num_domains, hparams):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, num_domains: int,
+                 hparams: dict[str, Any]) -> None:
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.optimizer_stage2 = self.classifier_sgd(0.0)
-        self.heldout = None
+        self.heldout: Any = None
 
-    def prepare(self, context):
+    def prepare(self, context: Any) -> None:
         super().prepare(context)
         if not context.holdout_splits or not sum(len(s) for s in context.holdout_splits):
             raise UserError("DFR needs held-out data from the training environments "
@@ -235,7 +249,7 @@ class DFR(TwoStage):
         self.heldout = (x.to(context.device), y.to(context.device))
         self.seed = context.seed
 
-    def stage2_batch(self, step):
+    def stage2_batch(self, step: int) -> tuple[Any, ...]:
         """A minibatch of the balanced held-out set, a pure function of (seed, step)."""
         x, y = self.heldout
         generator = torch.Generator().manual_seed(seed_hash("DFR", self.seed, step))
@@ -243,7 +257,8 @@ class DFR(TwoStage):
         idx = torch.randperm(len(y), generator=generator)[:size].to(y.device)
         return x[idx], y[idx]
 
-    def stage2_update(self, minibatches, groups):
+    def stage2_update(self, minibatches: list[tuple[torch.Tensor, ...]],
+                      groups: Any) -> dict[str, float]:
         x, y = self.stage2_batch(int(self.update_count))
         classifier = self.stage1_model.classifier
         logits = classifier(self.frozen_features(x))

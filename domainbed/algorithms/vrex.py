@@ -1,4 +1,6 @@
 """Variance Risk Extrapolation (Krueger et al. 2021, http://arxiv.org/abs/2003.00688)."""
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -12,7 +14,8 @@ from domainbed.hparams import Hparam
 from domainbed.registry import register_algorithm
 
 
-def vrex_objective(model, minibatches, hp, state):
+def vrex_objective(model: Any, minibatches: list[tuple[torch.Tensor, ...]], hp: dict[str, Any],
+                   state: Any) -> tuple[Any, ...]:
     """VREx.update as a pure function of one model (the fused launcher's form)."""
     weight = annealed_weight("vrex", hp, state)
     all_logits = model.predict(torch.cat([x for x, _ in minibatches]))
@@ -36,7 +39,8 @@ class VREx(AnnealedPenalty):
     }
     FUSED = annealed_fused_form(vrex_objective, "vrex")
 
-    def update(self, minibatches, unlabeled=None):
+    def update(self, minibatches: list[tuple[torch.Tensor, ...]],
+               unlabeled: list[torch.Tensor] | None = None) -> dict[str, float]:
         values, _ = self.objective_update(vrex_objective, minibatches,
                                           self.FUSED.member_hparams,
                                           {"update_count": self.update_count})

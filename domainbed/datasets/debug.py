@@ -1,4 +1,6 @@
 """Tiny random datasets for fast tests (as DomainBed's Debug28 / Debug224)."""
+from typing import Any
+
 import torch
 
 from domainbed.datasets.base import MultipleDomainDataset, TensorEnvironment, fingerprint_arrays
@@ -15,7 +17,8 @@ class Debug(MultipleDomainDataset):
     GROUP_NAMES = ["y0_a0", "y0_a1", "y1_a0", "y1_a1"]
     N_PER_ENV = 48
 
-    def __init__(self, root, test_envs, hparams, data_seed=0):
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any],
+                 data_seed: int = 0) -> None:
         g = torch.Generator().manual_seed(int(data_seed))
         self.input_shape, self.num_classes = self.INPUT_SHAPE, 2
         self.datasets = []

@@ -25,6 +25,7 @@ import hashlib
 import io
 import os
 import re
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -48,11 +49,11 @@ DATA_PATTERNS = ("*.parquet", "**/*.parquet", "*.arrow", "**/*.arrow", "*.csv", 
                  "*.json", "**/*.json", "*.jsonl", "**/*.jsonl", "README.md")
 
 
-def _datasets():
+def _datasets() -> Any:
     return require("datasets", extra="hub")
 
 
-def snapshot(name, repo, revision):
+def snapshot(name: str, repo: Any, revision: Any) -> tuple[Any, ...]:
     """(local folder, commit) of the Hub dataset `repo` at `revision` (downloaded into
     huggingface_hub's cache, or found there offline)."""
     hub = require("huggingface_hub", extra="hub")
@@ -72,7 +73,7 @@ def snapshot(name, repo, revision):
     return folder, os.path.basename(os.path.normpath(folder))
 
 
-def local_revision(folder):
+def local_revision(folder: str) -> Any:
     """A local folder's revision: the commit of a huggingface_hub snapshot folder
     (``.../snapshots/<commit>``), else ``local`` (the fingerprint tells contents apart)."""
     parent, leaf = os.path.split(os.path.normpath(folder))
@@ -81,7 +82,7 @@ def local_revision(folder):
     return "local"
 
 
-def data_files_digest(folder):
+def data_files_digest(folder: str) -> Any:
     """sha256 over the data files under `folder` (names and contents, sorted)."""
     digest = hashlib.sha256()
     for path in sorted(p for pattern in DATA_PATTERNS[:-1]
@@ -94,7 +95,7 @@ def data_files_digest(folder):
     return digest.hexdigest()[:16]
 
 
-def load_split(name, folder, split):
+def load_split(name: str, folder: str, split: Any) -> Any:
     """The `split` of the dataset in `folder` (datasets.load_dataset, cached)."""
     datasets = _datasets()
     quiet = not datasets.utils.are_progress_bars_disabled()
@@ -115,14 +116,14 @@ def load_split(name, folder, split):
     return splits[split]
 
 
-def _column(name, table, option, column):
+def _column(name: str, table: Any, option: Any, column: Any) -> Any:
     if column not in table.column_names:
         raise UserError(f"{name}: no column {column!r} ({HF_OPTIONS[option][0]}); the columns "
                         f"are: {', '.join(table.column_names)}")
     return column
 
 
-def _names_and_codes(name, table, column, what):
+def _names_and_codes(name: str, table: Any, column: Any, what: Any) -> tuple[Any, ...]:
     """(names, code per row) of a column: ClassLabel names, else sorted distinct values
     (whole numbers stay the indices they are)."""
     datasets = _datasets()
@@ -144,7 +145,7 @@ def _names_and_codes(name, table, column, what):
     return names, np.asarray([index[v] for v in text], dtype=np.int64)
 
 
-def _image_column(name, table):
+def _image_column(name: str, table: Any) -> Any:
     datasets = _datasets()
     found = [c for c, f in table.features.items() if isinstance(f, datasets.Image)]
     if found:
@@ -159,7 +160,7 @@ def _image_column(name, table):
 class HubTable:
     """The checked columns of one split: environment, label and input per row."""
 
-    def __init__(self, name, argument):
+    def __init__(self, name: str, argument: Any) -> None:
         self.name = name
         self.source, self.options = split_name(argument)
         if not self.source:
@@ -190,7 +191,7 @@ class HubTable:
         self.files_digest = data_files_digest(self.folder)
         self._check_classes()
 
-    def _environments(self, domains, codes):
+    def _environments(self, domains: Any, codes: Any) -> tuple[Any, ...]:
         """(environment names, environment index per row, -1 for rows left out)."""
         wanted = self.options["domains"]
         if wanted:
@@ -208,12 +209,12 @@ class HubTable:
         env = np.asarray([position.get(int(c), -1) for c in codes], dtype=np.int64)
         return chosen, env
 
-    def _check_classes(self):
+    def _check_classes(self) -> None:
         for i, domain in enumerate(self.domains):
             if not np.any(self.env == i):
                 raise UserError(f"{self.name}: domain {domain!r} has no rows")
 
-    def fingerprint(self):
+    def fingerprint(self) -> Any:
         return fingerprint_columns(self.env, self.labels, self.domains, self.classes,
                                    [self.files_digest, self.text_column or self.image_column])
 
@@ -221,11 +222,11 @@ class HubTable:
 class HubImageEnvironment(ImageEnvironment):
     """Images stored in the table (encoded bytes), decoded one example at a time."""
 
-    def __init__(self, column, rows, labels, ids, **transforms):
+    def __init__(self, column: Any, rows: Any, labels: Any, ids: Any, **transforms: Any) -> None:
         super().__init__([None] * len(rows), labels, ids, **transforms)
         self.column, self.rows = column, np.asarray(rows, dtype=np.int64)
 
-    def _cell(self, i):
+    def _cell(self, i: int) -> Any:
         """Row i's image as {"bytes", "path"} (the Image feature's storage; a plain binary
         or text column is taken as bytes or a path)."""
         cell = self.column[int(self.rows[i])].as_py()
@@ -235,13 +236,13 @@ class HubImageEnvironment(ImageEnvironment):
             return {"bytes": None, "path": cell}
         return cell
 
-    def load(self, i):
+    def load(self, i: int) -> Any:
         cell = self._cell(i)
         if cell.get("bytes") is not None:
             return Image.open(io.BytesIO(cell["bytes"])).convert("RGB")
         return load_image(cell["path"])
 
-    def image_problem(self, i):
+    def image_problem(self, i: int) -> Any:
         cell = self._cell(i)
         if cell is None:
             return "has no image"
@@ -251,10 +252,10 @@ class HubImageEnvironment(ImageEnvironment):
             return file_problem(cell["path"])
         return "has no image bytes and no path"
 
-    def describe(self, i):
+    def describe(self, i: int) -> str:
         return f"row {int(self.rows[i])} (image column)"
 
-    def keep(self, indices):
+    def keep(self, indices: Any) -> None:
         super().keep(indices)
         self.rows = self.rows[indices]
 
@@ -264,10 +265,10 @@ class HubImageDataset(CheckedImages, MultipleDomainDataset):
     NEEDS_DATA_DIR = False
     N_WORKERS = 8
     INPUT_SHAPE = (3, 224, 224)
-    TABLE = None
+    TABLE: Any = None
     HPARAMS = {**MultipleDomainDataset.HPARAMS, **MultipleEnvironmentImageFolder.HPARAMS}
 
-    def __init__(self, root, test_envs, hparams):
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         table = self.TABLE
         column = table.table.data.column(table.image_column)   # arrow, read row by row
         size = int(hparams.get("image_size", 224))
@@ -285,20 +286,20 @@ class HubImageDataset(CheckedImages, MultipleDomainDataset):
         self.data_source = table.data_source
         self.data_fingerprint = table.fingerprint()
 
-    def class_name(self, label):
+    def class_name(self, label: Any) -> str:
         return self.classes[label]
 
-    def identity(self):
+    def identity(self) -> dict[Any, Any]:
         return {**super().identity(), "hf_revision": self.TABLE.revision}
 
 
-def _text_dataset_class():
+def _text_dataset_class() -> Any:
     class HubTextDataset(TextDataset):
         """``hf:`` with ``--hf_text_column``: the texts encoded by the text featurizer."""
         NEEDS_DATA_DIR = False
-        TABLE = None
+        TABLE: Any = None
 
-        def __init__(self, root, test_envs, hparams):
+        def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
             table = self.TABLE
             texts = [str(t) for t in table.table.data.column(table.text_column).to_pylist()]
             rows = table.rows
@@ -309,14 +310,14 @@ def _text_dataset_class():
             self.data_fingerprint = fingerprint_columns([self.data_fingerprint],
                                                         [table.fingerprint()])
 
-        def identity(self):
+        def identity(self) -> dict[Any, Any]:
             return {**super().identity(), "hf_revision": self.TABLE.revision}
 
     return HubTextDataset
 
 
 @register_dataset_prefix("hf")
-def hub_dataset(argument):
+def hub_dataset(argument: Any) -> Any:
     """The dataset class for ``hf:REPO_OR_DIR[?options]`` (the split read and checked once)."""
     name = f"hf:{argument}"
     table = HubTable(name, argument)

@@ -19,6 +19,8 @@ import io
 import os
 import stat
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -33,11 +35,11 @@ _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK,
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
 
 
-def _kind(mode):
+def _kind(mode: Any) -> Any:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
-def file_problem(path, max_pixels=MAX_IMAGE_PIXELS):
+def file_problem(path: str, max_pixels: Any = MAX_IMAGE_PIXELS) -> Any:
     """Why the file at `path` is not a usable image, or None when it is."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
@@ -52,12 +54,12 @@ def file_problem(path, max_pixels=MAX_IMAGE_PIXELS):
         return stream_problem(f, max_pixels)
 
 
-def bytes_problem(data, max_pixels=MAX_IMAGE_PIXELS):
+def bytes_problem(data: Any, max_pixels: Any = MAX_IMAGE_PIXELS) -> Any:
     """Why the encoded image `data` (bytes) is not a usable image, or None."""
     return stream_problem(io.BytesIO(data), max_pixels)
 
 
-def stream_problem(f, max_pixels=MAX_IMAGE_PIXELS):
+def stream_problem(f: Any, max_pixels: Any = MAX_IMAGE_PIXELS) -> str | None:
     """Why the seekable binary stream `f` does not hold a usable image, or None."""
     size = f.seek(0, io.SEEK_END)
     if size == 0:
@@ -68,7 +70,7 @@ def stream_problem(f, max_pixels=MAX_IMAGE_PIXELS):
         try:
             image = Image.open(f)
         except Image.DecompressionBombError:
-            return f"has more than {2 * Image.MAX_IMAGE_PIXELS:,} pixels (a decompression bomb)"
+            return f"has more than {2 * Image.MAX_IMAGE_PIXELS:,} pixels (a decompression bomb)"  # type: ignore[operator]
         except Image.UnidentifiedImageError:
             return "is not an image (PIL recognises no image format in it)"
         except Exception as e:  # PIL raises many kinds on garbage; each one is "not an image"
@@ -87,12 +89,12 @@ def stream_problem(f, max_pixels=MAX_IMAGE_PIXELS):
     return None
 
 
-def _reason(error):
+def _reason(error: Any) -> Any:
     text = str(error).splitlines()[0] if str(error) else type(error).__name__
     return text[:200]
 
 
-def _jpeg_complete(f, size):
+def _jpeg_complete(f: Any, size: Any) -> bool:
     """An end-of-image marker after the last start-of-scan: the tail first, the whole
     file only when the tail does not settle it (trailing bytes after the marker)."""
     f.seek(max(0, size - JPEG_TAIL))
@@ -104,7 +106,8 @@ def _jpeg_complete(f, size):
     return data.rfind(_EOI) > data.rfind(_SOS) >= 0
 
 
-def check_environments(dataset, skip_bad=False, log=None):
+def check_environments(dataset: Any, skip_bad: bool = False,
+                       log: Callable[[str], Any] | None = None) -> int:
     """Check every image of `dataset`'s environments (each with ``paths`` or an
     ``image_problem(i)`` method); raise one UserError for the first bad one, or with
     `skip_bad` drop the bad ones from their environments (``keep(indices)``), fold them into

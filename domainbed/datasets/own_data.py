@@ -22,6 +22,8 @@ Images of any size are resized to ``image_size`` as DomainBed's image datasets a
 ``{"pretrained": false}`` (or a small ``arch``) trains without weight files.
 """
 import os
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -43,13 +45,13 @@ CSV_HOW = ("the CSV needs the columns path,label,domain (and optionally group), 
            "image, paths relative to the CSV's folder")
 
 
-def _require_two_domains(name, domains, where):
+def _require_two_domains(name: str, domains: Any, where: Any) -> None:
     if len(domains) < 2:
         raise UserError(f"{name}: needs at least two domains (one to train on, one to test "
                         f"on), found {len(domains)} in {where}: {', '.join(domains) or 'none'}")
 
 
-def _missing_class_error(name, cls, domain):
+def _missing_class_error(name: str, cls: Any, domain: Any) -> Any:
     return UserError(f"{name}: class {cls!r} has no images in domain {domain!r}; every "
                      f"domain needs every class")
 
@@ -58,8 +60,12 @@ class CheckedImages:
     """Every image checked before training (image_checks): one error line for a bad one,
     or with --skip_bad_images the bad ones left out and counted (every domain must still
     hold every class)."""
+    datasets: list[Any]
+    ENVIRONMENTS: Any
+    num_classes: int
+    registry_name: str
 
-    def check_images(self, skip_bad=False, log=None):
+    def check_images(self, skip_bad: bool = False, log: Callable[[str], Any] | None = None) -> Any:
         skipped = check_environments(self, skip_bad, log)
         if skipped:
             for env, domain in zip(self.datasets, self.ENVIRONMENTS):
@@ -70,17 +76,17 @@ class CheckedImages:
                                                    self.class_name(label), domain)
         return skipped
 
-    def class_name(self, label):
+    def class_name(self, label: Any) -> str:
         return label
 
 
 class OwnImageFolder(CheckedImages, MultipleEnvironmentImageFolder):
     """``folder:PATH``: DomainBed's image-folder loader on a folder chosen at run time."""
     NEEDS_DATA_DIR = False
-    ROOT = None      # set by folder_dataset
-    CLASSES = None   # the class folders found when the name was resolved
+    ROOT: Any = None      # set by folder_dataset
+    CLASSES: Any = None   # the class folders found when the name was resolved
 
-    def __init__(self, root, test_envs, hparams):
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         super().__init__(self.ROOT, test_envs, hparams.get("data_augmentation", True),
                          hparams)
         if self.environment_dirs != list(self.ENVIRONMENTS) or self.classes != self.CLASSES:
@@ -92,12 +98,12 @@ class OwnImageFolder(CheckedImages, MultipleEnvironmentImageFolder):
                 if label not in present:
                     raise _missing_class_error(self.registry_name, cls, domain)
 
-    def class_name(self, label):
+    def class_name(self, label: Any) -> str:
         return self.classes[label]
 
 
 @register_dataset_prefix("folder")
-def folder_dataset(path):
+def folder_dataset(path: str) -> Any:
     """The dataset class for ``folder:PATH`` (domain and class folders checked)."""
     name = f"folder:{path}"
     if not path:
@@ -124,7 +130,7 @@ def folder_dataset(path):
 class OwnTable:
     """A checked ``csv:PATH`` table: per row its domain index, label, group, full path."""
 
-    def __init__(self, name, csv_path):
+    def __init__(self, name: str, csv_path: Any) -> None:
         self.name, self.csv_path = name, csv_path
         self.base = os.path.dirname(os.path.abspath(csv_path))
         df = read_csv(name, csv_path, CSV_COLUMNS, how=CSV_HOW, dtype=str,
@@ -140,10 +146,10 @@ class OwnTable:
         self._check_classes_per_domain()
         check_sampled_files(name, self.paths, self.base, CSV_HOW)
 
-    def _where(self, row):
+    def _where(self, row: Any) -> str:
         return f"{self.csv_path} row {row + 2}"  # +1 for the header, +1 counting from 1
 
-    def _indices(self, df, column):
+    def _indices(self, df: Any, column: Any) -> Any:
         """A column of non-negative integers (class or group indices)."""
         values = df[column].str.strip()
         bad = ~values.str.fullmatch(r"\d+")
@@ -156,7 +162,7 @@ class OwnTable:
             raise UserError(f"{self.name}: {self.csv_path} has no rows")
         return values.astype(np.int64).to_numpy()
 
-    def _class_names(self, df):
+    def _class_names(self, df: Any) -> list[Any] | None:
         """None when every label is a class index; else the sorted distinct class names
         (labels given as names: `dog`, `cat` -> classes [cat, dog], indices 0, 1)."""
         labels = df["label"].str.strip()
@@ -175,16 +181,16 @@ class OwnTable:
             raise UserError(f"{self.name}: {self._where(row)} has an empty label")
         return sorted(set(labels))
 
-    def _labels(self, df):
+    def _labels(self, df: Any) -> Any:
         if self.classes is None:
             return self._indices(df, "label")
         index = {name: i for i, name in enumerate(self.classes)}
         return np.asarray([index[v] for v in df["label"].str.strip()], dtype=np.int64)
 
-    def class_name(self, label):
+    def class_name(self, label: Any) -> str:
         return label if self.classes is None else self.classes[label]
 
-    def _domains(self, column):
+    def _domains(self, column: Any) -> Any:
         for row, domain in enumerate(column):
             if not domain.strip():
                 raise UserError(f"{self.name}: {self._where(row)} has an empty domain")
@@ -192,7 +198,7 @@ class OwnTable:
         _require_two_domains(self.name, domains, self.csv_path)
         return domains
 
-    def _safe_path(self, row, relative):
+    def _safe_path(self, row: Any, relative: Any) -> Any:
         """The file of a row, refused when it leaves the CSV's folder."""
         if not relative.strip():
             raise UserError(f"{self.name}: {self._where(row)} has an empty path")
@@ -206,14 +212,14 @@ class OwnTable:
                             f"file ({', '.join(IMG_EXTENSIONS)})")
         return full
 
-    def _check_classes_per_domain(self):
+    def _check_classes_per_domain(self) -> None:
         for i, domain in enumerate(self.domains):
             present = set(self.labels[self.env == i].tolist())
             for label in range(self.num_classes):
                 if label not in present:
                     raise _missing_class_error(self.name, self.class_name(label), domain)
 
-    def group_names(self):
+    def group_names(self) -> list[Any] | None:
         if self.groups is None:
             return None
         return [f"group{g}" for g in range(int(self.groups.max()) + 1)]
@@ -222,9 +228,9 @@ class OwnTable:
 class OwnCSVDataset(CheckedImages, MultipleEnvironmentImageFolder):
     """``csv:PATH``: one ImageEnvironment per domain from a checked table."""
     NEEDS_DATA_DIR = False
-    TABLE = None   # the OwnTable read when the name was resolved
+    TABLE: Any = None   # the OwnTable read when the name was resolved
 
-    def __init__(self, root, test_envs, hparams):
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         table = self.TABLE
         size = int(hparams.get("image_size", 224))
         augment = bool(hparams.get("data_augmentation", True))
@@ -246,12 +252,12 @@ class OwnCSVDataset(CheckedImages, MultipleEnvironmentImageFolder):
             table.env, table.labels, groups, [os.path.normpath(p) for p in table.relative_paths],
             *([table.classes] if table.classes else []))
 
-    def class_name(self, label):
+    def class_name(self, label: Any) -> str:
         return self.TABLE.class_name(label)
 
 
 @register_dataset_prefix("csv")
-def csv_dataset(path):
+def csv_dataset(path: str) -> Any:
     """The dataset class for ``csv:PATH`` (the table read and checked once)."""
     if not path:
         raise UserError("csv:PATH needs a path: --dataset csv:FILE.csv with the columns "

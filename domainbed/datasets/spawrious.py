@@ -22,6 +22,7 @@ is the side images are resized to.
 """
 import hashlib
 import os
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +43,7 @@ from spawrious.splits import ENVIRONMENTS, build_split, select_files
 ID_STRIDE = 1_000_000
 
 
-def spawrious_transforms(size, augment):
+def spawrious_transforms(size: Any, augment: Any) -> tuple[Any, ...]:
     transforms = torchvision_transforms()
     normalize = transforms.Normalize(mean=IMAGENET_MEAN, std=IMAGENET_STD)
     ev = transforms.Compose([transforms.Resize((size, size)), transforms.ToTensor(), normalize])
@@ -55,7 +56,7 @@ def spawrious_transforms(size, augment):
     return tr, ev
 
 
-def example_id(pool, location, label, position):
+def example_id(pool: Any, location: Any, label: Any, position: Any) -> Any:
     if position >= ID_STRIDE:
         raise UserError(f"more than {ID_STRIDE} images in one Spawrious folder")
     return ((int(pool) * len(LOCATIONS) + LOCATIONS.index(location)) * len(CLASS_LIST)
@@ -69,10 +70,11 @@ class SpawriousBenchmark(MultipleDomainDataset):
     GROUP_NAMES = [f"{c}_{loc}" for c in CLASS_LIST for loc in LOCATIONS]
     N_STEPS = 5001
     CHECKPOINT_FREQ = 100
-    BENCHMARK = None
+    BENCHMARK: Any = None
     HPARAMS = {"image_size": Hparam(224, lambda r: 224, "side images are resized to", low=1)}
 
-    def __init__(self, root, test_envs, hparams, per_cell=None, variant="canonical"):
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any], per_cell: Any = None,
+                 variant: str = "canonical") -> None:
         dataset_dir = resolve_dataset_dir(root)
         info = read_info(dataset_dir)
         if per_cell is None:
@@ -106,7 +108,7 @@ class SpawriousBenchmark(MultipleDomainDataset):
         self.data_fingerprint = digest.hexdigest()[:16]
 
 
-def _benchmark(name, benchmark):
+def _benchmark(name: str, benchmark: Any) -> Any:
     cls = type(name, (SpawriousBenchmark,), {"BENCHMARK": benchmark, "__module__": __name__})
     return register_dataset(name)(cls)
 

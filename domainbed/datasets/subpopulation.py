@@ -29,6 +29,7 @@ Example ids: Waterbirds img_id; CelebA the row of the image in list_attr_celeba.
 MetaShift the position of the file in the sorted listing.
 """
 import os
+from typing import Any
 
 import numpy as np
 
@@ -51,12 +52,12 @@ WATERBIRDS_DIRS = ("waterbirds/waterbird_complete95_forest2water2",
 WATERBIRDS_COLUMNS = ["img_id", "img_filename", "y", "split", "place"]
 
 
-def _log_uniform(default, low_exp, high_exp):
+def _log_uniform(default: Any, low_exp: Any, high_exp: Any) -> Any:
     return Hparam(default, lambda r: 10 ** r.uniform(low_exp, high_exp),
                   f"SubpopBench's; searched as 10 ** uniform({low_exp}, {high_exp})", low=0.0)
 
 
-def _fixed(default, **valid):
+def _fixed(default: Any, **valid: Any) -> Any:
     return Hparam(default, lambda r: default, "SubpopBench's", **valid)
 
 
@@ -80,7 +81,7 @@ SUBPOPBENCH_TEXT_OPTIMIZER = {
 }
 
 
-def group_names(classes, attributes):
+def group_names(classes: Any, attributes: Any) -> list[Any]:
     return [f"{c}_{a}" for c in classes for a in attributes]
 
 
@@ -89,8 +90,8 @@ class SubpopulationDataset(MultipleDomainDataset):
     ENVIRONMENTS = ["train", "val", "test"]
     DEFAULT_TEST_ENVS = [1, 2]
     INPUT_SHAPE = (3, 224, 224)
-    CLASSES = None
-    ATTRIBUTES = None
+    CLASSES: Any = None
+    ATTRIBUTES: Any = None
     N_STEPS = 5001
     CHECKPOINT_FREQ = 100
     HPARAMS = {
@@ -100,7 +101,8 @@ class SubpopulationDataset(MultipleDomainDataset):
                              high=1024),
     }
 
-    def build_image_environments(self, env, y, a, ids, paths, test_envs, hparams, source):
+    def build_image_environments(self, env: Any, y: Any, a: Any, ids: Any, paths: Any,
+                                 test_envs: Any, hparams: dict[str, Any], source: Any) -> None:
         """One ImageEnvironment per entry of ENVIRONMENTS from per-example arrays
         (env index, label, attribute, id, path)."""
         env, y, a, ids = (np.asarray(v, dtype=np.int64) for v in (env, y, a, ids))
@@ -125,7 +127,7 @@ class SubpopulationDataset(MultipleDomainDataset):
             os.path.relpath(p, source) for p in paths])
 
 
-def read_waterbirds(name, data_dir):
+def read_waterbirds(name: str, data_dir: str) -> tuple[Any, ...]:
     """(root, metadata DataFrame) of the standard Waterbirds release, layout checked."""
     root = find_root(name, data_dir, WATERBIRDS_DIRS, "metadata.csv")
     df = read_csv(name, os.path.join(root, "metadata.csv"), WATERBIRDS_COLUMNS)
@@ -145,7 +147,7 @@ class Waterbirds(SubpopulationDataset):
     GROUP_NAMES = group_names(CLASSES, ATTRIBUTES)
     OPTIMIZER_HPARAMS = SUBPOPBENCH_IMAGE_OPTIMIZER   # SubpopBench's protocol
 
-    def __init__(self, root, test_envs, hparams):
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         data_root, df, paths = read_waterbirds(self.registry_name, root)
         self.build_image_environments(df["split"], df["y"], df["place"], df["img_id"], paths,
                                       test_envs, hparams, data_root)
@@ -158,16 +160,16 @@ class WILDSWaterbirds(Waterbirds):
     (DEFAULT_TEST_ENVS = [1])."""
     ENVIRONMENTS = ["train", "val_test"]
     DEFAULT_TEST_ENVS = [1]
-    OPTIMIZER_HPARAMS = None   # DomainBed's training, as the paper's sweeps
+    OPTIMIZER_HPARAMS: Any = None   # DomainBed's training, as the paper's sweeps
 
-    def __init__(self, root, test_envs, hparams):
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         data_root, df, paths = read_waterbirds(self.registry_name, root)
         env = (df["split"].to_numpy() > 0).astype(np.int64)
         self.build_image_environments(env, df["y"], df["place"], df["img_id"], paths,
                                       test_envs, hparams, data_root)
 
 
-def read_celeba_attributes(name, root):
+def read_celeba_attributes(name: str, root: str) -> Any:
     """list_attr_celeba.txt -> (filenames, {attribute: int8 array of +1/-1})."""
     pd = pandas_module()
     path = os.path.join(root, "list_attr_celeba.txt")
@@ -184,7 +186,7 @@ def read_celeba_attributes(name, root):
     return df
 
 
-def read_celeba(name, data_dir):
+def read_celeba(name: str, data_dir: str) -> tuple[Any, ...]:
     """(root, DataFrame filename/split/y/a/id, paths) of the CelebA release, checked."""
     pd = pandas_module()
     how = ("download img_align_celeba.zip, list_attr_celeba.txt and list_eval_partition.txt "
@@ -217,7 +219,7 @@ class CelebA(SubpopulationDataset):
     GROUP_NAMES = group_names(CLASSES, ATTRIBUTES)
     OPTIMIZER_HPARAMS = SUBPOPBENCH_IMAGE_OPTIMIZER   # SubpopBench's protocol
 
-    def __init__(self, root, test_envs, hparams):
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         data_root, df, paths = read_celeba(self.registry_name, root)
         self.build_image_environments(df["split"], df["y"], df["a"], df["id"], paths,
                                       test_envs, hparams, data_root)
@@ -228,7 +230,8 @@ METASHIFT_FOLDERS = {  # folder -> (y, a): cat = 1, dog = 0; indoor = 1, outdoor
     "test/cat/cat(outdoor)": (1, 0), "test/dog/dog(indoor)": (0, 1)}
 
 
-def metashift_splits(n, seed=42, test_fraction=0.25, val_fraction=0.1):
+def metashift_splits(n: Any, seed: int = 42, test_fraction: float = 0.25,
+                     val_fraction: float = 0.1) -> Any:
     """SubpopBench's rule: test = 25% of all drawn first, then val = 10% of all from the
     rest, with one RandomState(seed)."""
     rng = np.random.RandomState(seed)
@@ -248,7 +251,7 @@ class MetaShift(SubpopulationDataset):
     GROUP_NAMES = group_names(CLASSES, ATTRIBUTES)
     OPTIMIZER_HPARAMS = SUBPOPBENCH_IMAGE_OPTIMIZER   # SubpopBench's protocol
 
-    def __init__(self, root, test_envs, hparams):
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         name = self.registry_name
         base = find_root(name, root, ("metashift",), "MetaShift-Cat-Dog-indoor-outdoor")
         base = os.path.join(base, "MetaShift-Cat-Dog-indoor-outdoor")

@@ -44,6 +44,7 @@ import contextlib
 import hashlib
 import json
 import os
+from typing import Any
 
 import numpy as np
 import torch
@@ -66,7 +67,7 @@ SPLITS = {"train": 0, "val": 1, "test": 2}
 ATTR_STRIDE = 16
 
 
-def texts_fingerprint(texts):
+def texts_fingerprint(texts: list[str]) -> Any:
     joined = "\x1e".join(map(str, texts)) + "\x1e"
     return hashlib.sha256(joined.encode("utf-8", "replace")).hexdigest()[:16]
 
@@ -74,11 +75,12 @@ def texts_fingerprint(texts):
 class TextDataset(MultipleDomainDataset):
     """Environments of encoded texts: TensorEnvironment(x, y, ids, groups) per environment."""
     N_WORKERS = 0
-    CLASSES = None
+    CLASSES: Any = None
     HPARAMS = dict(TEXT_HPARAMS)
 
-    def build_text_environments(self, texts, row, env, y, groups, ids, hparams, data_dir,
-                                source):
+    def build_text_environments(self, texts: list[str], row: Any, env: Any, y: Any, groups: Any,
+                                ids: Any, hparams: dict[str, Any], data_dir: str,
+                                source: Any) -> None:
         """texts: every text of the source; row: which text each example is; env/y/groups/ids:
         per example. Encodes the texts once (cached), then slices per environment."""
         row, env, y, ids = (np.asarray(v, dtype=np.int64) for v in (row, env, y, ids))
@@ -97,11 +99,11 @@ class TextDataset(MultipleDomainDataset):
                                                     [text_fp])
 
 
-def keep_rows(row, keep):
+def keep_rows(row: Any, keep: Any) -> Any:
     return torch.from_numpy(row[keep])
 
 
-def read_civilcomments(name, data_dir):
+def read_civilcomments(name: str, data_dir: str) -> tuple[Any, ...]:
     """(path, texts, split int array, y, identity matrix [N, 8] bool) of the WILDS csv."""
     root = find_root(name, data_dir, CIVIL_DIRS, CIVIL_FILE)
     path = os.path.join(root, CIVIL_FILE)
@@ -129,7 +131,7 @@ class CivilComments(TextDataset):
     N_STEPS = 30001
     CHECKPOINT_FREQ = 1000
 
-    def __init__(self, root, test_envs, hparams):
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         source, texts, split, y, identities = read_civilcomments(self.registry_name, root)
         rows, attrs = [], []
         train = np.flatnonzero(split == 0)
@@ -157,14 +159,15 @@ class CivilCommentsIdentity(TextDataset):
     N_STEPS = 5001
     CHECKPOINT_FREQ = 100
 
-    def __init__(self, root, test_envs, hparams):
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         source, texts, split, y, identities = read_civilcomments(self.registry_name, root)
         row = np.flatnonzero(identities.sum(1) == 1)
         env = identities[row].argmax(1) * 2 + (1 - y[row])
         self.build_text_environments(texts, row, env, y[row], env, row, hparams, root, source)
 
 
-def wilds_civil_environments(identities, seed, move_fraction=0.2):
+def wilds_civil_environments(identities: Any, seed: int,
+                             move_fraction: float = 0.2) -> tuple[Any, ...]:
     """(environment, identity drawn before the move or -1) per comment (module docstring)."""
     rng = np.random.RandomState(seed)
     n, k = identities.shape
@@ -191,7 +194,8 @@ class WILDSCivilComments(TextDataset):
     N_STEPS = 5001
     CHECKPOINT_FREQ = 100
 
-    def __init__(self, root, test_envs, hparams, data_seed=0):
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any],
+                 data_seed: int = 0) -> None:
         source, texts, split, y, identities = read_civilcomments(self.registry_name, root)
         env, chosen = wilds_civil_environments(identities, 42 + int(data_seed))
         attr = np.where(chosen >= 0, chosen, len(IDENTITIES))
@@ -217,7 +221,7 @@ _InputFeatures.__module__ = "utils_glue"
 _InputFeatures.__name__ = _InputFeatures.__qualname__ = "InputFeatures"
 
 
-def _allowing_input_features(torch):
+def _allowing_input_features(torch: Any) -> Any:
     """A context in which torch.load(weights_only=True) builds _InputFeatures: for that load
     alone where torch has `safe_globals` (2.5+), for the process on torch 2.4."""
     if hasattr(torch.serialization, "safe_globals"):
@@ -227,7 +231,7 @@ def _allowing_input_features(torch):
     return contextlib.nullcontext()
 
 
-def read_mnli_token_ids(name, feature_dir):
+def read_mnli_token_ids(name: str, feature_dir: Any) -> tuple[Any, ...]:
     """[N, 128] input ids and masks of the three cached feature files, concatenated."""
     ids, masks = [], []
     for file in MNLI_FEATURE_FILES:
@@ -244,7 +248,7 @@ def read_mnli_token_ids(name, feature_dir):
     return np.asarray(ids, dtype=np.int64), np.asarray(masks, dtype=np.int64)
 
 
-def decode_bert_ids(ids, masks):
+def decode_bert_ids(ids: Any, masks: Any) -> Any:
     """bert-base-uncased token ids -> text (sentence pair kept apart by [SEP])."""
     transformers = require("transformers", extra="text")
     # the featurizer's vocabulary is bert-base-uncased's
@@ -253,7 +257,7 @@ def decode_bert_ids(ids, masks):
     return tokenizer.batch_decode(rows, clean_up_tokenization_spaces=True)
 
 
-def mnli_texts(name, feature_dir, data_dir):
+def mnli_texts(name: str, feature_dir: Any, data_dir: str) -> Any:
     """The decoded texts of the feature files, cached beside the text features (keyed by the
     files' names, sizes and modification times): unpickling and decoding 412k examples is
     the slow part of loading MultiNLI."""
@@ -276,11 +280,11 @@ def mnli_texts(name, feature_dir, data_dir):
     return texts
 
 
-def _texts_digest(texts):
+def _texts_digest(texts: list[str]) -> Any:
     return hashlib.sha256(json.dumps(texts).encode()).hexdigest()
 
 
-def _checked_texts(path):
+def _checked_texts(path: str) -> Any:
     """The texts of a decoded-text cache entry (a regular file whose row count and checksum
     match), or None."""
     try:
@@ -307,7 +311,7 @@ class MultiNLI(TextDataset):
     N_STEPS = 30001
     CHECKPOINT_FREQ = 1000
 
-    def __init__(self, root, test_envs, hparams):
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         name = self.registry_name
         base = find_root(name, root, ("multinli",), os.path.join("data", "metadata_random.csv"))
         meta = read_csv(name, os.path.join(base, "data", "metadata_random.csv"),

@@ -14,6 +14,7 @@ training environments when ``data_augmentation``); ``image_size`` defaults to 96
 with Accuracy on the Line Misspecified?", use them) and 224 for FMoW.
 """
 import os
+from typing import Any
 
 import numpy as np
 
@@ -27,12 +28,13 @@ from oodutils.errors import UserError, require
 
 class WILDSImageDataset(MultipleDomainDataset):
     """Environments = sorted values of one WILDS metadata field (DomainBed's definition)."""
-    METADATA_FIELD = None
-    WILDS_NAME = None      # the wilds package's dataset name (for get_dataset)
+    METADATA_FIELD: Any = None
+    WILDS_NAME: Any = None      # the wilds package's dataset name (for get_dataset)
     CHECKPOINT_FREQ = 1000
     N_WORKERS = 4
+    input_path: Any   # (wilds dataset, index) -> the example's file: each subclass's own
 
-    def __init__(self, root, test_envs, hparams):
+    def __init__(self, root: str, test_envs: Any, hparams: dict[str, Any]) -> None:
         dataset = self.open_wilds(root)
         field = dataset.metadata_fields.index(self.METADATA_FIELD)
         values = dataset.metadata_array[:, field].numpy()
@@ -60,7 +62,7 @@ class WILDSImageDataset(MultipleDomainDataset):
         self.data_fingerprint = fingerprint_columns(values, y, [
             os.path.relpath(p, dataset.data_dir) for p in paths])
 
-    def open_wilds(self, root):
+    def open_wilds(self, root: str) -> Any:
         wilds = require("wilds", extra="wilds")
         try:
             return wilds.get_dataset(self.WILDS_NAME, root_dir=root, download=False)
@@ -80,7 +82,7 @@ class WILDSCamelyon(WILDSImageDataset):
     HPARAMS = {"image_size": Hparam(96, lambda r: 96, "side patches are resized to", low=8,
                                     high=1024)}
 
-    def input_path(self, dataset, i):
+    def input_path(self, dataset: Any, i: int) -> str:
         return os.path.join(dataset.data_dir, dataset._input_array[i])
 
 
@@ -93,5 +95,5 @@ class WILDSFMoW(WILDSImageDataset):
     HPARAMS = {"image_size": Hparam(224, lambda r: 224, "side images are resized to", low=8,
                                     high=1024)}
 
-    def input_path(self, dataset, i):
+    def input_path(self, dataset: Any, i: int) -> str:
         return os.path.join(dataset.data_dir, "images", f"rgb_img_{dataset.full_idxs[i]}.png")

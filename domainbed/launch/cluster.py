@@ -4,6 +4,7 @@ import os
 import shutil
 import signal
 import subprocess
+from typing import Any
 
 from domainbed.launch.jobs import Outcome, run_command
 from domainbed.launch.local import _report, visible_gpus
@@ -11,7 +12,7 @@ from domainbed.launch.slurm_status import record_submissions
 from oodutils.errors import UserError, require
 
 
-def _run_command_quietly(command):
+def _run_command_quietly(command: Any) -> Any:
     """Entry point for remote executors (ray): run one job, return its Outcome."""
     return run_command(command)
 
@@ -26,15 +27,15 @@ class SlurmJob:
     (its arguments: the job's command) and requeues it: the new attempt resumes in the
     same run directory without a relaunch."""
 
-    def __init__(self, requeue=False):
+    def __init__(self, requeue: bool = False) -> None:
         self.requeue = requeue
 
-    def __call__(self, command):
+    def __call__(self, command: Any) -> Any:
         if not self.requeue:
             signal.signal(signal.SIGUSR2, signal.SIG_IGN)   # inherited by the train process
         return run_command(command)
 
-    def checkpoint(self, command):
+    def checkpoint(self, command: Any) -> Any:
         """submitit calls this on the time-limit warning or a preemption."""
         if not self.requeue:
             return None
@@ -42,9 +43,10 @@ class SlurmJob:
         return helpers.DelayedSubmission(SlurmJob(requeue=True), command)
 
 
-def slurm_launcher(commands, slurm_partition=None, slurm_timeout_min=24 * 60,
-                   slurm_gpus=1, slurm_cpus=8, slurm_mem_gb=32, slurm_array_parallelism=256,
-                   slurm_log_dir=None, slurm_requeue=False, **_):
+def slurm_launcher(commands: Any, slurm_partition: Any = None, slurm_timeout_min: Any = 24 * 60,
+                   slurm_gpus: int = 1, slurm_cpus: int = 8, slurm_mem_gb: int = 32,
+                   slurm_array_parallelism: int = 256, slurm_log_dir: Any = None,
+                   slurm_requeue: bool = False, **_: Any) -> list[Any]:
     """Submit the jobs as a Slurm job array through submitit and return without waiting;
     follow them with `sweep status` (which asks Slurm about jobs not finished). submitit's
     own logs go to `slurm_log_dir` (default: <sweep>/.submitit)."""
@@ -77,8 +79,8 @@ def slurm_launcher(commands, slurm_partition=None, slurm_timeout_min=24 * 60,
     return []
 
 
-def ray_launcher(commands, ray_address=None, ray_gpus_per_job=None, ray_cpus_per_job=1,
-                 **_):
+def ray_launcher(commands: Any, ray_address: Any = None, ray_gpus_per_job: Any = None,
+                 ray_cpus_per_job: int = 1, **_: Any) -> Any:
     """Run the jobs as Ray tasks (on the cluster at `ray_address`, or RAY_ADDRESS, or a
     local Ray instance) and wait for them. Each task asks for `ray_gpus_per_job` GPUs
     (default: 1 when this machine has CUDA, else 0)."""

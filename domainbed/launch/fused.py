@@ -30,7 +30,9 @@ import os
 import queue
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from domainbed.algorithms.base import fused_form
 from domainbed.algorithms.optimization import OPTIMIZATION_HPARAMS
@@ -51,10 +53,10 @@ MEMBER_ARGS = ("seed", "hparams_seed", "hparams", "output_dir", "restart", "num_
 @dataclass
 class Job:
     command: jobs.Command
-    args: RunConfig = None
-    hparams: dict = None
-    algorithm_cls: type = None
-    dataset_cls: type = None
+    args: RunConfig | None = None
+    hparams: dict | None = None
+    algorithm_cls: type | None = None
+    dataset_cls: type | None = None
 
 
 @dataclass
@@ -64,15 +66,15 @@ class Plan:
     notices: list = field(default_factory=list)
 
 
-def parse_job(command):
+def parse_job(command: Any) -> tuple[Any, ...]:
     """The job's parsed train arguments and hyperparameters, or why it cannot fuse."""
     flags = train_flags(command)
     if flags is None:
         return None, "not a train command"
     try:
-        args = RunConfig.from_argv(flags)
+        args: Any = RunConfig.from_argv(flags)
         algorithm_cls, dataset_cls = args.validate(check_data_dir=False)
-        hparams = args.resolve_hparams(notify=lambda message: None)
+        hparams: Any = args.resolve_hparams(notify=lambda message: None)
     except (UserError, SystemExit):
         return None, "its arguments are invalid (the ordinary job reports why)"
     probe = hparams.get("transfer", "full") == "linear_probe"
@@ -90,7 +92,7 @@ def parse_job(command):
     return Job(command, args, hparams, algorithm_cls, dataset_cls), None
 
 
-def unfusable_optimization(args, hparams):
+def unfusable_optimization(args: Any, hparams: dict[str, Any]) -> str | None:
     """Why fused training (constant-rate Adam, one step per batch, every step) cannot
     train this job, or None: other optimizers, schedules, gradient accumulation or
     clipping and early stopping run as ordinary jobs."""
@@ -105,11 +107,11 @@ def unfusable_optimization(args, hparams):
     return None
 
 
-def is_probe(job):
+def is_probe(job: Any) -> bool:
     return job.hparams.get("transfer", "full") == "linear_probe"
 
 
-def group_key(job):
+def group_key(job: Any) -> Any:
     """Jobs with equal keys train together: everything but each member's own values."""
     free = set(probe_stack.HEAD_HPARAMS if is_probe(job) else
                member_hparams(job.algorithm_cls))
@@ -118,9 +120,10 @@ def group_key(job):
     return json.dumps([is_probe(job), args, hparams], sort_keys=True, default=str)
 
 
-def plan(commands, max_models=FUSED_MAX_MODELS):
+def plan(commands: Any, max_models: Any = FUSED_MAX_MODELS) -> Any:
     """Split a sweep's commands into fused groups (of at most `max_models`) and ordinary
     jobs, with one notice line per reason a job does not fuse."""
+    reasons: defaultdict[Any, int]
     result, by_key, reasons = Plan(), defaultdict(list), defaultdict(int)
     limits = {}
     for command in commands:
@@ -151,12 +154,13 @@ def plan(commands, max_models=FUSED_MAX_MODELS):
     return result
 
 
-def fusable_algorithms():
+def fusable_algorithms() -> list[Any]:
     return sorted(name for name in ALGORITHMS.names() if fused_form(ALGORITHMS.get(name)))
 
 
-def fused_launcher(commands, max_workers=1, echo=None, fused_max_models=FUSED_MAX_MODELS,
-                   fused_arithmetic="auto", **_):
+def fused_launcher(commands: Any, max_workers: int = 1, echo: Any = None,
+                   fused_max_models: Any = FUSED_MAX_MODELS, fused_arithmetic: str = "auto",
+                   **_: Any) -> Any:
     """Train fusable jobs in groups (one process per group, `max_workers` groups at a
     time), then every other job with the local launcher. `fused_arithmetic`: exact,
     batched or auto (see domainbed.launch.fused_training)."""
@@ -180,7 +184,7 @@ def fused_launcher(commands, max_workers=1, echo=None, fused_max_models=FUSED_MA
         echo = progress.echo
         started, names = {}, {c.output_dir: c.describe() for c in commands}
 
-        def on_start(index, commands):
+        def on_start(index: Any, commands: Any) -> None:
             started[index] = time.monotonic()
             for _ in commands:
                 progress.job_started()
@@ -202,7 +206,8 @@ def fused_launcher(commands, max_workers=1, echo=None, fused_max_models=FUSED_MA
     return outcomes
 
 
-def run_groups(groups, max_workers, on_start=None, on_idle=None, arithmetic="auto"):
+def run_groups(groups: Any, max_workers: Any, on_start: Any = None, on_idle: Any = None,
+               arithmetic: str = "auto") -> Iterator[Any]:
     """Yield (index, GroupResult) of each group, training `max_workers` groups at a time, each in a
     fresh spawned process (safe with CUDA; its memory is freed when it ends). A process
     that dies without a result (killed, out of memory) fails its members, not the
@@ -210,6 +215,7 @@ def run_groups(groups, max_workers, on_start=None, on_idle=None, arithmetic="aut
     second of waiting."""
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
+    running: dict[Any, Any]
     pending, running = list(enumerate(groups)), {}
     try:
         while pending or running:
@@ -241,11 +247,11 @@ def run_groups(groups, max_workers, on_start=None, on_idle=None, arithmetic="aut
             process.terminate()
 
 
-def _group_process(index, commands, results, arithmetic):
+def _group_process(index: Any, commands: Any, results: Any, arithmetic: Any) -> None:
     results.put((index, run_group(commands, arithmetic)))
 
 
-def _died(commands, exitcode):
+def _died(commands: Any, exitcode: Any) -> Any:
     outcomes = [jobs.Outcome(c.output_dir, "failed", exitcode) for c in commands
                 if not jobs.is_done(c.output_dir)]
     return GroupResult(outcomes, [], summary=f"fused: the process of a group of "
@@ -261,7 +267,7 @@ class GroupResult:
     summary: str = ""
 
 
-def run_group(commands, arithmetic="auto"):
+def run_group(commands: Any, arithmetic: str = "auto") -> Any:
     """Train one group in this process (the pool's worker); see fused_group.py."""
     started = time.time()
     runner = GroupRunner(commands, arithmetic)
@@ -276,5 +282,5 @@ def run_group(commands, arithmetic="auto"):
     return GroupResult(runner.outcomes, runner.fallback, runner.fallback_reason, summary)
 
 
-def pid_line():
+def pid_line() -> str:
     return f"{jobs.LOG_PREFIX} pid {os.getpid()}"

@@ -13,6 +13,7 @@ whatever checkpoints the group wrote.
 """
 import os
 import traceback
+from typing import Any
 
 import torch
 
@@ -30,22 +31,25 @@ class Member:
     """One job of the group: its command, lock, log, (once built) TrainingRun and its own
     state of the global random generators."""
 
-    def __init__(self, command):
+    def __init__(self, command: Any) -> None:
         self.command, self.out = command, command.output_dir
+        self.claim: Any
+        self.run: Any
+        self.random_states: Any
         self.claim = self.run = self.random_states = None
-        self.outcome = None
+        self.outcome: Any = None
 
-    def write_log(self, line):
+    def write_log(self, line: str) -> None:
         self.claim.write_log(line)
 
-    def acquire(self):
+    def acquire(self) -> bool:
         """Take the job as run_command does (`jobs.JobClaim`); False (with an outcome)
         when it is not ours to run."""
         self.claim = jobs.JobClaim(self.out)
         self.outcome = self.claim.outcome
         return self.outcome is None
 
-    def fail(self, error):
+    def fail(self, error: Any) -> None:
         """This member stops: err.txt as the train CLI writes it, the exit-code line."""
         if isinstance(error, UserError):
             message, code = f"error: {error}", 2
@@ -60,35 +64,36 @@ class Member:
         finally:
             self.outcome = jobs.Outcome(self.out, "failed", code)
 
-    def release(self):
+    def release(self) -> None:
         if self.claim is not None:
             self.claim.release()
 
 
 class GroupRunner:
-    def __init__(self, commands, arithmetic="auto"):
+    def __init__(self, commands: Any, arithmetic: str = "auto") -> None:
         self.members = [Member(c) for c in commands]
         self.arithmetic = arithmetic
+        self.fallback: list[Any]
         self.fallback, self.fallback_reason = [], ""
-        self.shared_data = None
+        self.shared_data: Any = None
 
     @property
-    def outcomes(self):
+    def outcomes(self) -> list[Any]:
         return [m.outcome for m in self.members if m.outcome is not None]
 
-    def describe(self):
+    def describe(self) -> str:
         built = [m.run for m in self.members if m.run is not None]
         if not built:
             return "nothing built"
         args = built[0].config
         return f"{args.algorithm} on {args.dataset}, test envs {args.test_envs}"
 
-    def run(self):
+    def run(self) -> None:
         active = [m for m in self.members if m.acquire()]
         for member in active:
             member.write_log(f"{jobs.LOG_PREFIX} pid {os.getpid()} running fused "
                              f"with {len(active)} models: {member.command}")
-        by_start = {}
+        by_start: dict[Any, Any] = {}
         with feature_cache.shared_loads():   # linear probes: the features held once
             for member in active:
                 start = self._prepare(member)
@@ -97,7 +102,7 @@ class GroupRunner:
         for start, members in sorted(by_start.items()):
             self._train(members, start)
 
-    def _prepare(self, member):
+    def _prepare(self, member: Any) -> Any:
         """Build and restore one member, and keep the global random generators' state as
         its single run would have it now (seeded by its build, or restored from its resume
         state); the first step it trains, or None when it does not train."""
@@ -112,7 +117,7 @@ class GroupRunner:
         member.random_states = RandomStates.capture()
         return start
 
-    def _build(self, member):
+    def _build(self, member: Any) -> bool:
         """The member's TrainingRun, as `domainbed.training.run.run_config` builds it."""
         try:
             args = RunConfig.from_argv(train_flags(member.command))
@@ -132,7 +137,7 @@ class GroupRunner:
             member.fail(e)
             return False
 
-    def _data(self, dataset_cls, args, hparams):
+    def _data(self, dataset_cls: Any, args: Any, hparams: dict[str, Any]) -> Any:
         """The group's dataset and splits, built once; None (each member builds its own)
         when building draws from a global RNG, which would change model initialization."""
         if self.shared_data is None:
@@ -143,7 +148,7 @@ class GroupRunner:
                 return data
         return self.shared_data or None
 
-    def _arithmetic(self, run):
+    def _arithmetic(self, run: Any) -> Any:
         """How the group computes `run` (training.arithmetic): a linear probe on cached
         features as a head of the probe stack, any other run as the fused arithmetic
         (exact or batched) says."""
@@ -153,7 +158,7 @@ class GroupRunner:
             return arithmetic.FUSED_EXACT
         return arithmetic.FUSED_BATCHED
 
-    def _train(self, members, start):
+    def _train(self, members: Any, start: Any) -> None:
         """The stackable linear probes as one probe stack, the others as one fused group."""
         probes = [m for m in members if m.run.arithmetic == arithmetic.PROBE_STACK]
         others = [m for m in members if m.run.arithmetic != arithmetic.PROBE_STACK]
@@ -161,7 +166,7 @@ class GroupRunner:
             if part:
                 self._train_part(part, start, probe)
 
-    def _train_part(self, members, start, probes):
+    def _train_part(self, members: Any, start: Any, probes: Any) -> None:
         train = probe_stack.train_probe_group if probes else train_group
         # a probe stack draws from no global generator; each head's arithmetic is its own
         extra = {} if probes else {"arithmetic": self.arithmetic,
@@ -193,6 +198,6 @@ class GroupRunner:
             except Exception as e:
                 member.fail(e)
 
-    def release(self):
+    def release(self) -> None:
         for member in self.members:
             member.release()

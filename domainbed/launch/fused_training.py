@@ -29,6 +29,8 @@ per-member lr and weight decay.
 import copy
 import math
 import time
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -46,7 +48,7 @@ ARITHMETICS = ("auto", "exact", "batched")
 MASK32 = 0xFFFFFFFF
 
 
-def resolve_arithmetic(choice, device):
+def resolve_arithmetic(choice: Any, device: torch.device | str) -> Any:
     """auto: exact on CPU (stacking buys no speed there), batched on an accelerator."""
     if choice not in ARITHMETICS:
         raise ValueError(f"unknown fused arithmetic {choice!r}; one of {ARITHMETICS}")
@@ -55,18 +57,18 @@ def resolve_arithmetic(choice, device):
     return choice
 
 
-def member_hparams(algorithm_cls):
+def member_hparams(algorithm_cls: Any) -> Any:
     """Hyperparameters that may differ between the members of one fused group."""
     return MEMBER_OPTIMIZER_HPARAMS + DROPOUT_HPARAMS + fused_form(algorithm_cls).member_hparams
 
 
-def _mul32(h, constant):
+def _mul32(h: Any, constant: Any) -> Any:
     """(h * constant) mod 2**32 for h < 2**32 in int64, without overflowing int64."""
     low, high = constant & 0xFFFF, constant >> 16
     return (h * low + (((h * high) & 0xFFFF) << 16)) & MASK32
 
 
-def _mix32(h):
+def _mix32(h: Any) -> Any:
     """A 32-bit integer hash (Wellons' lowbias32) on int64 tensors holding 32-bit values."""
     h = h ^ (h >> 16)
     h = _mul32(h, 0x7FEB352D)
@@ -75,7 +77,7 @@ def _mix32(h):
     return h ^ (h >> 16)
 
 
-def counter_uniform(key, layer, shape, device):
+def counter_uniform(key: Any, layer: Any, shape: Any, device: torch.device | str) -> Any:
     """Uniform [0, 1) numbers, one per element of `shape`, as a pure function of (key,
     layer, element index): no generator, so under vmap each member's numbers depend on
     its own key alone. `key`: an int64 tensor below 2**31 (a member's, per step)."""
@@ -88,15 +90,17 @@ def counter_uniform(key, layer, shape, device):
 class MemberDropout(nn.Module):
     """nn.Dropout whose rate and mask key are buffers, so that each stacked member keeps
     its own rate and draws its own masks (see counter_uniform)."""
+    p: torch.Tensor
+    key: torch.Tensor
 
-    def __init__(self, p, active, layer):
+    def __init__(self, p: Any, active: Any, layer: Any) -> None:
         super().__init__()
         self.register_buffer("p", torch.tensor(float(p)))
         self.register_buffer("key", torch.tensor(0, dtype=torch.int64))
         self.layer = layer
         self.active = active   # False when every member's rate is 0: draws nothing
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not (self.training and self.active):
             return x
         keep = (counter_uniform(self.key, self.layer, x.shape, x.device) >= self.p)
@@ -107,11 +111,11 @@ class GlobalAveragePool(nn.Module):
     """AdaptiveAvgPool2d((1, 1)) as a mean: vmap has a batching rule for the mean, while
     adaptive pooling falls back to a slow loop over the members."""
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.mean(dim=(-2, -1), keepdim=True)
 
 
-def _is_global_pool(module):
+def _is_global_pool(module: Any) -> Any:
     size = getattr(module, "output_size", None)
     return isinstance(module, nn.AdaptiveAvgPool2d) and size in (1, (1, 1))
 
@@ -120,28 +124,29 @@ class MemberModel:
     """One member's network inside vmap: the algorithm's `network` (featurizer, then
     classifier) called with that member's parameters and buffers."""
 
-    def __init__(self, template, tensors):
+    def __init__(self, template: Any, tensors: Any) -> None:
         self.template, self.tensors = template, tensors
 
-    def _part(self, index):
+    def _part(self, index: Any) -> dict[Any, Any]:
         prefix = f"{index}."
         return {k[len(prefix):]: v for k, v in self.tensors.items() if k.startswith(prefix)}
 
-    def predict(self, x):
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
         return functional_call(self.template, self.tensors, (x,))
 
-    def featurize(self, x):
+    def featurize(self, x: torch.Tensor) -> torch.Tensor:
         return functional_call(self.template[0], self._part(0), (x,))
 
-    def classify(self, features):
+    def classify(self, features: torch.Tensor) -> torch.Tensor:
         return functional_call(self.template[1], self._part(1), (features,))
 
 
-def _member_template(networks):
+def _member_template(networks: Any) -> tuple[Any, ...]:
     """A copy of the first member's network whose dropout layers read their rate and mask
     key from buffers (and global pools are means), each member's rate of every dropout
     layer, and the names of the dropout layers."""
     template = copy.deepcopy(networks[0])
+    dropouts: list[Any]
     rates, dropouts = {}, []
     for name, module in list(template.named_modules()):
         if _is_global_pool(module):
@@ -155,12 +160,12 @@ def _member_template(networks):
     return template, rates, dropouts
 
 
-def _replace(root, name, module):
+def _replace(root: Any, name: str, module: Any) -> None:
     parent, _, child = name.rpartition(".")
     setattr(root.get_submodule(parent) if parent else root, child, module)
 
 
-def _stack(tensors):
+def _stack(tensors: Any) -> Any:
     """Members' tensors along a new leading dimension, in the standard (contiguous) layout:
     a single run keeps its convolution weights channels-last on CPU, and torch 2.4's vmap
     cannot batch a channels-last tensor through group_norm or query its layout."""
@@ -171,7 +176,7 @@ class FusedGroup:
     """Members (TrainingRuns of one algorithm, same data, architecture, batch size and
     schedule, all at the same next step) trained together."""
 
-    def __init__(self, members):
+    def __init__(self, members: Any) -> None:
         self.members = list(members)
         first = self.members[0]
         self.form = fused_form(first.algorithm_cls)
@@ -192,7 +197,7 @@ class FusedGroup:
         self._logits = vmap(self._member_logits, in_dims=(0, 0, None), randomness="different")
 
     # ------------------------------------------------------------ set-up
-    def _member_hp(self):
+    def _member_hp(self) -> Any:
         """Each member's hyperparameters as stacked tensors (see hparam_tensor)."""
         hp = {}
         for name in member_hparams(self.members[0].algorithm_cls):
@@ -202,11 +207,13 @@ class FusedGroup:
             hp[name] = hparam_tensor(values, self.device)
         return hp
 
-    def _load_adam(self):
+    def _load_adam(self) -> None:
         """Adam's moments and step counts from each member's torch optimizer (fresh, or
         restored from a resume state)."""
         self.exp_avg, self.exp_avg_sq = {}, {}
         self.adam_steps = [0] * len(self.members)
+        self.betas: Any
+        self.eps: Any
         self.betas, self.eps = None, None
         for n in self.param_names:
             self.exp_avg[n] = torch.zeros_like(self.params[n])
@@ -227,8 +234,9 @@ class FusedGroup:
                     self.adam_steps[i] = int(float(state["step"]))
 
     # ------------------------------------------------------------ one step
-    def _member_step(self, params, buffers, hp, state, xs, ys):
-        def loss_of(member_params):
+    def _member_step(self, params: Any, buffers: Any, hp: dict[str, Any], state: Any, xs: Any,
+                     ys: Any) -> tuple[Any, ...]:
+        def loss_of(member_params: Any) -> tuple[Any, ...]:
             model = MemberModel(self.template, {**member_params, **buffers})
             loss, values, new_state = self.form.objective(model, list(zip(xs, ys)), hp,
                                                           state)
@@ -237,10 +245,10 @@ class FusedGroup:
         grads, (values, new_state) = grad(loss_of, has_aux=True)(params)
         return grads, values, new_state
 
-    def _member_logits(self, params, buffers, x):
+    def _member_logits(self, params: Any, buffers: Any, x: torch.Tensor) -> Any:
         return functional_call(self.template, {**params, **buffers}, (x,))
 
-    def minibatches(self, step):
+    def minibatches(self, step: int) -> tuple[Any, ...]:
         """Every member's minibatches, stacked: ([x_env], [y_env]), each [members, ...]."""
         sources = [m.minibatches for m in self.members]
         n_envs = len(sources[0].splits)
@@ -258,7 +266,7 @@ class FusedGroup:
             ys.append(y.to(self.device, non_blocking=True))
         return xs, ys
 
-    def _set_dropout_keys(self, step):
+    def _set_dropout_keys(self, step: int) -> None:
         """Each member's mask key of this step: a function of its own seed and the step."""
         if not self.dropouts:
             return
@@ -267,7 +275,7 @@ class FusedGroup:
         for name in self.dropouts:
             self.buffers[f"{name}.key"] = keys
 
-    def train_step(self, step):
+    def train_step(self, step: int) -> list[Any]:
         """One step of every member; returns each member's update() values (floats)."""
         xs, ys = self.minibatches(step)
         self._set_dropout_keys(step)
@@ -283,7 +291,7 @@ class FusedGroup:
                    for k, v in values.items()}
         return [{k: columns[k][i] for k in columns} for i in range(len(self.members))]
 
-    def _reset_adam(self, mask):
+    def _reset_adam(self, mask: torch.Tensor) -> None:
         """Members whose Adam restarts now (penalty annealing): zero moments and count."""
         if not bool(mask.any()):
             return
@@ -294,7 +302,7 @@ class FusedGroup:
                 self.exp_avg_sq[n][i].zero_()
 
     @torch.no_grad()
-    def _adam(self, grads):
+    def _adam(self, grads: Any) -> None:
         """torch.optim.Adam's single-tensor update, with per-member lr and weight decay."""
         beta1, beta2 = self.betas
         self.adam_steps = [s + 1 for s in self.adam_steps]
@@ -316,7 +324,7 @@ class FusedGroup:
 
     # ------------------------------------------------------------ evaluation, write-back
     @torch.no_grad()
-    def predict(self):
+    def predict(self) -> dict[str, torch.Tensor]:
         """{split name: logits [members, n, classes]} of every evaluated split."""
         first = self.members[0]
         ctx = first.ctx
@@ -334,7 +342,7 @@ class FusedGroup:
         return out
 
     @torch.no_grad()
-    def write_back(self):
+    def write_back(self) -> None:
         """Each member's parameters, Adam state and algorithm state into its own objects,
         exactly as a single run would hold them (for its resume state and model.pkl)."""
         for i, member in enumerate(self.members):
@@ -352,7 +360,7 @@ class FusedGroup:
             for name, value in self.state.items():
                 setattr(algorithm, name, value[i].clone())
 
-    def drop(self, positions):
+    def drop(self, positions: Any) -> None:
         """Remove members (e.g. one that diverged); the others go on unchanged."""
         keep = [i for i in range(len(self.members)) if i not in set(positions)]
         index = torch.tensor(keep, device=self.device)
@@ -364,8 +372,9 @@ class FusedGroup:
                 table[k] = table[k].index_select(0, index.to(table[k].device))
 
 
-def train_group(members, start_step, on_checkpoint, on_failure, arithmetic="auto",
-                random_states=None):
+def train_group(members: Any, start_step: int, on_checkpoint: Callable[..., Any],
+                on_failure: Callable[..., Any], arithmetic: str = "auto",
+                random_states: Any = None) -> Any:
     """Train `members` (all resuming at `start_step`) to the end. `on_checkpoint(member,
     results)` after each member's record; `on_failure(member, error)` when one member
     fails (it leaves the group; the others go on). `arithmetic`: exact | batched | auto
@@ -380,7 +389,8 @@ def train_group(members, start_step, on_checkpoint, on_failure, arithmetic="auto
     return _train_batched(members, start_step, on_checkpoint, on_failure, states)
 
 
-def _train_exact(members, start_step, on_checkpoint, on_failure, states):
+def _train_exact(members: Any, start_step: int, on_checkpoint: Callable[..., Any],
+                 on_failure: Callable[..., Any], states: Any) -> Any:
     """Each member's own single-run step and checkpoint, in turn, with its own random
     generators: bit for bit what it computes alone."""
     members = list(members)
@@ -399,7 +409,8 @@ def _train_exact(members, start_step, on_checkpoint, on_failure, states):
     return members
 
 
-def accumulate_step(group, step, values, seconds, on_failure):
+def accumulate_step(group: Any, step: int, values: Any, seconds: float,
+                    on_failure: Callable[..., Any]) -> bool:
     """Each member of a stacked group (FusedGroup, ProbeStack) records its values of `step`;
     one that fails (TrainingDiverged) stops alone and leaves the group. Returns whether any
     member is left."""
@@ -415,7 +426,8 @@ def accumulate_step(group, step, values, seconds, on_failure):
     return bool(group.members)
 
 
-def _train_batched(members, start_step, on_checkpoint, on_failure, states):
+def _train_batched(members: Any, start_step: int, on_checkpoint: Callable[..., Any],
+                   on_failure: Callable[..., Any], states: Any) -> Any:
     group = FusedGroup(members)
     first = members[0]
     for step in range(start_step, first.n_steps):
@@ -431,7 +443,8 @@ def _train_batched(members, start_step, on_checkpoint, on_failure, states):
     return group.members
 
 
-def _checkpoint(group, step, on_checkpoint, on_failure, states):
+def _checkpoint(group: Any, step: int, on_checkpoint: Callable[..., Any],
+                on_failure: Callable[..., Any], states: Any) -> Any:
     group.write_back()
     logits = group.predict()
     failed = []

@@ -20,6 +20,7 @@ import signal
 import stat
 import subprocess
 from dataclasses import dataclass, field
+from typing import Any
 
 from oodutils.log import get_logger
 from oodutils.pinned_dir import PinnedDir, UnsafePath, unsafe_entry_reason
@@ -47,10 +48,10 @@ class Command:
     env: dict = field(default_factory=dict)   # extra environment variables
     label: str = ""   # what the job is, for people: "ERM on ColoredMNIST, test envs [0]"
 
-    def __str__(self):
+    def __str__(self) -> str:
         return shlex.join(str(a) for a in self.argv)
 
-    def describe(self):
+    def describe(self) -> Any:
         """The job for a status line: its label and directory (a directory alone names
         nothing a person recognises)."""
         return f"{self.label} ({self.output_dir})" if self.label else self.output_dir
@@ -60,10 +61,10 @@ class Command:
 class Outcome:
     output_dir: str
     status: str            # "ok", "failed", "skipped_done", "skipped_running"
-    returncode: int = None
+    returncode: int | None = None
 
     @property
-    def failed(self):
+    def failed(self) -> bool:
         return self.status == "failed"
 
 
@@ -71,7 +72,7 @@ class Outcome:
 REMOVE_HINT = " (remove it to run this job)"
 
 
-def open_in_place(path, flags, mode=0o666):
+def open_in_place(path: str, flags: Any, mode: int = 0o666) -> Any:
     """os.open of a job's file that follows no symlink, neither at the file nor at its job
     folder, never blocks on a FIFO, and refuses anything but a regular file
     (UnsafePath). `mode` is narrowed by the umask, as for every other output."""
@@ -79,7 +80,7 @@ def open_in_place(path, flags, mode=0o666):
         return folder.open_file(os.path.basename(path), flags, mode)
 
 
-def unsafe_reason(output_dir):
+def unsafe_reason(output_dir: str) -> Any:
     """Why the launcher refuses a job folder (it, its .lock or its launcher.log is a
     symlink or not what it should be), or None."""
     entries = [(output_dir, True)] + [(os.path.join(output_dir, name), False)
@@ -95,13 +96,13 @@ def unsafe_reason(output_dir):
     return None
 
 
-def _try_lock(path):
+def _try_lock(path: str) -> Any:
     """An fd holding an exclusive flock on `path`, or None if someone else holds it."""
     fd = open_in_place(path, os.O_RDWR | os.O_CREAT)
     return _locked_or_none(fd)
 
 
-def _locked_or_none(fd):
+def _locked_or_none(fd: Any) -> Any:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -113,7 +114,7 @@ def _locked_or_none(fd):
     return fd
 
 
-def is_running(output_dir):
+def is_running(output_dir: str) -> bool:
     """Whether a live process holds the job's lock."""
     path = os.path.join(output_dir, LOCK_FILE)
     if not os.path.exists(path):
@@ -136,7 +137,7 @@ DONE_HINT = ("relaunch the sweep (the job's run removes it and resumes from its 
              "train it again with --restart)")
 
 
-def done_problem(output_dir):
+def done_problem(output_dir: str) -> str | None:
     """Why the job's `done` is not the marker a finished run writes (a symlink, dangling
     or not, a FIFO, a folder: nothing a run makes), with the way out; None when it is a
     regular file or absent."""
@@ -152,7 +153,7 @@ def done_problem(output_dir):
     return f"{path} is {kind}, not the marker a finished run writes; {DONE_HINT}"
 
 
-def is_done(output_dir):
+def is_done(output_dir: str) -> Any:
     """Whether the job finished: its `done` is a regular file (a symlink there, even to
     a file, is someone else's and marks nothing)."""
     try:
@@ -161,7 +162,7 @@ def is_done(output_dir):
         return False
 
 
-def job_state(output_dir):
+def job_state(output_dir: str) -> Any:
     """done / running / interrupted / failed (incomplete, no live lock, or refused) /
     not launched."""
     if not os.path.lexists(output_dir):
@@ -180,7 +181,7 @@ def job_state(output_dir):
 _INTERRUPT_EXIT_CODES = {130, -signal.SIGINT, -signal.SIGTERM, -signal.SIGHUP}
 
 
-def was_interrupted(output_dir):
+def was_interrupted(output_dir: str) -> bool:
     """Whether the job's last attempt was stopped rather than failed: no err.txt, and its
     launcher.log ends that attempt without an exit line (the launcher itself was stopped)
     or with the exit code of Ctrl-C, SIGINT, SIGTERM or SIGHUP."""
@@ -198,7 +199,7 @@ def was_interrupted(output_dir):
     return code in _INTERRUPT_EXIT_CODES
 
 
-def _last_line(path, skip_prefix=None, keep_prefix=None):
+def _last_line(path: str, skip_prefix: Any = None, keep_prefix: Any = None) -> Any:
     try:
         with os.fdopen(open_in_place(path, os.O_RDONLY), "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -215,7 +216,7 @@ def _last_line(path, skip_prefix=None, keep_prefix=None):
     return None
 
 
-def last_error(output_dir):
+def last_error(output_dir: str) -> Any:
     """The last line a failed job wrote to err.txt (else to launcher.log), or None; for
     a job directory the launcher refuses, the reason."""
     reason = unsafe_reason(output_dir) or done_problem(output_dir)
@@ -237,12 +238,14 @@ class JobClaim:
     launcher.log open for appending, both reached through the pinned job folder; else
     `outcome` says why not (done, running elsewhere, or refused as unsafe: failed)."""
 
-    def __init__(self, output_dir):
+    def __init__(self, output_dir: str) -> None:
         self.out = output_dir
+        self.lock_fd: Any
+        self.log: Any
         self.lock_fd = self.log = None
         self.outcome = self._claim()
 
-    def _claim(self):
+    def _claim(self) -> Any:
         out = self.out
         if is_done(out) and not unsafe_reason(out):
             return Outcome(out, "skipped_done")
@@ -263,11 +266,11 @@ class JobClaim:
         self.mark_pid(os.getpid())
         return None
 
-    def mark_pid(self, pid):
+    def mark_pid(self, pid: Any) -> None:
         os.ftruncate(self.lock_fd, 0)
         os.pwrite(self.lock_fd, f"{pid}\n".encode(), 0)
 
-    def write_log(self, line):
+    def write_log(self, line: str) -> None:
         """Append a line; on a full disk the line is lost, not the sweep (the run's own
         writes fail with one line naming the file)."""
         try:
@@ -277,7 +280,7 @@ class JobClaim:
             if e.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
 
-    def release(self):
+    def release(self) -> None:
         if self.log is not None:
             self.log.close()
         if self.lock_fd is not None:
@@ -285,7 +288,7 @@ class JobClaim:
         self.log = self.lock_fd = None
 
 
-def run_command(command, extra_env=None, echo=None):
+def run_command(command: Any, extra_env: Any = None, echo: Any = None) -> Any:
     """Run one job to completion under its lock; return an Outcome. Never raises for a
     failing job (the failure is in the Outcome and the job's log)."""
     claim = JobClaim(command.output_dir)
@@ -308,7 +311,7 @@ def run_command(command, extra_env=None, echo=None):
             return Outcome(out, "failed", 127)
         claim.mark_pid(proc.pid)
         try:
-            returncode = proc.wait()
+            returncode: Any = proc.wait()
         except BaseException:   # interrupted: stop the job too, then re-raise
             proc.terminate()
             try:

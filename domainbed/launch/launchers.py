@@ -13,6 +13,7 @@ Where each lives: :mod:`domainbed.launch.jobs` (one job: lock, log, outcome),
 :mod:`~domainbed.launch.fused`, :mod:`~domainbed.launch.cluster` (slurm, ray).
 """
 import importlib
+from typing import Any
 
 from oodutils.errors import UnknownNameError
 
@@ -31,15 +32,15 @@ LAUNCHERS = dict(BUILTIN)
 FUSED_MAX_MODELS = 64
 
 
-def register_launcher(name):
+def register_launcher(name: str) -> Any:
     """Register a launcher function under `name` (a plug-in's own launcher)."""
-    def decorator(fn):
+    def decorator(fn: Any) -> Any:
         LAUNCHERS[name] = fn
         return fn
     return decorator
 
 
-def get_launcher(name):
+def get_launcher(name: str) -> Any:
     if name not in LAUNCHERS:
         raise UnknownNameError("command launcher", name, LAUNCHERS)
     launcher = LAUNCHERS[name]

@@ -5,6 +5,7 @@ import os
 import queue
 import threading
 import time
+from typing import Any
 
 from domainbed.launch.jobs import last_error, run_command
 from domainbed.launch.progress import SweepProgress
@@ -14,10 +15,10 @@ from oodutils.log import get_logger
 LOG = get_logger(__name__)
 
 
-def _run_pool(commands, slots, echo=print):
+def _run_pool(commands: Any, slots: Any, echo: Any = print) -> list[Any]:
     """Run `commands` with one worker thread per slot; each slot is a dict of extra
     environment variables (e.g. CUDA_VISIBLE_DEVICES). Outcomes keep command order."""
-    todo = queue.Queue()
+    todo: Any = queue.Queue()
     for i, c in enumerate(commands):
         todo.put((i, c))
     outcomes = [None] * len(commands)
@@ -26,13 +27,13 @@ def _run_pool(commands, slots, echo=print):
     progress = SweepProgress(len(commands), len(slots), echo)
     echo = progress.echo
 
-    def next_job():
+    def next_job() -> Any:
         try:
             return None if stop.is_set() else todo.get_nowait()
         except queue.Empty:
             return None
 
-    def worker(slot_env):
+    def worker(slot_env: Any) -> None:
         job = next_job()
         if job is not None:
             progress.job_started()
@@ -70,7 +71,7 @@ def _run_pool(commands, slots, echo=print):
     return [o for o in outcomes if o is not None]
 
 
-def _report(outcome, echo, job=None):
+def _report(outcome: Any, echo: Any, job: Any = None) -> None:
     """One status line for a finished job; `job` names it (Command.describe()), else its
     directory does."""
     if echo is None:
@@ -87,14 +88,14 @@ def _report(outcome, echo, job=None):
         echo(f"Done: {job}")
 
 
-def dummy_launcher(commands, **_):
+def dummy_launcher(commands: Any, **_: Any) -> list[Any]:
     """Run nothing; print each command (for checking a sweep before launching it)."""
     for c in commands:
         print(f"Dummy launcher: {c}")
     return []
 
 
-def local_launcher(commands, max_workers=1, echo=None, **_):
+def local_launcher(commands: Any, max_workers: int = 1, echo: Any = None, **_: Any) -> Any:
     """Run the jobs on this machine, `max_workers` at a time (1 = one after another);
     `echo` takes the status lines (default: print), as the pooled launcher's."""
     max_workers = int(max_workers or 1)
@@ -104,7 +105,7 @@ def local_launcher(commands, max_workers=1, echo=None, **_):
                      echo=echo or print)
 
 
-def visible_gpus():
+def visible_gpus() -> list[Any]:
     """GPU ids from CUDA_VISIBLE_DEVICES (empty entries dropped), else all torch sees."""
     value = os.environ.get("CUDA_VISIBLE_DEVICES")
     if value is not None:
@@ -116,7 +117,7 @@ def visible_gpus():
         return []
 
 
-def multi_gpu_launcher(commands, gpus_per_job=1, **_):
+def multi_gpu_launcher(commands: Any, gpus_per_job: int = 1, **_: Any) -> Any:
     """Run the jobs on this machine, each on `gpus_per_job` visible GPUs (one job per
     GPU by default), as many at a time as there are such groups; each job sees only its
     GPUs through CUDA_VISIBLE_DEVICES, and with several it trains data-parallel over

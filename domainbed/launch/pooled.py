@@ -17,6 +17,8 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -29,7 +31,7 @@ from oodutils.errors import UserError
 
 TRAIN_MODULE = "domainbed.scripts.train"
 
-def train_flags(command):
+def train_flags(command: Any) -> Any:
     """The train flags of a `python -m domainbed.scripts.train ...` command, else None."""
     argv = [str(a) for a in command.argv]
     if len(argv) >= 3 and argv[1] == "-m" and argv[2] == TRAIN_MODULE:
@@ -38,7 +40,7 @@ def train_flags(command):
 
 
 @contextlib.contextmanager
-def _output_to(log):
+def _output_to(log: Any) -> Iterator[Any]:
     """Send this process's stdout and stderr (file descriptors 1 and 2) to the open file
     `log` (the job's launcher.log, opened through its pinned job folder)."""
     sys.stdout.flush()
@@ -57,7 +59,7 @@ def _output_to(log):
         os.close(saved[1])
 
 
-def starts_processes(flags):
+def starts_processes(flags: Any) -> bool:
     """A data-parallel job (--distributed N) starts its own processes, which a pooled
     worker (a daemon process) may not: it runs as its own command."""
     values = [value for flag, value in zip(flags, flags[1:]) if flag == "--distributed"]
@@ -65,7 +67,7 @@ def starts_processes(flags):
     return any(value.isdigit() and int(value) > 1 for value in values)
 
 
-def run_in_process(command):
+def run_in_process(command: Any) -> Any:
     """`jobs.run_command` without a new process: the same claim (skip rules, lock, log,
     refusal of unsafe job folders) and outcome; the job runs through the train CLI's own
     `main`."""
@@ -86,7 +88,7 @@ def run_in_process(command):
         claim.release()
 
 
-def _call_train(flags, log):
+def _call_train(flags: Any, log: Callable[[str], Any]) -> Any:
     with _output_to(log):
         try:
             run_config(RunConfig.from_argv(flags))
@@ -102,7 +104,7 @@ def _call_train(flags, log):
 
 
 # ---------------------------------------------------------------- the worker processes
-def _worker_loop(conn):
+def _worker_loop(conn: Any) -> None:
     """A worker: run each command received, send back its Outcome; None ends it."""
     torch.set_num_threads(1)
     while True:
@@ -118,18 +120,18 @@ def _worker_loop(conn):
 class _Worker:
     """One long-lived process and the job it runs now (None when idle)."""
 
-    def __init__(self, context):
+    def __init__(self, context: Any) -> None:
         self.conn, child = context.Pipe()
         self.process = context.Process(target=_worker_loop, args=(child,), daemon=True)
         self.process.start()
         child.close()
-        self.command = None
+        self.command: Any = None
 
-    def give(self, command):
+    def give(self, command: Any) -> None:
         self.command, self.started = command, time.monotonic()
         self.conn.send(command)
 
-    def result(self):
+    def result(self) -> Any:
         """The Outcome of its job, or None when the worker died without sending one."""
         try:
             if self.conn.poll():
@@ -138,7 +140,7 @@ class _Worker:
             pass
         return None
 
-    def stop(self, wait=True):
+    def stop(self, wait: bool = True) -> None:
         if wait and self.process.is_alive():
             try:
                 self.conn.send(None)
@@ -151,7 +153,7 @@ class _Worker:
         self.conn.close()
 
 
-def died_outcome(command, process):
+def died_outcome(command: Any, process: Any) -> Any:
     """A job whose worker died (kill -9, the out-of-memory killer): failed, with the
     reason appended to its launcher.log, where `sweep status` finds it."""
     code = process.exitcode
@@ -169,7 +171,7 @@ def died_outcome(command, process):
     return jobs.Outcome(command.output_dir, "failed", code)
 
 
-def _run_workers(commands, n_workers, context, on_idle=None):
+def _run_workers(commands: Any, n_workers: Any, context: Any, on_idle: Any = None) -> Iterator[Any]:
     """Yield (Outcome, seconds it ran) of each command as it finishes, running them in
     `n_workers` processes; a worker that dies is replaced and its job reported failed.
     `on_idle` is called about every second while jobs run (the progress lines)."""
@@ -208,7 +210,7 @@ def _run_workers(commands, n_workers, context, on_idle=None):
             w.stop(wait=w.command is None)
 
 
-def pooled_launcher(commands, max_workers=1, echo=None, **_):
+def pooled_launcher(commands: Any, max_workers: int = 1, echo: Any = None, **_: Any) -> Any:
     """Run train jobs in `max_workers` long-lived processes (each job under its lock, as
     the local launcher), paying Python and torch start-up once per worker. Shows the
     local launcher's progress (a bar with ETA on a terminal, else status lines) and one
@@ -226,7 +228,7 @@ def pooled_launcher(commands, max_workers=1, echo=None, **_):
     names = {c.output_dir: c.describe() for c in commands}
     outcomes, waiting = [], len(commands)
     context = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
-    for _ in range(slots):   # a worker takes the next job as soon as it is free
+    for _ in range(slots):  # type: ignore[assignment]  # a worker takes the next job as soon as it is free
         progress.job_started()
         waiting -= 1
     try:

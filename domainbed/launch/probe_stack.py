@@ -3,7 +3,9 @@
 step loop with its checkpoints (every head's evaluation in one pass, then each member's
 record and predictions)."""
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from domainbed.launch.fused_training import accumulate_step
 from domainbed.training.probe_stack import STACKABLE_ALGORITHMS, ProbeStack
@@ -13,7 +15,7 @@ MAX_HEADS = 1024
 CHECKPOINT_THREADS = 4  # members writing their checkpoint files at once
 
 
-def why_not_job(config, hparams):
+def why_not_job(config: Any, hparams: dict[str, Any]) -> str | None:
     """Why a linear-probe job (its RunConfig and hyperparameters) cannot join a probe
     stack, or None (what the fused launcher knows before building anything)."""
     if config.algorithm not in STACKABLE_ALGORITHMS:
@@ -30,7 +32,8 @@ def why_not_job(config, hparams):
     return None
 
 
-def train_probe_group(members, start_step, on_checkpoint, on_failure):
+def train_probe_group(members: Any, start_step: int, on_checkpoint: Callable[..., Any],
+                      on_failure: Callable[..., Any]) -> Any:
     """Train `members` (all at `start_step`) to the end as one stack; the same callbacks
     as fused_training.train_group. Returns the members that finished."""
     for member in members:
@@ -52,7 +55,8 @@ def train_probe_group(members, start_step, on_checkpoint, on_failure):
     return stack.members
 
 
-def _checkpoint(stack, step, on_checkpoint, on_failure):
+def _checkpoint(stack: Any, step: int, on_checkpoint: Callable[..., Any],
+                on_failure: Callable[..., Any]) -> Any:
     """Every head's evaluation in one pass, then each member's record and predictions,
     CHECKPOINT_THREADS members at a time (compressing predictions and waiting for fsync
     leave the interpreter free); the callbacks run here, in order. Returns the positions
@@ -60,7 +64,7 @@ def _checkpoint(stack, step, on_checkpoint, on_failure):
     stack.write_back()   # what a kept model (save_best_model ...) would hold
     logits = stack.predict()
 
-    def write(position):
+    def write(position: Any) -> tuple[Any, ...]:
         try:
             return stack.members[position].checkpoint(
                 step, {k: v[position] for k, v in logits.items()}), None

@@ -8,6 +8,7 @@ import os
 import sys
 import threading
 import time
+from typing import Any
 
 from tqdm import tqdm
 
@@ -17,7 +18,7 @@ from tqdm import tqdm
 FALLBACK_COLUMNS, FALLBACK_ROWS = 80, 24
 
 
-def terminal_columns(stream):
+def terminal_columns(stream: Any) -> Any:
     """The width of the terminal `stream` writes to, 0 when it does not say."""
     try:
         return os.get_terminal_size(stream.fileno()).columns
@@ -25,7 +26,7 @@ def terminal_columns(stream):
         return 0
 
 
-def format_duration(seconds):
+def format_duration(seconds: float) -> Any:
     seconds = int(round(seconds))
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
@@ -35,15 +36,16 @@ def format_duration(seconds):
 class SweepProgress:
     """Counts of a pool of jobs run `slots` at a time; thread-safe."""
 
-    def __init__(self, total, slots=1, echo=print, interval=60.0, stream=None, clock=None):
+    def __init__(self, total: Any, slots: int = 1, echo: Any = print, interval: float = 60.0,
+                 stream: Any = None, clock: Any = None) -> None:
         self.total, self.slots, self.interval = total, max(1, slots), interval
         self.clock = clock or time.monotonic
         self.start_time = self.last_line = self.clock()
         self.done = self.failed = self.running = 0
-        self.durations = []
+        self.durations: list[Any] = []
         self.lock = threading.Lock()
         stream = stream if stream is not None else sys.stderr
-        self.bar = None
+        self.bar: Any = None
         if echo is not None and hasattr(stream, "isatty") and stream.isatty():
             sized = terminal_columns(stream) > 0   # else tqdm would draw 0 columns: nothing
             self.bar = tqdm(total=total, file=stream, unit="job", dynamic_ncols=sized,
@@ -53,7 +55,7 @@ class SweepProgress:
         else:
             self.echo = echo
 
-    def eta(self):
+    def eta(self) -> Any:
         """Seconds left: mean finished-job duration x jobs left / parallel slots."""
         left = self.total - self.done - self.failed
         if not self.durations or left <= 0:
@@ -61,7 +63,7 @@ class SweepProgress:
         mean = sum(self.durations) / len(self.durations)
         return mean * left / self.slots
 
-    def status_line(self):
+    def status_line(self) -> str:
         waiting = self.total - self.done - self.failed - self.running
         eta = self.eta()
         return (f"[sweep] {self.done}/{self.total} done, {self.failed} failed, "
@@ -69,12 +71,12 @@ class SweepProgress:
                 f"{format_duration(self.clock() - self.start_time)}, ETA "
                 f"{'unknown' if eta is None else format_duration(eta)}")
 
-    def job_started(self):
+    def job_started(self) -> None:
         with self.lock:
             self.running += 1
             self._refresh()
 
-    def job_finished(self, outcome, seconds, next_started=False):
+    def job_finished(self, outcome: Any, seconds: float, next_started: bool = False) -> None:
         """`outcome.status`: ok / failed / skipped_done / skipped_running. `next_started`:
         the freed slot has already taken the next job (counted as running, not started
         again), so the line printed now counts the jobs really running."""
@@ -91,12 +93,12 @@ class SweepProgress:
                 self.bar.update(1)
             self._refresh(force_line=True)
 
-    def tick(self):
+    def tick(self) -> None:
         """Called periodically: a status line when `interval` seconds have passed."""
         with self.lock:
             self._refresh()
 
-    def _refresh(self, force_line=False):
+    def _refresh(self, force_line: bool = False) -> None:
         if self.bar is not None:
             eta = self.eta()
             self.bar.set_postfix_str(
@@ -110,6 +112,6 @@ class SweepProgress:
             self.last_line = now
             self.echo(self.status_line())
 
-    def close(self):
+    def close(self) -> None:
         if self.bar is not None:
             self.bar.close()

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import subprocess
+from typing import Any
 
 from oodutils.log import get_logger
 from oodutils.pinned_dir import PinnedDir
@@ -22,7 +23,7 @@ SUBMISSIONS_FILE = ".slurm_jobs.jsonl"
 QUERY_TIMEOUT_S = 30
 
 
-def record_submissions(sweep_dir, submissions):
+def record_submissions(sweep_dir: str, submissions: Any) -> None:
     """Append (output_dir, job_id) pairs to the sweep's submissions file; a later
     submission of the same run directory supersedes an earlier one."""
     lines = "".join(json.dumps({"run": os.path.basename(os.path.normpath(out)),
@@ -34,7 +35,7 @@ def record_submissions(sweep_dir, submissions):
         f.write(lines)
 
 
-def submitted_job_ids(sweep_dir):
+def submitted_job_ids(sweep_dir: str) -> Any:
     """run directory name -> the Slurm job id of its latest submission. The file is in
     a shared sweep folder: a symlink, FIFO or folder there counts as no submissions (no
     hang), an over-long or malformed line is skipped."""
@@ -44,7 +45,7 @@ def submitted_job_ids(sweep_dir):
         for line in read_lines(path, 1 << 16):
             entry = parse_json(line) if line is not None else None
             try:
-                ids[str(entry["run"])] = str(entry["job_id"])
+                ids[str(entry["run"])] = str(entry["job_id"])  # type: ignore[index]
             except (KeyError, TypeError):
                 continue   # a torn last line of an interrupted submission
     except OSError:
@@ -52,9 +53,9 @@ def submitted_job_ids(sweep_dir):
     return ids
 
 
-def _expand_tasks(array_id, tasks):
+def _expand_tasks(array_id: Any, tasks: Any) -> Any:
     """Task ids of an ArrayTaskId field: "3", "1-4", "0,2,5-7", "1-9%2" (throttle)."""
-    ids = []
+    ids: list[Any] = []
     for part in tasks.split("%")[0].split(","):
         if "-" in part:
             low, high = part.split("-", 1)
@@ -64,7 +65,7 @@ def _expand_tasks(array_id, tasks):
     return ids
 
 
-def parse_scontrol(text):
+def parse_scontrol(text: str) -> Any:
     """job id ("ARRAY_TASK" for array tasks, else the job id) -> JobState, from
     `scontrol show job -o` (one job record per line)."""
     states = {}
@@ -79,7 +80,7 @@ def parse_scontrol(text):
     return states
 
 
-def parse_sacct(text):
+def parse_sacct(text: str) -> Any:
     """job id -> State, from `sacct -n -P -X -o JobID,State` ("CANCELLED by 0" -> CANCELLED)."""
     states = {}
     for line in text.splitlines():
@@ -90,7 +91,7 @@ def parse_sacct(text):
     return states
 
 
-def _query(argv):
+def _query(argv: list[str]) -> Any:
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -101,7 +102,7 @@ def _query(argv):
     return proc.stdout
 
 
-def slurm_states(job_ids):
+def slurm_states(job_ids: Any) -> dict[Any, Any]:
     """job id -> Slurm's state (PENDING, RUNNING, COMPLETED, CANCELLED, TIMEOUT,
     FAILED, NODE_FAIL, ...) for the ids Slurm still knows."""
     wanted = set(job_ids)
@@ -115,7 +116,7 @@ def slurm_states(job_ids):
     return {j: states[j] for j in wanted if j in states}
 
 
-def slurm_view(jobs, sweep_dir, finished=("done",)):
+def slurm_view(jobs: Any, sweep_dir: str, finished: Any = ("done",)) -> dict[Any, Any]:
     """run directory -> Slurm's state, for the jobs whose run directory is not finished
     and which the slurm launcher submitted; "unknown to Slurm" where Slurm has forgotten
     the job. Empty when the sweep never went through Slurm."""
@@ -129,9 +130,9 @@ def slurm_view(jobs, sweep_dir, finished=("done",)):
     return {out: states.get(job_id, "unknown to Slurm") for out, job_id in ours.items()}
 
 
-def summarize_view(view):
+def summarize_view(view: Any) -> Any:
     """One line: how many unfinished jobs Slurm holds in each state."""
-    counts = {}
+    counts: dict[Any, Any] = {}
     for state in view.values():
         word = state.lower() if state.isupper() else state   # TIMEOUT -> timeout
         counts[word] = counts.get(word, 0) + 1

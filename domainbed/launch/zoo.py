@@ -3,6 +3,7 @@ run's train arguments are a pure function of (dataset, run index, seed), so a bi
 extends a smaller one. A linear-probe zoo (`draw_probe_zoo`) instead trains ERM heads on
 one pretrained backbone's cached features (extracted once for the whole zoo)."""
 import json
+from typing import Any
 
 import numpy as np
 
@@ -14,7 +15,7 @@ from domainbed.run_hparams import hparam_space
 # its step costs a small fraction of an MNIST_CNN step on a CPU (scripts/bench_zoo.py
 # measures both), so a zoo of mostly MLPs trains many more models in the same time. A few
 # CNNs and small ResNets keep the architecture axis of the zoo.
-ZOO_ARCHS = (
+ZOO_ARCHS: tuple[tuple[str, float, dict[str, Any]], ...] = (
     ("mlp", 0.96, {"mlp_width": (64, 128, 256), "mlp_depth": (3,)}),
     ("mnist_cnn", 0.02, {}),
     ("resnet_small", 0.02, {}),
@@ -22,8 +23,8 @@ ZOO_ARCHS = (
 ZOO_ALGORITHMS = ("ERM", "ERM", "IRM", "VREx", "GroupDRO", "CORAL")
 
 
-def draw_zoo(dataset, n_runs, data_dir, steps, checkpoint_freq, eval_splits, seed=0,
-             test_envs=None, archs=ZOO_ARCHS):
+def draw_zoo(dataset: Any, n_runs: Any, data_dir: str, steps: Any, checkpoint_freq: int,
+             eval_splits: Any, seed: int = 0, test_envs: Any = None, archs: Any = ZOO_ARCHS) -> Any:
     """The train arguments of `n_runs` runs: leave-one-environment-out test envs in turn,
     an algorithm, an architecture and its size, a batch size, a random hyperparameter
     seed (learning rate, weight decay, dropout, penalty weights) and a training seed,
@@ -60,7 +61,7 @@ def draw_zoo(dataset, n_runs, data_dir, steps, checkpoint_freq, eval_splits, see
     return runs
 
 
-def _hparams_json(dataset, algorithm, fixed):
+def _hparams_json(dataset: Any, algorithm: Any, fixed: Any) -> Any:
     """Only the names the algorithm declares (others would be refused)."""
 
     space = hparam_space(get_algorithm_class(algorithm), get_dataset_class(dataset))
@@ -72,8 +73,8 @@ def _hparams_json(dataset, algorithm, fixed):
 PROBE_BATCH_SIZES = (32, 64, 128)
 
 
-def draw_probe_zoo(dataset, n_runs, data_dir, steps, checkpoint_freq, eval_splits, backbone,
-                   seed=0, test_envs=None):
+def draw_probe_zoo(dataset: Any, n_runs: Any, data_dir: str, steps: Any, checkpoint_freq: int,
+                   eval_splits: Any, backbone: Any, seed: int = 0, test_envs: Any = None) -> Any:
     """The train arguments of `n_runs` ERM linear probes on `backbone`'s pretrained
     features: leave-one-environment-out test envs in turn, a learning rate (log-uniform
     1e-4..3e-2), a weight decay (0, or log-uniform 1e-6..1e-2), a batch size and a

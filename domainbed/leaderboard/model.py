@@ -12,6 +12,7 @@ first), as ``collect_results --metric NAME`` builds them.
     model = build_model(load_records(dirs), published.load_published())
 """
 import collections
+from typing import Any
 
 from domainbed.leaderboard.published import format_published
 from domainbed.results import grouping, model_selection
@@ -25,7 +26,7 @@ WGA_NEEDS = ("worst-group selection needs worst-group accuracies (env*_wga: data
              "with groups)")
 
 
-def _cell(cell, **extra):
+def _cell(cell: Any, **extra: Any) -> dict[Any, Any]:
     """A reporting.Cell as the pages show it; one trial has no standard error to show
     (its "+/- 0.0" would claim a precision nobody measured)."""
     if cell is None:
@@ -34,7 +35,7 @@ def _cell(cell, **extra):
     return {"mean": cell.mean, "err": cell.err, "n_trials": cell.n, "text": text, **extra}
 
 
-def _rank(values, lower_is_better=False):
+def _rank(values: Any, lower_is_better: bool = False) -> dict[Any, Any]:
     """{name: rank} for the names with a value: 1 = highest (lowest where lower is
     better); ties share the best rank."""
     sign = -1 if lower_is_better else 1
@@ -47,11 +48,11 @@ class _SweepIndex:
     per test environment, whether two-test-environment runs exist, and the hparams of
     each run."""
 
-    def __init__(self, records, labels):
+    def __init__(self, records: Any, labels: Any) -> None:
         self.hparams = collections.defaultdict(set)      # (label, alg, env) -> keys
         self.pairs = set()                                # (label, alg) with 2 test envs
         self.algorithms = collections.defaultdict(set)    # label -> algorithms
-        self.run_hparams = {}
+        self.run_hparams: dict[Any, Any] = {}
         for r in records:
             args = r["args"]
             label = grouping.dataset_label(r, labels)
@@ -64,7 +65,8 @@ class _SweepIndex:
                 self.pairs.add((label, alg))
             self.run_hparams.setdefault(r.get("run_dir"), r.get("hparams"))
 
-    def missing_reason(self, method, label, alg, env, env_name, metric=None):
+    def missing_reason(self, method: Any, label: Any, alg: Any, env: Any, env_name: Any,
+                       metric: Any = None) -> Any:
         if alg not in self.algorithms[label]:
             return f"no runs of {alg} on {label}"
         if method is model_selection.LeaveOneOutSelectionMethod and \
@@ -78,7 +80,7 @@ class _SweepIndex:
         return "no checkpoint could be selected (the records lack its validation accuracies)"
 
 
-def _runs_of(selected):
+def _runs_of(selected: Any) -> Any:
     """{(label, alg, env): [selected row dicts]} from model_selection.select's frame."""
     runs = collections.defaultdict(list)
     for row in selected.sort_values("trial_seed", kind="stable").to_dict("records"):
@@ -86,7 +88,8 @@ def _runs_of(selected):
     return runs
 
 
-def _dataset_table(table, method, info, index, runs, metric=None):
+def _dataset_table(table: Any, method: Any, info: Any, index: Any, runs: Any,
+                   metric: Any = None) -> dict[str, Any]:
     rows = []
     for alg, cells, avg in zip(table.rows, table.cells, table.avg):
         out = []
@@ -113,15 +116,15 @@ def _dataset_table(table, method, info, index, runs, metric=None):
             "env_indices": list(table.env_indices), "rows": rows}
 
 
-def _plain(value):
+def _plain(value: Any) -> Any:
     """numpy scalars -> Python (JSON) scalars."""
     return value.item() if hasattr(value, "item") else value
 
 
-def _overview(table, datasets, lower_is_better=False):
+def _overview(table: Any, datasets: Any, lower_is_better: bool = False) -> dict[str, Any]:
     """An averages table (columns: datasets) with ranks, mean rank and gain over ERM (an
     improvement: ERM minus the row where lower is better)."""
-    def gain(mine, erm):
+    def gain(mine: Any, erm: Any) -> Any:
         return (erm - mine if lower_is_better else mine - erm) \
             if mine is not None and erm is not None else None
 
@@ -129,7 +132,7 @@ def _overview(table, datasets, lower_is_better=False):
              "avg_text": reporting.format_avg(avg)}
             for alg, cells, avg in zip(table.rows, table.cells, table.avg)]
     for d in range(len(datasets)):
-        ranks = _rank({r["algorithm"]: r["cells"][d]["mean"] for r in rows}, lower_is_better)
+        ranks: Any = _rank({r["algorithm"]: r["cells"][d]["mean"] for r in rows}, lower_is_better)
         for r in rows:
             r["cells"][d]["rank"] = ranks.get(r["algorithm"])
     base = next((r for r in rows if r["algorithm"] == BASELINE), None)
@@ -143,13 +146,14 @@ def _overview(table, datasets, lower_is_better=False):
             "rows": rows}
 
 
-def _published_rows(sources, method_key, table_name, columns, user_rows):
+def _published_rows(sources: Any, method_key: Any, table_name: Any, columns: Any,
+                    user_rows: Any) -> Any:
     """Published rows of `table_name` for `method_key`, laid out on `columns` (+ Avg),
     each cell with its difference to the user's number for the same algorithm."""
     user = {r["algorithm"]: r for r in user_rows}
     out = []
     for src in sources:
-        by_alg = collections.OrderedDict()
+        by_alg: Any = collections.OrderedDict()
         for row in src["rows"]:
             if row["method"] != method_key:
                 continue
@@ -169,7 +173,7 @@ def _published_rows(sources, method_key, table_name, columns, user_rows):
     return out
 
 
-def _published_cell(row, user_row, index):
+def _published_cell(row: Any, user_row: Any, index: Any) -> Any:
     if row is None:
         return None
     cell = {"mean": row["mean"], "err": row.get("err"), "text": format_published(row)}
@@ -187,7 +191,7 @@ VAL_WGA_NEEDS = ("SubpopBench's selection needs datasets whose environments are 
                  "official train/val/test splits (e.g. Waterbirds), run with --test_envs 1 2")
 
 
-def _methods(chosen):
+def _methods(chosen: Any) -> list[Any]:
     """The chosen selection methods, by default every one the site lays out (SubpopBench's
     attribute-unknown, label-only selections are collect_results' only, for now)."""
     label_only = tuple(getattr(model_selection, "LABEL_ONLY_METHODS", ()))
@@ -201,7 +205,8 @@ def _methods(chosen):
     return [m for m in model_selection.SELECTION_METHODS.values() if m not in label_only]
 
 
-def build_model(loaded, sources=(), methods=None, notes=()):
+def build_model(loaded: Any, sources: Any = (), methods: Any = None,
+                notes: Any = ()) -> dict[str, Any]:
     """Records (a records.Records) and published sources -> the leaderboard dict."""
     records = [r for r in loaded.records
                if r["args"].get("dataset") is not None and
@@ -249,7 +254,8 @@ def build_model(loaded, sources=(), methods=None, notes=()):
     }
 
 
-def _section(records, method, infos, labels, index, sources, metric=None):
+def _section(records: Any, method: Any, infos: Any, labels: Any, index: Any, sources: Any,
+             metric: Any = None) -> Any:
     """One selection method's tables of accuracy, or (`metric`) of that metric of the
     same selected checkpoints (collect_results --metric), for the datasets in `infos`."""
     head = {"key": method.key, "name": method.name, "metric": method.metric,
@@ -285,12 +291,12 @@ def _section(records, method, infos, labels, index, sources, metric=None):
                                                       overview["rows"])}
 
 
-def _published_overview(sources, method_key, names, user_rows):
+def _published_overview(sources: Any, method_key: Any, names: list[str], user_rows: Any) -> Any:
     """Published dataset-level numbers for the user's datasets (by name), per source."""
     user = {r["algorithm"]: r for r in user_rows}
     out = []
     for src in sources:
-        by_alg = collections.OrderedDict()
+        by_alg: Any = collections.OrderedDict()
         for row in src["rows"]:
             if row["method"] == method_key and row["table"] == "Averages" and \
                     row["column"] in names:
@@ -305,7 +311,8 @@ def _published_overview(sources, method_key, names, user_rows):
     return out
 
 
-def _val_worst_group_section(head, records, infos, labels, sources):
+def _val_worst_group_section(head: Any, records: Any, infos: Any, labels: Any,
+                             sources: Any) -> dict[Any, Any]:
     """SubpopBench's selection: dataset-level tables only (test worst-group accuracy, then
     test average accuracy), as collect_results builds them."""
     covered = [label for label, i in infos.items()
@@ -314,7 +321,7 @@ def _val_worst_group_section(head, records, infos, labels, sources):
         return {**head, "missing": VAL_WGA_NEEDS if records else "no records", "tables": [],
                 "overview": None, "published_overview": []}
     section = collect_results.build_val_worst_group_section(records, infos, labels)
-    overview, *extra = [_overview(t, covered) for t in section.tables]
+    overview, *extra = [_overview(t, covered) for t in section.tables]  # type: ignore[union-attr]
     names = [infos[label].name for label in covered]
     return {**head, "missing": None, "tables": [], "overview": overview,
             "extra_tables": extra,

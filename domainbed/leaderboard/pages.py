@@ -23,7 +23,7 @@ SCRIPT = "assets/leaderboard.js"
 RANK_NOTE = "Rank per dataset after each cell (#1 = best); gain over ERM on the Avg column."
 
 
-def slug(text):
+def slug(text: str) -> Any:
     """A file-name-safe form of `text`, one per text: a short plain name (letters, digits,
     `_`, `.`) stays as it is; any other gets its cleaned first 60 characters and `-` with
     the first 10 hex digits of its sha256 ("My Data" and "My_Data" get different pages, a
@@ -35,20 +35,20 @@ def slug(text):
     return re.sub(r"[^A-Za-z0-9_.]+", "_", text)[:60].strip("_.") + "-" + digest
 
 
-def dataset_page(label):
+def dataset_page(label: Any) -> str:
     return f"dataset_{slug(label)}.html"
 
 
-def card_page(label, ext="html"):
+def card_page(label: Any, ext: str = "html") -> str:
     """The benchmark card's page (``html``) or its Markdown twin (``md``)."""
     return f"card_{slug(label)}.{ext}"
 
 
-def runs_page(label, method_key):
+def runs_page(label: Any, method_key: Any) -> str:
     return f"runs_{slug(label)}_{slug(method_key)}.html"
 
 
-def cell_anchor(algorithm, env):
+def cell_anchor(algorithm: Any, env: Any) -> str:
     return f"cell-{slug(algorithm)}-e{env}"
 
 
@@ -84,18 +84,18 @@ class Board:
     footnotes: list = dataclasses.field(default_factory=list)   # reasons, numbered from 1
     first: str = "Algorithm"
 
-    def footnote(self, reason):
+    def footnote(self, reason: Any) -> Any:
         """The number of `reason`'s footnote, added once however many cells share it."""
         if reason not in self.footnotes:
             self.footnotes.append(reason)
         return self.footnotes.index(reason) + 1
 
 
-def _sort_value(value):
+def _sort_value(value: Any) -> Any:
     return "" if value is None else f"{value!r}"
 
 
-def _best(rows, getter, n, lower_is_better=False):
+def _best(rows: Any, getter: Any, n: Any, lower_is_better: bool = False) -> Any:
     """Per column, the best user value: the highest, or the lowest where lower is better
     (None where the column has none)."""
     best = []
@@ -106,15 +106,15 @@ def _best(rows, getter, n, lower_is_better=False):
     return best
 
 
-def _best_class(value, best):
+def _best_class(value: Any, best: Any) -> Any:
     return ("best",) if value is not None and value == best else ()
 
 
-def _name_cell(algorithm):
+def _name_cell(algorithm: Any) -> Any:
     return Cell(algorithm, sort=str(algorithm))
 
 
-def _published_row(row, sources, n_cols, extra_cols=0):
+def _published_row(row: Any, sources: Any, n_cols: Any, extra_cols: int = 0) -> Any:
     src = sources.get(row["source"], {})
     first = Cell(row["algorithm"], sort=str(row["algorithm"]), badge=src.get("title", ""),
                  source=src.get("short", row["source"]))
@@ -135,7 +135,8 @@ OVERVIEW_MISSING = ("no average: a test environment of this dataset has no selec
 AVG_MISSING = "no average over datasets: a dataset's cell of this row is X"
 
 
-def _overview_board(ov, published_rows, sources, heading=None, lower=False):
+def _overview_board(ov: Any, published_rows: Any, sources: Any, heading: Any = None,
+                    lower: bool = False) -> Any:
     n = len(ov["columns"])
     best = _best(ov["rows"], lambda r, i: r["cells"][i]["mean"], n, lower)
     best_avg = _best(ov["rows"], lambda r, i: r["avg"], 1, lower)[0]
@@ -158,23 +159,23 @@ def _overview_board(ov, published_rows, sources, heading=None, lower=False):
     return board
 
 
-def _section(s, intro=None, missing=None, boards=()):
+def _section(s: Any, intro: Any = None, missing: Any = None, boards: Any = ()) -> dict[str, Any]:
     return {"key": s["key"], "name": s["name"], "metric": s.get("metric_key", "accuracy"),
             "intro": intro, "missing": missing, "boards": list(boards)}
 
 
-def all_sections(model):
+def all_sections(model: Any) -> list[Any]:
     """The accuracy sections, then each further metric's (the metric selector's choices)."""
     return [*model["sections"], *(s for name in model.get("metrics", [])[1:]
                                   for s in model["metric_sections"][name])]
 
 
-def _metric_intro(s):
+def _metric_intro(s: Any) -> str:
     lower = " (lower is better)" if s.get("lower_is_better") else ""
     return f"Metric: {s['metric']}{lower}."
 
 
-def _index_section(s, sources):
+def _index_section(s: Any, sources: Any) -> Any:
     intro = f"{_metric_intro(s)} {RANK_NOTE}"
     if s["missing"]:
         return _section(s, intro, missing=s["missing"])
@@ -187,7 +188,7 @@ def _index_section(s, sources):
     return _section(s, intro, boards=boards)
 
 
-def site_name(model):
+def site_name(model: Any) -> str:
     """"Leaderboard of <sweep>, ..." from the input folders' names (at most three)."""
     sweeps = list(model.get("sweeps") or [])
     if not sweeps:
@@ -196,7 +197,8 @@ def site_name(model):
     return f"Leaderboard of {shown}"
 
 
-def _page(template, title, model, current="", nav=None, **context):
+def _page(template: Any, title: Any, model: Any, current: str = "", nav: Any = None,
+          **context: Any) -> Any:
     """A page of the site; `nav` [(href, text)] replaces the site's navigation."""
     if nav is None:
         nav = [("index.html", "Overview")]
@@ -208,7 +210,7 @@ def _page(template, title, model, current="", nav=None, **context):
                   built=model.get("built"), **context)
 
 
-def render_card(model, card, in_site=True):
+def render_card(model: Any, card: Any, in_site: bool = True) -> Any:
     """card_<slug>.html: a benchmark card (``analysis.card.build_card``); outside a
     leaderboard site (`in_site` False) it links to nothing but its Markdown twin."""
     label = card["dataset"]
@@ -218,12 +220,12 @@ def render_card(model, card, in_site=True):
                  back=dataset_page(label) if in_site else None)
 
 
-def _filters(model, algorithms):
+def _filters(model: Any, algorithms: Any) -> dict[str, Any]:
     return {"methods": [(s["key"], s["name"]) for s in model["sections"]],
             "algorithms": list(algorithms), "metrics": list(model.get("metrics", []))}
 
 
-def render_index(model, panels=()):
+def render_index(model: Any, panels: Any = ()) -> Any:
     """index.html; ``panels``: analysis panel views (``panels.py``) shown below."""
     sources = {s["id"]: s for s in model["sources"]}
     algorithms = sorted({r["algorithm"] for s in model["sections"] if s["overview"]
@@ -235,7 +237,7 @@ def render_index(model, panels=()):
                  panels=list(panels))
 
 
-def _dataset_board(section, table, sources):
+def _dataset_board(section: Any, table: Any, sources: Any) -> Any:
     n, lower = len(table["columns"]), bool(section.get("lower_is_better"))
     best = _best(table["rows"], lambda r, i: r["cells"][i]["mean"], n, lower)
     best_avg = _best(table["rows"], lambda r, i: r["avg"], 1, lower)[0]
@@ -260,7 +262,7 @@ def _dataset_board(section, table, sources):
     return board
 
 
-def _arithmetic_title(table, cell):
+def _arithmetic_title(table: Any, cell: Any) -> str | None:
     """The marker's title of a cell in a table whose runs were computed by several
     arithmetics (``args.arithmetic``), or None."""
     mixed = table.get("arithmetics") or []
@@ -271,7 +273,7 @@ def _arithmetic_title(table, cell):
             f"{', '.join(mixed)} (the leaderboard's --arithmetic NAME keeps one)")
 
 
-def _dataset_level_board(section, label):
+def _dataset_level_board(section: Any, label: Any) -> Any:
     """A method with dataset-level tables only (SubpopBench's): this dataset's column."""
     tables = [section["overview"], *section["extra_tables"]]
     col = section["overview"]["columns"].index(label)
@@ -284,7 +286,7 @@ def _dataset_level_board(section, label):
     return Board([t["heading"] for t in tables], rows)
 
 
-def _dataset_section(s, dataset, sources):
+def _dataset_section(s: Any, dataset: Any, sources: Any) -> tuple[Any, ...]:
     """(section view, algorithms shown) of selection method `s` on one dataset page."""
     table = next((t for t in s["tables"] if t["dataset"] == dataset["label"]), None)
     if table is None and s["overview"] and dataset["label"] in s["overview"]["columns"]:
@@ -300,7 +302,7 @@ def _dataset_section(s, dataset, sources):
             [r["algorithm"] for r in table["rows"]])
 
 
-def render_dataset(model, dataset, panels=()):
+def render_dataset(model: Any, dataset: Any, panels: Any = ()) -> Any:
     """dataset_<slug>.html; ``panels``: analysis panel views shown below the tables."""
     sources = {s["id"]: s for s in model["sources"]}
     sections, algorithms = [], set()
@@ -316,13 +318,13 @@ def render_dataset(model, dataset, panels=()):
                  panels=list(panels))
 
 
-def _run_row(x):
+def _run_row(x: Any) -> list[Any]:
     return [x["trial_seed"], x["run_dir"], x["hparams_seed"], x["step"],
             f'{100 * x["val_acc"]:.1f}', f'{100 * x["test_acc"]:.1f}', x["n_candidates"],
             json.dumps(x["hparams"], sort_keys=True)]
 
 
-def render_runs(model, section, table):
+def render_runs(model: Any, section: Any, table: Any) -> Any:
     """runs_<slug>_<method>.html: per cell, the selected run of each trial."""
     cells = []
     for r in table["rows"]:
@@ -336,7 +338,7 @@ def render_runs(model, section, table):
                  method=section["name"], cells=cells)
 
 
-def _source_boards(rows):
+def _source_boards(rows: Any) -> Any:
     """One board per (selection method, table) of a source, as the source prints it."""
     tables: dict[Any, dict] = {}
     for row in rows:
@@ -353,7 +355,7 @@ def _source_boards(rows):
     return boards
 
 
-def render_published(model, sources):
+def render_published(model: Any, sources: Any) -> Any:
     """published.html: every shipped source with its tables."""
     shown = [{"meta": src["source"], "boards": _source_boards(src["rows"])}
              for src in sources]

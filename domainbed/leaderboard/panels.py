@@ -11,6 +11,7 @@ source's.
 import csv
 import io
 import os
+from typing import Any
 
 from analysis import aotl
 from analysis.aotl.inputs import accuracies_from_records
@@ -24,7 +25,7 @@ OODSELECT_COLUMNS = ("method", "n", "r_test", "r_test_lo", "r_test_hi", "r_val")
 MAX_PANEL_FILE_BYTES = 64 << 20
 
 
-def aotl_panel(records, label, site_dir):
+def aotl_panel(records: Any, label: Any, site_dir: Any) -> tuple[Any, ...]:
     """Probit scatter, fit and well-specified verdict per leave-one-domain-out split of
     one dataset (all checkpoints of the runs with one test environment)."""
     try:
@@ -36,6 +37,7 @@ def aotl_panel(records, label, site_dir):
     splits, shown = [], []
     for row in table.to_dict("records"):
         ood = int(row["ood_env"])
+        name: str | None
         name, error = f"img/aotl_{slug(label)}_env{ood}.png", None
         try:
             aotl.plot_split(acc, dataset, ood, os.path.join(site_dir, name))
@@ -51,7 +53,7 @@ def aotl_panel(records, label, site_dir):
     return view, {"splits": splits, "notices": notices}
 
 
-def check_oodselect_dir(path):
+def check_oodselect_dir(path: Any) -> None:
     """Raise UserError unless `path` is an OODSelect output directory."""
     if not os.path.isdir(path):
         raise UserError(f"--oodselect {path!r} is not a directory")
@@ -60,21 +62,21 @@ def check_oodselect_dir(path):
                         "directory of python -m analysis.oodselect?)")
 
 
-def _read_text(path, name):
+def _read_text(path: Any, name: str) -> Any:
     """A file of the OODSelect folder: a regular file in it (no symlink, FIFO or device),
     at most MAX_PANEL_FILE_BYTES, as text."""
     data = read_regular_bytes(os.path.join(path, name), MAX_PANEL_FILE_BYTES)
     return data.decode("utf-8", errors="replace")
 
 
-def _read_summary(path):
+def _read_summary(path: Any) -> list[Any]:
     try:
         return list(csv.DictReader(io.StringIO(_read_text(path, OODSELECT_SUMMARY))))
     except (OSError, csv.Error) as e:
         raise UserError(f"--oodselect {path!r}: cannot read {OODSELECT_SUMMARY} ({e})") from None
 
 
-def _dataset_of(path):
+def _dataset_of(path: Any) -> Any:
     try:
         info = parse_json(_read_text(path, "subsets.json"))
     except OSError:
@@ -83,13 +85,13 @@ def _dataset_of(path):
     return dataset if isinstance(dataset, str) else None
 
 
-def read_oodselect(path):
+def read_oodselect(path: Any) -> dict[str, Any]:
     """{"dir", "dataset", "summary": rows} of one OODSelect output (nothing copied)."""
     check_oodselect_dir(path)
     return {"dir": path, "dataset": _dataset_of(path), "summary": _read_summary(path)}
 
 
-def oodselect_panel(path, number, site_dir):
+def oodselect_panel(path: Any, number: Any, site_dir: Any) -> tuple[Any, ...]:
     """The correlation-vs-size curve and the summary table of one OODSelect output."""
     rows = _read_summary(path)
     dataset = _dataset_of(path)
@@ -108,7 +110,7 @@ def oodselect_panel(path, number, site_dir):
     return view, {"dir": path, "dataset": dataset, "image": image, "summary": rows}
 
 
-def _short(value):
+def _short(value: Any) -> Any:
     try:
         return f"{float(value):.3f}" if "." in value else value
     except ValueError:

@@ -189,7 +189,7 @@ def frame_board(rows: list[dict[str, Any]], heading: str, digits: int = 2) -> Bo
     return board
 
 
-def _short_name(text: Any, most: int = 30) -> str:
+def _short_name(text: str, most: int = 30) -> str:
     text = str(text)
     return text if len(text) <= most else text[:most - 1] + "…"
 

@@ -1,6 +1,7 @@
 """Featurizers and classifier heads (DomainBed's networks, plus an architecture choice
 for small inputs so that a sweep yields a diverse model zoo)."""
 import os
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -56,14 +57,14 @@ class Networks:
 
 
 class Identity(nn.Module):
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x
 
 
 class MLP(nn.Module):
     """DomainBed's MLP (same parameter names, so DomainBed state dicts load)."""
 
-    def __init__(self, n_inputs, n_outputs, hparams):
+    def __init__(self, n_inputs: Any, n_outputs: int, hparams: dict[str, Any]) -> None:
         super().__init__()
         width = hparams["mlp_width"]
         self.input = nn.Linear(n_inputs, width)
@@ -73,7 +74,7 @@ class MLP(nn.Module):
         self.output = nn.Linear(width, n_outputs)
         self.n_outputs = n_outputs
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.flatten(1)
         x = F.relu(self.dropout(self.input(x)))
         for hidden in self.hiddens:
@@ -85,7 +86,7 @@ class MNIST_CNN(nn.Module):
     """DomainBed's MNIST ConvNet (the IRM paper's architecture with group norm)."""
     n_outputs = 128
 
-    def __init__(self, input_shape):
+    def __init__(self, input_shape: tuple[int, ...]) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(input_shape[0], 64, 3, 1, padding=1)
         self.conv2 = nn.Conv2d(64, 128, 3, stride=2, padding=1)
@@ -97,7 +98,7 @@ class MNIST_CNN(nn.Module):
         self.bn3 = nn.GroupNorm(8, 128)
         self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.bn0(F.relu(self.conv1(x)))
         x = self.bn1(F.relu(self.conv2(x)))
         x = self.bn2(F.relu(self.conv3(x)))
@@ -106,7 +107,7 @@ class MNIST_CNN(nn.Module):
 
 
 class _BasicBlock(nn.Module):
-    def __init__(self, c_in, c_out, stride):
+    def __init__(self, c_in: Any, c_out: Any, stride: Any) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
         self.bn1 = nn.GroupNorm(8, c_out)
@@ -115,7 +116,7 @@ class _BasicBlock(nn.Module):
         self.shortcut = Identity() if stride == 1 and c_in == c_out else nn.Sequential(
             nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.GroupNorm(8, c_out))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.bn1(self.conv1(x)))
         return F.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
 
@@ -125,7 +126,7 @@ class SmallResNet(nn.Module):
     MNIST_CNN and the MLP, for diverse model zoos)."""
     n_outputs = 128
 
-    def __init__(self, input_shape, widths=(32, 64, 128)):
+    def __init__(self, input_shape: tuple[int, ...], widths: Any = (32, 64, 128)) -> None:
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(input_shape[0], widths[0], 3, 1, 1, bias=False),
                                   nn.GroupNorm(8, widths[0]), nn.ReLU())
@@ -136,7 +137,7 @@ class SmallResNet(nn.Module):
         self.blocks = nn.Sequential(*blocks)
         self.pool = nn.AdaptiveAvgPool2d((1, 1))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.pool(self.blocks(self.stem(x))).flatten(1)
 
 
@@ -144,7 +145,7 @@ TORCHVISION_WEIGHT_FILES = {  # torchvision's IMAGENET1K_V1 files (what DomainBe
     name: spec.file for name, spec in BACKBONES.items() if spec.family == "torchvision"}
 
 
-def find_pretrained_weights(name, explicit_path=""):
+def find_pretrained_weights(name: str, explicit_path: str = "") -> Any:
     """A local weights file: the given path, or torch hub's cache. Never downloads."""
     if explicit_path:
         if not os.path.isfile(explicit_path):
@@ -164,12 +165,12 @@ class ResNet(Backbone):
     """torchvision ResNet-18/50 without its final layer (DomainBed's ResNet): a zoo backbone
     (see backbones.Backbone for batch norm and transfer modes)."""
 
-    def __init__(self, input_shape, hparams):
+    def __init__(self, input_shape: tuple[int, ...], hparams: dict[str, Any]) -> None:
         super().__init__("resnet18" if hparams["resnet18"] else "resnet50", input_shape,
                          hparams)
 
 
-def Featurizer(input_shape, hparams):
+def Featurizer(input_shape: tuple[int, ...], hparams: dict[str, Any]) -> Any:
     """DomainBed's featurizer choice by input shape; `arch` picks among small-image nets.
     Text datasets declare `text_featurizer` (see domainbed.networks.text)."""
     if "text_featurizer" in hparams:
@@ -190,7 +191,7 @@ def Featurizer(input_shape, hparams):
     return build_featurizer(input_shape, hparams)
 
 
-def Classifier(in_features, out_features, is_nonlinear=False):
+def Classifier(in_features: Any, out_features: Any, is_nonlinear: bool = False) -> Any:
     if is_nonlinear:
         return nn.Sequential(
             nn.Linear(in_features, in_features // 2), nn.ReLU(),

@@ -15,9 +15,7 @@ its args (the file name and its sha256), so runs on different weights never pool
 ``WEIGHT_SOURCES`` lists, per named backbone published at a URL, the file name the weights
 take on disk, the URL and the published checksum where one exists (torchvision's file
 names carry the first hex digits of the file's sha256, checked before every load): what a
-download script needs. Weights are read as tensors only (safetensors, or
-``torch.load(weights_only=True)``); a TorchScript archive or a pickled object is refused,
-since loading one runs the code stored in it.
+download script needs. Weights are read as tensors only (``weight_files``).
 
 Transfer mode (`transfer` hyperparameter): ``full`` trains everything (batch norm frozen
 when starting from pretrained weights, as DomainBed); ``linear_probe`` freezes the whole
@@ -26,13 +24,11 @@ precision the frozen-feature cache (``domainbed.training.feature_cache``) stores
 probe trained from the cache and one computing features on the fly see the same numbers.
 """
 import hashlib
-import io
 import os
 import re
-import warnings
-import zipfile
 from dataclasses import dataclass
 from importlib import metadata
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -47,11 +43,10 @@ from domainbed.networks.input_adapters import (
     takes_two_colours,
 )
 from domainbed.networks.text import resolve_encoder
+from domainbed.networks.weight_files import file_sha256, read_state_dict
 from oodutils.errors import UserError, require
-from oodutils.untrusted import open_input, read_input
 
 TRANSFER_MODES = ("full", "linear_probe")
-MAX_WEIGHTS_BYTES = 64 << 30   # a weights file is read whole; larger is not a model file
 PRETRAINED_INPUT_SIZE = 224  # the image size ImageNet weights are trained and evaluated at
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -108,7 +103,7 @@ _TORCHVISION_URLS = {  # torchvision's IMAGENET1K_V1 weights (what DomainBed loa
 }
 
 
-def _torchvision_spec(name, url):
+def _torchvision_spec(name: str, url: str) -> Any:
     file = url.rsplit("/", 1)[1]
     prefix = re.search(r"-([0-9a-f]{8,})\.pth$", file)
     return BackboneSpec(name, "torchvision", name, file, url,
@@ -154,7 +149,7 @@ WEIGHT_SOURCES = {  # per downloadable backbone: file name on disk, published UR
 class BackboneChoices(tuple):
     """The valid `backbone` values: the named ones, `auto`, and any `timm:<name>`."""
 
-    def __contains__(self, value):
+    def __contains__(self, value: Any) -> bool:
         return isinstance(value, str) and (tuple.__contains__(self, value) or (
             value.startswith("timm:") and len(value) > 5))
 
@@ -164,7 +159,7 @@ BACKBONE_CHOICES = BackboneChoices(("auto", *BACKBONES, "timm:<name>"))
 _weights_dir = os.environ.get("DOMAINBED_WEIGHTS_DIR", "")
 
 
-def set_weights_dir(path):
+def set_weights_dir(path: Any) -> None:
     """Where a run looks for weight files first (the train CLI's --weights_dir)."""
     global _weights_dir
     if path and not os.path.isdir(path):
@@ -172,7 +167,7 @@ def set_weights_dir(path):
     _weights_dir = path or os.environ.get("DOMAINBED_WEIGHTS_DIR", "")
 
 
-def backbone_name(hparams):
+def backbone_name(hparams: dict[str, Any]) -> Any:
     """The backbone a run builds: `auto` resolves as DomainBed (resnet18 flag)."""
     name = hparams.get("backbone", "auto") or "auto"
     if name == "auto":
@@ -183,7 +178,7 @@ def backbone_name(hparams):
     return name
 
 
-def get_spec(name):
+def get_spec(name: str) -> Any:
     if name.startswith("timm:"):
         model = name[5:]
         safe = model.replace("/", "_")
@@ -192,7 +187,7 @@ def get_spec(name):
     return BACKBONES[name]
 
 
-def _timm_hf_repo(model):
+def _timm_hf_repo(model: Any) -> Any:
     try:
         timm = require("timm", extra="backbones")
         cfg = timm.models.get_pretrained_cfg(model)
@@ -201,7 +196,7 @@ def _timm_hf_repo(model):
     return (getattr(cfg, "hf_hub_id", "") or "") if cfg is not None else ""
 
 
-def _hf_cached(repo, filenames):
+def _hf_cached(repo: Any, filenames: Any) -> Any:
     if not repo:
         return []
     try:
@@ -216,7 +211,7 @@ def _hf_cached(repo, filenames):
     return found
 
 
-def _package_file(distribution, filename):
+def _package_file(distribution: Any, filename: Any) -> list[Any]:
     """Where the installed distribution keeps `filename` (none when it is not installed);
     read from its file list, without importing it."""
     try:
@@ -226,7 +221,7 @@ def _package_file(distribution, filename):
     return [str(f.locate()) for f in files if f.name == filename]
 
 
-def candidate_paths(spec):
+def candidate_paths(spec: Any) -> Any:
     """Every place the weights of `spec` may be on disk, in the order they are tried."""
     paths = []
     if _weights_dir:
@@ -245,7 +240,7 @@ def candidate_paths(spec):
     return paths
 
 
-def locate_weights(name, hparams):
+def locate_weights(name: str, hparams: dict[str, Any]) -> Any:
     """The weights file of backbone `name` for this run; a clear error when none is on disk."""
     explicit = hparams.get("pretrained_path", "")
     if explicit:
@@ -274,24 +269,8 @@ def locate_weights(name, hparams):
         f"--hparams '{{\"pretrained\": false}}'")
 
 
-_sha256_memo = {}
 
-
-def file_sha256(path):
-    """sha256 of a regular file (memoized per path, size and modification time; a FIFO
-    or device is one error line, never a hang)."""
-    stat = os.stat(path)
-    key = (os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
-    if key not in _sha256_memo:
-        digest = hashlib.sha256()
-        with open_input(path, "weights file", follow=True) as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
-        _sha256_memo[key] = digest.hexdigest()
-    return _sha256_memo[key]
-
-
-def uses_backbone(input_shape, hparams):
+def uses_backbone(input_shape: tuple[int, ...], hparams: dict[str, Any]) -> bool:
     """True where networks.Featurizer builds a zoo backbone (large images)."""
     if len(input_shape) != 3 or "text_featurizer" in hparams:
         return False
@@ -299,7 +278,7 @@ def uses_backbone(input_shape, hparams):
     return hparams.get("arch", default) not in SMALL_ARCHS
 
 
-def text_encoder_identity(hparams):
+def text_encoder_identity(hparams: dict[str, Any]) -> Any:
     """The args entries of a run on a pretrained text encoder (`minilm`, `hf`; see
     networks.text): there `text_finetune` is the transfer mode (false: frozen, cached
     embeddings, i.e. a linear probe), and the weights' sha256 covers every weight file."""
@@ -323,7 +302,7 @@ def text_encoder_identity(hparams):
             "weights": ",".join(files), "weights_sha256": digest.hexdigest()}
 
 
-def weights_identity(input_shape, hparams):
+def weights_identity(input_shape: tuple[int, ...], hparams: dict[str, Any]) -> Any:
     """What a run records in its args about its backbone: name, transfer mode, and the
     weights' file name and sha256 ("random_init" when `pretrained` is false)."""
     if "text_featurizer" in hparams:
@@ -340,83 +319,13 @@ def weights_identity(input_shape, hparams):
     return out
 
 
-_HASH_IN_NAME = re.compile(r"-([0-9a-f]{8,64})\.(?:pth|pt|bin|safetensors)$")
 
-
-def check_name_hash(path, sha256=None):
-    """A file named like torchvision's `resnet18-f37072fd.pth` carries the first hex digits
-    of its sha256 (`sha256`: the hash of the bytes read, else the file's): a file that
-    does not match them is not the published one."""
-    match = _HASH_IN_NAME.search(os.path.basename(path))
-    sha256 = (sha256 or file_sha256(path)) if match else ""
-    if match and not sha256.startswith(match.group(1)):
-        raise UserError(f"weights file {path} does not match the sha256 prefix "
-                        f"{match.group(1)} in its name (got {sha256[:8]}); it is "
-                        "damaged or not the published file: download it again (a file of "
-                        "your own whose name only looks like a hash: rename it)")
-
-
-def _is_torchscript_archive(data):
-    """A TorchScript archive is a zip with a `code/` folder (torch.save's zips have none)."""
-    if not zipfile.is_zipfile(io.BytesIO(data)):
-        return False
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        return any(name.split("/")[1:2] == ["code"] for name in archive.namelist())
-
-
-def _read_state_dict(path, option=""):
-    """A state dict from a .safetensors or torch file, read without running code: only
-    tensors and plain containers (torch.load weights_only), never a TorchScript archive,
-    whose loading runs the code stored in it. The file is read once, a regular file only
-    (a FIFO never hangs the read); `option`: the flag that named it (--weights), whose
-    file must not be a symlink either (the zoo's files, found in caches, may be)."""
-    data = read_input(path, option or "weights file", MAX_WEIGHTS_BYTES,
-                      follow=not option)
-    check_name_hash(path, hashlib.sha256(data).hexdigest())
-    if path.endswith(".safetensors"):
-        return _safetensors_state(path, data)
-    try:
-        if _is_torchscript_archive(data):  # torch 2.4's torch.load would load it, not refuse
-            raise RuntimeError("a TorchScript archive")
-        with warnings.catch_warnings():  # torch warns of TorchScript before refusing it
-            warnings.simplefilter("ignore", UserWarning)
-            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception as e:  # an unpickler refusal, a TorchScript archive, a damaged file
-        raise UserError(  # torch's own text advises weights_only=False: not repeated here
-            f"cannot read weights file {path} as tensors only ({type(e).__name__}); "
-            "weights are loaded only from "
-            "safetensors or plain torch state dicts, never TorchScript archives or "
-            "pickled objects, because loading those runs code stored in the file (OpenAI's "
-            "CLIP .pt files are TorchScript: use the open_clip_model.safetensors file of the "
-            "backbone's Hugging Face repository instead)") from None
-    for key in ("state_dict", "model", "model_dict"):
-        if isinstance(state, dict) and isinstance(state.get(key), dict):
-            state = state[key]
-    if not isinstance(state, dict):
-        raise UserError(f"weights file {path} holds a {type(state).__name__}, not a state "
-                        "dict of tensors")
-    return state
-
-
-def _safetensors_state(path, data):
-    """The tensors of a safetensors file's bytes; a malformed one (a huge or torn header,
-    bad JSON, an unknown dtype, offsets past its end, a pickle under that name) is one
-    error line."""
-    load = require("safetensors.torch", extra="backbones").load
-    try:
-        return load(data)
-    except Exception as e:   # SafetensorError, or a dtype torch lacks
-        reason = " ".join(str(e).split())[:200] or type(e).__name__
-        raise UserError(f"weights file {path} is not a valid safetensors file ({reason})"
-                        ) from None
-
-
-def _rename_old_densenet_keys(state):
+def _rename_old_densenet_keys(state: Any) -> dict[Any, Any]:
     """torchvision's published DenseNet files use `norm.1`, today's modules `norm1`."""
     return {re.sub(r"\.(norm|relu|conv)\.([12])\.", r".\1\2.", k): v for k, v in state.items()}
 
 
-def _strip_last_linear(model):
+def _strip_last_linear(model: Any) -> Any:
     """Replace the model's last Linear (the classifier) by Identity; its input width."""
     name, linear = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)][-1]
     parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
@@ -424,7 +333,7 @@ def _strip_last_linear(model):
     return linear.in_features
 
 
-def _adapt_stem(model, n_channels):
+def _adapt_stem(model: Any, n_channels: Any) -> None:
     """DomainBed's ResNet stem for inputs with other channel counts (weights cycled)."""
     weight = model.conv1.weight.data.clone()
     model.conv1 = nn.Conv2d(n_channels, 64, 7, 2, 3, bias=False)
@@ -432,7 +341,7 @@ def _adapt_stem(model, n_channels):
         model.conv1.weight.data[:, i] = weight[:, i % 3]
 
 
-def load_by_order(model, state, path):
+def load_by_order(model: Any, state: Any, path: Any) -> None:
     """Load weights saved under another implementation's key names: the file's i-th tensor
     into the model's i-th, each checked in shape and kind (weight, bias, running_mean ...)
     first, so that a file of another architecture fails loudly instead of loading."""
@@ -448,12 +357,12 @@ def load_by_order(model, state, path):
     model.load_state_dict(dict(zip(target, state.values())))
 
 
-def _torchvision_classifier(spec, input_shape, path):
+def _torchvision_classifier(spec: Any, input_shape: tuple[int, ...], path: Any) -> Any:
     """torchvision's whole model (classifier included), with the weights at `path`."""
     kwargs = {"image_size": input_shape[1]} if spec.model.startswith("vit_") else {}
     model = torchvision.models.get_model(spec.model, weights=None, **kwargs)
     if path:
-        state = _read_state_dict(path)
+        state = read_state_dict(path)
         if spec.model.startswith("densenet"):
             state = _rename_old_densenet_keys(state)
         if kwargs and "encoder.pos_embedding" in state:
@@ -462,7 +371,7 @@ def _torchvision_classifier(spec, input_shape, path):
     return model
 
 
-def _build_torchvision(spec, input_shape, path):
+def _build_torchvision(spec: Any, input_shape: tuple[int, ...], path: Any) -> tuple[Any, ...]:
     model = _torchvision_classifier(spec, input_shape, path)
     n_outputs = _strip_last_linear(model)
     if input_shape[0] != 3:
@@ -473,7 +382,7 @@ def _build_torchvision(spec, input_shape, path):
     return model, n_outputs
 
 
-def _timm_classifier(spec, input_shape, path, **kwargs):
+def _timm_classifier(spec: Any, input_shape: tuple[int, ...], path: Any, **kwargs: Any) -> Any:
     """timm's model with the weights at `path` (its classifier too, unless kwargs say
     num_classes=0)."""
     timm = require("timm", extra="backbones")
@@ -488,11 +397,11 @@ def _timm_classifier(spec, input_shape, path, **kwargs):
             raise UserError(f"timm has no model {spec.model!r}") from None
         raise
     if path and spec.keys_by_order:
-        load_by_order(model, _read_state_dict(path), path)
+        load_by_order(model, read_state_dict(path), path)
     return model
 
 
-def _build_timm(spec, input_shape, path):
+def _build_timm(spec: Any, input_shape: tuple[int, ...], path: Any) -> tuple[Any, ...]:
     if input_shape[0] != 3:
         raise UserError(f"backbone {spec.name} needs 3-channel images")
     if spec.keys_by_order:  # the file's tensors include the classifier's
@@ -504,7 +413,7 @@ def _build_timm(spec, input_shape, path):
     return model, width
 
 
-def _build_open_clip(spec, input_shape, path):
+def _build_open_clip(spec: Any, input_shape: tuple[int, ...], path: Any) -> tuple[Any, ...]:
     open_clip = require("open_clip", extra="backbones")
     if input_shape[0] != 3:
         raise UserError(f"backbone {spec.name} needs 3-channel images")
@@ -512,7 +421,7 @@ def _build_open_clip(spec, input_shape, path):
                                    force_image_size=tuple(input_shape[1:3]))
     visual = model.visual
     if path:
-        state = _read_state_dict(path)
+        state = read_state_dict(path)
         state = {k[len("visual."):]: v for k, v in state.items() if k.startswith("visual.")}
         if "positional_embedding" in state and \
                 state["positional_embedding"].shape != visual.positional_embedding.shape:
@@ -528,10 +437,11 @@ BUILDERS = {"torchvision": _build_torchvision, "timm": _build_timm,
 CLASSIFIERS = {"torchvision": _torchvision_classifier, "timm": _timm_classifier}
 
 
-_SHARED_FROZEN = {}  # (name, input shape, weights file) -> the built frozen network
+_SHARED_FROZEN: dict[Any, Any] = {}  # (name, input shape, weights file) -> the built frozen network
 
 
-def _build_network(spec, input_shape, path, hparams):
+def _build_network(spec: Any, input_shape: tuple[int, ...], path: Any,
+                   hparams: dict[str, Any]) -> tuple[Any, ...]:
     """The network of a backbone as the datasets feed it; (network, feature width)."""
     if takes_two_colours(input_shape, hparams):
         size = PRETRAINED_INPUT_SIZE
@@ -541,7 +451,8 @@ def _build_network(spec, input_shape, path, hparams):
     return _takes_imagenet_inputs(network, spec), width
 
 
-def _frozen_pretrained(spec, input_shape, path, hparams):
+def _frozen_pretrained(spec: Any, input_shape: tuple[int, ...], path: Any,
+                       hparams: dict[str, Any]) -> Any:
     """A linear probe's frozen pretrained network, built once per process and shared by
     every probe on it (nothing trains it). It is built without touching the global RNG
     (its random initialization is overwritten by the weights anyway), so a probe's head
@@ -566,7 +477,7 @@ class Backbone(nn.Module):
     features themselves instead of images.
     """
 
-    def __init__(self, name, input_shape, hparams):
+    def __init__(self, name: str, input_shape: tuple[int, ...], hparams: dict[str, Any]) -> None:
         super().__init__()
         transfer = hparams.get("transfer", "full")
         if transfer not in TRANSFER_MODES:
@@ -587,17 +498,17 @@ class Backbone(nn.Module):
             self.network.requires_grad_(False).eval()
         self.train()
 
-    def features(self, x):
+    def features(self, x: torch.Tensor) -> Any:
         """The backbone's output for images x (float16-rounded when frozen)."""
         if not self.linear_probe:
             return self.network(x)
         with torch.no_grad():
             return self.network(x).float().half().float()
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout(x.float() if self.takes_features else self.features(x))
 
-    def train(self, mode=True):
+    def train(self, mode: bool = True) -> Any:
         """A frozen network stays in eval mode and is not walked (a stack of 500 probes
         would walk its hundreds of modules twice per probe and checkpoint)."""
         if not self.linear_probe:
@@ -610,13 +521,13 @@ class Backbone(nn.Module):
                 child.train(mode)
         return self
 
-    def freeze_bn(self):
+    def freeze_bn(self) -> None:
         if self.frozen_bn:
             for m in self.network.modules():
                 if isinstance(m, nn.modules.batchnorm._BatchNorm):
                     m.eval()
 
 
-def build_featurizer(input_shape, hparams):
+def build_featurizer(input_shape: tuple[int, ...], hparams: dict[str, Any]) -> Any:
     """The featurizer of large-image runs: the `backbone` hyperparameter's network."""
     return Backbone(backbone_name(hparams), input_shape, hparams)

@@ -16,7 +16,7 @@ What a user of the field expects:
   the dataset's class k (e.g. ImageNet classes for a dataset's classes); a class's logit is
   the log-sum-exp of its outputs. Without it, the outputs must be the dataset's classes.
 
-Weights are read without running code (``_read_state_dict``: safetensors or
+Weights are read without running code (``read_state_dict``: safetensors or
 ``torch.load(weights_only=True)``, a hash prefix in the file name checked).
 """
 import contextlib
@@ -24,6 +24,8 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -32,15 +34,14 @@ from domainbed.networks.backbones import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     _build_open_clip,
-    _read_state_dict,
     _takes_imagenet_inputs,
     _timm_classifier,
     _torchvision_classifier,
     backbone_name,
-    file_sha256,
     get_spec,
     locate_weights,
 )
+from domainbed.networks.weight_files import file_sha256, read_state_dict
 from oodutils.errors import UserError, require
 from oodutils.untrusted import open_input, parse_json, read_input
 
@@ -53,12 +54,12 @@ class OutsideClassifier(nn.Module):
     """An outside model as an algorithm for evaluation: `predict(x)` gives one logit per
     dataset class (through the class map where given)."""
 
-    def __init__(self, network, class_map=None):
+    def __init__(self, network: Any, class_map: Any = None) -> None:
         super().__init__()
         self.network = network
         self.class_map = class_map
 
-    def predict(self, x):
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
         out = self.network(x)
         logits = getattr(out, "logits", out)   # Hugging Face models return an output object
         if self.class_map is None:
@@ -67,7 +68,7 @@ class OutsideClassifier(nn.Module):
                            dim=1)
 
 
-def read_class_map(path, num_classes):
+def read_class_map(path: Any, num_classes: int) -> Any:
     """The --class_map file: a JSON list of num_classes entries, each an output index or a
     non-empty list of them; as a list of index lists."""
     try:
@@ -91,12 +92,12 @@ def read_class_map(path, num_classes):
     return out
 
 
-def _last_linear(model):
+def _last_linear(model: Any) -> tuple[Any, ...]:
     name, linear = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)][-1]
     return name, linear
 
 
-def _replace_head(model, name, n_outputs):
+def _replace_head(model: Any, name: str, n_outputs: int) -> None:
     """The model with its last Linear (`name`) replaced by one with n_outputs."""
     old = model.get_submodule(name)
     parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
@@ -104,7 +105,7 @@ def _replace_head(model, name, n_outputs):
             nn.Linear(old.in_features, n_outputs, bias=old.bias is not None))
 
 
-def _load_strict(model, state, path):
+def _load_strict(model: Any, state: Any, path: Any) -> None:
     try:
         model.load_state_dict(state)
     except RuntimeError as e:
@@ -112,12 +113,12 @@ def _load_strict(model, state, path):
         raise UserError(f"weights file {path} does not fit the model: {detail[:300]}") from None
 
 
-def _whole_classifier(spec, input_shape, weights):
+def _whole_classifier(spec: Any, input_shape: tuple[int, ...], weights: Any) -> Any:
     """torchvision / timm: the library's model, with the --weights file's head size."""
     build = _torchvision_classifier if spec.family == "torchvision" else _timm_classifier
     if not weights:
         return build(spec, input_shape, locate_weights(spec.name, {}))
-    state = _read_state_dict(weights, "--weights")
+    state = read_state_dict(weights, "--weights")
     model = build(spec, input_shape, None)
     name, _ = _last_linear(model)
     head = state.get(f"{name}.weight")
@@ -130,22 +131,22 @@ def _whole_classifier(spec, input_shape, weights):
 
 
 class _TowerAndHead(nn.Module):
-    def __init__(self, visual, head):
+    def __init__(self, visual: Any, head: Any) -> None:
         super().__init__()
         self.visual, self.head = visual, head
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.visual(x))
 
 
-def _tower_and_head(spec, input_shape, weights):
+def _tower_and_head(spec: Any, input_shape: tuple[int, ...], weights: Any) -> tuple[Any, ...]:
     """open_clip: (the image tower and the linear head of the --weights file, the zoo's
     weights file the tower was read from: "" when --weights holds the tower)."""
     if not weights:
         raise UserError(f"{spec.name} is an image tower without a classifier: pass --weights "
                         f"FILE with a linear head (head.weight, head.bias; optionally the "
                         f"tower as visual.*)")
-    state = _read_state_dict(weights, "--weights")
+    state = read_state_dict(weights, "--weights")
     head = state.get("head.weight")
     if not isinstance(head, torch.Tensor) or head.dim() != 2:
         raise UserError(f"weights file {weights} has no head.weight (a linear head "
@@ -164,8 +165,10 @@ def _tower_and_head(spec, input_shape, weights):
 
 class _Normalized(nn.Module):
     """ImageNet-normalized inputs re-normalized to another mean and std."""
+    scale: torch.Tensor
+    shift: torch.Tensor
 
-    def __init__(self, network, mean, std):
+    def __init__(self, network: Any, mean: Any, std: Any) -> None:
         super().__init__()
         self.network = network
         mean, std = torch.tensor(mean, dtype=torch.float32), torch.tensor(std, dtype=torch.float32)
@@ -174,11 +177,11 @@ class _Normalized(nn.Module):
         self.register_buffer("shift", ((torch.tensor(IMAGENET_MEAN) - mean) / std
                                        ).view(1, -1, 1, 1), persistent=False)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.network(x * self.scale + self.shift)
 
 
-def _hugging_face(folder, weights):
+def _hugging_face(folder: str, weights: Any) -> Any:
     if weights:
         raise UserError("a Hugging Face model (hf:DIR) takes its weights from its folder; "
                         "leave out --weights")
@@ -211,7 +214,7 @@ def _hugging_face(folder, weights):
 
 
 @contextlib.contextmanager
-def quiet_logger(name, level=logging.ERROR):
+def quiet_logger(name: str, level: Any = logging.ERROR) -> Iterator[Any]:
     """A library's logger kept below `level` for the block (its own warnings repeat, in
     many lines, what one error line here says)."""
     logger = logging.getLogger(name)
@@ -224,7 +227,7 @@ def quiet_logger(name, level=logging.ERROR):
 
 
 @contextlib.contextmanager
-def quiet_transformers(transformers):
+def quiet_transformers(transformers: Any) -> Iterator[Any]:
     """transformers' load report and progress bar kept out of the terminal for the
     block, as they were after it."""
     hf_logging = transformers.utils.logging
@@ -238,7 +241,7 @@ def quiet_transformers(transformers):
             hf_logging.enable_progress_bar()
 
 
-def check_loaded(folder, model, info):
+def check_loaded(folder: str, model: Any, info: Any) -> None:
     """A model some of whose weights were not in its file (initialised at random, which
     transformers only warns of) is refused: its scores would be a random model's."""
     missing = list(info.get("missing_keys") or []) + \
@@ -250,7 +253,7 @@ def check_loaded(folder, model, info):
                         f"random; a model whose weights did not load is never scored")
 
 
-def _output_width(model):
+def _output_width(model: Any) -> Any:
     config = getattr(model, "config", None) or getattr(getattr(model, "network", None),
                                                        "config", None)
     if config is not None and getattr(config, "num_labels", None):
@@ -258,7 +261,7 @@ def _output_width(model):
     return _last_linear(model)[1].out_features
 
 
-def _files_identity(paths):
+def _files_identity(paths: Any) -> dict[str, Any]:
     """weights / weights_sha256 of the model's weight files: one file's name and sha256;
     several (an open_clip head and the zoo's tower) named in order, comma-separated, with
     the sha256 of their "name:sha256" lines (as a text encoder's files are recorded)."""
@@ -271,7 +274,8 @@ def _files_identity(paths):
             "weights_sha256": digest.hexdigest()}
 
 
-def outside_classifier(name, input_shape, num_classes, weights="", class_map=None):
+def outside_classifier(name: str, input_shape: tuple[int, ...], num_classes: int, weights: str = "",
+                       class_map: Any = None) -> tuple[Any, ...]:
     """(OutsideClassifier, identity entries for the record's args) of model `name`; its
     outputs must be the dataset's num_classes classes, or cover the class map."""
     if name.startswith(HF_PREFIX):

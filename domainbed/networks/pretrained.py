@@ -1,6 +1,8 @@
 """Whole pretrained classifiers of the backbone zoo (ImageNet head included) and the
 preprocessing their weights expect: to check that weights on disk are what they claim
 (an ImageNet photo gets its ImageNet class) and to use them outside a training run."""
+from typing import Any
+
 from torchvision import transforms
 
 from domainbed.networks.backbones import (
@@ -16,7 +18,7 @@ INPUT_SIZE = PRETRAINED_INPUT_SIZE
 CROP_FRACTION = 0.875  # resize to 256, center-crop 224: the usual ImageNet evaluation
 
 
-def preprocessing(name):
+def preprocessing(name: str) -> Any:
     """The transform from a PIL image to backbone `name`'s input: resized, center-cropped
     to 224 and normalized as its weights were trained (mean and std of its spec)."""
     spec = get_spec(backbone_name({"backbone": name}))
@@ -27,7 +29,7 @@ def preprocessing(name):
         transforms.Normalize(spec.mean, spec.std)])
 
 
-def pretrained_model(name):
+def pretrained_model(name: str) -> tuple[Any, ...]:
     """(model, transform): backbone `name`'s whole pretrained classifier in eval mode, its
     weights found on disk as a run finds them (UserError where they are not), and
     ``preprocessing(name)``."""

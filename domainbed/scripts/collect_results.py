@@ -45,7 +45,7 @@ logger = get_logger(__name__)
 EPILOG = epilog_example("domainbed-collect-results", "domainbed.scripts.collect_results",
                         "--input_dir sweeps/s1 --format markdown")
 
-def parse_args(argv=None):
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = ArgumentParser(
         prog="domainbed-collect-results",
         description="Results tables of a sweep (DomainBed's collect_results)",
@@ -85,14 +85,14 @@ def parse_args(argv=None):
     return args
 
 
-def check_metric_name(name):
+def check_metric_name(name: str) -> None:
 
     if name == "class_acc" or (name not in METRICS and not re.fullmatch(r"acc_class\d+", name)):
         raise UserError(f"--metric {name!r}: not one of "
                         f"{', '.join(m for m in METRICS if m != 'class_acc')} or acc_class<k>")
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     check_outputs((args.export_selected, "--export_selected", True))
     if args.latex and args.format not in (None, "latex"):
@@ -141,7 +141,7 @@ def main(argv=None):
             logger.warning(f"warning: could not save {path}: {e}")
     return 0
 
-def cli():
+def cli() -> None:
     """The `domainbed-collect-results` console command ([project.scripts])."""
     sys.exit(run_cli(main))
 

@@ -6,6 +6,7 @@ the model joins collect_results tables, leaderboards, accuracy-on-the-line fits 
 OODSelect zoos."""
 import argparse
 import sys
+from typing import Any
 
 from domainbed.hub_options import add_hf_flags, fold_hf_flags
 from domainbed.training.config import EVAL_SPLITS_HELP, RunConfig
@@ -40,7 +41,7 @@ TRUST_PICKLE_HELP = (
 DATA_OPTIONS = ("dataset", "test_envs", "trial_seed", "data_seed", "holdout_fraction")
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="domainbed-evaluate", description=__doc__.split("\n\n")[0],
                        epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -80,7 +81,7 @@ def build_parser():
     return p
 
 
-def run_options(args):
+def run_options(args: Any) -> Any:
     """The RunConfig fields of the evaluation: those always set, and the data options
     only where given."""
     options = {"output_dir": args.output_dir, "data_dir": args.data_dir,
@@ -91,7 +92,7 @@ def run_options(args):
     return options
 
 
-def check_args(args):
+def check_args(args: Any) -> None:
     if args.checkpoint and (args.weights or args.class_map):
         raise UserError("--weights and --class_map go with --model; a --checkpoint holds "
                         "its own weights")
@@ -102,7 +103,7 @@ def check_args(args):
         raise UserError("--model needs --dataset (the dataset to score it on)")
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args)
     check_outputs((args.output_dir, "--output_dir", True))
@@ -124,7 +125,7 @@ def main(argv=None):
     return 0
 
 
-def cli():
+def cli() -> None:
     """The `domainbed-evaluate` console command ([project.scripts])."""
     sys.exit(run_cli(main))
 

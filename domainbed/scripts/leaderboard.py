@@ -31,7 +31,7 @@ EPILOG = epilog_example("domainbed-leaderboard", "domainbed.scripts.leaderboard"
                         "--input_dir sweeps/s1 --output_dir site")
 
 
-def parse_args(argv=None):
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = ArgumentParser(prog="domainbed-leaderboard", description=__doc__.split("\n\n")[0],
                        epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -61,7 +61,7 @@ def parse_args(argv=None):
     return args
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     check_outputs((args.output_dir, "--output_dir", True))
     from domainbed.leaderboard.site import SiteExtras, build_site
@@ -79,7 +79,7 @@ def main(argv=None):
     return 0
 
 
-def cli():
+def cli() -> None:
     """The `domainbed-leaderboard` console command ([project.scripts])."""
     sys.exit(run_cli(main))
 

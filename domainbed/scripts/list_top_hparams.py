@@ -8,6 +8,7 @@ Without --algorithm every algorithm run on the dataset is listed, one after anot
 """
 import argparse
 import sys
+from typing import Any
 
 from domainbed.hub_options import add_hf_flags, fold_hf_flags
 from domainbed.results import grouping, model_selection
@@ -23,7 +24,7 @@ EPILOG = epilog_example("domainbed-list-top-hparams", "domainbed.scripts.list_to
                         "--input_dir sweeps/s1 --dataset ColoredMNIST --test_env 2")
 
 
-def parse_args(argv=None):
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = ArgumentParser(
         prog="domainbed-list-top-hparams",
         description="List hyperparameter settings by validation accuracy "
@@ -46,11 +47,11 @@ def parse_args(argv=None):
     return args
 
 
-def _groups_for(records, dataset, algorithm, test_env):
+def _groups_for(records: Any, dataset: Any, algorithm: Any, test_env: Any) -> Any:
     """{(algorithm, dataset label): [(trial_seed, records)]} for the requested cell."""
     labels = grouping.dataset_labels(records)
     wanted = {label for (name, _), label in labels.items() if name == dataset}
-    out = {}
+    out: dict[Any, Any] = {}
     for key, group in grouping.group_records(records, labels).items():
         if key.dataset in wanted and key.test_env == test_env and \
                 (algorithm is None or key.algorithm == algorithm):
@@ -60,7 +61,7 @@ def _groups_for(records, dataset, algorithm, test_env):
     return out
 
 
-def _check_request(records, args):
+def _check_request(records: Any, args: Any) -> None:
     datasets = sorted({str(r["args"].get("dataset")) for r in records})
     if args.dataset not in datasets:
         raise UserError(f"no records for dataset {args.dataset!r}; datasets in the "
@@ -76,12 +77,12 @@ def _check_request(records, args):
                         f"test envs in the records: {', '.join(map(str, envs))}")
 
 
-def _run_acc_text(run_acc):
+def _run_acc_text(run_acc: Any) -> str:
     shown = {k: run_acc[k] for k in ("val_acc", "test_acc", "step") if k in run_acc}
     return str(shown)
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     loaded = load_records(args.input_dir, require_done=not args.include_unfinished,
                           quiet=True, fields=TABLE_FIELDS)
@@ -132,7 +133,7 @@ def main(argv=None):
                             print(f"\t\t\t{run_dir}")
     return 0
 
-def cli():
+def cli() -> None:
     """The `domainbed-list-top-hparams` console command ([project.scripts])."""
     sys.exit(run_cli(main))
 

@@ -3,6 +3,7 @@ computes them from each run's saved predictions (and logits, where saved: nll, e
 and auroc need them) into `metrics.jsonl` beside its results.jsonl, which stays untouched."""
 import argparse
 import sys
+from typing import Any
 
 from domainbed.predictions import run_metrics
 from domainbed.results.records import load_records
@@ -16,7 +17,7 @@ EPILOG = epilog_example("domainbed-metrics", "domainbed.scripts.metrics",
                         "--input_dir sweeps/s1 --metrics ece balanced_acc")
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="domainbed-metrics", description=__doc__.split("\n\n")[0],
                        epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -29,13 +30,13 @@ def build_parser():
     return p
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args)
     names = check_metrics(args.metrics)
     loaded = load_records(args.input_dir, require_done=not args.include_unfinished,
                           quiet=True)
-    runs = {}
+    runs: dict[Any, Any] = {}
     for record in loaded.records:
         runs.setdefault(record["run_dir"], record)
     if not runs:
@@ -56,7 +57,7 @@ def main(argv=None):
     return 0
 
 
-def cli():
+def cli() -> None:
     """The `domainbed-metrics` console command ([project.scripts])."""
     sys.exit(run_cli(main))
 

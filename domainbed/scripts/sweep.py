@@ -19,6 +19,7 @@ import argparse
 import math
 import os
 import sys
+from typing import Any
 
 from domainbed.hub_options import add_hf_flags, fold_hf_flags
 from domainbed.launch import launchers
@@ -63,7 +64,7 @@ TO_LAUNCH = INCOMPLETE + (NOT_LAUNCHED,)
 
 # Our train flags that the sweep can pass through; a flag left unset is not passed, so
 # job hashes stay equal to DomainBed's for a DomainBed-style sweep.
-PASS_THROUGH = {   # name -> argparse kwargs
+PASS_THROUGH: dict[str, dict[str, Any]] = {   # name -> argparse kwargs
     "data_seed": dict(type=int, default=None,
                       help="seed of the environments' data (train.py's --data_seed)"),
     "precision": dict(type=str, default=None,
@@ -102,7 +103,7 @@ PASS_THROUGH = {   # name -> argparse kwargs
 }
 
 
-def ask_for_confirmation(skip, prompt="Are you sure? (y/n) "):
+def ask_for_confirmation(skip: Any, prompt: str = "Are you sure? (y/n) ") -> bool:
     """True to go on. Without a terminal to ask on, --skip_confirmation is required."""
     if skip:
         return True
@@ -121,7 +122,7 @@ def ask_for_confirmation(skip, prompt="Are you sure? (y/n) "):
     return True
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(
         prog="domainbed-sweep",
         description="Run a sweep of train jobs (DomainBed's sweep flags).",
@@ -194,7 +195,7 @@ SWEEP_LIMITS = {"n_trials": (1, MAX_JOBS), "n_hparams_from": (0, MAX_JOBS),
                 "slurm_cpus": (1, 4096), "slurm_array_parallelism": (1, MAX_JOBS)}
 
 
-def check_numbers(args):
+def check_numbers(args: Any) -> None:
     """Every numeric option of the sweep within bounds (one error line); the train
     options it passes on are checked per job by RunConfig."""
     for name, (low, high) in SWEEP_LIMITS.items():
@@ -210,7 +211,7 @@ def check_numbers(args):
                         f"environments; at most {MAX_JOBS}")
 
 
-def check_args(args):
+def check_args(args: Any) -> None:
     check_numbers(args)
     if args.n_hparams <= args.n_hparams_from:
         raise UserError(f"--n_hparams ({args.n_hparams}) must be greater than "
@@ -231,7 +232,7 @@ def check_args(args):
         check_eval_splits(args.eval_splits)
 
 
-def hf_names(datasets, values):
+def hf_names(datasets: Any, values: Any) -> list[Any]:
     """The datasets with the --hf_* flags folded into every hf: name (the flags with no
     hf: dataset are an error, as train's)."""
     if not any(str(d).startswith("hf:") for d in datasets):
@@ -240,12 +241,12 @@ def hf_names(datasets, values):
     return [fold_hf_flags(d, values) if str(d).startswith("hf:") else d for d in datasets]
 
 
-def _needs_data_dir(datasets):
+def _needs_data_dir(datasets: Any) -> bool:
     """Whether any dataset needs files (the MNIST family and Debug build themselves)."""
     return any(getattr(get_dataset_class(d), "NEEDS_DATA_DIR", True) for d in datasets)
 
 
-def print_status(jobs, sweep_dir):
+def print_status(jobs: Any, sweep_dir: str) -> None:
     """One line per job (its run directory's state, and Slurm's where the slurm launcher
     submitted it and it has not finished), then the counts."""
     view = slurm_view(jobs, sweep_dir)
@@ -257,7 +258,7 @@ def print_status(jobs, sweep_dir):
         print(summarize_view(view))
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args)
     if args.command == "launch":
@@ -319,7 +320,7 @@ def main(argv=None):
         delete(to_delete)
     return 0
 
-def cli():
+def cli() -> None:
     """The `domainbed-sweep` console command ([project.scripts])."""
     sys.exit(run_cli(main))
 

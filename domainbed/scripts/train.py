@@ -2,6 +2,7 @@
 (DomainBed's flags, plus --data_seed, --precision, --save_logits, resume on rerun).
 The options are `domainbed.RunConfig`'s fields; the parser is generated from it."""
 import sys
+from typing import Any
 
 from domainbed.training.config import RunConfig, build_parser
 from oodutils.errors import run_cli
@@ -10,7 +11,8 @@ from oodutils.log import configure, get_logger
 logger = get_logger(__name__)
 
 
-def parse_args(argv=None, configure_logging=False):
+def parse_args(argv: list[str] | None = None,
+               configure_logging: bool = False) -> RunConfig:
     """The run's RunConfig. -v / -q set the messages (with ``configure_logging``) and are
     then dropped: how chatty a run is is not part of what it is (its records' args)."""
     namespace = build_parser().parse_args(argv)
@@ -19,7 +21,7 @@ def parse_args(argv=None, configure_logging=False):
     return RunConfig.from_namespace(namespace)
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> None:
     config = parse_args(argv, configure_logging=True)
     from domainbed.training import distributed, run  # torch: once the flags are checked
     results = run.run_config(config, notify=logger.info)
@@ -27,7 +29,7 @@ def main(argv=None):
         print(summary(config.output_dir, results), flush=True)
 
 
-def summary(output_dir, results):
+def summary(output_dir: str, results: Any) -> Any:
     """What the run left where: its directory and the last checkpoint's accuracies."""
     lines = [f"run directory: {output_dir}"]
     if results is None:
@@ -39,7 +41,7 @@ def summary(output_dir, results):
     return "\n".join(lines)
 
 
-def cli():
+def cli() -> None:
     """The `domainbed-train` console command ([project.scripts])."""
     sys.exit(run_cli(main))
 

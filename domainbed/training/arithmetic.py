@@ -11,6 +11,7 @@ record without the key (DomainBed's own, or this project's before it) counts as
 """
 import json
 import re
+from typing import Any
 
 import torch
 
@@ -23,26 +24,26 @@ SAME_NUMBERS = ({SINGLE, FUSED_EXACT},)
 ARGS_KEYS = ("arithmetic", "torch_version", "device_kind")
 
 
-def data_parallel(world_size):
+def data_parallel(world_size: int) -> str:
     return f"data-parallel-{int(world_size)}"
 
 
-def is_name(name):
+def is_name(name: str) -> Any:
     return name in NAMES[:4] or bool(re.fullmatch(r"data-parallel-[1-9][0-9]*", str(name)))
 
 
-def of_record(record):
+def of_record(record: Any) -> Any:
     """The arithmetic that computed a record (a dict): `single` when its args do not say."""
     args = record.get("args") if isinstance(record, dict) else None
     name = args.get("arithmetic") if isinstance(args, dict) else None
     return name if isinstance(name, str) else SINGLE
 
 
-def same_numbers(a, b):
+def same_numbers(a: Any, b: Any) -> Any:
     return a == b or any({a, b} <= group for group in SAME_NUMBERS)
 
 
-def device_kind(device):
+def device_kind(device: torch.device | str) -> Any:
     """`cpu`, or an accelerator's type and name (`cuda (NVIDIA H200)`)."""
     device = torch.device(device)
     if device.type == "cuda":
@@ -50,7 +51,7 @@ def device_kind(device):
     return device.type
 
 
-def args_entries(name, device):
+def args_entries(name: str, device: torch.device | str) -> dict[str, Any]:
     """The record `args` entries of a run computed in `name` on `device`."""
     if not is_name(name):
         raise ValueError(f"unknown arithmetic {name!r}; one of {', '.join(NAMES)}")
@@ -58,7 +59,7 @@ def args_entries(name, device):
             "device_kind": device_kind(device)}
 
 
-def resume_problem(vouched_records, name):
+def resume_problem(vouched_records: Any, name: str) -> str | None:
     """Why a run computed in `name` may not continue the run whose resume state vouches
     for `vouched_records` (JSON lines), or None."""
     previous = None

@@ -14,6 +14,7 @@ not (a range where torch draws 64 bits, another torch), or a sampler draws weigh
 (`torch.multinomial`), each sampler draws its own, as before. Same numbers either way.
 """
 import functools
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,7 +27,7 @@ MAX_BULK_RANGE = 1 << 24  # ranges checked by bulk_draw_matches_torch (larger: p
 _U32 = np.uint32
 
 
-def mt19937_outputs(seeds, count):
+def mt19937_outputs(seeds: Any, count: Any) -> Any:
     """The first `count` 32-bit outputs of mt19937 seeded (init_genrand) with each of
     `seeds`: array [len(seeds), count] of uint32 (a transposed view). `count` at most 227."""
     if not 0 < count <= MAX_COUNT:
@@ -55,13 +56,13 @@ def mt19937_outputs(seeds, count):
             np.right_shift(y, _U32(-shift), out=scratch)
         else:
             np.left_shift(y, _U32(shift), out=scratch)
-            scratch &= _U32(mask)
+            scratch &= _U32(mask)  # type: ignore[arg-type]
         y ^= scratch
     return y.T
 
 
 @functools.lru_cache(maxsize=None)
-def bulk_draw_matches_torch(n, count):
+def bulk_draw_matches_torch(n: Any, count: Any) -> bool:
     """Whether this torch's `randint(n, (count,))` on a freshly seeded CPU generator is the
     twister's outputs modulo n (checked on a few seeds, once per (n, count))."""
     if n > MAX_BULK_RANGE or not 0 < count <= MAX_COUNT:
@@ -76,11 +77,11 @@ def bulk_draw_matches_torch(n, count):
     return True
 
 
-def _bulk_ready(sampler):
+def _bulk_ready(sampler: Any) -> Any:
     return sampler.weights is None and bulk_draw_matches_torch(sampler.n, sampler.batch_size)
 
 
-def draw_indices(samplers, steps):
+def draw_indices(samplers: Any, steps: Any) -> Any:
     """Indices [len(steps), len(samplers), batch] (int64), row [t, i] equal to
     `samplers[i].indices(steps[t])`; the samplers share one batch size."""
     sizes = {s.batch_size for s in samplers}
@@ -99,7 +100,7 @@ def draw_indices(samplers, steps):
     return torch.from_numpy(out)
 
 
-def _bulk(samplers, steps, batch):
+def _bulk(samplers: Any, steps: Any, batch: Any) -> Any:
     seeds = [seed_hash(s.seed, s.env_i, step) for step in steps for s in samplers]
     words = mt19937_outputs(seeds, batch).reshape(len(steps), len(samplers), batch)
     ranges = np.array([s.n for s in samplers], _U32).reshape(1, -1, 1)

@@ -21,6 +21,9 @@ What that needs, and what this module holds to:
   Runs with such randomness are statistically, not bitwise, the one-process run.
 The processes themselves are started by `domainbed.training.distributed`.
 """
+from collections.abc import Callable
+from typing import Any
+
 import torch
 import torch.distributed as dist
 
@@ -34,15 +37,15 @@ from oodutils.errors import UserError
 
 
 # ---------------------------------------------------------------- gradients and state
-def average_gradients_before_step(optimizer, world_size):
+def average_gradients_before_step(optimizer: Any, world_size: int) -> Any:
     """Each step of `optimizer` first replaces every gradient with its mean over the
     processes (one all-reduce of one flat buffer per device and dtype; a process without
     a gradient for a parameter counts zero). A parameter no process has a gradient for
     keeps none, as in the one-process step (Adam leaves it alone)."""
-    def average(opt, args, kwargs):
+    def average(opt: Any, args: Any, kwargs: Any) -> None:
         params = [p for group in opt.param_groups for p in group["params"]
                   if p.requires_grad]
-        buckets = {}
+        buckets: dict[Any, Any] = {}
         for p in params:
             buckets.setdefault((p.device, p.dtype), []).append(p)
         for (device, dtype), bucket in buckets.items():
@@ -60,14 +63,14 @@ def average_gradients_before_step(optimizer, world_size):
     return optimizer.register_step_pre_hook(average)
 
 
-def broadcast_state(module):
+def broadcast_state(module: Any) -> None:
     """Every parameter and buffer as rank 0 holds it."""
     for tensor in module.state_dict().values():
         if torch.is_tensor(tensor) and tensor.numel():
             dist.broadcast(tensor, 0)
 
 
-def prepare_batch_norm(module, device):
+def prepare_batch_norm(module: Any, device: Any) -> Any:
     """Batch norm over the whole batch: SyncBatchNorm on GPUs; on CPU (no SyncBatchNorm
     there) a run whose batch-norm layers use batch statistics is refused. Layers kept in
     eval mode (frozen, as DomainBed's ResNets) use their running statistics and split."""
@@ -88,22 +91,22 @@ def prepare_batch_norm(module, device):
 class SplitShard:
     """Examples [start, stop) of a split, as `predict_split` reads a split."""
 
-    def __init__(self, split, start, stop):
+    def __init__(self, split: Any, start: Any, stop: Any) -> None:
         self.split, self.start, self.stop = split, start, stop
         self.x = split.x[start:stop] if getattr(split, "x", None) is not None else None
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.stop - self.start
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> Any:
         return self.split[self.start + i]
 
 
-def shard_bounds(n, rank, world_size):
+def shard_bounds(n: Any, rank: int, world_size: int) -> tuple[Any, ...]:
     return n * rank // world_size, n * (rank + 1) // world_size
 
 
-def gather_rows(local, n, world_size, device):
+def gather_rows(local: Any, n: Any, world_size: int, device: Any) -> Any:
     """The rows every process computed, in rank order (uneven slices padded to send)."""
     longest = -(-n // world_size)
     padded = torch.zeros((longest,) + tuple(local.shape[1:]), dtype=local.dtype,
@@ -116,7 +119,7 @@ def gather_rows(local, n, world_size, device):
     return torch.cat(rows)
 
 
-def sharded_logits(algorithm, named_splits, ctx, rank, world_size):
+def sharded_logits(algorithm: Any, named_splits: Any, ctx: Any, rank: int, world_size: int) -> Any:
     """{split name: logits of every example}, each process predicting its slice; splits
     with fewer examples than processes are left to rank 0's own evaluation."""
     logits = {}
@@ -136,7 +139,7 @@ def sharded_logits(algorithm, named_splits, ctx, rank, world_size):
     return logits
 
 
-def mean_over_processes(accumulators, device):
+def mean_over_processes(accumulators: Any, device: Any) -> dict[Any, Any]:
     """The update() values of the steps since the last checkpoint, each averaged over the
     processes (equal slices: the mean of their means is the mean over the whole batch)."""
     keys = sorted(accumulators)
@@ -155,7 +158,7 @@ class DataParallelRun(TrainingRun):
     stacks_as_probe = False
 
     def __init__(self, config: RunConfig, hparams: dict, algorithm_cls: type,
-                 dataset_cls: type, log=None):
+                 dataset_cls: type, log: Callable[[str], Any] | None = None) -> None:
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.is_main = self.rank == 0
         super().__init__(config, hparams, algorithm_cls, dataset_cls,
@@ -169,7 +172,7 @@ class DataParallelRun(TrainingRun):
         for optimizer in optimizer_attributes(self.algorithm).values():
             average_gradients_before_step(optimizer, self.world_size)
 
-    def restore(self):
+    def restore(self) -> Any:
         """Rank 0 restores (or starts) the run; the others then read its resume state
         and start at its step, whatever the number of processes that wrote it."""
         next_step = super().restore() if self.is_main else 0
@@ -183,7 +186,7 @@ class DataParallelRun(TrainingRun):
             torch.manual_seed(seed_hash(self.config.seed, self.rank, next_step))
         return next_step
 
-    def checkpoint(self, step, logits=None):
+    def checkpoint(self, step: int, logits: dict[str, torch.Tensor] | None = None) -> Any:
         logits = sharded_logits(self.algorithm, self.named_splits, self.ctx, self.rank,
                                 self.world_size)
         self.accumulators = mean_over_processes(self.accumulators, self.device)
@@ -192,7 +195,7 @@ class DataParallelRun(TrainingRun):
             return None
         return super().checkpoint(step, logits)
 
-    def finish(self):
+    def finish(self) -> None:
         if self.is_main:
             super().finish()
         dist.barrier()

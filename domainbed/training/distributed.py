@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import tempfile
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -78,7 +79,8 @@ def run(config: RunConfig, hparams: dict) -> dict | None:
             return None
 
 
-def spawn(world_size, meeting, config, hparams, threads):
+def spawn(world_size: int, meeting: Any, config: RunConfig, hparams: dict[str, Any],
+          threads: Any) -> None:
     """Run the processes to their end; the first failure as one UserError line where a
     process stopped on one, else as the process's traceback."""
     context = mp.start_processes(_process_main, nprocs=world_size, join=False,
@@ -105,7 +107,7 @@ def spawn(world_size, meeting, config, hparams, threads):
                 process.terminate()
 
 
-def first_error(meeting, world_size):
+def first_error(meeting: Any, world_size: int) -> Any:
     for rank in range(world_size):
         try:
             with open(os.path.join(meeting, ERROR_FILE.format(rank=rank))) as f:
@@ -115,7 +117,8 @@ def first_error(meeting, world_size):
     return None
 
 
-def _process_main(rank, world_size, meeting, config, hparams, threads, log_level):
+def _process_main(rank: int, world_size: int, meeting: Any, config: RunConfig,
+                  hparams: dict[str, Any], threads: Any, log_level: Any) -> None:
     """One spawned process: its UserError is left in the meeting folder as one line."""
     quiet_unless_first(rank, log_level)   # spawned: the parent's -v / -q
     try:
@@ -130,13 +133,14 @@ def _process_main(rank, world_size, meeting, config, hparams, threads, log_level
             json.dump(results, f)
 
 
-def quiet_unless_first(rank, log_level):
+def quiet_unless_first(rank: int, log_level: Any) -> None:
     """Notices (the dataset's, say) once, from rank 0; warnings from every process."""
     logging.getLogger("domainbed").setLevel(log_level if rank == 0 else
                                             max(log_level, logging.WARNING))
 
 
-def run_process(rank, world_size, local_rank, init_method, config, hparams, threads=0):
+def run_process(rank: int, world_size: int, local_rank: Any, init_method: Any, config: RunConfig,
+                hparams: dict[str, Any], threads: int = 0) -> Any:
     """Join the process group, train this process's part of the run, leave the group."""
     if threads:
         torch.set_num_threads(threads)

@@ -15,6 +15,7 @@ names ending in loss) are minimized, everything else maximized; `min:` or `max:`
 the name says which explicitly.
 """
 import math
+from typing import Any
 
 from oodutils.errors import UserError
 
@@ -24,7 +25,7 @@ STOP_STEP_KEY = "early_stopping_step"
 BEST_STEP_KEY = "early_stopping_best_step"
 
 
-def parse_metric(spec):
+def parse_metric(spec: Any) -> tuple[Any, ...]:
     """(record key or val_ name, True to maximize) from METRIC, or a UserError."""
     direction, _, name = spec.rpartition(":")
     if direction not in ("", "min", "max") or not name:
@@ -35,7 +36,7 @@ def parse_metric(spec):
     return name, direction == "max"
 
 
-def check_options(metric, patience):
+def check_options(metric: Any, patience: Any) -> None:
     """--early_stopping METRIC and --patience N as the train and sweep commands take them."""
     if patience is not None and metric is None:
         raise UserError("--patience needs --early_stopping METRIC")
@@ -48,13 +49,14 @@ def check_options(metric, patience):
 class EarlyStopping:
     """Watches one metric over a run's checkpoints; `observe(record)` says when to stop."""
 
-    def __init__(self, spec, patience, train_envs):
+    def __init__(self, spec: Any, patience: Any, train_envs: Any) -> None:
         self.spec = spec
         self.name, self.maximize = parse_metric(spec)
         self.patience, self.train_envs = patience, list(train_envs)
+        self.best: float | None
         self.best, self.best_step, self.waited = None, None, 0
 
-    def value(self, record):
+    def value(self, record: Any) -> float:
         """The metric in one checkpoint's record, or a UserError naming the keys there."""
         if self.name in record:
             value = record[self.name]
@@ -74,7 +76,7 @@ class EarlyStopping:
                             f"val_<metric> for the training environments' out splits)")
         return float(value)
 
-    def observe(self, record):
+    def observe(self, record: Any) -> bool:
         """True when this checkpoint is the one to stop at."""
         value = self.value(record)
         better = self.best is None or (value > self.best if self.maximize
@@ -85,12 +87,12 @@ class EarlyStopping:
         self.waited += 1
         return self.waited >= self.patience
 
-    def mark(self, record):
+    def mark(self, record: Any) -> None:
         """Write the stopping keys into the record of the checkpoint it stops at."""
         record[STOP_STEP_KEY] = record["step"]
         record[BEST_STEP_KEY] = self.best_step
 
-    def replay(self, records):
+    def replay(self, records: Any) -> Any:
         """Observe the records of a resumed run; True if it had already stopped."""
         stopped = False
         for record in records:

@@ -1,5 +1,8 @@
 """Evaluation of a model on named splits: accuracies, per-group and worst-group accuracy,
 and the per-example prediction table of one checkpoint (see docs/CONTRACTS.md)."""
+from collections.abc import Iterator
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -8,12 +11,13 @@ from oodutils.metrics import classification_metrics, confusion_matrix
 
 
 class RunContext:
-    def __init__(self, device, precision, memory_format, eval_batch_size, n_workers):
+    def __init__(self, device: torch.device | str, precision: Any, memory_format: Any,
+                 eval_batch_size: Any, n_workers: Any) -> None:
         self.device, self.precision, self.memory_format = device, precision, memory_format
         self.eval_batch_size, self.n_workers = eval_batch_size, n_workers
 
 
-def iterate_split(split, batch_size, n_workers):
+def iterate_split(split: Any, batch_size: int, n_workers: Any) -> Iterator[Any]:
     if split.x is not None:
         for start in range(0, len(split), batch_size):
             yield split.x[start:start + batch_size]
@@ -25,7 +29,8 @@ def iterate_split(split, batch_size, n_workers):
 
 
 @torch.inference_mode()
-def predict_split(algorithm, split, device, precision, memory_format, batch_size, n_workers):
+def predict_split(algorithm: Any, split: Any, device: torch.device | str, precision: Any,
+                  memory_format: Any, batch_size: int, n_workers: Any) -> Any:
     """Logits of every example of a split, in order."""
     chunks = []
     for x in iterate_split(split, batch_size, n_workers):
@@ -37,13 +42,13 @@ def predict_split(algorithm, split, device, precision, memory_format, batch_size
     return torch.cat(chunks) if chunks else torch.empty(0)
 
 
-def predicted_class(logits):
+def predicted_class(logits: torch.Tensor) -> Any:
     if logits.dim() == 1 or logits.size(1) == 1:  # DomainBed's binary single-logit case
         return (logits.view(-1) > 0).long()
     return logits.argmax(1)
 
 
-def split_metrics(name, correct, groups, n_groups):
+def split_metrics(name: str, correct: Any, groups: Any, n_groups: Any) -> Any:
     """Accuracy, and per-group and worst-group accuracy where groups exist. An empty
     split's accuracy is NaN (undefined, read as missing by model selection), never 0.0."""
     metrics = {f"{name}_acc": float(correct.mean()) if len(correct) else float("nan")}
@@ -60,19 +65,21 @@ def split_metrics(name, correct, groups, n_groups):
     return metrics
 
 
-def evaluate(algorithm, named_splits, ctx, n_groups, save_logits, logits=None,
-             extra_metrics=(), num_classes=None):
+def evaluate(algorithm: Any, named_splits: Any, ctx: Any, n_groups: Any, save_logits: Any,
+             logits: Any = None, extra_metrics: Any = (),
+             num_classes: int | None = None) -> tuple[Any, ...]:
     """Metrics of every split and the per-example prediction table of this checkpoint.
     `logits`: {split name: logits} computed elsewhere (a fused evaluation pass over many
     models); missing names are predicted here. `extra_metrics` (names of
     `oodutils.metrics.METRICS`) add `{split}_{metric}` keys and a confusion matrix per
     split (`table["confusion"]`: {split name: matrix})."""
+    columns: dict[str, list[Any]]
     metrics, columns = {}, {k: [] for k in ("id", "env", "split", "label", "pred", "correct",
                                             "group", "logits")}
     split_codes = {"in": 0, "out": 1, "uda": 2}
     confusion = {}
     algorithm.eval()
-    given = logits or {}
+    given: Any = logits or {}
     for name, env_i, kind, split in named_splits:
         logits = given.get(name)
         if logits is None:
@@ -84,8 +91,8 @@ def evaluate(algorithm, named_splits, ctx, n_groups, save_logits, logits=None,
         metrics.update(split_metrics(name, correct, split.groups, n_groups))
         if extra_metrics:
             metrics.update({f"{name}_{k}": v for k, v in classification_metrics(
-                label, pred, logits.float().numpy(), num_classes, extra_metrics).items()})
-            confusion[name] = confusion_matrix(label, pred, num_classes)
+                label, pred, logits.float().numpy(), num_classes, extra_metrics).items()})  # type: ignore[arg-type]
+            confusion[name] = confusion_matrix(label, pred, num_classes)  # type: ignore[arg-type]
         n = len(label)
         columns["id"].append(split.ids)
         columns["env"].append(np.full(n, env_i, np.int16))

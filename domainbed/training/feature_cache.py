@@ -30,6 +30,8 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,12 +46,14 @@ from oodutils.untrusted import array_digest, open_regular, parse_json, read_regu
 
 FORMAT_VERSION = 2  # 2: meta.json holds each array's row count and checksum
 MAX_META_BYTES = 1 << 20
-STATS = collections.Counter()  # "extracted" / "loaded": how often each happened (tests)
-_SHARED = None  # inside shared_loads(): entry -> (features, {id(split): FeatureSplit})
+# "extracted" / "loaded": how often each happened (tests)
+STATS: collections.Counter[str] = collections.Counter()
+# inside shared_loads(): entry -> (features, {id(split): FeatureSplit})
+_SHARED: dict[Any, Any] | None = None
 
 
 @contextlib.contextmanager
-def shared_loads():
+def shared_loads() -> Iterator[Any]:
     """Runs built inside this block on the same dataset share each cache entry: its arrays
     are read and checked once, and each split's feature rows are gathered once (a stack of
     500 probes holds the features once, not 500 times)."""
@@ -61,7 +65,7 @@ def shared_loads():
         _SHARED = outer
 
 
-def default_cache_dir():
+def default_cache_dir() -> Any:
     return os.environ.get("DOMAINBED_FEATURE_CACHE") or os.path.join(
         os.path.expanduser("~"), ".cache", "domainbed", "features")
 
@@ -75,15 +79,15 @@ def cache_dir_of(config: RunConfig) -> str | None:
 class FeatureSplit(Environment):
     """A split whose inputs are cached features (ids, labels, groups, paths unchanged)."""
 
-    def __init__(self, split, features):
+    def __init__(self, split: Any, features: torch.Tensor) -> None:
         self.x, self.y, self.ids = features, split.y, split.ids
         self.groups, self.paths = split.groups, split.paths
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> tuple[Any, ...]:
         return self.x[i], self.y[i]
 
 
-def _root_indices(split):
+def _root_indices(split: Any) -> tuple[Any, ...]:
     """(root environment, indices into it) of a split made by (nested) subsets."""
     indices = np.arange(len(split))
     while isinstance(split, EnvironmentSubset):
@@ -92,7 +96,7 @@ def _root_indices(split):
     return split, indices
 
 
-def _split_identity(split):
+def _split_identity(split: Any) -> Any:
     """Equal for a split and its shallow copies (a training view shares the subset's
     parent and indices), so that each is gathered once."""
     if isinstance(split, EnvironmentSubset):
@@ -100,13 +104,13 @@ def _split_identity(split):
     return id(split)
 
 
-def _is_augmented(split):
+def _is_augmented(split: Any) -> bool:
     train = getattr(split, "train_transform", None)
     return train is not None and train is not getattr(split, "eval_transform", None) and \
         getattr(split, "transform", None) is train
 
 
-def cache_key(run, featurizer):
+def cache_key(run: Any, featurizer: Any) -> tuple[Any, ...]:
     """What the cached features depend on, and its hash (the entry's directory name)."""
     args = run.args_dict
     weights = args.get("weights_sha256") or f"random_init:seed={run.config.seed}"
@@ -121,7 +125,7 @@ def cache_key(run, featurizer):
     return fields, digest
 
 
-def _plain_view(env):
+def _plain_view(env: Any) -> Any:
     if not hasattr(env, "set_transform"):
         return env
     view = copy.copy(env)
@@ -130,7 +134,7 @@ def _plain_view(env):
 
 
 @torch.inference_mode()
-def _extract(env, featurizer, ctx):
+def _extract(env: Any, featurizer: Any, ctx: Any) -> Any:
     """Features of every example of an environment (evaluation transform), float16."""
     chunks = []
     for x in iterate_split(_plain_view(env), ctx.eval_batch_size, ctx.n_workers):
@@ -143,7 +147,7 @@ def _extract(env, featurizer, ctx):
                                                                 np.float16)
 
 
-def write_entry(entry, fields, arrays):
+def write_entry(entry: Any, fields: Any, arrays: Any) -> None:
     """Write an entry atomically: a temporary directory, renamed into place when complete.
     meta.json holds the key's fields and, per environment, the row count and checksum."""
     tmp = f"{entry}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -173,7 +177,7 @@ class BadEntry(Exception):
     """A cache entry that is not what its meta.json says (why, in words)."""
 
 
-def _read_meta(entry, fields):
+def _read_meta(entry: Any, fields: Any) -> Any:
     try:
         meta = parse_json(read_regular_bytes(os.path.join(entry, "meta.json"), MAX_META_BYTES))
     except OSError as e:
@@ -186,7 +190,7 @@ def _read_meta(entry, fields):
     return arrays
 
 
-def _read_array(path, rows, sha256):
+def _read_array(path: str, rows: Any, sha256: str | None) -> Any:
     try:
         with open_regular(path) as f:
             array = np.load(f, allow_pickle=False)
@@ -200,7 +204,7 @@ def _read_array(path, rows, sha256):
     return array
 
 
-def read_entry(entry, fields):
+def read_entry(entry: Any, fields: Any) -> Any:
     """The float16 arrays of a complete entry, or None when there is none; BadEntry when
     one exists but is damaged or altered (a row count or checksum that does not match)."""
     if not os.path.lexists(os.path.join(entry, "meta.json")):
@@ -213,7 +217,7 @@ def read_entry(entry, fields):
     return out
 
 
-def _discard(entry):
+def _discard(entry: Any) -> None:
     """Move a bad entry out of the way (never followed if it is a symlink), then delete."""
     aside = f"{entry}.bad-{uuid.uuid4().hex[:8]}"
     os.rename(entry, aside)
@@ -223,7 +227,7 @@ def _discard(entry):
         os.unlink(aside)
 
 
-def load_or_extract(run, featurizer, root):
+def load_or_extract(run: Any, featurizer: Any, root: Any) -> list[Any]:
     """Per environment, the float16 feature tensor (from the cache, extracting on a miss or
     on a bad entry, with a warning); the backbone casts each batch to float32."""
     fields, digest = cache_key(run, featurizer)
@@ -246,7 +250,7 @@ def load_or_extract(run, featurizer, root):
     return [torch.from_numpy(np.array(a, dtype=np.float16)) for a in arrays]
 
 
-def applies(run):
+def applies(run: Any) -> Any:
     """The run's frozen backbone, when this run trains on cached features; else None.
     The algorithm must hold exactly one backbone (wherever: `featurizer`, a stage-one
     model's ...), so that nothing else is fed the features."""
@@ -258,7 +262,7 @@ def applies(run):
     return found[0]
 
 
-def check_not_augmented(run):
+def check_not_augmented(run: Any) -> None:
     splits = list(run.minibatches.splits)
     splits += list(run.uda_source.splits) if run.uda_source is not None else []
     if any(_is_augmented(s) for s in splits):
@@ -268,7 +272,7 @@ def check_not_augmented(run):
             "or --feature_cache_dir none to compute features every step")
 
 
-def attach(run):
+def attach(run: Any) -> bool:
     """Train this run on cached features where that applies (see the module docstring):
     called after the model is built and before algorithms' `prepare` hooks see the splits."""
     featurizer = applies(run)
@@ -276,7 +280,7 @@ def attach(run):
         return False
     check_not_augmented(run)
     root = cache_dir_of(run.config)
-    entry = (os.path.join(root, cache_key(run, featurizer)[1]), id(run.dataset))
+    entry = (os.path.join(root, cache_key(run, featurizer)[1]), id(run.dataset))  # type: ignore[arg-type]
     if _SHARED is not None and entry in _SHARED:
         features, swapped = _SHARED[entry]
     else:
@@ -285,7 +289,7 @@ def attach(run):
             _SHARED[entry] = features, swapped
     env_index = {id(env): i for i, env in enumerate(run.dataset)}
 
-    def swap(split):
+    def swap(split: Any) -> Any:
         key = _split_identity(split)
         if key not in swapped:
             root, indices = _root_indices(split)

@@ -17,15 +17,18 @@ import random
 import stat
 import sys
 import time
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from domainbed.algorithms.base import TrainingContext, require_groups, supports_grad_accumulation
+from domainbed.algorithms.base import TrainingContext, require_groups
+from domainbed.datasets.base import MultipleDomainDataset
 from domainbed.networks import backbones
 from domainbed.training import arithmetic, feature_cache, probe_stack, trackers
+from domainbed.training.accumulation import check_grad_accumulation, micro_batch
 from domainbed.training.batches import (
     MinibatchSource,
     build_dataset,
@@ -61,14 +64,15 @@ class TrainingDiverged(UserError):
     """A loss became NaN or infinite: the run stops without writing a garbage record."""
 
 
-def save_model(run_dir, name, args_dict, dataset, algorithm, hparams, num_domains):
+def save_model(run_dir: PinnedDir, name: str, args_dict: Any, dataset: Any, algorithm: Any,
+               hparams: dict[str, Any], num_domains: int) -> None:
     run_dir.write_bytes(name, fileio.torch_bytes({
         "args": args_dict, "model_input_shape": dataset.input_shape,
         "model_num_classes": dataset.num_classes, "model_num_domains": num_domains,
         "model_hparams": hparams, "model_dict": algorithm.state_dict()}))
 
 
-def write_error(output_dir, message):
+def write_error(output_dir: str, message: str) -> None:
     """err.txt, unless the run directory is refused (a symlink: the error says so) or
     cannot be written (a full disk: the error already names the file)."""
     try:
@@ -78,7 +82,7 @@ def write_error(output_dir, message):
         pass
 
 
-def pick_memory_format(choice, device, precision):
+def pick_memory_format(choice: Any, device: torch.device | str, precision: Any) -> Any:
     """auto: channels-last on CPU (oneDNN's preferred layout, faster for convolutions
     there) and with bf16; contiguous otherwise."""
     if choice == "auto":
@@ -88,7 +92,7 @@ def pick_memory_format(choice, device, precision):
 
 
 
-def already_placed(module, device, memory_format=None):
+def already_placed(module: Any, device: torch.device | str, memory_format: Any = None) -> bool:
     """Whether `module.to(device)` (then `.to(memory_format=...)`) would give back every
     parameter and buffer as it is: then skipping them changes nothing, and a process
     building hundreds of runs around one shared frozen backbone (a probe stack) does not
@@ -114,7 +118,8 @@ class TrainingRun:
     stacks_as_probe = True   # one process: its steps may run as a probe stack
 
     def __init__(self, config: RunConfig, hparams: dict, algorithm_cls: type,
-                 dataset_cls: type, log=None, data=None):
+                 dataset_cls: type[MultipleDomainDataset],
+                 log: Callable[[str], Any] | None = None, data: Any = None) -> None:
         """`data`: a RunData to share (the fused launcher builds it once per group of
         runs with the same dataset and splits); built here when None."""
         self.config, self.hparams, self.log = config, hparams, log or LOG.info
@@ -138,17 +143,20 @@ class TrainingRun:
         self.checkpoint_freq = config.checkpoint_freq or dataset_cls.CHECKPOINT_FREQ
         self.steps_per_epoch = min(len(s) / samples_per_step(hparams)
                                    for s in self.in_splits)
+        self.accumulators: dict[Any, Any]
+        self.records: list[Any]
+        self.last_results: dict[str, Any] | None
         self.records, self.accumulators, self.last_results = [], {}, None
         self.schedule = RunSchedule(hparams, self.n_steps)
         self.early_stopping = EarlyStopping(
             config.early_stopping, config.patience or DEFAULT_PATIENCE,
             self.train_envs) if config.early_stopping else None
         self.stopped = False   # early stopping ended the run at its last checkpoint
-        self.trackers = None   # opened by restore(), closed by finish() / close()
-        self.probe = None      # its probe stack of one once training starts, False if none
+        self.trackers: Any = None   # opened by restore(), closed by finish() / close()
+        self.probe: Any = None      # its probe stack of one once training starts, False if none
         self.set_arithmetic(self._own_arithmetic())
 
-    def _own_arithmetic(self):
+    def _own_arithmetic(self) -> Any:
         """How this run computes when it trains by itself: `probe-stack` for a linear probe
         on cached features that `probe_stack.why_not` accepts (a stack of one), else
         `single`."""
@@ -156,20 +164,20 @@ class TrainingRun:
             return arithmetic.PROBE_STACK
         return arithmetic.SINGLE
 
-    def set_arithmetic(self, name):
+    def set_arithmetic(self, name: str) -> None:
         """The arithmetic its records name (training.arithmetic; a launcher that computes
         the run another way says so before restore(), which refuses a resume in another)."""
         self.arithmetic = name
         self.args_dict.update(arithmetic.args_entries(name, self.device))
 
-    def _build_data(self, data=None):
+    def _build_data(self, data: Any = None) -> None:
         config, hparams = self.config, self.hparams
         data = data or build_run_data(self.dataset_cls, config, hparams)
         self.dataset = data.dataset
         n_envs = len(self.dataset)
         self.in_splits, self.out_splits, self.uda_splits = (data.in_splits, data.out_splits,
                                                             data.uda_splits)
-        self.train_envs = [i for i in range(n_envs) if i not in config.test_envs]
+        self.train_envs = [i for i in range(n_envs) if i not in config.test_envs]  # type: ignore[operator]
         self.n_workers = min(getattr(self.dataset, "N_WORKERS", 0), os.cpu_count() or 1)
         self.memory_format = pick_memory_format(config.memory_format, self.device,
                                                 config.precision)
@@ -185,14 +193,14 @@ class TrainingRun:
         self.named_splits = evaluated_splits(data, config)
         self.group_names = getattr(self.dataset, "group_names", None)
 
-    def _build_identity(self):
+    def _build_identity(self) -> None:
         args_dict = data_args(self.config, self.dataset, self.dataset_cls)
         backbones.set_weights_dir(self.config.weights_dir)
         args_dict.update(backbones.weights_identity(self.dataset.input_shape, self.hparams))
         self.args_dict = args_dict
         self.identity = args_identity(args_dict)
 
-    def _build_model(self):
+    def _build_model(self) -> None:
         dataset = self.dataset
         self.algorithm = self.algorithm_cls(
             dataset.input_shape, dataset.num_classes, len(self.train_envs),
@@ -205,7 +213,7 @@ class TrainingRun:
         self.uses_feature_cache = feature_cache.attach(self)  # linear probes: cached features
         self._prepare_algorithm()
 
-    def _prepare_algorithm(self):
+    def _prepare_algorithm(self) -> None:
         """Optional algorithm hooks: the training data once (two-stage and group methods)."""
         if getattr(self.algorithm, "NEEDS_GROUPS", False):
             require_groups(self.config.algorithm, [self.in_splits[i] for i in self.train_envs])
@@ -217,7 +225,7 @@ class TrainingRun:
                 n_steps=self.config.steps or self.dataset_cls.N_STEPS, seed=self.config.seed,
                 device=self.device))
 
-    def restore(self):
+    def restore(self) -> Any:
         """The first step to train: after the last checkpoint of an unfinished run, else 0.
         Starts the run's experiment trackers (--tracker)."""
         self._open_trackers()
@@ -250,7 +258,7 @@ class TrainingRun:
                      f"in {aside}")
         return 0
 
-    def _remove_temporaries(self):
+    def _remove_temporaries(self) -> None:
         """The `.tmp-*` files an attempt killed mid-write left (a partial resume state,
         predictions) go before this one writes anything."""
         removed = self.run_dir.remove_temporaries()
@@ -262,7 +270,7 @@ class TrainingRun:
             self.log(f"notice: removed {removed} temporary file{'s' * (removed != 1)} "
                      f"an interrupted attempt left in {self.out}")
 
-    def _open_trackers(self):
+    def _open_trackers(self) -> None:
         if self.trackers is None and self.config.trackers and self.is_main:
             self.trackers = trackers.open_trackers(self.config.trackers, trackers.TrackedRun(
                 self.out, trackers.run_name(self.args_dict), self.hparams, self.args_dict,
@@ -270,12 +278,12 @@ class TrainingRun:
                 timeout=self.config.tracker_timeout),
                 warn=LOG.warning if self.log == LOG.info else self.log)
 
-    def close(self):
+    def close(self) -> None:
         """Close the trackers (finish() does; a run stopped by an error calls it too)."""
         if self.trackers is not None:
             self.trackers.close()
 
-    def train_step(self, step):
+    def train_step(self, step: int) -> Any:
         """One optimizer step of the algorithm at the scheduled learning rate (under
         gradient accumulation, `grad_accum_steps` updates on slices of the step's
         batches); its values are averaged into the next record."""
@@ -309,7 +317,7 @@ class TrainingRun:
         self.accumulate(step, step_vals, time.time() - step_start)
         return step_vals
 
-    def _probe_stack(self):
+    def _probe_stack(self) -> Any:
         """The probe stack of one this run trains as (built at its first step, after
         restore(): it starts from the restored head and Adam state), or None."""
         if self.probe is None:
@@ -317,13 +325,13 @@ class TrainingRun:
                 probe_stack.ProbeStack([self])
         return self.probe or None
 
-    def _sync_probe(self):
+    def _sync_probe(self) -> None:
         """The probe stack's head and Adam state into the algorithm (what a checkpoint
         evaluates and saves); nothing to do without a probe stack."""
         if self.probe:
             self.probe.write_back()
 
-    def accumulate(self, step, step_vals, seconds):
+    def accumulate(self, step: int, step_vals: Any, seconds: float) -> None:
         """Add one step's update() values to the next record's averages; a NaN or infinite
         value stops the run (TrainingDiverged) before any record holds it."""
         for key, value in step_vals.items():
@@ -335,10 +343,10 @@ class TrainingRun:
             self.accumulators.setdefault(key, []).append(value)
         self.accumulators.setdefault("step_time", []).append(seconds)
 
-    def is_checkpoint(self, step):
+    def is_checkpoint(self, step: int) -> Any:
         return step % self.checkpoint_freq == 0 or step == self.n_steps - 1
 
-    def checkpoint(self, step, logits=None):
+    def checkpoint(self, step: int, logits: dict[str, torch.Tensor] | None = None) -> Any:
         """Evaluate, append the record, save predictions and the resume state.
         `logits`: {split name: logits} already computed (the fused launcher's evaluation
         pass), else the algorithm predicts each split here."""
@@ -381,7 +389,7 @@ class TrainingRun:
             self.trackers.log_checkpoint(step, results)
         return results
 
-    def keep_if_best(self, step, results):
+    def keep_if_best(self, step: int, results: Any) -> None:
         """model_best.pkl + model_best.json (its step and validation accuracy) when this
         checkpoint's training-domain validation accuracy (the mean of the training
         environments' `out` accuracies) beats the kept one; read back on resume."""
@@ -399,11 +407,11 @@ class TrainingRun:
             self.run_dir.write_text("model_best.json", json.dumps(
                 {"step": step, "val_acc": val}, indent=2, sort_keys=True) + "\n")
 
-    def save_model(self, name):
+    def save_model(self, name: str) -> None:
         save_model(self.run_dir, name, self.args_dict, self.dataset, self.algorithm,
                    self.hparams, len(self.train_envs))
 
-    def finish(self):
+    def finish(self) -> None:
         """model.pkl, then `done` last; the resume state is no longer needed."""
         self._sync_probe()
         if not self.config.skip_model_save:
@@ -413,7 +421,7 @@ class TrainingRun:
         self.close()
 
 
-def evaluated_splits(data, config):
+def evaluated_splits(data: Any, config: RunConfig) -> Any:
     """[(name, env, kind, split)] of the splits a checkpoint evaluates: every environment's
     in/out (and uda) split, with its deterministic transform, narrowed by --eval_splits (a
     split left out is never evaluated and its keys never written)."""
@@ -426,7 +434,7 @@ def evaluated_splits(data, config):
     return select_splits(named, config.eval_splits, config.test_envs)
 
 
-def data_args(config, dataset, dataset_cls):
+def data_args(config: RunConfig, dataset: Any, dataset_cls: Any) -> Any:
     """A record's `args` before the model's entries: the config's fields (less where things
     are kept and how the run started), the data's identity, env, group and class names."""
     args_dict = config.to_dict()
@@ -441,7 +449,8 @@ def data_args(config, dataset, dataset_cls):
     return args_dict
 
 
-def write_checkpoint(run_dir, step, table, confusion, records):
+def write_checkpoint(run_dir: PinnedDir, step: int, table: Any, confusion: Any,
+                     records: Any) -> None:
     """One checkpoint's files: predictions, confusion matrices (rows: true class, one
     array per split) where computed, then results.jsonl holding `records` (JSON lines)."""
     with run_dir.subdir("predictions") as predictions:
@@ -452,36 +461,9 @@ def write_checkpoint(run_dir, step, table, confusion, records):
     run_dir.write_text(RESULTS_FILE, "\n".join(records) + "\n", durable=True)
 
 
-def check_grad_accumulation(algorithm_name, algorithm_cls, hparams):
-    """The run's grad_accum_steps; more than 1 only for algorithms whose update is one loss
-    through ERM.optimizer_step (a clear error for the others, before any work)."""
-    steps = int(hparams.get("grad_accum_steps", 1))
-    if steps > 1 and not supports_grad_accumulation(algorithm_cls):
-        raise UserError(f"{algorithm_name} does not support grad_accum_steps > 1 (its "
-                        f"update steps its optimizers itself); algorithms that do: those "
-                        f"with one loss and one optimizer, e.g. ERM, GroupDRO, IRM, VREx, "
-                        f"CORAL, MMD")
-    return steps
-
-
-def micro_batch(index, count):
-    """A function slicing each tensor (or (x, y) pair) of a list into `count` equal parts
-    and keeping part `index` (the whole list when count is 1)."""
-    def part(tensor):
-        size = tensor.shape[0] // count
-        return tensor[index * size:(index + 1) * size]
-
-    def micro(items):
-        if count == 1:
-            return items
-        return [tuple(part(t) for t in item) if isinstance(item, tuple) else part(item)
-                for item in items]
-    return micro
-
-
 class RunData(NamedTuple):
     """A run's dataset and DomainBed's in/out/uda splits of it."""
-    dataset: object
+    dataset: Any
     in_splits: list
     out_splits: list
     uda_splits: list
@@ -496,7 +478,7 @@ def build_run_data(dataset_cls: type, config: RunConfig, hparams: dict) -> RunDa
     return RunData(dataset, *make_splits(dataset, config, hparams))
 
 
-def prepare_output_dir(out, log=None):
+def prepare_output_dir(out: Any, log: Callable[[str], Any] | None = None) -> bool:
     """False when `out` already holds a finished run (nothing to do); UnsafePath when
     `out` is a symlink or not a folder."""
     log = log or LOG.info
@@ -511,7 +493,7 @@ def prepare_output_dir(out, log=None):
     return True
 
 
-def remove_foreign_done(run_dir, st, log):
+def remove_foreign_done(run_dir: PinnedDir, st: Any, log: Callable[[str], Any]) -> None:
     """A `done` that is no regular file (a symlink, dangling or not, a FIFO, a folder)
     marks nothing a run wrote: it goes (a folder is moved aside, a link's target is left
     alone) and the run resumes or starts, instead of every relaunch skipping it."""
@@ -527,7 +509,7 @@ def remove_foreign_done(run_dir, st, log):
 
 
 def run(config: RunConfig, hparams: dict, algorithm_cls: type, dataset_cls: type,
-        log=None) -> dict | None:
+        log: Callable[[str], Any] | None = None) -> dict | None:
     """Train one run into config.output_dir (resuming if it holds an unfinished one).
     `log`: where notices and checkpoint lines go (default: the domainbed logger)."""
     log = log or LOG.info
@@ -567,7 +549,7 @@ def train_loop(training_run: TrainingRun) -> dict | None:
     return training_run.last_results
 
 
-def checkpoint_line(results):
+def checkpoint_line(results: Any) -> Any:
     """One log line per checkpoint, like DomainBed's printed table: step, epoch, the
     update() values, then every environment's accuracies."""
     head = [f"step {results['step']}", f"epoch {results['epoch']:.2f}"]
@@ -579,7 +561,7 @@ def checkpoint_line(results):
     return "  ".join(head + values + accs)
 
 
-def example_paths_csv(dataset):
+def example_paths_csv(dataset: Any) -> Any:
     """examples.csv: each example's id, environment and file path (``oodutils.csv_out``:
     a file name that starts like a formula is inert in a spreadsheet)."""
     return csv_text(["id", "env", "path"],

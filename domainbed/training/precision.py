@@ -1,5 +1,6 @@
 """Numerical precision of a run: fp32, or bf16 autocast where the hardware supports it."""
 import os
+from typing import Any
 
 import torch
 
@@ -12,7 +13,7 @@ logger = get_logger(__name__)
 ALLOW_EMULATED_BF16 = "DOMAINBED_ALLOW_EMULATED_BF16"
 
 
-def cpu_supports_bf16():
+def cpu_supports_bf16() -> bool:
     checks = [getattr(torch.cpu, "_is_avx512_bf16_supported", None),
               getattr(torch.cpu, "_is_amx_tile_supported", None)]
     if any(check is not None and check() for check in checks):
@@ -25,13 +26,13 @@ def cpu_supports_bf16():
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def autocast_context(device, precision):
+def autocast_context(device: Any, precision: Any) -> Any:
     if precision == "fp32":
         return torch.autocast(device_type=device.type, enabled=False)
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
-def check_precision(device, precision):
+def check_precision(device: Any, precision: Any) -> None:
     if precision == "fp32":
         return
     if precision != "bf16":

@@ -35,6 +35,7 @@ stopping, one process. ``why_not(run)`` names what keeps a run out: such a run t
 through its algorithm's update, and the fused launcher runs it as an ordinary job.
 """
 import functools
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -50,7 +51,7 @@ ADAM_HEADS = 64        # heads per block of the Adam step
 ROW_ALIGN = 16         # a row of features, its 1 and zeros: a multiple of 16 float32 (64 bytes)
 
 
-def why_not(run):
+def why_not(run: Any) -> str | None:
     """Why this TrainingRun cannot train in a probe stack, or None when it can."""
     if run.config.algorithm not in STACKABLE_ALGORITHMS:
         return (f"{run.config.algorithm} does not stack as a linear probe (stacked: "
@@ -83,12 +84,12 @@ def why_not(run):
 
 
 @functools.lru_cache(maxsize=None)
-def _minus_mean(rows):
+def _minus_mean(rows: Any) -> Any:
     """-1 / rows in float32 (what the mean's backward divides), as a Python float."""
     return (torch.tensor(-1.0) / rows).item()
 
 
-def _with_ones(x, width):
+def _with_ones(x: torch.Tensor, width: Any) -> Any:
     """Rows [n, F] as [n, width], in x's dtype: the F features, a 1 (the bias's feature),
     then zeros (rows a multiple of ROW_ALIGN values long: aligned for the products)."""
     out = torch.zeros(len(x), width, dtype=x.dtype, device=x.device)
@@ -97,7 +98,7 @@ def _with_ones(x, width):
     return out
 
 
-def _width(n_features):
+def _width(n_features: Any) -> Any:
     return -(-(n_features + 1) // ROW_ALIGN) * ROW_ALIGN
 
 
@@ -105,7 +106,7 @@ class ProbeStack:
     """Members (TrainingRuns of linear probes on one dataset's cached features, all at the
     same next step, sorted by batch size) trained as one stack of heads."""
 
-    def __init__(self, members):
+    def __init__(self, members: Any) -> None:
         self.members = list(members)
         self.splits = self.members[0].minibatches.splits
         for m in self.members:
@@ -130,7 +131,7 @@ class ProbeStack:
         self._load_adam()
         self._layout()
 
-    def _load_adam(self):
+    def _load_adam(self) -> None:
         """Adam's moments and step counts from each member's optimizer (fresh or resumed)."""
         group = self.members[0].algorithm.optimizer.param_groups[0]
         self.betas, self.eps = group["betas"], group["eps"]
@@ -148,11 +149,11 @@ class ProbeStack:
                     self.exp_avg_sq[i, :, column] = state["exp_avg_sq"]
                     self.adam_steps[i] = int(float(state["step"]))
 
-    def _columns(self):
+    def _columns(self) -> tuple[Any, ...]:
         """Where a head's weight and bias are in `params` (the rest: zeros)."""
         return (slice(0, self.n_features), "weight"), (self.n_features, "bias")
 
-    def _layout(self):
+    def _layout(self) -> None:
         """Chunks of heads, work buffers, and no drawn indices yet (after a drop too)."""
         device = self.params.device
         self.rows_per_head = [m.hparams["batch_size"] * len(self.splits) for m in self.members]
@@ -173,14 +174,16 @@ class ProbeStack:
                    default=0)
         self._rows = {dtype: torch.empty(rows, self.table.shape[1], dtype=dtype, device=device)
                       for dtype in {self.table.dtype, torch.float32}}
-        self._drawn = {}   # (start, end) -> (first step, rows [steps, heads, rows], labels)
+        # (start, end) -> (first step, rows [steps, heads, rows], labels)
+        self._drawn: dict[Any, Any] = {}
         # per chunk of a group: its rows' place in the group, its parameters and gradient,
         # its logits, log-probabilities and upstream gradient (views made once)
+        self._views: dict[Any, list[Any]]
         self._views = {g: [(slice(s - g[0], e - g[0]), self.params[s:e], self.grad[s:e],
                             *(t[s - g[0]:e - g[0]] for t in self._per_group[g]))
                            for s, e in self.layout[g]] for g in self.groups}
 
-    def chunks(self, rows, limit=None):
+    def chunks(self, rows: Any, limit: Any = None) -> Any:
         """(start, end) ranges of heads: each within one batch size (members come sorted
         by it), with at most `limit` (default CHUNK_BYTES) bytes of gathered float32 rows
         (`rows[head]` each), at least one head."""
@@ -194,7 +197,7 @@ class ProbeStack:
         return out
 
     # ------------------------------------------------------------ one step
-    def _draw(self, step, start, end):
+    def _draw(self, step: int, start: Any, end: Any) -> tuple[Any, ...]:
         """The table rows and labels [steps, heads, rows] of heads start..end (one batch
         size) for INDEX_STEPS steps from `step`: per head its environments' minibatch
         indices, each drawn as its own sampler draws them (bulk_sampling), plus each split's
@@ -206,7 +209,7 @@ class ProbeStack:
         rows = rows.to(self.table.device)
         return step, rows, self.labels.to(self.table.device)[rows]
 
-    def _step_rows(self, step, group):
+    def _step_rows(self, step: int, group: Any) -> tuple[Any, ...]:
         """Rows and labels [heads, rows] of the heads of `group` (one batch size) at `step`
         (drawn INDEX_STEPS steps at a time)."""
         drawn = self._drawn.get(group)
@@ -215,7 +218,7 @@ class ProbeStack:
         return drawn[1][step - drawn[0]], drawn[2][step - drawn[0]]
 
     @torch.no_grad()
-    def train_step(self, step):
+    def train_step(self, step: int) -> Any:
         """One Adam step of every head; returns each head's loss (float)."""
         factors = self._adam_factors()
         for group in self.groups:
@@ -223,7 +226,7 @@ class ProbeStack:
         self._adam(*factors)
         return self.losses.tolist()
 
-    def _gradients(self, step, group):
+    def _gradients(self, step: int, group: Any) -> None:
         """The heads of `group` (one batch size): their mean cross-entropy into `losses`
         and its gradient into `grad` (the weight's and, in the last column, the bias's),
         classes before rows ([k, C, R]): no transposed copies."""
@@ -241,7 +244,7 @@ class ProbeStack:
             torch.bmm(logits_k, x, out=grad)
         torch.neg(log_probs.gather(1, y).squeeze(1).mean(1), out=self.losses[group[0]:group[1]])
 
-    def _gather(self, rows):
+    def _gather(self, rows: Any) -> Any:
         """The table's rows [heads, rows] as float32 [heads, rows, F + 1], in the kept
         buffer (float16 gathered as such, then widened in place)."""
         n = rows.numel()
@@ -253,7 +256,7 @@ class ProbeStack:
                                          out=self._rows[self.table.dtype][:n]))
         return out.view(*rows.shape, -1)
 
-    def _adam_factors(self):
+    def _adam_factors(self) -> Any:
         """Each head's step size (-lr / (1 - beta1^t)) and sqrt(1 - beta2^t) of this step
         (Python floats, as torch.optim.Adam computes them), as float32 [heads, 1, 1]."""
         beta1, beta2 = self.betas
@@ -263,7 +266,7 @@ class ProbeStack:
         return (torch.tensor(v, dtype=torch.float32, device=self.params.device).view(-1, 1, 1)
                 for v in (step_size, bias2_sqrt))
 
-    def _adam(self, step_size, bias2_sqrt):
+    def _adam(self, step_size: Any, bias2_sqrt: Any) -> None:
         """Adam (torch.optim.Adam's update, weight decay added to the gradient) of every
         head, each operation rounding once per element (no lerp, no sum with a factor)."""
         beta1, beta2 = self.betas
@@ -280,7 +283,7 @@ class ProbeStack:
 
     # ------------------------------------------------------------ evaluation, write-back
     @torch.no_grad()
-    def predict(self):
+    def predict(self) -> dict[str, torch.Tensor]:
         """{split name: logits [heads, n, classes]} of every evaluated split, EVAL_ROWS
         rows per product."""
         first, heads = self.members[0], len(self.members)
@@ -299,7 +302,7 @@ class ProbeStack:
         return out
 
     @torch.no_grad()
-    def write_back(self):
+    def write_back(self) -> None:
         """Each head's parameters and Adam state into its member's own objects, exactly
         as the single run would hold them (for model.pkl)."""
         for i, member in enumerate(self.members):
@@ -312,7 +315,7 @@ class ProbeStack:
                     "exp_avg": self.exp_avg[i, :, column].clone(),
                     "exp_avg_sq": self.exp_avg_sq[i, :, column].clone()}
 
-    def drop(self, positions):
+    def drop(self, positions: Any) -> None:
         """Remove heads (one that diverged, one whose disk is full); the others go on."""
         keep = [i for i in range(len(self.members)) if i not in set(positions)]
         index = torch.tensor(keep, dtype=torch.long, device=self.params.device)

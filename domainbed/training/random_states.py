@@ -7,7 +7,9 @@ process (a fused group) each keep a `RandomStates` and swap it in around their o
 so every run draws exactly what it would draw alone, whatever else shares the process.
 """
 import random
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import torch
@@ -16,17 +18,18 @@ import torch
 class RandomStates:
     """A snapshot of the global generators; `active()` makes it current for a while."""
 
-    def __init__(self, torch_state, cuda_states, numpy_state, python_state):
+    def __init__(self, torch_state: Any, cuda_states: Any, numpy_state: Any,
+                 python_state: Any) -> None:
         self.torch_state, self.cuda_states = torch_state, cuda_states
         self.numpy_state, self.python_state = numpy_state, python_state
 
     @classmethod
-    def capture(cls):
+    def capture(cls) -> Any:
         """The global generators' states now."""
         cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
         return cls(torch.get_rng_state(), cuda, np.random.get_state(), random.getstate())
 
-    def restore(self):
+    def restore(self) -> None:
         """Make this snapshot the global generators' state."""
         torch.set_rng_state(self.torch_state)
         if self.cuda_states is not None:
@@ -35,7 +38,7 @@ class RandomStates:
         random.setstate(self.python_state)
 
     @contextmanager
-    def active(self):
+    def active(self) -> Iterator[Any]:
         """Inside: the global generators are this run's; after: this snapshot holds what
         the run drew, and the generators are back where they were."""
         outside = RandomStates.capture()
@@ -48,7 +51,7 @@ class RandomStates:
             self.numpy_state, self.python_state = now.numpy_state, now.python_state
             outside.restore()
 
-    def __eq__(self, other):
+    def __eq__(self, other: Any) -> Any:
         if not isinstance(other, RandomStates):
             return NotImplemented
         cuda_equal = (self.cuda_states is None) == (other.cuda_states is None) and (
@@ -59,5 +62,5 @@ class RandomStates:
                 self.python_state == other.python_state)
 
 
-def _numpy_equal(a, b):
+def _numpy_equal(a: Any, b: Any) -> Any:
     return a[0] == b[0] and np.array_equal(a[1], b[1]) and tuple(a[2:]) == tuple(b[2:])

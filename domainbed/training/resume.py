@@ -12,6 +12,8 @@ import json
 import math
 import random
 import stat
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,40 +39,40 @@ class ResumeStateError(UserError):
     """resume_state.pt is unreadable, not ours, or does not fit the run."""
 
 
-def args_identity(args_dict):
+def args_identity(args_dict: Any) -> Any:
     kept = {k: v for k, v in args_dict.items() if k not in NON_IDENTITY_ARGS}
     return hashlib.md5(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
 
-def optimizer_attributes(algorithm):
+def optimizer_attributes(algorithm: Any) -> dict[Any, Any]:
     return {name: value for name, value in vars(algorithm).items()
             if isinstance(value, torch.optim.Optimizer)}
 
 
-def numpy_rng_state():
+def numpy_rng_state() -> dict[str, Any]:
     kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return {"kind": str(kind), "keys": torch.from_numpy(keys.astype(np.int64)),
+    return {"kind": str(kind), "keys": torch.from_numpy(keys.astype(np.int64)),  # type: ignore[attr-defined]
             "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}
 
 
-def set_numpy_rng_state(state):
+def set_numpy_rng_state(state: Any) -> None:
     keys = state["keys"].numpy().astype(np.uint32)
     np.random.set_state((state["kind"], keys, state["pos"], state["has_gauss"],
                          state["cached_gaussian"]))
 
 
-def python_rng_state():
+def python_rng_state() -> list[Any]:
     version, internal, gauss_next = random.getstate()
     return [int(version), list(internal), gauss_next]
 
 
-def set_python_rng_state(state):
+def set_python_rng_state(state: Any) -> None:
     version, internal, gauss_next = state
     random.setstate((version, tuple(internal), gauss_next))
 
 
-def save_resume_state(run_dir, name, algorithm, step, records, accumulators, identity,
-                      schedule=None):
+def save_resume_state(run_dir: Any, name: str, algorithm: Any, step: int, records: Any,
+                      accumulators: Any, identity: Any, schedule: Any = None) -> None:
     """`records`: the results.jsonl lines written so far (the state vouches for them).
     `run_dir`: the run's PinnedDir. `schedule`: the run's learning-rate schedule
     (training.schedules.RunSchedule), whose position is restored exactly."""
@@ -87,7 +89,7 @@ def save_resume_state(run_dir, name, algorithm, step, records, accumulators, ide
     }), durable=True)
 
 
-def discard_resume_state(run_dir, log):
+def discard_resume_state(run_dir: Any, log: Callable[[str], Any]) -> None:
     """--restart: the resume state goes (a folder or other non-file there is moved aside
     to resume_state.pt.prev[.N], since only a file is ours to delete)."""
     st = run_dir.lstat(RESUME_FILE)
@@ -100,7 +102,7 @@ def discard_resume_state(run_dir, log):
         log(f"notice: --restart: discarded the resume state of {run_dir.path}")
 
 
-def _read_state(run_dir, name):
+def _read_state(run_dir: Any, name: str) -> Any:
     path = run_dir.join(name)
     try:
         with run_dir.open_reader(name) as f:   # a FIFO or folder there: refused, no hang
@@ -122,16 +124,16 @@ def _read_state(run_dir, name):
     return state
 
 
-def _is_int(value):
+def _is_int(value: Any) -> Any:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value):
+def _is_number(value: Any) -> Any:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and \
         math.isfinite(value)
 
 
-def state_shape_problem(state):
+def state_shape_problem(state: Any) -> Any:
     """What in a loadable state has the wrong type or shape (it would give a traceback
     or a wrong step later), or None."""
     if not _is_int(state["next_step"]) or state["next_step"] < 0:
@@ -153,8 +155,8 @@ def state_shape_problem(state):
     return numpy_rng_problem(state["numpy_rng"]) or python_rng_problem(state["python_rng"])
 
 
-def numpy_rng_problem(state):
-    expected_keys = np.random.get_state()[1].shape
+def numpy_rng_problem(state: Any) -> str | None:
+    expected_keys = np.random.get_state()[1].shape  # type: ignore[index]
     if not isinstance(state, dict) or not isinstance(state.get("keys"), torch.Tensor) or \
             tuple(state["keys"].shape) != expected_keys or \
             not isinstance(state.get("kind"), str) or not _is_int(state.get("pos")) or \
@@ -165,7 +167,7 @@ def numpy_rng_problem(state):
     return None
 
 
-def python_rng_problem(state):
+def python_rng_problem(state: Any) -> str | None:
     if not isinstance(state, (list, tuple)) or len(state) != 3 or \
             not _is_int(state[0]) or not isinstance(state[1], (list, tuple)) or \
             not all(map(_is_int, state[1])) or \
@@ -174,7 +176,7 @@ def python_rng_problem(state):
     return None
 
 
-def records_problem(records, next_step):
+def records_problem(records: Any, next_step: Any) -> str | None:
     """The records a state vouches for: JSON objects with increasing integer steps, all
     before `next_step`; what is wrong with them, or None."""
     if not isinstance(records, list):
@@ -193,7 +195,8 @@ def records_problem(records, next_step):
     return None
 
 
-def checkpoint_steps_problem(records, next_step, n_steps, checkpoint_freq):
+def checkpoint_steps_problem(records: Any, next_step: Any, n_steps: int,
+                             checkpoint_freq: int) -> str | None:
     """Whether a state's place fits the run's schedule: `next_step` within the run's
     `n_steps`, right after a checkpoint, and its records exactly at the run's checkpoint
     steps before it (a state claiming step 10**15 would mark the run done with a few of
@@ -202,7 +205,7 @@ def checkpoint_steps_problem(records, next_step, n_steps, checkpoint_freq):
         return f"next_step {next_step} is beyond the run's {n_steps} steps"
     last = n_steps - 1
 
-    def is_checkpoint(step):
+    def is_checkpoint(step: int) -> Any:
         return step % checkpoint_freq == 0 or step == last
     expected_count = -(-next_step // checkpoint_freq) + \
         (next_step == n_steps and last % checkpoint_freq != 0)
@@ -215,7 +218,7 @@ def checkpoint_steps_problem(records, next_step, n_steps, checkpoint_freq):
     return None
 
 
-def _steps_text(steps):
+def _steps_text(steps: Any) -> Any:
     """"0, 2, 4" or, for many, "0, 2, 4, 6, ..., 98"."""
     if not steps:
         return "none"
@@ -224,7 +227,7 @@ def _steps_text(steps):
     return ", ".join(map(str, steps))
 
 
-def non_finite_problem(state):
+def non_finite_problem(state: Any) -> str | None:
     """The first weight (model or optimizer tensor) of a state that is NaN or infinite,
     or None: resuming from it would train garbage or stop at once."""
     tensors = [("algorithm", k, v) for k, v in state["algorithm"].items()]
@@ -238,7 +241,7 @@ def non_finite_problem(state):
     return None
 
 
-def _tensors(value):
+def _tensors(value: Any) -> Iterator[Any]:
     if isinstance(value, torch.Tensor):
         yield value
     elif isinstance(value, dict):
@@ -249,8 +252,8 @@ def _tensors(value):
             yield from _tensors(item)
 
 
-def load_resume_state(run_dir, name, algorithm, identity, schedule=None, run_steps=None,
-                      arithmetic=None):
+def load_resume_state(run_dir: Any, name: str, algorithm: Any, identity: Any, schedule: Any = None,
+                      run_steps: Any = None, arithmetic: Any = None) -> Any:
     """The resume state `name` of `run_dir`, checked and loaded into `algorithm` (and
     the RNGs and `schedule`). `run_steps`: (n_steps, checkpoint_freq) of the run, which
     the state's place and records must fit; `arithmetic`: this run's (see
@@ -289,7 +292,7 @@ def load_resume_state(run_dir, name, algorithm, identity, schedule=None, run_ste
     return state
 
 
-def read_kept_records(run_dir, name, vouched, log):
+def read_kept_records(run_dir: Any, name: str, vouched: Any, log: Callable[[str], Any]) -> Any:
     """The records a resumed run keeps: exactly those its state vouches for. When
     results.jsonl does not start with them (a foreign or torn line, an edit, not a
     regular file), it is moved aside to results.jsonl.prev[.N] and rewritten from the

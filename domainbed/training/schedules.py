@@ -12,6 +12,8 @@ numerics are untouched.
 """
 import contextlib
 import warnings
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
@@ -22,19 +24,19 @@ from domainbed.algorithms.optimization import is_constant_schedule, make_schedul
 class RunSchedule:
     """The learning-rate factor of each step of a run of `n_steps` optimizer steps."""
 
-    def __init__(self, hparams, n_steps):
+    def __init__(self, hparams: dict[str, Any], n_steps: int) -> None:
         self.reference = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
         self.scheduler = make_schedule(self.reference, hparams, n_steps)
         self.max_grad_norm = float(hparams.get("max_grad_norm", 0.0))
         self.active = not is_constant_schedule(hparams) or self.max_grad_norm > 0
 
     @property
-    def factor(self):
+    def factor(self) -> Any:
         """The current rate as a fraction of each optimizer's initial rate."""
         return self.scheduler.get_last_lr()[0]
 
     @contextlib.contextmanager
-    def applied(self):
+    def applied(self) -> Iterator[Any]:
         """While an update runs: every optimizer step uses the scheduled rate."""
         if not self.active:
             yield
@@ -45,7 +47,7 @@ class RunSchedule:
         finally:
             handle.remove()
 
-    def _before_step(self, optimizer, args, kwargs):
+    def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if optimizer is self.reference:
             return
         factor = self.factor
@@ -57,7 +59,7 @@ class RunSchedule:
                       if p.grad is not None]
             torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
 
-    def step(self):
+    def step(self) -> None:
         """After each training step (one optimizer step of the schedule)."""
         if not self.active:
             return
@@ -66,10 +68,10 @@ class RunSchedule:
             self.reference.step()
             self.scheduler.step()
 
-    def state_dict(self):
+    def state_dict(self) -> Any:
         return self.scheduler.state_dict()
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Any) -> None:
         """The scheduler's position, and the reference's current rate, which chainable
         schedulers (cosine) step from."""
         self.scheduler.load_state_dict(state)

@@ -17,12 +17,13 @@ import json
 import os
 import re
 import warnings
+from typing import Any
 
 import torch
 
 from domainbed import run_hparams
 from domainbed.networks import backbones, classifiers
-from domainbed.networks.backbones import MAX_WEIGHTS_BYTES
+from domainbed.networks.weight_files import MAX_WEIGHTS_BYTES
 from domainbed.registry import get_algorithm_class
 from domainbed.training import arithmetic
 from domainbed.training.config import RunConfig
@@ -43,7 +44,7 @@ CHECKPOINT_KEYS = ("args", "model_hparams", "model_dict", "model_input_shape",
 
 
 
-def read_checkpoint(path, trust_pickle=False):
+def read_checkpoint(path: str, trust_pickle: bool = False) -> tuple[Any, ...]:
     """(the saved dict of one of our (or DomainBed's) checkpoints, the sha256 of the bytes
     it was read from). The file is read once, a regular file that is no symlink (a FIFO
     never hangs it); one that is not tensors and plain containers only is refused unless
@@ -76,7 +77,7 @@ def read_checkpoint(path, trust_pickle=False):
     return saved, sha256
 
 
-def checkpoint_step(path, saved_args, dataset_cls):
+def checkpoint_step(path: str, saved_args: Any, dataset_cls: Any) -> Any:
     """The training step the checkpoint holds: from model_step{N}.pkl, from the
     model_best.json or selection.json beside it, else the run's last step."""
     match = re.fullmatch(r"model_step(\d+)\.pkl", os.path.basename(path))
@@ -97,7 +98,7 @@ def checkpoint_step(path, saved_args, dataset_cls):
     return max(int(steps) - 1, 0)
 
 
-def checkpoint_hparams(saved):
+def checkpoint_hparams(saved: Any) -> Any:
     """The checkpoint's hyperparameters over today's defaults (a DomainBed checkpoint
     lacks the ones this project added), as plain Python values."""
     args = saved["args"]
@@ -107,7 +108,7 @@ def checkpoint_hparams(saved):
     return hparams
 
 
-def checkpoint_algorithm(saved, hparams):
+def checkpoint_algorithm(saved: Any, hparams: dict[str, Any]) -> Any:
     """The saved algorithm, rebuilt and loaded (no pretrained weights fetched: the state
     dict holds every weight)."""
     algorithm_cls = get_algorithm_class(saved["args"]["algorithm"])
@@ -121,14 +122,15 @@ def checkpoint_algorithm(saved, hparams):
     return algorithm
 
 
-def check_output_dir(output_dir):
+def check_output_dir(output_dir: str) -> None:
     """A new or empty folder: an evaluation never mixes with another run's records."""
     if os.path.lexists(os.path.join(output_dir, "results.jsonl")):
         raise UserError(f"--output_dir {output_dir!r} already holds a run (results.jsonl); "
                         f"choose a new folder")
 
 
-def score(model, config: RunConfig, data, dataset_cls, hparams, model_args, step):
+def score(model: Any, config: RunConfig, data: Any, dataset_cls: Any, hparams: dict[str, Any],
+          model_args: Any, step: int) -> Any:
     """Evaluate `model` (anything with predict(x)) on every split of `data` and write the
     run directory config.output_dir; returns its record."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -155,7 +157,7 @@ SPLIT_OPTIONS = ("dataset", "test_envs", "trial_seed", "data_seed", "holdout_fra
                  "uda_holdout_fraction", "task")
 
 
-def evaluate_checkpoint(path, options, trust_pickle=False):
+def evaluate_checkpoint(path: str, options: Any, trust_pickle: bool = False) -> Any:
     """Score a checkpoint. `options`: RunConfig fields the user gave (output_dir, data_dir,
     metrics, ...); the dataset, test environments and split seeds not given are the
     checkpoint's, so its `in`/`out` splits are those it was trained and selected on."""
@@ -185,7 +187,7 @@ def evaluate_checkpoint(path, options, trust_pickle=False):
                  checkpoint_step(path, saved_args, dataset_cls))
 
 
-def evaluate_model(name, options, weights="", class_map_file=""):
+def evaluate_model(name: str, options: Any, weights: str = "", class_map_file: str = "") -> Any:
     """Score an outside classifier (`domainbed.networks.classifiers`); `options`: RunConfig
     fields (dataset, test_envs, output_dir, ...)."""
     config = RunConfig.from_options(**options)

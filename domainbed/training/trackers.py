@@ -276,7 +276,7 @@ def open_trackers(names: Iterable[str], run: TrackedRun,
             tracker_cls = TRACKERS.get(name)
             quiet_library_logs(tracker_cls.LOGGERS)
             check_folder(run, tracker_cls)
-            started.append((name, call_with_deadline(functools.partial(tracker_cls, run),
+            started.append((name, call_with_deadline(functools.partial(tracker_cls, run),  # type: ignore[misc]
                                                      run.timeout)))
         except ImportError as e:
             package = (e.name or name).split(".")[0]
