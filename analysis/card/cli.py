@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 
 from analysis import card
+from domainbed.results import grouping
 from oodutils.cli import (
     ArgumentParser,
     add_logging_flags,
@@ -61,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.bootstrap < 1:
         raise UserError(f"--bootstrap must be at least 1, not {args.bootstrap}")
     from domainbed.leaderboard import pages, panels, site
-    from domainbed.results import grouping, records
+    from domainbed.results import records
     check_output_path(args.output_dir, "--output_dir", directory=True)
     oodselect = [panels.read_oodselect(path) for path in args.oodselect]
     loaded = records.load_records(args.input_dir, quiet=True)
