@@ -32,8 +32,6 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-import torchvision
-from torchvision.models.vision_transformer import interpolate_embeddings
 
 from domainbed.networks.input_adapters import (
     IMAGENET_MEAN,
@@ -360,6 +358,8 @@ def load_by_order(model: Any, state: Any, path: Any) -> None:
 def _torchvision_classifier(spec: Any, input_shape: tuple[int, ...], path: Any) -> Any:
     """torchvision's whole model (classifier included), with the weights at `path`."""
     kwargs = {"image_size": input_shape[1]} if spec.model.startswith("vit_") else {}
+    import torchvision  # heavy (pulls in torch's compiler stack): only to build one
+    from torchvision.models.vision_transformer import interpolate_embeddings
     model = torchvision.models.get_model(spec.model, weights=None, **kwargs)
     if path:
         state = read_state_dict(path)

@@ -3,8 +3,6 @@ preprocessing their weights expect: to check that weights on disk are what they 
 (an ImageNet photo gets its ImageNet class) and to use them outside a training run."""
 from typing import Any
 
-from torchvision import transforms
-
 from domainbed.networks.backbones import (
     CLASSIFIERS,
     PRETRAINED_INPUT_SIZE,
@@ -22,6 +20,7 @@ def preprocessing(name: str) -> Any:
     """The transform from a PIL image to backbone `name`'s input: resized, center-cropped
     to 224 and normalized as its weights were trained (mean and std of its spec)."""
     spec = get_spec(backbone_name({"backbone": name}))
+    from torchvision import transforms  # heavy: only where a pretrained model is used
     return transforms.Compose([
         transforms.Resize(round(INPUT_SIZE / CROP_FRACTION)),
         transforms.CenterCrop(INPUT_SIZE),

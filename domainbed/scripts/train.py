@@ -23,6 +23,7 @@ def parse_args(argv: list[str] | None = None,
 
 def main(argv: list[str] | None = None) -> None:
     config = parse_args(argv, configure_logging=True)
+    config.validate()   # names checked against the registries before training's imports
     from domainbed.training import distributed, run  # torch: once the flags are checked
     results = run.run_config(config, notify=logger.info)
     if not distributed.is_secondary_process():   # under torchrun: rank 0 says it once
