@@ -17,6 +17,8 @@ WHOLE_FILES = {
 }
 
 TESTS = {
+    "tests/test_leaderboard_analyses.py::test_card_of_a_sweep_trained_here_reports_labelfree_error",
+    "tests/test_own_data_images.py::test_train_with_a_fifo_in_the_csv_exits_with_one_line",
     "tests/test_arithmetic.py::test_a_fused_group_refuses_a_member_computed_otherwise",
     "tests/test_arithmetic.py::test_fused_members_name_their_arithmetic",
     "tests/test_algorithms_registry.py::test_builds_steps_and_predicts_on_debug28[ADRMX]",

@@ -24,15 +24,12 @@ def test_every_excluded_file_and_test_exists():
 
 
 def test_the_exclusions_are_marked_slow(pytestconfig):
-    """Collection marks them: `-m "not slow"` leaves them out, `-m slow` runs them."""
+    """Collection marks them: `-m slow` collects an exclusion, so `-m "not slow"` leaves
+    it out (one collection: a pytest start costs seconds)."""
     import subprocess
     import sys
     entry = sorted(TESTS)[0]
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p",
                           "no:cacheprovider", "-m", "slow", entry],
                          capture_output=True, text=True, cwd=REPO).stdout
-    assert entry.split("[")[0] in out
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p",
-                          "no:cacheprovider", "-m", "not slow", entry],
-                         capture_output=True, text=True, cwd=REPO).stdout
-    assert "no tests collected" in out or "deselected" in out
+    assert entry.split("[")[0] in out and "1 test" in out
