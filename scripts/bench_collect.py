@@ -190,7 +190,8 @@ def report(results, runs, args, domainbed):
         from benchfigures import record
         peer = (f"DomainBed {medians['DomainBed']:.1f} s" if "DomainBed" in medians
                 else "DomainBed not run")
-        record(f"collect-{runs // 1000}k",
+        record(f"collect-{runs // 1000}k" + (f"-load{args.background_load}"
+                                             if args.background_load else ""),
                what=f"collect_results, {runs:,} runs",
                headline=f"cold {medians['ours cold']:.1f} s, warm "
                         f"{medians['ours warm (cache)']:.1f} s",
