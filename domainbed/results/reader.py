@@ -1,12 +1,11 @@
 """Reading the results.jsonl files of a sweep into one polars table.
 
-The fast reader reads files in threads, joins a batch of them and parses it with
-``polars.read_ndjson`` and a schema of the first lines' keys; each file's ``args`` and
-``hparams`` are parsed once, with ``json``, from its first line, and byte counts over the
-batch prove that polars read what json reads (`_batch_fits`). Any file it cannot read
-exactly (a bad line, other types, a lone surrogate, an odd number literal, a FIFO, a line
-over ``MAX_LINE_BYTES``) goes to the line reader: each line parsed by ``json`` and held to
-``domainbed.results.schema``; a bad line is skipped with one note naming file and line.
+The fast reader reads files in threads; each file's ``args`` and ``hparams`` are parsed
+once, by ``json``, from its first line and stubbed out of every line (`reduce_file`), and
+polars parses the rest of a batch of files, byte counts proving it read what json reads
+(`_batch_fits`). Any other file (a bad line, other types, a lone surrogate, an odd number
+literal, a FIFO, a line over ``MAX_LINE_BYTES``) goes to the line reader: each line parsed
+by ``json`` and held to ``domainbed.results.schema``; a bad line is skipped with one note.
 
 A `Frame`: ``rows``, one per record (``block``, ``step``, ``epoch``, ``n_envs``, the
 ``env*`` values as floats), and ``blocks``, one per stretch of records of one run sharing
@@ -186,8 +185,7 @@ def parse_lines(path: str, lines: Iterable[bytes | None], notes: list[str]
 
 # -- the fast reader ---------------------------------------------------------------------
 
-ARGS_STUB = b'"args": 0'
-HPARAMS_STUB = b'"hparams": 0'
+ARGS_STUB, HPARAMS_STUB = b'"args": 0', b'"hparams": 0'
 
 
 @dataclass
@@ -413,8 +411,7 @@ def read_runs(run_dirs: Sequence[str], positions: Sequence[int], into: Assembler
 
 @dataclass
 class _Prepared:
-    """One file read (its bytes kept for the line reader, should the batch's counts refuse
-    it), and reduced for the fast reader where it fits."""
+    """One file read (its bytes kept for the line reader), reduced where it fits."""
     read: FileRead
     data: bytes | None
     reduced: _Reduced | None = None
