@@ -27,6 +27,18 @@ def pytest_configure(config):
                                        "(deselect with -m 'not slow')")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _threads_shared_by_workers():
+    """Under pytest-xdist, each worker's torch uses its share of the cores: two workers of
+    two threads each on two cores spin against each other (a toy training 1.5 s alone
+    took 12 s in the quick loop)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        import torch
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+    yield
+
+
 @pytest.fixture
 def one_thread():
     """One torch thread for the test, restored after: reference outputs (DomainBed's golden
