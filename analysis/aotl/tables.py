@@ -168,13 +168,15 @@ def per_ood_table(acc: Accuracies, id_envs: Sequence[int] | None = None,
     return _table(rows, "per-OOD fit")
 
 
-def _mean_id_splits(acc: Accuracies, id_envs: Sequence[int] | None) -> Any:
+def _mean_id_splits(acc: Accuracies, id_envs: Sequence[int] | None,
+                    notice: bool = True) -> Any:
     """(dataset, OOD env, ID envs, rows, mean ID accuracy, OOD accuracy) per split with an
-    ID environment left (a split without one is skipped with a notice)."""
+    ID environment left (a split without one is skipped, with a notice where asked)."""
     for dataset, ood in _ordered_splits(acc):
         ids = _id_envs_for(acc, dataset, ood, id_envs)
         if not ids:
-            acc.notice(f"{dataset}, OOD env {ood}: no ID environment left; skipped")
+            if notice:
+                acc.notice(f"{dataset}, OOD env {ood}: no ID environment left; skipped")
             continue
         sub = _split_frame(acc, dataset, ood, [acc_col(e) for e in ids] + [acc_col(ood)])
         x = sub[[acc_col(e) for e in ids]].to_numpy().mean(axis=1)
@@ -270,27 +272,14 @@ def group_table(acc: Accuracies, mode: str = "average", id_envs: Sequence[int] |
     return pd.DataFrame(rows)
 
 
-def _mean_id(acc: Accuracies, dataset: str, ood: int, id_envs: Sequence[int] | None
-             ) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray] | None:
-    ids = _id_envs_for(acc, dataset, ood, id_envs)
-    if not ids:
-        return None
-    sub = _split_frame(acc, dataset, ood, [acc_col(e) for e in ids] + [acc_col(ood)])
-    x = sub[[acc_col(e) for e in ids]].to_numpy().mean(axis=1)
-    return ids, x, sub[acc_col(ood)].to_numpy(), sub["run"].to_numpy()
-
-
 def regime_table(acc: Accuracies, id_envs: Sequence[int] | None = None, acc_threshold: float = 0.9,
                  **options: Any) -> pd.DataFrame:
     """Separate fits for classifiers below / at-or-above an ID accuracy threshold (the paper
     notes Camelyon's high-accuracy classifiers show a negative trend)."""
     opts = _options(**options)
     rows = []
-    for dataset, ood in _ordered_splits(acc):
-        got = _mean_id(acc, dataset, ood, id_envs)
-        if got is None:
-            continue
-        ids, x, y, runs = got
+    for dataset, ood, ids, sub, x, y in _mean_id_splits(acc, id_envs, notice=False):
+        runs = sub["run"].to_numpy()
         for name, keep in ((f"id < {acc_threshold:g}", x < acc_threshold),
                            (f"id >= {acc_threshold:g}", x >= acc_threshold)):
             meta = {"dataset": dataset, "ood_env": ood, "id_envs": " ".join(map(str, ids)),
@@ -311,11 +300,8 @@ def changepoint_table(acc: Accuracies, id_envs: Sequence[int] | None = None,
     paper found change-point detection noise-sensitive: look at the plots too."""
     opts = _options(**options)
     rows = []
-    for dataset, ood in _ordered_splits(acc):
-        got = _mean_id(acc, dataset, ood, id_envs)
-        if got is None:
-            continue
-        ids, x, y, runs = got
+    for dataset, ood, ids, sub, x, y in _mean_id_splits(acc, id_envs, notice=False):
+        runs = sub["run"].to_numpy()
         tx, ty = transform(x, opts["scale"], opts["clip"]), transform(y, opts["scale"],
                                                                       opts["clip"])
         order, ends, used_pen = changepoints(tx, ty, pen, min_size, jump)
