@@ -211,8 +211,8 @@ def test_the_cache_serves_unchanged_files_and_reads_changed_ones(tmp_path, monke
     assert report_text(top) == want
     assert (top / cache_module.CACHE_FILE).is_file()
     reads = []
-    read_file = reader.read_file
-    monkeypatch.setattr(reader, "read_file", lambda p: reads.append(p) or read_file(p))
+    read = reader.read_head_stat
+    monkeypatch.setattr(reader, "read_head_stat", lambda p, n: reads.append(p) or read(p, n))
     assert report_text(top) == want and reads == []
     changed = sorted(top.glob("*/results.jsonl"))[3]
     lines = changed.read_text().splitlines()

@@ -1,16 +1,14 @@
 """The records cache of an input directory, ``.records-cache.parquet``: the tables the
-readers built from its results.jsonl files, so that a collect of an unchanged sweep reads
-one Parquet file instead of every results.jsonl.
+readers built from its results.jsonl files, so that reading an unchanged sweep again
+reads one Parquet file instead of every results.jsonl.
 
-Never trusted over the files: each cached file is keyed by its path under the input
-directory and its (size, mtime_ns, inode); one whose key differs, or that is not cached,
-is read again. The Parquet metadata holds a SHA-256 of the whole file (taken with the
-checksum's own place zeroed), checked before polars parses a byte of it, and the polars
-version that wrote it; a cache that is not a regular file of this user (a symlink,
-FIFO, folder, another user's file), fails its checksum or does not parse is ignored with
-one warning and rebuilt. Read without following symlinks, written
-atomically (``oodutils.pinned_dir``). Files changed in the last ``SETTLE_NS`` and files
-with skipped lines are not cached.
+Never trusted over the files: a cached file is taken only where its path and its (size,
+mtime_ns, inode) are the cached ones. The Parquet metadata holds a SHA-256 of the whole
+file (its own place zeroed), checked before polars parses a byte, and the polars version
+that wrote it; a cache that is no regular file of this user, fails its checksum or does
+not parse is ignored with one warning and rebuilt. Read without following symlinks,
+written atomically (``oodutils.pinned_dir``); files changed in the last ``SETTLE_NS`` and
+files with skipped lines are not cached.
 """
 from __future__ import annotations
 
@@ -22,7 +20,8 @@ import time
 
 import polars as pl
 
-from domainbed.results.reader import BLOCK_SCHEMA, POLARS_ERRORS, Frame, subset
+from domainbed.results.fast_reader import POLARS_ERRORS
+from domainbed.results.reader import BLOCK_SCHEMA, Frame, subset
 from oodutils.log import get_logger
 from oodutils.pinned_dir import PinnedDir
 from oodutils.untrusted import open_regular
@@ -56,9 +55,11 @@ def checksum_holds(data: bytes) -> bool:
     if at < 0:
         return False
     start = at + len(DIGEST_MARK)
-    written = data[start:start + 64]
-    unset = data[:start] + _UNSET + data[start + 64:]
-    return len(written) == 64 and hashlib.sha256(unset).hexdigest().encode() == written
+    written, view = data[start:start + 64], memoryview(data)
+    digest = hashlib.sha256(view[:start])
+    digest.update(_UNSET)
+    digest.update(view[start + 64:])
+    return len(written) == 64 and digest.hexdigest().encode() == written
 
 
 class Cache:
@@ -82,42 +83,40 @@ class Cache:
         try:
             with open_regular(self.path) as f:
                 st = os.fstat(f.fileno())
-                if st.st_uid != os.geteuid() or st.st_mode & stat.S_IWOTH:
-                    self._ignore("another user's file, or writable by everyone")
-                    return self
-                data = f.read(MAX_CACHE_BYTES + 1)
+                mine = st.st_uid == os.geteuid() and not st.st_mode & stat.S_IWOTH
+                data = f.read(MAX_CACHE_BYTES + 1) if mine else b""
         except FileNotFoundError:
             return self
         except OSError as e:
             self._ignore(f"not a regular file: {e.strerror or e}")
             return self
-        if len(data) > MAX_CACHE_BYTES:
-            self._ignore("too large")
-            return self
-        if DIGEST_MARK not in data:
-            self._ignore("written by another version")
-            return self
-        if not checksum_holds(data):
-            self._ignore("its checksum does not match its content")
-            return self
+        why = "another user's file, or writable by everyone" if not mine else \
+            "too large" if len(data) > MAX_CACHE_BYTES else \
+            "written by another version" if DIGEST_MARK not in data else \
+            "its checksum does not match its content" if not checksum_holds(data) else \
+            self._parsed(data)
+        if why:
+            self._ignore(why)
+        return self
+
+    def _parsed(self, data: bytes) -> str | None:
+        """Parse the checksummed bytes into `table`; why they are not a cache, or None."""
         try:
             meta = pl.read_parquet_metadata(io.BytesIO(data))
             table = pl.read_parquet(io.BytesIO(data))
         except POLARS_ERRORS as e:  # a file this code did not write, panics included
-            self._ignore(f"not a readable Parquet file: {type(e).__name__}")
-            return self
+            return f"not a readable Parquet file: {type(e).__name__}"
         if meta.get("format") != FORMAT or meta.get("polars") != pl.__version__:
-            self._ignore("written by another version")
-            return self
+            return "written by another version"
         self.row_columns = [c for c in table.columns
                             if c not in BLOCK_SCHEMA and c not in ("rel", *KEY_COLUMNS)]
         try:
             table.select([*(c for c in BLOCK_SCHEMA if c != "run_dir"), "rel",
                           *KEY_COLUMNS, *self.row_columns]).head(0).explode(self.row_columns)
-            self.table = table
         except POLARS_ERRORS as e:  # a checksummed table of another shape
-            self._ignore(f"an unexpected table: {type(e).__name__}")
-        return self
+            return f"an unexpected table: {type(e).__name__}"
+        self.table = table
+        return None
 
     def take(self, rels: list[str], keys: list[tuple[int, int, int] | None]
              ) -> tuple[Frame, list[int]] | None:
@@ -125,10 +124,11 @@ class Cache:
         in `rels`), or None."""
         if self.table is None or not self.table.height:
             return None
-        wanted = pl.DataFrame(
-            [(rel, *(key or (None,) * 3), at) for at, (rel, key) in enumerate(zip(rels, keys))],
-            schema={"rel": pl.String, **dict.fromkeys(KEY_COLUMNS, pl.Int64), "at": pl.Int64},
-            orient="row")
+        columns = list(zip(*(key or (None,) * 3 for key in keys))) or [()] * 3
+        wanted = pl.DataFrame({"rel": rels, **dict(zip(KEY_COLUMNS, columns)),
+                               "at": range(len(rels))},
+                              schema={"rel": pl.String, **dict.fromkeys(KEY_COLUMNS, pl.Int64),
+                                      "at": pl.Int64})
         blocks = self.table.join(wanted, on=["rel", *KEY_COLUMNS], how="inner",
                                  maintain_order="left")
         if not blocks.height:
@@ -165,7 +165,7 @@ class Cache:
                                          *KEY_COLUMNS), lists.drop("block")], how="horizontal")
         buffer = io.BytesIO()
         try:
-            table.write_parquet(buffer, compression="zstd", compression_level=1,
+            table.write_parquet(buffer, compression="lz4",
                                 metadata={"format": FORMAT, "polars": pl.__version__,
                                           "checksum": (DIGEST_MARK + _UNSET).decode()})
             sealed = _sealed(buffer.getvalue())

@@ -37,11 +37,14 @@ def data_key(args: Mapping[str, Any]) -> DataKey:
     return tuple(map(args.get, DATA_KEYS))
 
 
+def hparams_key_text(hparams: Any) -> str:
+    """The text of `hparams` that identifies the setting (hparams_key's second part)."""
+    return json.dumps(hparams, sort_keys=True, default=str)
+
+
 def hparams_key(record: Record) -> tuple[str, str]:
     """Identifies one hyperparameter setting inside a (trial_seed, dataset, algorithm)."""
-    args = record["args"]
-    return (str(args.get("hparams_seed")),
-            json.dumps(record.get("hparams"), sort_keys=True, default=str))
+    return str(record["args"].get("hparams_seed")), hparams_key_text(record.get("hparams"))
 
 
 def dataset_labels(records: Iterable[Record]) -> Labels:

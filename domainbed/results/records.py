@@ -23,12 +23,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from domainbed.results import discovery, reader
 from domainbed.results.cache import Cache
-from domainbed.results.reader import (
-    Assembler,
-    Frame,
-    frame_from_records,
-    subset,
-)
+from domainbed.results.reader import Assembler, Frame, frame_from_records, subset
 from oodutils.errors import UserError
 from oodutils.log import get_logger
 
@@ -150,17 +145,12 @@ def frame_records(frame: Frame) -> list[Record]:
     return records
 
 
-def _as_dir_list(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
-    if isinstance(input_dir, (str, bytes, os.PathLike)):
-        return [os.fspath(input_dir)]
-    dirs = [os.fspath(d) for d in input_dir]
+def _checked_dirs(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
+    many: Sequence[Any] = input_dir if not isinstance(input_dir, (str, bytes, os.PathLike)) \
+        else [input_dir]
+    dirs = [os.fspath(d) for d in many]
     if not dirs:
         raise UserError("no input directory given")
-    return dirs
-
-
-def _checked_dirs(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
-    dirs = _as_dir_list(input_dir)
     for top in dirs:
         if not os.path.isdir(top):
             what = "does not exist" if not os.path.exists(top) else "is not a directory"

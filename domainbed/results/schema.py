@@ -24,10 +24,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from domainbed.results.grouping import DATA_KEYS
+
 MAX_ENVS = 1000
 MAX_DEPTH = 32
-SCALAR_ARGS = ("data_source", "data_fingerprint", "data_seed", "precision", "weights_sha256",
-               "holdout_fraction", "uda_holdout_fraction")
+SCALAR_ARGS = (*DATA_KEYS, "holdout_fraction", "uda_holdout_fraction")
 _ENV_KEY = re.compile(r"^env(\d+)_\w*(?:acc|wga)\w*$")
 _SCALARS = (str, int, float, bool)
 
@@ -40,7 +41,7 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _args_problem(args: Mapping[str, Any]) -> str | None:
+def args_problem(args: Mapping[str, Any]) -> str | None:
     get = args.get
     for key in ("dataset", "algorithm"):
         if not isinstance(get(key), str):
@@ -114,7 +115,7 @@ def record_problem(record: object) -> str | None:
         return "no args object"
     if record.get("hparams") is not None and not isinstance(record["hparams"], dict):
         return "hparams is not an object"
-    problem = _args_problem(args)
+    problem = args_problem(args)
     if problem:
         return problem
     names = args.get("env_names")
