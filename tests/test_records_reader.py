@@ -102,6 +102,17 @@ ODD_LINES = {
     "hparams twice": record(extra=', "hparams": {"lr": 1}'),
     "no hparams": record().replace('"hparams": {"lr": 0.0001}, ', ""),
     "list accuracy": record(extra=', "env7_in_acc": [1]'),
+    "args twice": record(extra=', "args": ' + json.dumps(
+        {"dataset": "Toy", "algorithm": "ERM", "test_envs": [0], "trial_seed": 7})),
+    "other args": record(1, trial_seed=5),
+    "other hparams": record().replace('"lr": 0.0001', '"lr": 0.5'),
+    "hparams twice, a number": record(extra=', "hparams": 5'),
+    "hparams a string": record().replace('"hparams": {"lr": 0.0001}', '"hparams": "{}"'),
+    "hparams nested before": record().replace('"epoch": ', '"b": {"hparams": {"lr": 5}}, '
+                                                           '"epoch": '),
+    "env string": record(extra=', "note": "env0_in_acc"'),
+    "null step": record().replace('"step": 0', '"step": null'),
+    "no newline between": record() + record(2),
 }
 
 
@@ -153,6 +164,18 @@ def test_ordinary_exponents_stay_with_the_fast_reader(tmp_path, monkeypatch):
     fast = load_records(top, fields=TABLE_FIELDS, use_cache=False).records
     assert lined == []
     assert [r["env9_in_acc"] for r in fast] == [1.5e-05, 2e-300, 7.25e+100, 3e-07]
+
+
+def test_a_digest_that_looks_like_an_exponent_stays_with_the_fast_reader(tmp_path,
+                                                                        monkeypatch):
+    """Only a number's exponent of 4 digits sends a file to json: a hex digest in a string
+    (``...8ae52563...``) does not."""
+    top = tmp_path / "s"
+    write_run(top / "a", [record(i, output_dir="sweep/07ea18ae52563b2e1234") for i in range(3)])
+    lined = fast_reads(monkeypatch)
+    fast = load_records(top, fields=TABLE_FIELDS, use_cache=False).records
+    assert lined == []
+    same_values(fast, by_lines(top))
 
 
 @pytest.mark.parametrize("literal", ["1.5e-0005", "2E0300", "3e+1000"])
