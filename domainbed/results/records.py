@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Union
 
 from domainbed.results import discovery, reader
@@ -191,7 +192,10 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
     kept_dirs: list[str] = []
     position = 0
     for top in dirs:
-        walked = discovery.walk(top)   # a path that is not UTF-8 fits no table nor page
+        with ThreadPoolExecutor(1) as pool:   # (the cache loads while the sweep is walked)
+            loading = pool.submit(Cache(top).load) if use_cache and full is None else None
+            walked = discovery.walk(top)   # a path that is not UTF-8 fits no table nor page
+            cache = loading.result() if loading is not None else None
         unnamed = [w[0] for w in walked
                    if not w[0].isascii() and reader.LONE_SURROGATE.search(w[0])]
         walked = [w for w in walked if w[0] not in unnamed]
@@ -202,7 +206,6 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
         skipped_runs += len(walked) - len(runs)
         positions = list(range(position, position + len(runs)))
         position += len(runs)
-        cache = Cache(top).load() if use_cache and full is None else None
         if cache is not None and cache.warning:
             logger.warning(cache.warning)
             notes.append(cache.warning)
