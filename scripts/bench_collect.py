@@ -95,7 +95,9 @@ def measure(sweep, domainbed, old, repeats):
         for name in results:
             read_through(sweep)
             results[name].append(timed(ours, ROOT))
-    if old:
+    if old:     # (cold: the older checkout's own cache is written, not read)
+        if os.path.exists(cache):
+            os.remove(cache)
         read_through(sweep)
         results["ours before (" + os.path.basename(os.path.normpath(old)) + ")"] = \
             [timed(ours, old)]

@@ -221,6 +221,20 @@ def test_a_fifo_a_symlink_and_a_long_line_are_skipped_with_a_note(tmp_path, monk
     assert sum("unreadable" in n for n in loaded.notes) == 2
 
 
+@pytest.mark.parametrize("spare", [-2, -1, 0, 1])
+def test_a_line_at_the_length_cap_reads_as_the_line_reader_reads_it(tmp_path, monkeypatch,
+                                                                     spare):
+    """A line of exactly MAX_LINE_BYTES (its newline included, as the line reader counts),
+    and one byte either side: both readers keep or skip the same lines."""
+    monkeypatch.setattr(reader, "MAX_LINE_BYTES", 1000)
+    line = record(1, extra=', "x": "y"')
+    line = line[:-2] + "y" * (1000 - len(line) - 1 + spare) + '"}'
+    write_run(tmp_path / "s" / "a", [record(0), line])
+    fast = load_records(tmp_path / "s", fields=TABLE_FIELDS, use_cache=False, quiet=True)
+    slow = load_records(tmp_path / "s", fields=None, quiet=True)
+    assert fast.notes == slow.notes and len(fast) == len(slow) == (2 if spare <= 0 else 1)
+
+
 def report_text(top, **options):
     return render(build_report(load_records(top, fields=TABLE_FIELDS, quiet=True,
                                             **options)), "text")

@@ -64,7 +64,7 @@ def fast_file(data: bytes, memo: HparamsMemo, max_line: int) -> FastFile | None:
     at = data.find(b'"hparams": {', args_end, line_end) if args_end > 0 else -1
     end = _flat_object_end(data, at + 11) if at > 0 else -1
     if end < 0 or end > line_end or data[args_end:args_end + 2] != b", " or \
-            len(data) > max_line and max(map(len, data.split(b"\n"))) > max_line:
+            len(data) >= max_line and max(map(len, data.split(b"\n"))) >= max_line:
         return None
     args_text, hparams_text = data[9:args_end].decode(), data[at + 11:end].decode()
     if hparams_text not in memo:
