@@ -122,9 +122,8 @@ def _file_checks(files: Sequence[FastFile], texts: pl.Series) -> pl.DataFrame:
 
 def _fits(table: pl.DataFrame, files: Sequence[FastFile], texts: pl.Series
           ) -> tuple[list[bool], pl.Series] | None:
-    """(whether polars' rows of each file are what json reads, the files' lines), or None
-    where the rows do not line up with the lines. A row must also hold hparams, a step
-    >= 0, and no ``env<i>_...acc`` value beyond its file's environment count."""
+    """(whether polars' rows of each file are what json reads, its lines), None where rows
+    and lines differ. A row also holds hparams, a step >= 0, no env value beyond its file's."""
     checks = _file_checks(files, texts)
     if table.height != checks["lines"].sum():
         return None
@@ -145,9 +144,8 @@ def _fits(table: pl.DataFrame, files: Sequence[FastFile], texts: pl.Series
 
 def fast_rows(files: Sequence[tuple[int, FastFile]], schema: dict[str, Any]
               ) -> tuple[pl.DataFrame, list[int]]:
-    """(the rows (``step``, ``epoch``, ``env*``) of the files the fast reader reads, each
-    with its index in the batch as ``block``; the indices in `files` of the others);
-    `schema` learns the env keys of files whose counts show one it lacks."""
+    """(the rows (``step``, ``epoch``, ``env*``, its index in the batch as ``block``) of the
+    files it reads, the indices in `files` of the others); `schema` learns missing env keys."""
     table, left = _rows(files, schema)
     if left and _learn_keys(schema, (files[i][1] for i in left)):
         again, still = _rows([files[i] for i in left], schema)
