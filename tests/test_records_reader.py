@@ -113,6 +113,9 @@ ODD_LINES = {
     "env string": record(extra=', "note": "env0_in_acc"'),
     "null step": record().replace('"step": 0', '"step": null'),
     "no newline between": record() + record(2),
+    "int beyond a float": record(extra=', "env9_in_acc": 1' + "0" * 400),
+    "step beyond 64 bits": record().replace('"step": 0', '"step": ' + "9" * 30),
+    "trial seed beyond 64 bits": record(trial_seed=10 ** 30),
 }
 
 

@@ -26,8 +26,7 @@ POLARS_ERRORS = (Exception, pl.exceptions.PanicException)
 BASE_SCHEMA = {"hparams": pl.Struct({"": pl.Null}), "step": pl.Int64, "epoch": pl.Float64}
 MAX_SCHEMA_KEYS = 1024
 _HPARAMS = '"hparams": '
-_TOKENS = ('"step"', '"epoch"', '"env')
-_BRACKETS = r"[\[{]"
+_TOKENS, _BRACKETS = ('"step"', '"epoch"', '"env'), r"[\[{]"
 _EXPONENT = r"[eE][-+]?[0-9][0-9][0-9][0-9]"   # (fixed patterns as regexes: faster)
 _LONG_EXPONENT = r"[:,\[][ \t]*-?[0-9]+(?:\.[0-9]+)?" + _EXPONENT   # in a number
 # {hparams text: its hparams_key_text, None where no object}: runs share a few settings

@@ -36,9 +36,7 @@ logger = get_logger(__name__)
 Record = dict[str, Any]           # one results.jsonl line, plus "run_dir"
 PathLike = Union[str, "os.PathLike[str]"]
 
-RESULTS_FILE = reader.RESULTS_FILE
-DONE_FILE = reader.DONE_FILE
-PREDICTIONS_DIR = reader.PREDICTIONS_DIR
+RESULTS_FILE, DONE_FILE = reader.RESULTS_FILE, reader.DONE_FILE
 MAX_NOTES_SHOWN = 20
 # What the results tables, the leaderboard and the analyses read of a record (with every
 # ``env*`` key): load_records(fields=TABLE_FIELDS) keeps only these

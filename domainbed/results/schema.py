@@ -11,16 +11,18 @@ or None when it fits:
 * ``args.dataset`` and ``args.algorithm``: strings;
 * ``args.test_envs``: a list of environment indices (ints, each below the number of
   environments: ``len(args.env_names)`` when present, else below ``MAX_ENVS``);
-* ``args.trial_seed``, ``args.hparams_seed``: ints (when present);
+* ``args.trial_seed``, ``args.hparams_seed``: ints of 64 bits (when present);
 * ``args.env_names``: a list of strings (when present);
 * the data identity (``args.data_source`` ...) and ``args.holdout_fraction``: plain values;
-* ``step``: an int >= 0; ``epoch`` and every accuracy / worst-group key
-  (``env<i>_...acc...`` / ``..._wga``): a number or null, with i below the environment count.
+* ``step``: an int >= 0 of 64 bits; ``epoch`` and every accuracy / worst-group key
+  (``env<i>_...acc...`` / ``..._wga``): a number (within a float's range) or null, with i
+  below the environment count.
 """
 from __future__ import annotations
 
 import functools
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,15 +32,16 @@ MAX_ENVS = 1000
 MAX_DEPTH = 32
 SCALAR_ARGS = (*DATA_KEYS, "holdout_fraction", "uda_holdout_fraction")
 _ENV_KEY = re.compile(r"^env(\d+)_\w*(?:acc|wga)\w*$")
-_SCALARS = (str, int, float, bool)
+_INT64, _FLOAT_MAX = range(-2 ** 63, 2 ** 63), int(sys.float_info.max)
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _is_int(value: object) -> bool:   # (one the tables can hold: 64 bits)
+    return isinstance(value, int) and not isinstance(value, bool) and value in _INT64
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def _is_number(value: object) -> bool:   # (an int must convert to a float)
+    return isinstance(value, float) or _is_int(value) or \
+        isinstance(value, int) and not isinstance(value, bool) and abs(value) <= _FLOAT_MAX
 
 
 def args_problem(args: Mapping[str, Any]) -> str | None:
@@ -60,7 +63,7 @@ def args_problem(args: Mapping[str, Any]) -> str | None:
             return f"args.{key} is not an int"
     for key in SCALAR_ARGS:
         value = get(key)
-        if value is not None and not isinstance(value, _SCALARS):
+        if value is not None and not isinstance(value, (str, int, float, bool)):
             return f"args.{key} is not a plain value"
     return None
 
