@@ -113,6 +113,7 @@ ODD_LINES = {
     "env string": record(extra=', "note": "env0_in_acc"'),
     "null step": record().replace('"step": 0', '"step": null'),
     "no newline between": record() + record(2),
+    **{f"args {n} deep": record(x=json.loads("[" * n + "]" * n)) for n in (29, 30, 31, 40)},
     "int beyond a float": record(extra=', "env9_in_acc": 1' + "0" * 400),
     "step beyond 64 bits": record().replace('"step": 0', '"step": ' + "9" * 30),
     "trial seed beyond 64 bits": record(trial_seed=10 ** 30),
