@@ -40,7 +40,7 @@ def _is_int(value: object) -> bool:   # (one the tables can hold: 64 bits)
 
 
 def _is_number(value: object) -> bool:   # (an int must convert to a float)
-    return isinstance(value, float) or _is_int(value) or \
+    return isinstance(value, float) or \
         isinstance(value, int) and not isinstance(value, bool) and abs(value) <= _FLOAT_MAX
 
 
