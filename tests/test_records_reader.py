@@ -107,6 +107,10 @@ ODD_LINES = {
     "other args": record(1, trial_seed=5),
     "other hparams": record().replace('"lr": 0.0001', '"lr": 0.5'),
     "hparams twice, a number": record(extra=', "hparams": 5'),
+    "args twice, a number": record(extra=', "args": 5'),
+    "args twice, a string": record(extra=', "args": "x"'),
+    "args twice, spaced": record(extra=', "args" :5'),
+    "hparams twice, spaced": record(extra=', "hparams" : 5'),
     "hparams a string": record().replace('"hparams": {"lr": 0.0001}', '"hparams": "{}"'),
     "hparams nested before": record().replace('"epoch": ', '"b": {"hparams": {"lr": 5}}, '
                                                            '"epoch": '),

@@ -4,9 +4,9 @@ bytes prove it read what json reads line by line (`fast_rows`), or the file goes
 A file is for it (`fast_file`) where it is ASCII without backslash or CR (no escape:
 polars' strings are json's) and its first line opens with a flat args object and holds a
 flat hparams object (sorted keys, as DomainBed and this project write), both parsed by
-json once. The counts prove every line opens with those args and holds one ``"hparams":``
-key beyond them, opening those hparams; every bracket is theirs (no other value nests);
-each ``"step"``, ``"epoch"`` and ``"env...`` string is a key polars read a value of (none
+json once. The counts prove every line opens with those args and holds those hparams, no
+other ``"hparams"`` or ``"args"``; every bracket is theirs (no other value nests); each
+``"step"``, ``"epoch"`` and ``"env...`` string is a key polars read a value of (none
 doubled, null or unknown); no number has an exponent of 4 digits (polars wraps those).
 """
 from __future__ import annotations
@@ -25,8 +25,8 @@ POLARS_ERRORS = (Exception, pl.exceptions.PanicException)
 # hparams, for polars: null where a line has none, an error where it is no object
 BASE_SCHEMA = {"hparams": pl.Struct({"": pl.Null}), "step": pl.Int64, "epoch": pl.Float64}
 MAX_SCHEMA_KEYS = 1024
-_HPARAMS = '"hparams": '
-_TOKENS, _BRACKETS = ('"step"', '"epoch"', '"env'), r"[\[{]"
+# once a line beyond the args' and hparams' own (a key however spaced, or a string)
+_ONCE, _TOKENS = ('"hparams"', '"args"', r"[\[{]"), ('"step"', '"epoch"', '"env')
 _EXPONENT = r"[eE][-+]?[0-9][0-9][0-9][0-9]"   # (fixed patterns as regexes: faster)
 _LONG_EXPONENT = r"[:,\[][ \t]*-?[0-9]+(?:\.[0-9]+)?" + _EXPONENT   # in a number
 # {hparams text: its hparams_key_text, None where no object}: runs share a few settings
@@ -36,7 +36,7 @@ HparamsMemo = dict[str, "str | None"]
 class FastFile(NamedTuple):
     """A file for the fast reader: its first line's args (as json reads them) and args and
     hparams (as it spells them); its lines after the first opening with those args
-    (`prefixed`), its ``"hparams": `` keys opening those hparams (`spans`)."""
+    (`prefixed`), those hparams as its ``"hparams": `` keys' values (`spans`)."""
     args: dict[str, Any]
     args_text: str
     hparams_text: str
@@ -89,34 +89,29 @@ def _learn_keys(schema: dict[str, Any], files: Iterable[FastFile]) -> bool:
 
 def _file_checks(files: Sequence[FastFile], texts: pl.Series) -> pl.DataFrame:
     """Per file: ``lines``, ``ok`` (the proofs on its bytes alone) and ``tokens`` (its
-    step, epoch and env strings beyond its args' and hparams'). Each count is a column of
-    its own: polars computes them in parallel."""
+    `_TOKENS` beyond its args' and hparams'). Each count is a column of its own: polars
+    computes them in parallel."""
     text, args, hparams = pl.col("text"), pl.col("args_text"), pl.col("hparams_text")
     table = pl.DataFrame({"text": texts, **{k: [getattr(f, k) for f in files] for k in (
         "args_text", "hparams_text", "prefixed", "spans")}})
+    patterns = (*_ONCE, *_TOKENS)
     counts = table.select(
         "prefixed", "spans", lines=text.str.count_matches("\n"),
-        keys=text.str.count_matches(_HPARAMS), keys_in_args=args.str.count_matches(_HPARAMS),
-        brackets=text.str.count_matches(_BRACKETS),
-        args_brackets=args.str.count_matches(_BRACKETS),
-        hparams_brackets=hparams.str.count_matches(_BRACKETS),
-        **{f"tokens{i}": text.str.count_matches(t) for i, t in enumerate(_TOKENS)},
-        **{f"spanned{i}": args.str.count_matches(t) + hparams.str.count_matches(t)
-           for i, t in enumerate(_TOKENS)},
+        **{f"text{i}": text.str.count_matches(p) for i, p in enumerate(patterns)},
+        **{f"spans{i}": args.str.count_matches(p) + hparams.str.count_matches(p)
+           for i, p in enumerate(patterns)},
         exponent=text.str.contains(_EXPONENT))
     flagged = counts["exponent"]
     if flagged.any():   # (often a hex digest in a string): is it a number's?
         long = table.filter(flagged).select(text.str.contains(_LONG_EXPONENT))["text"]
         counts = counts.with_columns(exponent=flagged.scatter(flagged.arg_true(), long))
     lines = pl.col("lines").cast(pl.Int64)
+    beyond = [pl.col(f"text{i}") - lines * pl.col(f"spans{i}") for i in range(len(patterns))]
     return counts.select(
         lines, ok=(pl.col("prefixed") == lines - 1) & (pl.col("spans") == lines)
-        & (pl.col("keys") == lines * (1 + pl.col("keys_in_args"))) & ~pl.col("exponent")
-        & (pl.col("brackets") == lines * (1 + pl.col("args_brackets")
-                                          + pl.col("hparams_brackets")))
-        & (pl.max_horizontal("args_brackets", "hparams_brackets") < MAX_DEPTH - 1),
-        tokens=pl.sum_horizontal(pl.col(f"tokens{i}") - lines * pl.col(f"spanned{i}")
-                                 for i in range(len(_TOKENS))))
+        & pl.all_horizontal(n == lines for n in beyond[:len(_ONCE)]) & ~pl.col("exponent")
+        & (pl.col(f"spans{len(_ONCE) - 1}") < MAX_DEPTH - 1),   # (brackets: the depth)
+        tokens=pl.sum_horizontal(beyond[len(_ONCE):]))
 
 
 def _fits(table: pl.DataFrame, files: Sequence[FastFile], texts: pl.Series
