@@ -162,3 +162,50 @@ def test_the_oodselect_folder_gives_only_its_regular_files_with_the_sites_mode(t
     copied = site / second["image"]
     assert copied.read_bytes() == b"\x89PNG fake curve"
     assert not copied.is_symlink() and (copied.stat().st_mode & 0o777) == 0o644
+
+
+def _walk_by_os(top):
+    """What `discovery.walk` finds, by os.walk (sorted, predictions and links not entered):
+    a results.jsonl entry that is no directory (a link's target), a done that exists."""
+    found = []
+    for path, dirs, _ in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if d != "predictions"
+                         and not os.path.islink(os.path.join(path, d)))
+        results = os.path.join(path, "results.jsonl")
+        if os.path.lexists(results) and not os.path.isdir(results):
+            found.append((path, os.path.exists(os.path.join(path, "done"))))
+    return found
+
+
+def test_the_walk_finds_what_os_walk_finds_with_and_without_link_counts(tmp_path,
+                                                                          monkeypatch):
+    """Odd run folders (a results.jsonl that is a folder, a link to nothing or to a
+    folder; a done that is a link to nothing or a folder; a run inside a run; a linked
+    folder; predictions) are found alike whether link counts spare listing a folder."""
+    from domainbed.results import discovery
+    top = tmp_path / "s"
+    for name in ("a", "b", "c", "d", "e", "f", "g", "g/inner", "g/predictions", "h"):
+        (top / name).mkdir(parents=True)
+    for name in ("a", "g", "g/inner", "g/predictions", "h"):
+        (top / name / "results.jsonl").write_text("{}\n")
+        (top / name / "done").write_text("")
+    (top / "b" / "results.jsonl").mkdir()
+    (top / "c" / "results.jsonl").symlink_to(tmp_path / "nowhere")
+    (top / "c" / "done").symlink_to(tmp_path / "nowhere")
+    (top / "d" / "results.jsonl").symlink_to(top / "b")
+    (top / "e" / "results.jsonl").write_text("{}\n")
+    (top / "e" / "done").mkdir()
+    (top / "f" / "done").write_text("")
+    (top / "link").symlink_to(top / "a")
+    want = _walk_by_os(str(top))
+    assert [(os.path.basename(p), done) for p, done in want] == [
+        ("a", True), ("c", False), ("e", True), ("g", True), ("inner", True), ("h", True)]
+    for counting in (True, False):
+        monkeypatch.setattr(discovery, "_LINK_COUNTING", {})
+        if not counting:
+            monkeypatch.setattr(discovery, "_SUBDIRECTORY_LINKS", frozenset())
+        walked = discovery.walk(str(top))
+        assert [(p, done) for p, done, _ in walked] == want
+        keys = {os.path.basename(p): key for p, _, key in walked}
+        st = os.stat(top / "a" / "results.jsonl")
+        assert keys["a"] == ((st.st_size, st.st_mtime_ns, st.st_ino) if counting else None)

@@ -34,27 +34,34 @@ def _is_leaf(st: os.stat_result) -> bool:
     return st.st_nlink == 2 and _LINK_COUNTING[st.st_dev]
 
 
-def _leaf_entries(path: str) -> tuple[bool, bool, tuple[int, int, int] | None] | None:
+def _leaf_entries(base: str) -> tuple[bool, bool, tuple[int, int, int] | None] | None:
     """(holds a results.jsonl that is no directory, holds a ``done`` that exists, its key
-    (`walk`)), by lstats (a link's target as is_dir sees it); None where one fails oddly."""
-    found, key = [], None
-    base = path if path.endswith(os.sep) else path + os.sep
-    for name in (RESULTS_FILE, DONE_FILE):
-        try:
-            st = os.lstat(base + name)
-            if name == RESULTS_FILE and stat.S_ISREG(st.st_mode):
-                key = (st.st_size, st.st_mtime_ns, st.st_ino)
-            st = os.stat(base + name) if stat.S_ISLNK(st.st_mode) else st
-            found.append(name == DONE_FILE or not stat.S_ISDIR(st.st_mode))
-        except FileNotFoundError:
-            found.append(name == RESULTS_FILE and os.path.lexists(base + name))
-        except OSError:
-            return None
-    return found[0], found[1], key
+    (`walk`)) of the directory `base` (ending in a separator), by stats (a link's target
+    as is_dir sees it); None where one fails oddly."""
+    key = None
+    try:
+        st = os.lstat(base + RESULTS_FILE)
+        if stat.S_ISREG(st.st_mode):
+            key = (st.st_size, st.st_mtime_ns, st.st_ino)
+        elif stat.S_ISLNK(st.st_mode):
+            st = os.stat(base + RESULTS_FILE)
+        if stat.S_ISDIR(st.st_mode):
+            return False, False, None
+    except FileNotFoundError:   # (or a link to nothing: an entry still)
+        if not os.path.lexists(base + RESULTS_FILE):
+            return False, False, None
+    except OSError:
+        return None
+    try:
+        return True, os.stat(base + DONE_FILE) is not None, key
+    except FileNotFoundError:
+        return True, False, key
+    except OSError:
+        return None
 
 
-def _listing(path: str) -> tuple[list[str], bool, bool]:
-    """(subdirectories to enter, holds a results.jsonl entry, holds a ``done``)."""
+def _listing(path: str) -> tuple[list[str], tuple[bool, bool, None]]:
+    """(subdirectories to enter, (holds a results.jsonl entry, holds a ``done``, None))."""
     children, has_results, has_done = [], False, False
     try:
         with os.scandir(path) as entries:
@@ -73,7 +80,7 @@ def _listing(path: str) -> tuple[list[str], bool, bool]:
                     has_results = True
     except OSError:
         pass
-    return children, has_results, has_done
+    return children, (has_results, has_done, None)
 
 
 def walk(top: str) -> list[tuple[str, bool, tuple[int, int, int] | None]]:
@@ -81,18 +88,22 @@ def walk(top: str) -> list[tuple[str, bool, tuple[int, int, int] | None]]:
     of every directory under `top` (itself included) holding a ``results.jsonl`` entry, in
     os.walk's order; a directory whose link count shows no subdirectory is not listed."""
     found: list[tuple[str, bool, tuple[int, int, int] | None]] = []
-    stack = [top]
+    stack = [iter([top])]    # (the sorted paths left to enter, at each depth)
     while stack:
-        path = stack.pop()
+        path = next(stack[-1], None)
+        if path is None:
+            stack.pop()
+            continue
         try:
             st = os.lstat(path) if path is not top else os.stat(path)
         except OSError:
             continue
-        leaf = _leaf_entries(path) if _is_leaf(st) else None
-        children, has_results, has_done, key = ([], *leaf) if leaf is not None else \
-            (*_listing(path), None)
-        if has_results:
-            found.append((path, has_done, key))
         base = path if path.endswith(os.sep) else path + os.sep
-        stack.extend(base + name for name in sorted(children, reverse=True))
+        entries, children = _leaf_entries(base) if _is_leaf(st) else None, list[str]()
+        if entries is None:
+            children, entries = _listing(path)
+        if entries[0]:
+            found.append((path, *entries[1:]))
+        if children:
+            stack.append(iter([base + name for name in sorted(children)]))
     return found
