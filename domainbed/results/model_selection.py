@@ -83,16 +83,21 @@ def frame_labels(frame: Frame) -> Labels:
 
 def _label_of_blocks(frame: Frame, labels: Labels) -> pl.Series:
     pairs = frame.blocks.select("dataset", "data_key")
-    known = {(d, k): labels.get((d, tuple(json.loads(k)))) for d, k in
-             pairs.unique().iter_rows()}
-    return pl.Series("label", [known[p] for p in pairs.iter_rows()], dtype=pl.String)
+    known = pairs.unique(maintain_order=True)
+    known = known.with_columns(label=pl.Series([labels.get((d, tuple(json.loads(k)))) for d, k
+                                                in known.iter_rows()], dtype=pl.String))
+    return pairs.join(known, on=["dataset", "data_key"], how="left", nulls_equal=True,
+                      maintain_order="left")["label"]
 
 
 def _hparams_ranks(blocks: pl.DataFrame) -> pl.Series:
     """Each block's place in the hyperparameter order (hparams_sort_key)."""
-    keys = list(zip(blocks["hparams_seed_text"].to_list(), blocks["hparams_key"].to_list()))
-    rank = {k: i for i, k in enumerate(sorted(set(keys), key=hparams_sort_key))}
-    return pl.Series("hparams_rank", [rank[k] for k in keys], dtype=pl.Int64)
+    keys = blocks.select("hparams_seed_text", "hparams_key")
+    order = sorted(keys.unique().iter_rows(), key=hparams_sort_key)
+    ranks = pl.DataFrame(order, schema=keys.schema, orient="row").with_columns(
+        hparams_rank=pl.int_range(pl.len(), dtype=pl.Int64))
+    return keys.join(ranks, on=keys.columns, how="left", nulls_equal=True,
+                     maintain_order="left")["hparams_rank"]
 
 
 def long_rows(records: RecordsLike, labels: Labels | None = None,
