@@ -208,4 +208,4 @@ def test_the_walk_finds_what_os_walk_finds_with_and_without_link_counts(tmp_path
         assert [(p, done) for p, done, _ in walked] == want
         keys = {os.path.basename(p): key for p, _, key in walked}
         st = os.stat(top / "a" / "results.jsonl")
-        assert keys["a"] == ((st.st_size, st.st_mtime_ns, st.st_ino) if counting else None)
+        assert keys["a"] == (st.st_size, st.st_mtime_ns, st.st_ino)

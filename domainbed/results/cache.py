@@ -157,9 +157,8 @@ class Cache:
         run_dirs = frame.blocks["run_dir"].to_list()
         blocks = frame.blocks.with_columns(
             rel=pl.Series([rels[d] for d in run_dirs], dtype=pl.String),
-            size=pl.Series([keys[d][0] for d in run_dirs], dtype=pl.Int64),  # type: ignore[index]
-            mtime_ns=pl.Series([keys[d][1] for d in run_dirs], dtype=pl.Int64),  # type: ignore[index]
-            inode=pl.Series([keys[d][2] for d in run_dirs], dtype=pl.Int64))  # type: ignore[index]
+            **{c: pl.Series([keys[d][i] for d in run_dirs], dtype=pl.Int64)  # type: ignore[index]
+               for i, c in enumerate(KEY_COLUMNS)})
         lists = frame.rows.group_by("block", maintain_order=True).agg(pl.exclude("block"))
         table = pl.concat([blocks.select(*(c for c in BLOCK_SCHEMA if c != "run_dir"), "rel",
                                          *KEY_COLUMNS), lists.drop("block")], how="horizontal")

@@ -1,6 +1,7 @@
 """Finding a sweep's run directories (`walk`), never through a symlink or into predictions."""
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 
@@ -60,9 +61,9 @@ def _leaf_entries(base: str) -> tuple[bool, bool, tuple[int, int, int] | None] |
         return None
 
 
-def _listing(path: str) -> tuple[list[str], tuple[bool, bool, None]]:
-    """(subdirectories to enter, (holds a results.jsonl entry, holds a ``done``, None))."""
-    children, has_results, has_done = [], False, False
+def _listing(path: str) -> tuple[list[str], tuple[bool, bool, tuple[int, int, int] | None]]:
+    """(subdirectories to enter, (holds a results.jsonl entry, holds a ``done``, its key))."""
+    children, has_results, has_done, key = [], False, False, None
     try:
         with os.scandir(path) as entries:
             for entry in entries:
@@ -78,9 +79,13 @@ def _listing(path: str) -> tuple[list[str], tuple[bool, bool, None]]:
                         children.append(name)
                 elif name == RESULTS_FILE:
                     has_results = True
+                    with contextlib.suppress(OSError):
+                        st = entry.stat(follow_symlinks=False)
+                        key = (st.st_size, st.st_mtime_ns, st.st_ino) if stat.S_ISREG(
+                            st.st_mode) else None
     except OSError:
         pass
-    return children, (has_results, has_done, None)
+    return children, (has_results, has_done, key)
 
 
 def walk(top: str) -> list[tuple[str, bool, tuple[int, int, int] | None]]:

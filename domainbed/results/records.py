@@ -157,16 +157,6 @@ def _checked_dirs(input_dir: PathLike | Sequence[PathLike]) -> list[str]:
     return dirs
 
 
-def _file_key(run_dir: str) -> tuple[int, int, int] | None:
-    """(size, mtime_ns, inode) of a run's results.jsonl where it is a regular file."""
-    try:
-        st = os.lstat(run_dir + os.sep + RESULTS_FILE)
-    except OSError:
-        return None
-    return (st.st_size, st.st_mtime_ns, st.st_ino) if (st.st_mode & 0o170000) == 0o100000 \
-        else None
-
-
 def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = True,
                  quiet: bool = False, fields: Sequence[str] | None = None,
                  use_cache: bool = True) -> Records:
@@ -209,32 +199,27 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
             notes.append(cache.warning)
         base = top if top.endswith(os.sep) else top + os.sep
         rels = {d: d[len(base):] if d != top else "" for d in runs}
-        keys = [k or _file_key(d) for d, done, k in walked if done or not require_done] \
-            if cache is not None else []     # (the walk's lstat where it took one)
+        keys = [k for _, done, k in walked if done or not require_done]
         taken = cache.take([rels[d] for d in runs], keys) if cache is not None else None
-        hit: set[int] = set()
+        hit = set(taken[1]) if taken is not None else set()
         if taken is not None:
-            frame, hit_list = taken
-            hit = set(hit_list)
-            into.add(Frame(frame.rows, frame.blocks.drop("at")),
-                     [positions[a] for a in frame.blocks["at"].to_list()])
+            into.add(Frame(taken[0].rows, taken[0].blocks.drop("at")),
+                     [positions[a] for a in taken[0].blocks["at"].to_list()])
         misses = [i for i in range(len(runs)) if i not in hit]
         reads = reader.read_runs([runs[i] for i in misses], [positions[i] for i in misses],
                                  into, fields, full)
         read_of = {r.run_dir: r for r in reads}
         for run_dir in runs:
             found = read_of.get(run_dir)
-            if found is None:
-                kept_dirs.append(run_dir)
-                continue
-            path = os.path.join(run_dir, RESULTS_FILE)
-            if found.error is not None:
+            if found is not None and found.error is not None:
                 skipped_runs += 1
-                notes.append(f"{path}: unreadable ({found.error})")
+                notes.append(f"{os.path.join(run_dir, RESULTS_FILE)}: unreadable "
+                             f"({found.error})")
                 continue
             kept_dirs.append(run_dir)
-            skipped_lines += len(found.notes)
-            notes += found.notes
+            if found is not None:
+                skipped_lines += len(found.notes)
+                notes += found.notes
         if cache is not None and (misses or cache.warning):
             whole = into.frame()
             cache.save(subset(whole, whole.blocks["run_dir"].is_in(runs)), rels,
