@@ -110,6 +110,8 @@ ODD_LINES = {
     "args twice, a number": record(extra=', "args": 5'),
     "args twice, a string": record(extra=', "args": "x"'),
     "args twice, spaced": record(extra=', "args" :5'),
+    "infinity in args": record(x=float("inf")),
+    "infinity in hparams": record().replace('"lr": 0.0001', '"lr": -Infinity'),
     "hparams twice, spaced": record(extra=', "hparams" : 5'),
     "hparams a string": record().replace('"hparams": {"lr": 0.0001}', '"hparams": "{}"'),
     "hparams nested before": record().replace('"epoch": ', '"b": {"hparams": {"lr": 5}}, '

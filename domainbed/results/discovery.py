@@ -18,8 +18,7 @@ def _file_system(device: int) -> str | None:
     try:
         wanted = f"{os.major(device)}:{os.minor(device)}"
         with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                fields = line.split()
+            for fields in map(str.split, f):
                 if len(fields) > 7 and fields[2] == wanted and "-" in fields[6:]:
                     at = fields.index("-", 6) + 1
                     return fields[at] if at < len(fields) else None

@@ -97,8 +97,7 @@ def block_row(run_dir: str | None, args: dict[str, Any], args_text: str,
             str(args.get("arithmetic") or "single"), hparams_key)
 
 
-_LISTS = pl.Struct({"test_envs": BLOCK_SCHEMA["test_envs"],
-                    "env_names": BLOCK_SCHEMA["env_names"]})
+_LISTS = pl.Struct({k: BLOCK_SCHEMA[k] for k in ("test_envs", "env_names")})
 
 
 def blocks_table(blocks: Sequence[tuple[Any, ...]]) -> pl.DataFrame:
@@ -107,7 +106,11 @@ def blocks_table(blocks: Sequence[tuple[Any, ...]]) -> pl.DataFrame:
     columns = list(zip(*blocks)) or [()] * len(SCALAR_COLUMNS)
     scalars = {name: pl.Series(values, dtype=BLOCK_SCHEMA[name])
                for name, values in zip(SCALAR_COLUMNS, columns)}
-    lists = scalars["args_text"].str.json_decode(_LISTS).struct.unnest()
+    try:
+        lists = scalars["args_text"].str.json_decode(_LISTS).struct.unnest()
+    except pl.exceptions.ComputeError:   # (json's NaN or Infinity in some args)
+        lists = pl.DataFrame([{k: json.loads(t).get(k) for k in _LISTS.to_schema()}
+                              for t in scalars["args_text"]], schema=_LISTS.to_schema())
     names = lists["env_names"]
     return pl.DataFrame({**scalars, "test_envs": lists["test_envs"].fill_null([]),
                          "env_names": names.set(names.list.len() == 0, None)}

@@ -187,11 +187,10 @@ def load_records(input_dir: PathLike | Sequence[PathLike], require_done: bool = 
         unnamed = [w[0] for w in walked
                    if not w[0].isascii() and reader.LONE_SURROGATE.search(w[0])]
         walked = [w for w in walked if w[0] not in unnamed]
-        skipped_runs += len(unnamed)
         notes += [f"{d.encode('utf-8', 'backslashreplace').decode()}: skipped, its folder "
                   f"name is not valid UTF-8 (rename the folder)" for d in unnamed]
         runs = [d for d, done, _ in walked if done or not require_done]
-        skipped_runs += len(walked) - len(runs)
+        skipped_runs += len(unnamed) + len(walked) - len(runs)
         positions = list(range(position, position + len(runs)))
         position += len(runs)
         if cache is not None and cache.warning:

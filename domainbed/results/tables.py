@@ -33,10 +33,9 @@ class Cell:
 def summarize(values: Iterable[float]) -> Optional[Cell]:
     """Accuracies (fractions) over trials -> Cell(mean, standard error) in percent, or
     None when empty. Standard error = np.std (ddof 0) / sqrt(n), as DomainBed."""
-    values = [float(v) for v in values]
-    if not values:
+    data = np.asarray([float(v) for v in values], dtype=float)
+    if not data.size:
         return None
-    data = np.asarray(values)
     return Cell(100 * float(np.mean(data)),
                 100 * float(np.std(data / np.sqrt(len(data)))), len(data))
 
