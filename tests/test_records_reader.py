@@ -147,6 +147,49 @@ def test_an_odd_line_reads_as_json_reads_it(tmp_path, monkeypatch, case):
         json.dumps(r, ensure_ascii=False).encode("utf-8")
 
 
+INJECTED_KEYS = ['"args"', '"hparams"', '"step"', '"epoch"', '"env0_in_acc"', '"env9_in_acc"',
+                 '"env0_in_wga"', '"x"', '"env_names"', '"test_envs"', '"trial_seed"',
+                 '"dataset"', '"envx_acc"']
+INJECTED_VALUES = ["5", "-1", "1.5", '"x"', "null", "true", "{}", '{"lr": 1}', "[]", "[1]",
+                   "1e400", "5e-06", '"env0_in_acc"', '"args"', "-0.0", "NaN", "-Infinity",
+                   "9" * 25, '["a", "b"]', "[0, 1]"]
+
+
+def _injected(rng, line):
+    """`line` with one key (however spaced) and value put into the record, its args or
+    its hparams, at the front or at the back."""
+    pair = rng.choice(INJECTED_KEYS) + rng.choice([": ", ":", " : "]) + \
+        rng.choice(INJECTED_VALUES)
+    opening = rng.choice(["{", '"args": {', '"hparams": {'])
+    at = line.index(opening) + len(opening)
+    if rng.random() < 0.5:
+        return line[:at] + pair + ", " + line[at:]
+    end = len(line) - 1 if opening == "{" else line.index("}", at)
+    return line[:end] + ", " + pair + line[end:]
+
+
+@pytest.mark.parametrize("every_line", [False, True])
+def test_injected_keys_read_as_json_reads_them(tmp_path, every_line):
+    """200 runs, each with a key injected into its middle line (or into every line, so
+    that the fast reader's first-line args and hparams hold it): both readers give the
+    same records, and no value crashes either."""
+    rng, top = random.Random(7), tmp_path / "s"
+    for i in range(200):
+        state = rng.getstate()
+        lines = []
+        for step in range(3):
+            if every_line:
+                rng.setstate(state)
+            lines.append(_injected(rng, record(step)) if every_line or step == 1
+                         else record(step))
+        write_run(top / f"r{i:03d}", lines)
+    fast = load_records(top, fields=TABLE_FIELDS, use_cache=False, quiet=True).records
+    numbers = [{k: v for k, v in r.items()    # (the frame keeps env keys holding numbers)
+                if not k.startswith("env") or type(v) in (int, float)} for r in by_lines(top)]
+    assert sum(r["run_dir"] != numbers[0]["run_dir"] for r in fast) > 200   # (most kept)
+    same_values(fast, numbers)
+
+
 def test_numbers_equal_json_loads(tmp_path):
     """Float literals of every shape (random doubles, short and long spellings, huge and
     tiny exponents) read as json.loads reads them, through either reader."""
