@@ -201,9 +201,8 @@ def test_the_walk_finds_what_os_walk_finds_with_and_without_link_counts(tmp_path
     assert [(os.path.basename(p), done) for p, done in want] == [
         ("a", True), ("c", False), ("e", True), ("g", True), ("inner", True), ("h", True)]
     for counting in (True, False):
-        monkeypatch.setattr(discovery, "_LINK_COUNTING", {})
-        if not counting:
-            monkeypatch.setattr(discovery, "_SUBDIRECTORY_LINKS", frozenset())
+        if not counting:   # (else where this file system counts them)
+            monkeypatch.setattr(discovery, "SUBDIRECTORY_LINKS", frozenset())
         walked = discovery.walk(str(top))
         assert [(p, done) for p, done, _ in walked] == want
         keys = {os.path.basename(p): key for p, _, key in walked}

@@ -9,8 +9,8 @@ from domainbed.results.reader import DONE_FILE, PREDICTIONS_DIR, RESULTS_FILE
 
 # File systems whose directories have 2 + one link per subdirectory (GNU find's leaf
 # optimisation trusts them); elsewhere (btrfs, overlayfs, NFS ...) every one is listed
-_SUBDIRECTORY_LINKS = frozenset(("ext2", "ext3", "ext4", "xfs", "tmpfs"))
-_LINK_COUNTING: dict[int, bool] = {}
+SUBDIRECTORY_LINKS = frozenset(("ext2", "ext3", "ext4", "xfs", "tmpfs"))
+_FILE_SYSTEMS: dict[int, str | None] = {}   # (by device)
 
 
 def _file_system(device: int) -> str | None:
@@ -29,9 +29,9 @@ def _file_system(device: int) -> str | None:
 
 def _is_leaf(st: os.stat_result) -> bool:
     """Whether the directory of this stat holds no subdirectory, by its link count."""
-    if st.st_nlink == 2 and st.st_dev not in _LINK_COUNTING:
-        _LINK_COUNTING[st.st_dev] = _file_system(st.st_dev) in _SUBDIRECTORY_LINKS
-    return st.st_nlink == 2 and _LINK_COUNTING[st.st_dev]
+    if st.st_nlink == 2 and st.st_dev not in _FILE_SYSTEMS:
+        _FILE_SYSTEMS[st.st_dev] = _file_system(st.st_dev)
+    return st.st_nlink == 2 and _FILE_SYSTEMS[st.st_dev] in SUBDIRECTORY_LINKS
 
 
 def _leaf_entries(base: str) -> tuple[bool, bool, tuple[int, int, int] | None] | None:
