@@ -66,7 +66,9 @@ def train_zoo(dataset: str, n_runs: int, runs_dir: str | os.PathLike, data_dir: 
     those not yet done into `runs_dir` as ordinary sweep jobs with `launcher` ("pooled",
     "local" or "fused": probes then train as stacks of heads) and `workers` at once.
     Calling again resumes interrupted runs and, with a larger `n_runs`, extends the same
-    zoo (a probe zoo reuses its cached features). Failed runs are counted, not raised."""
+    zoo (a probe zoo reuses its cached features). Failed runs are counted, not raised.
+    The pooled and fused launchers spawn their workers: call it under the script's
+    ``if __name__ == "__main__":`` guard."""
     notify = notify or LOG.info
     check_eval_splits(list(eval_splits))
     start = time.time()

@@ -1,6 +1,7 @@
 """Sweep hardening: a planted .lock or launcher.log symlink is never written through and
 shows as a failed job with its reason; `sweep launch` checks every job's arguments before
 launching any and creates no job directory when one is invalid."""
+import functools
 import os
 import signal
 import sys
@@ -154,8 +155,9 @@ def test_lock_and_launcher_log_honour_the_umask(tmp_path, umask, expected):
 
 # ------------------------------------------------------------ round 2: the pooled launcher
 def _fake_run_config(config):
-    """Stands in for the training run inside a pooled worker (the workers are forked, so
-    they see this patch): a job whose folder holds `kill_me` kills its worker."""
+    """Stands in for the training run inside a pooled worker (its `train`: a module-level
+    function, which the spawned workers import): a job whose folder holds `kill_me` kills
+    its worker."""
     out = config.output_dir
     if os.path.exists(os.path.join(out, "kill_me")):
         os.kill(os.getpid(), signal.SIGKILL)
@@ -172,12 +174,11 @@ def _pooled_commands(tmp_path, n):
 
 
 @pytest.fixture
-def pooled_fake(monkeypatch):
+def pooled_fake():
     from domainbed.launch import pooled
-    monkeypatch.setattr(pooled, "run_config", _fake_run_config)
     previous = signal.signal(signal.SIGALRM, _timeout)
     signal.alarm(60)   # a hang fails the test instead of stopping the suite
-    yield pooled
+    yield functools.partial(pooled.pooled_launcher, train=_fake_run_config)
     signal.alarm(0)
     signal.signal(signal.SIGALRM, previous)
 
@@ -193,7 +194,7 @@ def test_pooled_refuses_a_symlinked_job_file_and_runs_the_rest(tmp_path, pooled_
     commands = _pooled_commands(tmp_path, 4)
     os.makedirs(commands[1].output_dir)
     os.symlink(victim, os.path.join(commands[1].output_dir, name))
-    outcomes = pooled_fake.pooled_launcher(commands, max_workers=2, echo=lambda line: None)
+    outcomes = pooled_fake(commands, max_workers=2, echo=lambda line: None)
     assert victim.read_text() == "precious\n"
     status = {o.output_dir: o.status for o in outcomes}
     assert status == {c.output_dir: "failed" if i == 1 else "ok"
@@ -205,7 +206,7 @@ def test_pooled_worker_killed_fails_its_job_alone(tmp_path, pooled_fake):
     commands = _pooled_commands(tmp_path, 5)
     os.makedirs(commands[2].output_dir)
     open(os.path.join(commands[2].output_dir, "kill_me"), "w").close()
-    outcomes = pooled_fake.pooled_launcher(commands, max_workers=2, echo=lambda line: None)
+    outcomes = pooled_fake(commands, max_workers=2, echo=lambda line: None)
     by_dir = {o.output_dir: o for o in outcomes}
     assert len(outcomes) == 5
     for i, c in enumerate(commands):

@@ -8,7 +8,9 @@ predictions, `done`, lock and `launcher.log` as with the local launcher, and a r
 resumes it from its last checkpoint. The workers are our own processes (not a
 multiprocessing.Pool, which hangs forever when a worker is killed): a worker that dies is
 noticed through its process sentinel, its job is failed with the reason, and a new worker
-takes the remaining jobs.
+takes the remaining jobs. Workers are spawned, never forked (a fork of a process whose
+torch or polars threads hold a lock can hang): a script that launches them needs the
+``if __name__ == "__main__":`` guard, as with the fused launcher.
 """
 import contextlib
 import multiprocessing
@@ -67,10 +69,10 @@ def starts_processes(flags: Any) -> bool:
     return any(value.isdigit() and int(value) > 1 for value in values)
 
 
-def run_in_process(command: Any) -> Any:
+def run_in_process(command: Any, train: Callable[[RunConfig], Any] = run_config) -> Any:
     """`jobs.run_command` without a new process: the same claim (skip rules, lock, log,
-    refusal of unsafe job folders) and outcome; the job runs through the train CLI's own
-    `main`."""
+    refusal of unsafe job folders) and outcome; the job's RunConfig runs through `train`
+    (the train command's own `run_config`)."""
     flags = train_flags(command)
     if flags is None or starts_processes(flags):
         return jobs.run_command(command)
@@ -80,7 +82,7 @@ def run_in_process(command: Any) -> Any:
     try:
         claim.write_log(f"{jobs.LOG_PREFIX} pid {os.getpid()} running in process: "
                         f"{command}")
-        code = _call_train(flags, claim.log)
+        code = _call_train(flags, claim.log, train)
         claim.write_log(f"{jobs.LOG_PREFIX} exit code {code}")
         ok = code == 0 and jobs.is_done(command.output_dir)
         return jobs.Outcome(command.output_dir, "ok" if ok else "failed", code)
@@ -88,10 +90,11 @@ def run_in_process(command: Any) -> Any:
         claim.release()
 
 
-def _call_train(flags: Any, log: Callable[[str], Any]) -> Any:
+def _call_train(flags: Any, log: Callable[[str], Any], train: Callable[[RunConfig], Any]
+                ) -> Any:
     with _output_to(log):
         try:
-            run_config(RunConfig.from_argv(flags))
+            train(RunConfig.from_argv(flags))
             return 0
         except UserError as e:
             print(f"error: {e}", file=sys.stderr)
@@ -104,7 +107,7 @@ def _call_train(flags: Any, log: Callable[[str], Any]) -> Any:
 
 
 # ---------------------------------------------------------------- the worker processes
-def _worker_loop(conn: Any) -> None:
+def _worker_loop(conn: Any, train: Callable[[RunConfig], Any]) -> None:
     """A worker: run each command received, send back its Outcome; None ends it."""
     torch.set_num_threads(1)
     while True:
@@ -112,7 +115,7 @@ def _worker_loop(conn: Any) -> None:
         if command is None:
             return
         try:
-            conn.send(run_in_process(command))
+            conn.send(run_in_process(command, train))
         except Exception:   # a launcher bug, not a job failure: the parent raises it
             conn.send(traceback.format_exc())
 
@@ -120,9 +123,9 @@ def _worker_loop(conn: Any) -> None:
 class _Worker:
     """One long-lived process and the job it runs now (None when idle)."""
 
-    def __init__(self, context: Any) -> None:
+    def __init__(self, context: Any, train: Callable[[RunConfig], Any]) -> None:
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=_worker_loop, args=(child,), daemon=True)
+        self.process = context.Process(target=_worker_loop, args=(child, train), daemon=True)
         self.process.start()
         child.close()
         self.command: Any = None
@@ -171,12 +174,14 @@ def died_outcome(command: Any, process: Any) -> Any:
     return jobs.Outcome(command.output_dir, "failed", code)
 
 
-def _run_workers(commands: Any, n_workers: Any, context: Any, on_idle: Any = None) -> Iterator[Any]:
+def _run_workers(commands: Any, n_workers: Any, train: Callable[[RunConfig], Any],
+                 on_idle: Any = None) -> Iterator[Any]:
     """Yield (Outcome, seconds it ran) of each command as it finishes, running them in
     `n_workers` processes; a worker that dies is replaced and its job reported failed.
     `on_idle` is called about every second while jobs run (the progress lines)."""
+    context = multiprocessing.get_context("spawn")
     pending = list(reversed(commands))
-    workers = [_Worker(context) for _ in range(n_workers)]
+    workers = [_Worker(context, train) for _ in range(n_workers)]
     try:
         for w in workers:
             if pending:
@@ -200,7 +205,7 @@ def _run_workers(commands: Any, n_workers: Any, context: Any, on_idle: Any = Non
                     w.process.join()
                     outcome = died_outcome(w.command, w.process)
                     w.stop(wait=False)
-                    w = workers[i] = _Worker(context)
+                    w = workers[i] = _Worker(context, train)
                 w.command = None
                 if pending:
                     w.give(pending.pop())
@@ -210,13 +215,15 @@ def _run_workers(commands: Any, n_workers: Any, context: Any, on_idle: Any = Non
             w.stop(wait=w.command is None)
 
 
-def pooled_launcher(commands: Any, max_workers: int = 1, echo: Any = None, **_: Any) -> Any:
+def pooled_launcher(commands: Any, max_workers: int = 1, echo: Any = None,
+                    train: Callable[[RunConfig], Any] = run_config, **_: Any) -> Any:
     """Run train jobs in `max_workers` long-lived processes (each job under its lock, as
     the local launcher), paying Python and torch start-up once per worker. Shows the
     local launcher's progress (a bar with ETA on a terminal, else status lines) and one
     line per finished job naming its algorithm, dataset and test environments. A worker
     that dies fails its job alone (with the reason in the job's launcher.log) and is
-    replaced."""
+    replaced. `train`: what a worker runs each job's RunConfig with (a module-level
+    function: the spawned workers import it)."""
     max_workers = int(max_workers or 1)
     if max_workers < 1:
         raise UserError(f"--max_workers must be at least 1, got {max_workers}")
@@ -227,12 +234,11 @@ def pooled_launcher(commands: Any, max_workers: int = 1, echo: Any = None, **_: 
                              echo or (lambda line: print(line, flush=True)))
     names = {c.output_dir: c.describe() for c in commands}
     outcomes, waiting = [], len(commands)
-    context = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
     for _ in range(slots):  # type: ignore[assignment]  # a worker takes the next job as soon as it is free
         progress.job_started()
         waiting -= 1
     try:
-        for outcome, seconds in _run_workers(commands, slots, context, progress.tick):
+        for outcome, seconds in _run_workers(commands, slots, train, progress.tick):
             outcomes.append(outcome)
             _report(outcome, progress.echo, names.get(outcome.output_dir))
             # the worker took the next job before this one was reported
