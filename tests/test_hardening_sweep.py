@@ -18,6 +18,7 @@ from domainbed.launch.jobs import (
     run_command,
 )
 from domainbed.scripts import sweep
+from tests.pooled_stand_in import write_done_or_die
 from tests.test_sweep import fake_names, fake_train, flags, jobs_for  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("fake_train")
@@ -154,18 +155,6 @@ def test_lock_and_launcher_log_honour_the_umask(tmp_path, umask, expected):
 
 
 # ------------------------------------------------------------ round 2: the pooled launcher
-def _fake_run_config(config):
-    """Stands in for the training run inside a pooled worker (its `train`: a module-level
-    function, which the spawned workers import): a job whose folder holds `kill_me` kills
-    its worker."""
-    out = config.output_dir
-    if os.path.exists(os.path.join(out, "kill_me")):
-        os.kill(os.getpid(), signal.SIGKILL)
-    with open(os.path.join(out, "done"), "w") as f:
-        f.write("done\n")
-    return 0
-
-
 def _pooled_commands(tmp_path, n):
     from domainbed.launch.pooled import TRAIN_MODULE
     outs = [str(tmp_path / f"job{i}") for i in range(n)]
@@ -178,7 +167,7 @@ def pooled_fake():
     from domainbed.launch import pooled
     previous = signal.signal(signal.SIGALRM, _timeout)
     signal.alarm(60)   # a hang fails the test instead of stopping the suite
-    yield functools.partial(pooled.pooled_launcher, train=_fake_run_config)
+    yield functools.partial(pooled.pooled_launcher, train=write_done_or_die)
     signal.alarm(0)
     signal.signal(signal.SIGALRM, previous)
 

@@ -12,6 +12,8 @@ takes the remaining jobs. Workers are spawned, never forked (a fork of a process
 torch or polars threads hold a lock can hang): a script that launches them needs the
 ``if __name__ == "__main__":`` guard, as with the fused launcher.
 """
+from __future__ import annotations
+
 import contextlib
 import multiprocessing
 import multiprocessing.connection
@@ -20,18 +22,18 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from domainbed.launch import jobs
 from domainbed.launch.local import _report
 from domainbed.launch.progress import SweepProgress
-from domainbed.training.config import RunConfig
-from domainbed.training.run import run_config
 from oodutils.errors import UserError
 
+if TYPE_CHECKING:
+    from domainbed.training.config import RunConfig
+
 TRAIN_MODULE = "domainbed.scripts.train"
+Train = Callable[["RunConfig"], Any]   # (torch and training are imported by the workers)
 
 def train_flags(command: Any) -> Any:
     """The train flags of a `python -m domainbed.scripts.train ...` command, else None."""
@@ -69,10 +71,20 @@ def starts_processes(flags: Any) -> bool:
     return any(value.isdigit() and int(value) > 1 for value in values)
 
 
-def run_in_process(command: Any, train: Callable[[RunConfig], Any] = run_config) -> Any:
+def run_single_threaded(config: RunConfig) -> Any:
+    """The train command's own run (`training.run.run_config`), torch on one thread unless
+    the job asks for more (``--num_threads``): what a worker runs each job with."""
+    import torch
+
+    from domainbed.training.run import run_config
+
+    torch.set_num_threads(1)
+    return run_config(config)
+
+
+def run_in_process(command: Any, train: Train = run_single_threaded) -> Any:
     """`jobs.run_command` without a new process: the same claim (skip rules, lock, log,
-    refusal of unsafe job folders) and outcome; the job's RunConfig runs through `train`
-    (the train command's own `run_config`)."""
+    refusal of unsafe job folders) and outcome; the job's RunConfig runs through `train`."""
     flags = train_flags(command)
     if flags is None or starts_processes(flags):
         return jobs.run_command(command)
@@ -90,8 +102,9 @@ def run_in_process(command: Any, train: Callable[[RunConfig], Any] = run_config)
         claim.release()
 
 
-def _call_train(flags: Any, log: Callable[[str], Any], train: Callable[[RunConfig], Any]
-                ) -> Any:
+def _call_train(flags: Any, log: Callable[[str], Any], train: Train) -> Any:
+    from domainbed.training.config import RunConfig
+
     with _output_to(log):
         try:
             train(RunConfig.from_argv(flags))
@@ -107,9 +120,8 @@ def _call_train(flags: Any, log: Callable[[str], Any], train: Callable[[RunConfi
 
 
 # ---------------------------------------------------------------- the worker processes
-def _worker_loop(conn: Any, train: Callable[[RunConfig], Any]) -> None:
+def _worker_loop(conn: Any, train: Train) -> None:
     """A worker: run each command received, send back its Outcome; None ends it."""
-    torch.set_num_threads(1)
     while True:
         command = conn.recv()
         if command is None:
@@ -123,7 +135,7 @@ def _worker_loop(conn: Any, train: Callable[[RunConfig], Any]) -> None:
 class _Worker:
     """One long-lived process and the job it runs now (None when idle)."""
 
-    def __init__(self, context: Any, train: Callable[[RunConfig], Any]) -> None:
+    def __init__(self, context: Any, train: Train) -> None:
         self.conn, child = context.Pipe()
         self.process = context.Process(target=_worker_loop, args=(child, train), daemon=True)
         self.process.start()
@@ -174,8 +186,8 @@ def died_outcome(command: Any, process: Any) -> Any:
     return jobs.Outcome(command.output_dir, "failed", code)
 
 
-def _run_workers(commands: Any, n_workers: Any, train: Callable[[RunConfig], Any],
-                 on_idle: Any = None) -> Iterator[Any]:
+def _run_workers(commands: Any, n_workers: Any, train: Train, on_idle: Any = None
+                 ) -> Iterator[Any]:
     """Yield (Outcome, seconds it ran) of each command as it finishes, running them in
     `n_workers` processes; a worker that dies is replaced and its job reported failed.
     `on_idle` is called about every second while jobs run (the progress lines)."""
@@ -216,14 +228,14 @@ def _run_workers(commands: Any, n_workers: Any, train: Callable[[RunConfig], Any
 
 
 def pooled_launcher(commands: Any, max_workers: int = 1, echo: Any = None,
-                    train: Callable[[RunConfig], Any] = run_config, **_: Any) -> Any:
+                    train: Train = run_single_threaded, **_: Any) -> Any:
     """Run train jobs in `max_workers` long-lived processes (each job under its lock, as
     the local launcher), paying Python and torch start-up once per worker. Shows the
     local launcher's progress (a bar with ETA on a terminal, else status lines) and one
     line per finished job naming its algorithm, dataset and test environments. A worker
     that dies fails its job alone (with the reason in the job's launcher.log) and is
     replaced. `train`: what a worker runs each job's RunConfig with (a module-level
-    function: the spawned workers import it)."""
+    function: the spawned workers import it; its module is all they import at start)."""
     max_workers = int(max_workers or 1)
     if max_workers < 1:
         raise UserError(f"--max_workers must be at least 1, got {max_workers}")
