@@ -235,7 +235,7 @@ def pooled_launcher(commands: Any, max_workers: int = 1, echo: Any = None,
     line per finished job naming its algorithm, dataset and test environments. A worker
     that dies fails its job alone (with the reason in the job's launcher.log) and is
     replaced. `train`: what a worker runs each job's RunConfig with (a module-level
-    function: the spawned workers import it; its module is all they import at start)."""
+    function: the spawned workers import it, and at start only it and the launching script)."""
     max_workers = int(max_workers or 1)
     if max_workers < 1:
         raise UserError(f"--max_workers must be at least 1, got {max_workers}")
